@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// client talks to ferryd's debug socket.
+type client struct {
+	socket string
+	hc     *http.Client
+}
+
+func newClient(socket string) *client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}
+	return &client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// get decodes a JSON answer into v; error bodies become errors with ferryd's message.
+func (c *client) get(ctx context.Context, path string, q url.Values, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := c.do(ctx, path, q)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func (c *client) do(ctx context.Context, path string, q url.Values) (*http.Response, error) {
+	u := url.URL{Scheme: "http", Host: "ferryd", Path: path, RawQuery: q.Encode()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			return nil, fmt.Errorf("cannot reach ferryd at %s (is it running? set --socket or FERRY_SOCKET): %v", c.socket, op.Err)
+		}
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, &apiError{code: resp.StatusCode, msg: e.Error}
+		}
+		return nil, &apiError{code: resp.StatusCode, msg: string(body)}
+	}
+	return resp, nil
+}
+
+type apiError struct {
+	code int
+	msg  string
+}
+
+func (e *apiError) Error() string { return e.msg }

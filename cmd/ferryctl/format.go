@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ferry-vm/ferry/migration"
+)
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func bytesIEC(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+func rate(b uint64) string { return bytesIEC(b) + "/s" }
+
+func etaString(s *float64) string {
+	if s == nil || math.IsInf(*s, 0) || math.IsNaN(*s) {
+		return "-"
+	}
+	return (time.Duration(*s * float64(time.Second))).Round(time.Second).String()
+}
+
+func since(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printJobs(w io.Writer, jobs []migration.Job) {
+	if len(jobs) == 0 {
+		fmt.Fprintln(w, "no migration jobs")
+		return
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "DOMAIN\tROLE\tPHASE\tMODE\tITER\tPROGRESS\tREMAINING\tDIRTY\tTRANSFER\tCONVERGENCE\tETA\tSTARTED")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Domain, j.Role, j.Phase, j.Mode, j.Iteration,
+			j.ProgressPercent, bytesIEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
+			j.Convergence, etaString(j.EtaSeconds), since(j.StartTime))
+	}
+	tw.Flush()
+}
+
+func printJob(w io.Writer, j migration.Job) {
+	tw := table(w)
+	kv := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, fmt.Sprintf(f, a...)) }
+	kv("Domain", "%s (%s)", j.Domain, j.UUID)
+	if j.Namespace != "" {
+		kv("VMI", "%s/%s", j.Namespace, j.Name)
+	}
+	kv("Node", "%s, %s side, libvirt %s", j.Node, j.Role, j.Socket)
+	kv("Phase", "%s", j.Phase)
+	if j.FailureReason != "" {
+		kv("Failure", "%s", j.FailureReason)
+	}
+	kv("Mode", "%s", j.Mode)
+	kv("Domain state", "%s", dash(j.DomainState))
+	kv("Started", "%s (%s)", j.StartTime.Format(time.RFC3339), since(j.StartTime))
+	if j.EndTime != nil {
+		kv("Ended", "%s after %s", j.EndTime.Format(time.RFC3339), j.EndTime.Sub(j.StartTime).Round(time.Millisecond))
+	}
+	if j.Role == migration.RoleSource {
+		kv("Progress", "%.1f%%: %s of %s sent, %s remaining", j.ProgressPercent, bytesIEC(j.DataProcessedBytes), bytesIEC(j.DataTotalBytes), bytesIEC(j.DataRemainingBytes))
+		kv("Rates", "dirty %s, transfer %s", rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond))
+		kv("Iteration", "%d", j.Iteration)
+		kv("Convergence", "%s %s", j.Convergence, paren(j.ConvergenceReason))
+		kv("ETA", "%s", etaString(j.EtaSeconds))
+		kv("Post-copy requests", "%d", j.PostCopyRequests)
+		if j.AutoConvergeThrottle > 0 {
+			kv("Auto-converge throttle", "%d%%", j.AutoConvergeThrottle)
+		}
+	} else {
+		kv("Statistics", "libvirt keeps job statistics on the source only; this side is tracked from events and states")
+	}
+	if q := j.QEMU; q != nil {
+		kv("QEMU CPU", "pid %d: %.0f%% of a core now, %.1fs used, throttled %.1fs (%.0f%% of periods)", q.PID, q.CPUPercent, q.CPUUsageSeconds, q.ThrottledSeconds, q.ThrottledPercentPeriods)
+	}
+	tw.Flush()
+	if len(j.Iterations) > 0 {
+		fmt.Fprintln(w, "\nIterations:")
+		tw = table(w)
+		fmt.Fprintln(tw, "  #\tSTART\tDURATION\tLEFT DIRTY\tDIRTY RATE\tTRANSFER")
+		for _, it := range j.Iterations {
+			dur := "-"
+			if it.End != nil {
+				dur = it.End.Sub(it.Start).Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Number, it.Start.Format("15:04:05.000"), dur,
+				bytesIEC(it.MemoryRemainingBytes), rate(it.DirtyRateBytesPerSecond), rate(it.TransferRateBytesPerSecond))
+		}
+		tw.Flush()
+	}
+	if len(j.Events) > 0 {
+		fmt.Fprintln(w, "\nEvents:")
+		for _, e := range j.Events {
+			fmt.Fprintf(w, "  %s  %-12s %s\n", e.Time.Format("15:04:05.000"), e.Kind, e.Detail)
+		}
+	}
+}
+
+func paren(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "(" + s + ")"
+}
+
+func printDomains(w io.Writer, node string, doms []migration.Domain, sockets []socketStatus) {
+	for _, s := range sockets {
+		state := "up"
+		if !s.Up {
+			state = "DOWN: " + s.LastError
+		}
+		fmt.Fprintf(w, "libvirt %s (%s) %s\n", s.Socket, dash(s.LibvirtVersion), state)
+	}
+	if len(doms) == 0 {
+		fmt.Fprintf(w, "no running domains on node %s\n", node)
+		return
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "DOMAIN\tSTATE\tREASON\tLAST JOB\tATTENTION")
+	for _, d := range doms {
+		job := "-"
+		if d.JobPhase != "" {
+			job = fmt.Sprintf("%s %s", d.JobRole, d.JobPhase)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Name, d.State, d.Reason, job, dash(d.Attention))
+	}
+	tw.Flush()
+}
+
+// progressLine renders one job as a single line with a progress bar.
+func progressLine(j migration.Job, width int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-20s %-6s ", trunc(j.Domain, 20), j.Role)
+	if j.Role == migration.RoleTarget {
+		fmt.Fprintf(&b, "%-14s %s (statistics are on the source)", j.Mode, j.Phase)
+		return b.String()
+	}
+	filled := int(j.ProgressPercent / 100 * float64(width))
+	filled = max(0, min(width, filled))
+	fmt.Fprintf(&b, "[%s%s] %3.0f%%  left %9s  dirty %11s vs xfer %11s  iter %-3d %-8s %-10s ETA %s",
+		strings.Repeat("#", filled), strings.Repeat(".", width-filled), j.ProgressPercent,
+		bytesIEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
+		j.Iteration, j.Mode, j.Convergence, etaString(j.EtaSeconds))
+	return b.String()
+}
+
+func summaryLine(j migration.Job) string {
+	d := "-"
+	if j.EndTime != nil {
+		d = j.EndTime.Sub(j.StartTime).Round(time.Millisecond).String()
+	}
+	s := fmt.Sprintf("%s %s: %s after %s", j.Domain, j.Role, j.Phase, d)
+	if j.Role == migration.RoleSource {
+		s += fmt.Sprintf(", %d iterations, %s sent, mode %s, %d post-copy requests", j.Iteration, bytesIEC(j.DataProcessedBytes), j.Mode, j.PostCopyRequests)
+		if j.DowntimeMs > 0 {
+			s += fmt.Sprintf(", downtime %d ms", j.DowntimeMs)
+		}
+	}
+	if j.FailureReason != "" {
+		s += "\n  reason: " + j.FailureReason
+	}
+	return s
+}
+
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/ferry-vm/ferry/migration"
+)
+
+// cmdWatch follows job updates. On a terminal it redraws one progress line
+// per job in place; elsewhere (logs, pipes) it prints a line per update.
+// With a NAME it returns when that domain's job ends, failing unless it
+// completed; -o json prints the raw NDJSON stream.
+func cmdWatch(ctx context.Context, c *client, g globals, args []string) error {
+	if len(args) > 1 {
+		return usageError("watch takes at most one domain name (usage: watch [NAME])")
+	}
+	name := ""
+	if len(args) == 1 {
+		name = args[0]
+	}
+	q := url.Values{}
+	if name != "" {
+		q.Set("domain", name)
+	}
+	resp, err := c.do(ctx, "/v1/watch", q)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	go func() {
+		<-ctx.Done()
+		resp.Body.Close()
+	}()
+
+	tty := isTerminal(g.out)
+	if name != "" && g.output == "table" {
+		fmt.Fprintf(g.out, "watching migrations of %s (Ctrl-C to stop)\n", name)
+	}
+	jobs := map[string]migration.Job{}
+	drawn := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var j migration.Job
+		if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
+			return fmt.Errorf("ferryd sent an unreadable update: %v", err)
+		}
+		if g.output == "json" {
+			fmt.Fprintln(g.out, sc.Text())
+		} else if tty {
+			jobs[j.Domain+"/"+string(j.Role)] = j
+			drawn = redraw(g.out, jobs, drawn)
+			if j.Phase.Finished() {
+				// Finished jobs leave the live area for a permanent summary.
+				delete(jobs, j.Domain+"/"+string(j.Role))
+				clearLines(g.out, drawn)
+				fmt.Fprintln(g.out, summaryLine(j))
+				drawn = redraw(g.out, jobs, 0)
+			}
+		} else if j.Phase.Finished() {
+			fmt.Fprintln(g.out, summaryLine(j))
+		} else {
+			fmt.Fprintln(g.out, progressLine(j, 30))
+		}
+		if name != "" && j.Domain == name && j.Phase.Finished() {
+			if j.Phase != migration.PhaseCompleted {
+				return failedJob{j.Phase}
+			}
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("watch stream from ferryd broke: %v", err)
+	}
+	return fmt.Errorf("ferryd closed the watch stream (restarting?)")
+}
+
+func redraw(w io.Writer, jobs map[string]migration.Job, drawn int) int {
+	clearLines(w, drawn)
+	keys := make([]string, 0, len(jobs))
+	for k := range jobs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintln(w, progressLine(jobs[k], 30))
+	}
+	return len(keys)
+}
+
+func clearLines(w io.Writer, n int) {
+	fmt.Fprint(w, strings.Repeat("\x1b[1A\x1b[2K", n))
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

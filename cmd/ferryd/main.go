@@ -1,0 +1,139 @@
+// Command ferryd is Ferry's per-node agent: it tracks live migrations on
+// the node's libvirt sockets and serves them on a debug socket and /metrics.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ferry-vm/ferry/daemon"
+	"github.com/ferry-vm/ferry/internal/version"
+)
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error {
+	if v == "" {
+		return fmt.Errorf("empty socket path")
+	}
+	*s = append(*s, v)
+	return nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("ferryd", flag.ContinueOnError)
+	var (
+		cfg      daemon.Config
+		sockets  stringList
+		mode     string
+		logLevel string
+		showVer  bool
+	)
+	fs.Var(&sockets, "libvirt-socket", "libvirt socket to watch; repeatable (env FERRY_LIBVIRT_SOCKETS, comma-separated; default "+daemon.DefaultLibvirtSocket+" when no glob is set)")
+	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, re-read every 5s (one per virt-launcher pod under KubeVirt)")
+	fs.StringVar(&cfg.NodeName, "node-name", env("NODE_NAME", hostname()), "name of this node in jobs and metrics (env NODE_NAME)")
+	fs.StringVar(&cfg.DebugSocket, "debug-socket", env("FERRY_DEBUG_SOCKET", "/run/ferry/ferry.sock"), "unix socket serving the JSON debug API read by ferryctl")
+	fs.StringVar(&mode, "debug-socket-mode", env("FERRY_DEBUG_SOCKET_MODE", "0600"), "permission bits of the debug socket")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", env("FERRY_METRICS_ADDR", ":9474"), "address serving /metrics, /healthz and /readyz (empty disables)")
+	fs.DurationVar(&cfg.SampleInterval, "sample-interval", envDuration("FERRY_SAMPLE_INTERVAL", time.Second), "how often job statistics are sampled (also sampled at once on each migration iteration)")
+	fs.DurationVar(&cfg.CallTimeout, "libvirt-timeout", envDuration("FERRY_LIBVIRT_TIMEOUT", 5*time.Second), "deadline of each libvirt call; a daemon that misses it is treated as hung")
+	fs.IntVar(&cfg.HistorySize, "history-size", 256, "finished jobs kept in memory")
+	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fs.BoolVar(&showVer, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if showVer {
+		fmt.Println("ferryd", version.Version)
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "ferryd: unexpected argument %q (ferryd takes flags only)\n", fs.Arg(0))
+		return 2
+	}
+	cfg.LibvirtSockets = sockets
+	if len(cfg.LibvirtSockets) == 0 {
+		for _, s := range strings.Split(os.Getenv("FERRY_LIBVIRT_SOCKETS"), ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				cfg.LibvirtSockets = append(cfg.LibvirtSockets, s)
+			}
+		}
+	}
+	m, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: --debug-socket-mode %q is not an octal mode like 0600\n", mode)
+		return 2
+	}
+	cfg.DebugSocketMode = uint32(m)
+	cfg.Version = version.Version
+
+	var lvl zapcore.Level
+	if err := lvl.Set(logLevel); err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: --log-level %q: %v\n", logLevel, err)
+		return 2
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.EncoderConfig.TimeKey = "time"
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	log, err := zc.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ferryd:", err)
+		return 1
+	}
+	defer log.Sync()
+
+	d, err := daemon.New(cfg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ferryd: invalid configuration:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := d.Run(ctx); err != nil {
+		log.Error("ferryd failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envDuration(key string, def time.Duration) time.Duration {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: environment %s=%q is not a duration (e.g. 1s)\n", key, v)
+		os.Exit(2)
+	}
+	return d
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}

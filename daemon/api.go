@@ -1,0 +1,158 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+)
+
+// JobsResponse is GET /v1/jobs.
+type JobsResponse struct {
+	Node string          `json:"node"`
+	Jobs []migration.Job `json:"jobs"`
+}
+
+// DomainsResponse is GET /v1/domains.
+type DomainsResponse struct {
+	Node    string                  `json:"node"`
+	Domains []migration.Domain      `json:"domains"`
+	Libvirt []libvirtx.SocketStatus `json:"libvirt"`
+}
+
+// ErrorResponse is every 4xx/5xx body.
+type ErrorResponse struct {
+	Error string `json:"error"`
+}
+
+func (d *Daemon) apiHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs", d.getJobs)
+	mux.HandleFunc("GET /v1/jobs/{domain}", d.getJob)
+	mux.HandleFunc("GET /v1/domains", d.getDomains)
+	mux.HandleFunc("GET /v1/watch", d.watch)
+	mux.Handle("GET /metrics", d.metricsHandler())
+	mux.HandleFunc("GET /healthz", d.healthz)
+	mux.HandleFunc("GET /readyz", d.readyz)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: the debug API is read-only (GET)", r.Method))
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET /v1/jobs, /v1/jobs/{domain}, /v1/domains, /v1/watch, /metrics", r.Method, r.URL.Path))
+	})
+	return d.logRequests(mux)
+}
+
+func (d *Daemon) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(d.log)}))
+	mux.HandleFunc("GET /healthz", d.healthz)
+	mux.HandleFunc("GET /readyz", d.readyz)
+	return mux
+}
+
+func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Write([]byte("ok\n"))
+}
+
+// readyz is ready once every configured libvirt socket is connected; with
+// only a glob, one matched and connected socket is enough.
+func (d *Daemon) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !d.Pool.Ready() {
+		http.Error(w, "libvirt not connected yet", http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
+	all, err := boolParam(r, "all")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, JobsResponse{Node: d.cfg.NodeName, Jobs: d.Tracker.Jobs(all)})
+}
+
+func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("domain")
+	j, ok := d.Tracker.Job(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no migration job for domain %q on node %s (in flight or in history)", name, d.cfg.NodeName))
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {
+	doms := d.Tracker.Domains()
+	if doms == nil {
+		doms = []migration.Domain{}
+	}
+	writeJSON(w, http.StatusOK, DomainsResponse{Node: d.cfg.NodeName, Domains: doms, Libvirt: d.Pool.Status()})
+}
+
+// watch streams job updates as NDJSON, one Job per line, optionally for one
+// domain (?domain=NAME).
+func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
+	domain := r.URL.Query().Get("domain")
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	enc := json.NewEncoder(w)
+	updates := d.Tracker.Watch(r.Context())
+	for j := range updates {
+		if domain != "" && j.Domain != domain {
+			continue
+		}
+		if err := enc.Encode(j); err != nil {
+			return
+		}
+		fl.Flush()
+	}
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("query parameter %s=%q is not a boolean (use 1/0 or true/false)", name, v)
+	}
+	return b, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, ErrorResponse{Error: msg})
+}
+
+func (d *Daemon) logRequests(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		h.ServeHTTP(w, r)
+		d.log.Debug("debug request", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Duration("took", time.Since(start)))
+	})
+}

@@ -1,0 +1,44 @@
+// Package daemon wires ferryd together: libvirt connections, the migration
+// tracker, the debug socket and the metrics endpoint, and their lifecycle.
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is ferryd's whole configuration.
+type Config struct {
+	NodeName        string
+	LibvirtSockets  []string
+	LibvirtGlob     string
+	DebugSocket     string
+	DebugSocketMode uint32
+	MetricsAddr     string
+	SampleInterval  time.Duration
+	CallTimeout     time.Duration
+	HistorySize     int
+	Version         string
+}
+
+// DefaultLibvirtSocket is the system libvirtd socket of a plain KVM host.
+const DefaultLibvirtSocket = "/run/libvirt/libvirt-sock"
+
+// Validate names the first setting that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or NODE_NAME) is empty: ferryd labels every job and metric with it"))
+	}
+	if c.DebugSocket == "" {
+		errs = append(errs, errors.New("--debug-socket is empty"))
+	}
+	if c.SampleInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--sample-interval %v is below 100ms: libvirt job stats are not updated that often", c.SampleInterval))
+	}
+	if c.DebugSocketMode&^0o777 != 0 {
+		errs = append(errs, fmt.Errorf("--debug-socket-mode %o is not a permission mode", c.DebugSocketMode))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,158 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+)
+
+// Daemon is a running ferryd.
+type Daemon struct {
+	cfg     Config
+	log     *zap.Logger
+	Tracker *migration.Tracker
+	Pool    *libvirtx.Pool
+	reg     *prometheus.Registry
+}
+
+// New builds a daemon from a validated config.
+func New(cfg Config, log *zap.Logger) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.LibvirtSockets) == 0 && cfg.LibvirtGlob == "" {
+		cfg.LibvirtSockets = []string{DefaultLibvirtSocket}
+	}
+	d := &Daemon{cfg: cfg, log: log}
+	d.Tracker = migration.NewTracker(migration.Config{
+		Node:           cfg.NodeName,
+		SampleInterval: cfg.SampleInterval,
+		HistorySize:    cfg.HistorySize,
+		CPU:            cpuAdapter{&libvirtx.QEMUCgroups{}},
+		Log:            log.Named("tracker"),
+	})
+	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
+		Sockets:     cfg.LibvirtSockets,
+		Glob:        cfg.LibvirtGlob,
+		CallTimeout: cfg.CallTimeout,
+	}, d.Tracker, log.Named("libvirt"))
+	d.reg = prometheus.NewRegistry()
+	d.reg.MustRegister(NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool))
+	return d, nil
+}
+
+// Registry exposes the metrics registry (for tests and linting).
+func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
+
+// Run serves until ctx ends, then shuts down within a few seconds.
+func (d *Daemon) Run(ctx context.Context) error {
+	debugLn, err := listenUnix(d.cfg.DebugSocket, os.FileMode(d.cfg.DebugSocketMode))
+	if err != nil {
+		return err
+	}
+	defer os.Remove(d.cfg.DebugSocket)
+	var metricsLn net.Listener
+	if d.cfg.MetricsAddr != "" {
+		metricsLn, err = net.Listen("tcp", d.cfg.MetricsAddr)
+		if err != nil {
+			debugLn.Close()
+			return fmt.Errorf("--metrics-addr %s: %w", d.cfg.MetricsAddr, err)
+		}
+	}
+	d.log.Info("ferryd started", zap.String("node", d.cfg.NodeName), zap.String("version", d.cfg.Version),
+		zap.Strings("libvirtSockets", d.cfg.LibvirtSockets), zap.String("libvirtGlob", d.cfg.LibvirtGlob),
+		zap.String("debugSocket", d.cfg.DebugSocket), zap.String("metricsAddr", d.cfg.MetricsAddr))
+
+	// Watch streams never end on their own: cancelling their base context
+	// lets Shutdown finish instead of waiting out its deadline.
+	baseCtx, cancelStreams := context.WithCancel(context.Background())
+	defer cancelStreams()
+	base := func(net.Listener) context.Context { return baseCtx }
+	servers := []*http.Server{{Handler: d.apiHandler(), ReadHeaderTimeout: 5 * time.Second, BaseContext: base}}
+	listeners := []net.Listener{debugLn}
+	if metricsLn != nil {
+		servers = append(servers, &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, BaseContext: base})
+		listeners = append(listeners, metricsLn)
+	}
+
+	poolCtx, stopPool := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.Pool.Run(poolCtx)
+	}()
+	errc := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() {
+			if err := s.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	d.log.Info("ferryd shutting down")
+	cancelStreams()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		if err := s.Shutdown(shutdownCtx); err != nil {
+			s.Close()
+		}
+	}
+	stopPool()
+	wg.Wait()
+	d.log.Info("ferryd stopped")
+	return runErr
+}
+
+// listenUnix listens on path with the given mode, replacing a stale socket
+// left by a crash but never any other kind of file.
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("--debug-socket %s exists and is not a socket; refusing to replace it", path)
+		}
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("--debug-socket %s is in use by another running ferryd", path)
+		}
+		os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+type cpuAdapter struct{ q *libvirtx.QEMUCgroups }
+
+func (a cpuAdapter) ReadCPU(domain string) (migration.CPUReading, error) {
+	r, err := a.q.Read(domain)
+	return migration.CPUReading(r), err
+}

@@ -1,0 +1,124 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+)
+
+func startDaemon(t *testing.T) (*Daemon, *http.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	d, err := New(Config{
+		NodeName: "test", DebugSocket: filepath.Join(dir, "ferry.sock"), DebugSocketMode: 0o600,
+		LibvirtSockets: []string{filepath.Join(dir, "no-libvirt-here")}, SampleInterval: time.Second,
+	}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.cfg.DebugSocket)
+	}}}
+	for i := 0; i < 100; i++ {
+		if resp, err := hc.Get("http://ferryd/healthz"); err == nil {
+			resp.Body.Close()
+			return d, hc
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("debug socket never answered")
+	return nil, nil
+}
+
+func TestDebugAPIRejectsMalformedRequests(t *testing.T) {
+	_, hc := startDaemon(t)
+	cases := []struct {
+		method, path string
+		code         int
+		says         string
+	}{
+		{"GET", "/v1/jobs?all=maybe", 400, "not a boolean"},
+		{"GET", "/v1/jobs/nosuchdomain", 404, "no migration job for domain"},
+		{"GET", "/v2/whatever", 404, "no such endpoint"},
+		{"POST", "/v1/jobs", 405, "read-only"},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, "http://ferryd"+c.path, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body ErrorResponse
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(body.Error, c.says) {
+			t.Errorf("%s %s: %d %q, want %d containing %q", c.method, c.path, resp.StatusCode, body.Error, c.code, c.says)
+		}
+	}
+}
+
+func TestDebugAPIReportsLibvirtDown(t *testing.T) {
+	_, hc := startDaemon(t)
+	var got DomainsResponse
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := hc.Get("http://ferryd/v1/domains")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if len(got.Libvirt) == 1 && got.Libvirt[0].LastError != "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got.Node != "test" || len(got.Libvirt) != 1 || got.Libvirt[0].Up || got.Libvirt[0].LastError == "" {
+		t.Fatalf("domains response %+v", got)
+	}
+	resp, err := hc.Get("http://ferryd/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz %d without libvirt", resp.StatusCode)
+	}
+}
+
+func TestMetricsArePromlintClean(t *testing.T) {
+	d, _ := startDaemon(t)
+	problems, err := testutil.GatherAndLint(d.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestConfigErrorsNameTheFlag(t *testing.T) {
+	err := (&Config{SampleInterval: time.Millisecond}).Validate()
+	for _, want := range []string{"--node-name", "--debug-socket", "--sample-interval"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}

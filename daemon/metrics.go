@@ -1,0 +1,127 @@
+package daemon
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+)
+
+var jobLabels = []string{"node", "domain", "role", "namespace", "name"}
+
+func jobDesc(name, help string, extra ...string) *prometheus.Desc {
+	return prometheus.NewDesc("ferry_migration_"+name, help, append(append([]string{}, jobLabels...), extra...), nil)
+}
+
+var (
+	descRemaining     = jobDesc("data_remaining_bytes", "Bytes libvirt still has to send (memory and disks).")
+	descProcessed     = jobDesc("data_processed_bytes", "Bytes sent so far (memory and disks).")
+	descTotal         = jobDesc("data_total_bytes", "Total bytes to send as libvirt currently estimates it.")
+	descMemRemaining  = jobDesc("memory_remaining_bytes", "Guest memory bytes still to send.")
+	descDirty         = jobDesc("dirty_rate_bytes_per_second", "Rate at which the guest dirties memory, as measured by QEMU.")
+	descTransfer      = jobDesc("transfer_rate_bytes_per_second", "Rate at which memory is sent to the target.")
+	descIteration     = jobDesc("iteration", "Current pass over guest memory (pre-copy iteration).")
+	descPostCopyReqs  = jobDesc("postcopy_requests", "Pages the target has requested from the source during post-copy.")
+	descETA           = jobDesc("eta_seconds", "Estimated seconds until the migration completes; absent when it is not converging.")
+	descProgress      = jobDesc("progress_ratio", "Share of data sent, capped at 0.99 until libvirt reports completion.")
+	descElapsed       = jobDesc("elapsed_seconds", "Seconds since the migration job started.")
+	descDowntime      = jobDesc("expected_downtime_seconds", "Downtime libvirt expects for the final stop-and-copy.")
+	descThrottle      = jobDesc("auto_converge_throttle_ratio", "Guest CPU throttle applied by auto-converge.")
+	descInfo          = jobDesc("info", "Migration state as labels; always 1.", "mode", "phase", "convergence")
+	descQEMUCPU       = jobDesc("qemu_cpu_usage_ratio", "CPU the source or target QEMU process uses, in cores, from its cgroup.")
+	descQEMUThrottled = jobDesc("qemu_cpu_throttled_seconds", "Seconds the QEMU process's cgroup was CPU-throttled during the job.")
+	descTotals        = prometheus.NewDesc("ferry_migrations_total", "Migration jobs that ended on this node, by role and result.",
+		[]string{"node", "role", "result"}, nil)
+	descLibvirtUp = prometheus.NewDesc("ferry_libvirt_up", "Whether ferryd is connected to the libvirt socket.",
+		[]string{"node", "socket"}, nil)
+	descAttention = prometheus.NewDesc("ferry_domain_attention", "Domains in a state an operator must act on (1 while it lasts).",
+		[]string{"node", "domain", "namespace", "name", "reason"}, nil)
+	descBuild = prometheus.NewDesc("ferry_build_info", "ferryd build information; always 1.", []string{"version", "goversion"}, nil)
+)
+
+// Collector serves Ferry's metrics from the tracker's in-memory snapshot;
+// a scrape never calls libvirt, so a migration holding libvirt's state lock
+// cannot slow or block it.
+type Collector struct {
+	node, version string
+	tracker       *migration.Tracker
+	pool          *libvirtx.Pool
+}
+
+// NewCollector builds the collector; pool may be nil.
+func NewCollector(node, version string, t *migration.Tracker, p *libvirtx.Pool) *Collector {
+	return &Collector{node: node, version: version, tracker: t, pool: p}
+}
+
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRemaining, descProcessed, descTotal, descMemRemaining, descDirty, descTransfer,
+		descIteration, descPostCopyReqs, descETA, descProgress, descElapsed, descDowntime, descThrottle, descInfo,
+		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descAttention, descBuild} {
+		ch <- d
+	}
+}
+
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.tracker.Snapshot()
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, j := range snap.Jobs {
+		l := []string{c.node, j.Domain, string(j.Role), j.Namespace, j.Name}
+		g(descInfo, 1, append(l, string(j.Mode), string(j.Phase), string(j.Convergence))...)
+		g(descElapsed, float64(j.ElapsedMs)/1000, l...)
+		if j.Role == migration.RoleTarget {
+			// libvirt gives no statistics on the target side.
+			continue
+		}
+		g(descRemaining, float64(j.DataRemainingBytes), l...)
+		g(descProcessed, float64(j.DataProcessedBytes), l...)
+		g(descTotal, float64(j.DataTotalBytes), l...)
+		g(descMemRemaining, float64(j.MemoryRemainingBytes), l...)
+		g(descDirty, float64(j.DirtyRateBytesPerSecond), l...)
+		g(descTransfer, float64(j.TransferRateBytesPerSecond), l...)
+		g(descIteration, float64(j.Iteration), l...)
+		g(descPostCopyReqs, float64(j.PostCopyRequests), l...)
+		g(descProgress, j.ProgressPercent/100, l...)
+		g(descDowntime, float64(j.ExpectedDowntimeMs)/1000, l...)
+		g(descThrottle, float64(j.AutoConvergeThrottle)/100, l...)
+		if j.EtaSeconds != nil {
+			g(descETA, *j.EtaSeconds, l...)
+		}
+		if q := j.QEMU; q != nil {
+			g(descQEMUCPU, q.CPUPercent/100, l...)
+			g(descQEMUThrottled, q.ThrottledSeconds, l...)
+		}
+	}
+	for t, n := range snap.Totals {
+		ch <- prometheus.MustNewConstMetric(descTotals, prometheus.CounterValue, float64(n), c.node, string(t.Role), t.Result)
+	}
+	for _, d := range snap.Domains {
+		if d.Attention != "" {
+			g(descAttention, 1, c.node, d.Name, d.Namespace, d.VMI, attentionReason(d))
+		}
+	}
+	if c.pool != nil {
+		for _, s := range c.pool.Status() {
+			up := 0.0
+			if s.Up {
+				up = 1
+			}
+			g(descLibvirtUp, up, c.node, s.Socket)
+		}
+	}
+	g(descBuild, 1, c.version, runtime.Version())
+}
+
+// attentionReason is a short, stable label value for alert rules.
+func attentionReason(d migration.Domain) string {
+	switch {
+	case d.State == "paused" && d.Reason == "post-copy-failed", d.State == "running" && d.Reason == "post-copy-failed":
+		return "postcopy_failed"
+	case d.State == "paused" && d.Reason == "migration":
+		return "paused_after_migration"
+	}
+	return "other"
+}

@@ -1,0 +1,162 @@
+package libvirtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// ErrTimeout is returned when libvirt does not answer a call within its
+// deadline. go-libvirt has no per-call timeout, so a hung libvirtd would
+// otherwise hang the caller forever.
+var ErrTimeout = errors.New("libvirt did not answer in time")
+
+// DefaultCallTimeout bounds every RPC unless the caller's context is shorter.
+const DefaultCallTimeout = 5 * time.Second
+
+// Conn is one connection to one libvirt socket.
+type Conn struct {
+	socket  string
+	timeout time.Duration
+	l       *libvirt.Libvirt
+	done    <-chan struct{}
+	dialer  *unixDialer
+}
+
+// unixDialer keeps the net.Conn it made so Ferry can cut a connection to a
+// hung libvirtd: go-libvirt's Disconnect first sends an RPC, which a hung
+// daemon never answers.
+type unixDialer struct {
+	path    string
+	timeout time.Duration
+	mu      sync.Mutex
+	conn    net.Conn
+}
+
+func (d *unixDialer) Dial() (net.Conn, error) {
+	c, err := net.DialTimeout("unix", d.path, d.timeout)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.conn = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+func (d *unixDialer) cut() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil {
+		d.conn.Close()
+	}
+}
+
+// Dial connects to the libvirt socket at path. callTimeout bounds each
+// later call (0 means DefaultCallTimeout).
+func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, error) {
+	if callTimeout <= 0 {
+		callTimeout = DefaultCallTimeout
+	}
+	c := &Conn{socket: path, timeout: callTimeout, dialer: &unixDialer{path: path, timeout: callTimeout}}
+	c.l = libvirt.NewWithDialer(c.dialer)
+	uri := &url.URL{Scheme: "qemu+unix", Path: "/system", RawQuery: url.Values{"socket": {path}}.Encode()}
+	err := c.run(ctx, "connect", func(l *libvirt.Libvirt) error {
+		return l.ConnectToURI(libvirt.ConnectURI(uri.String()))
+	})
+	if err != nil {
+		c.dialer.cut()
+		return nil, err
+	}
+	c.done = c.l.Disconnected()
+	return c, nil
+}
+
+// Socket is the path this connection was made to.
+func (c *Conn) Socket() string { return c.socket }
+
+// Done is closed when the connection is lost or closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Close disconnects politely if libvirt answers within a second, and cuts
+// the socket regardless, so it never hangs on a hung daemon.
+func (c *Conn) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := c.run(ctx, "disconnect", func(l *libvirt.Libvirt) error { return l.Disconnect() })
+	c.dialer.cut()
+	return err
+}
+
+// Ping asks libvirt for its version: the cheapest round trip that proves the
+// daemon's RPC loop is alive.
+func (c *Conn) Ping(ctx context.Context) (uint64, error) {
+	var v uint64
+	err := c.run(ctx, "ping", func(l *libvirt.Libvirt) (err error) {
+		v, err = l.ConnectGetLibVersion()
+		return err
+	})
+	return v, err
+}
+
+// Raw exposes the underlying go-libvirt client for calls this package does
+// not wrap; callers are responsible for their own deadlines.
+func (c *Conn) Raw() *libvirt.Libvirt { return c.l }
+
+// run executes fn with the connection's deadline. On timeout fn keeps running
+// in its goroutine until libvirt answers or the socket closes; the caller is
+// released either way.
+func (c *Conn) run(ctx context.Context, op string, fn func(*libvirt.Libvirt) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- fn(c.l) }()
+	select {
+	case err := <-res:
+		if err != nil {
+			return &CallError{Op: op, Socket: c.socket, Err: err}
+		}
+		return nil
+	case <-ctx.Done():
+		err := ctx.Err()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = ErrTimeout
+		}
+		return &CallError{Op: op, Socket: c.socket, Err: err}
+	}
+}
+
+// CallError names the libvirt call and socket that failed.
+type CallError struct {
+	Op     string
+	Socket string
+	Err    error
+}
+
+func (e *CallError) Error() string { return fmt.Sprintf("libvirt %s (%s): %v", e.Op, e.Socket, e.Err) }
+func (e *CallError) Unwrap() error { return e.Err }
+
+// IsNoDomain reports whether err says the domain does not exist (any more).
+func IsNoDomain(err error) bool {
+	var le libvirt.Error
+	if errors.As(err, &le) {
+		return le.Code == uint32(libvirt.ErrNoDomain)
+	}
+	return false
+}
+
+// IsOperationInvalid reports libvirt's VIR_ERR_OPERATION_INVALID, e.g. job
+// stats asked of a domain that is not running or of a migration target.
+func IsOperationInvalid(err error) bool {
+	var le libvirt.Error
+	if errors.As(err, &le) {
+		return le.Code == uint32(libvirt.ErrOperationInvalid)
+	}
+	return false
+}

@@ -1,0 +1,101 @@
+package libvirtx
+
+import (
+	"context"
+	"fmt"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// Domain is one domain's identity and state as libvirt reports it.
+type Domain struct {
+	Ref    libvirt.Domain `json:"-"`
+	Name   string         `json:"name"`
+	UUID   string         `json:"uuid"`
+	State  State          `json:"-"`
+	Reason int32          `json:"-"`
+}
+
+// UUIDString formats a libvirt UUID the usual 8-4-4-4-12 way.
+func UUIDString(u libvirt.UUID) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// Domains lists the active domains with their states in one round trip
+// (the "state" group of virConnectGetAllDomainStats needs no domain job, so
+// it does not wait on a migrating domain's state-change lock).
+func (c *Conn) Domains(ctx context.Context) ([]Domain, error) {
+	var out []Domain
+	err := c.run(ctx, "list domains", func(l *libvirt.Libvirt) error {
+		recs, err := l.ConnectGetAllDomainStats(nil, uint32(libvirt.DomainStatsState),
+			uint32(libvirt.ConnectGetAllDomainsStatsActive))
+		if err != nil {
+			return err
+		}
+		out = make([]Domain, 0, len(recs))
+		for _, r := range recs {
+			d := Domain{Ref: r.Dom, Name: r.Dom.Name, UUID: UUIDString(r.Dom.UUID)}
+			for _, p := range r.Params {
+				v, _ := paramUint(p.Value.I)
+				switch p.Field {
+				case "state.state":
+					d.State = State(v)
+				case "state.reason":
+					d.Reason = int32(v)
+				}
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DomainState returns the state and reason of one domain.
+func (c *Conn) DomainState(ctx context.Context, dom libvirt.Domain) (State, int32, error) {
+	var st, rs int32
+	err := c.run(ctx, "domain state", func(l *libvirt.Libvirt) (err error) {
+		st, rs, err = l.DomainGetState(dom, 0)
+		return err
+	})
+	return State(st), rs, err
+}
+
+// LookupDomain finds an active or defined domain by name.
+func (c *Conn) LookupDomain(ctx context.Context, name string) (libvirt.Domain, error) {
+	var d libvirt.Domain
+	err := c.run(ctx, "lookup domain", func(l *libvirt.Libvirt) (err error) {
+		d, err = l.DomainLookupByName(name)
+		return err
+	})
+	return d, err
+}
+
+// DomainXML returns the live domain XML.
+func (c *Conn) DomainXML(ctx context.Context, dom libvirt.Domain) (string, error) {
+	var x string
+	err := c.run(ctx, "domain xml", func(l *libvirt.Libvirt) (err error) {
+		x, err = l.DomainGetXMLDesc(dom, 0)
+		return err
+	})
+	return x, err
+}
+
+// AbortJob cancels the domain's job. In post-copy a plain abort is refused by
+// libvirt; postCopy=true asks for the post-copy pause instead, which leaves
+// both sides paused in post-copy-failed (the only "abort" post-copy has).
+func (c *Conn) AbortJob(ctx context.Context, dom libvirt.Domain, postCopy bool) error {
+	return c.run(ctx, "abort job", func(l *libvirt.Libvirt) error {
+		if postCopy {
+			return l.DomainAbortJobFlags(dom, uint32(libvirt.DomainAbortJobPostcopy))
+		}
+		return l.DomainAbortJob(dom)
+	})
+}
+
+// StartPostCopy switches a running pre-copy migration to post-copy.
+func (c *Conn) StartPostCopy(ctx context.Context, dom libvirt.Domain) error {
+	return c.run(ctx, "start post-copy", func(l *libvirt.Libvirt) error {
+		return l.DomainMigrateStartPostCopy(dom, 0)
+	})
+}

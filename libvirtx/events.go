@@ -1,0 +1,94 @@
+package libvirtx
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// EventKind says which libvirt event an Event carries.
+type EventKind string
+
+const (
+	KindLifecycle EventKind = "lifecycle"
+	KindIteration EventKind = "migration-iteration"
+)
+
+// Event is a libvirt domain event, stamped with the time Ferry received it
+// (libvirt's events carry no timestamp of their own).
+type Event struct {
+	Kind      EventKind
+	Socket    string
+	Domain    libvirt.Domain
+	Event     int32 // lifecycle only
+	Detail    int32 // lifecycle only
+	Iteration int32 // migration-iteration only
+	Time      time.Time
+}
+
+func (e Event) String() string {
+	if e.Kind == KindIteration {
+		return fmt.Sprintf("migration-iteration %d", e.Iteration)
+	}
+	return "lifecycle " + EventName(e.Event, e.Detail)
+}
+
+// Subscribe delivers lifecycle and migration-iteration events of every
+// domain on this connection into one channel, in arrival order per kind.
+// The channel closes when ctx ends or the connection is lost. Job-completed
+// events are not subscribed: go-libvirt cannot decode their typed
+// parameters and drops them, so completion is read from job stats instead.
+func (c *Conn) Subscribe(ctx context.Context, buffer int) (<-chan Event, error) {
+	out := make(chan Event, buffer)
+	kinds := []libvirt.DomainEventID{libvirt.DomainEventIDLifecycle, libvirt.DomainEventIDMigrationIteration}
+	srcs := make([]<-chan any, 0, len(kinds))
+	for _, id := range kinds {
+		var ch <-chan any
+		err := c.run(ctx, "subscribe events", func(l *libvirt.Libvirt) (err error) {
+			ch, err = l.SubscribeEvents(ctx, id, libvirt.OptDomain{})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, ch)
+	}
+	done := make(chan struct{}, len(srcs))
+	for _, src := range srcs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			// go-libvirt blocks its reader while a subscriber is slow, so
+			// this loop only converts and hands over.
+			for raw := range src {
+				ev, ok := c.convert(raw)
+				if !ok {
+					continue
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+				}
+			}
+		}()
+	}
+	go func() {
+		for range srcs {
+			<-done
+		}
+		close(out)
+	}()
+	return out, nil
+}
+
+func (c *Conn) convert(raw any) (Event, bool) {
+	now := time.Now()
+	switch m := raw.(type) {
+	case *libvirt.DomainEventCallbackLifecycleMsg:
+		return Event{Kind: KindLifecycle, Socket: c.socket, Domain: m.Msg.Dom, Event: m.Msg.Event, Detail: m.Msg.Detail, Time: now}, true
+	case *libvirt.DomainEventCallbackMigrationIterationMsg:
+		return Event{Kind: KindIteration, Socket: c.socket, Domain: m.Dom, Iteration: m.Iteration, Time: now}, true
+	}
+	return Event{}, false
+}

@@ -1,0 +1,42 @@
+package libvirtx
+
+import (
+	"testing"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+func TestDecodeJobStatsConvertsPagesToBytes(t *testing.T) {
+	p := func(f string, v any) libvirt.TypedParam {
+		return libvirt.TypedParam{Field: f, Value: libvirt.TypedParamValue{I: v}}
+	}
+	s := DecodeJobStats(2, []libvirt.TypedParam{
+		p("operation", int32(5)), p("time_elapsed", uint64(1500)), p("memory_remaining", uint64(100<<20)),
+		p("memory_dirty_rate", uint64(1000)), p("memory_page_size", uint64(4096)), p("memory_iteration", uint64(3)),
+		p("memory_bps", uint64(50<<20)), p("data_total", uint64(512<<20)), p("errmsg", "boom"), p("unknown_future_field", uint64(7)),
+	})
+	if s.Type != JobUnbounded || s.Operation != OperationMigrationOut || !s.Type.Active() {
+		t.Fatalf("type %v op %d", s.Type, s.Operation)
+	}
+	if s.MemoryDirtyRate != 1000*4096 || s.MemoryIteration != 3 || s.MemoryBps != 50<<20 || s.TimeElapsedMs != 1500 || s.ErrMsg != "boom" {
+		t.Fatalf("decoded %+v", s)
+	}
+}
+
+func TestNames(t *testing.T) {
+	if got := ReasonName(StatePaused, PausedPostCopyFailed); got != "post-copy-failed" {
+		t.Errorf("paused/13 = %q", got)
+	}
+	if got := ReasonName(StateRunning, RunningPostCopyFailed); got != "post-copy-failed" {
+		t.Errorf("running/11 = %q", got)
+	}
+	if got := EventName(EventSuspended, SuspendedPostCopyFailed); got != "suspended/post-copy-failed" {
+		t.Errorf("3/8 = %q", got)
+	}
+	if got := EventName(42, 1); got != "event(42)/1" {
+		t.Errorf("unknown event = %q", got)
+	}
+	if got := UUIDString(libvirt.UUID{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00}); got != "11223344-5566-7788-99aa-bbccddeeff00" {
+		t.Errorf("uuid %q", got)
+	}
+}

@@ -1,0 +1,296 @@
+package libvirtx
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Handler consumes one live connection. Serve runs until events closes (the
+// connection was lost or the pool is stopping); the pool then reconnects.
+type Handler interface {
+	Serve(ctx context.Context, c *Conn, events <-chan Event)
+	// Lost is called after Serve returns with the reason the connection ended.
+	Lost(socket string, err error)
+}
+
+// PoolConfig says which sockets to watch and how patiently.
+type PoolConfig struct {
+	Sockets      []string      // always watched, retried while absent
+	Glob         string        // matched again every RescanEvery (KubeVirt: one socket per launcher pod)
+	RescanEvery  time.Duration // default 5s
+	CallTimeout  time.Duration // default DefaultCallTimeout
+	PingEvery    time.Duration // default 5s
+	BackoffMin   time.Duration // default 200ms
+	BackoffMax   time.Duration // default 10s
+	EventsBuffer int           // default 1024
+}
+
+func (c *PoolConfig) defaults() {
+	if c.RescanEvery <= 0 {
+		c.RescanEvery = 5 * time.Second
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.PingEvery <= 0 {
+		c.PingEvery = 5 * time.Second
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 200 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 10 * time.Second
+	}
+	if c.EventsBuffer <= 0 {
+		c.EventsBuffer = 1024
+	}
+}
+
+// SocketStatus is what the pool knows of one socket.
+type SocketStatus struct {
+	Socket        string    `json:"socket"`
+	Up            bool      `json:"up"`
+	LibVersion    string    `json:"libvirtVersion,omitempty"`
+	LastError     string    `json:"lastError,omitempty"`
+	Since         time.Time `json:"since"`
+	Reconnects    int       `json:"reconnects"`
+	LastPingMicro int64     `json:"lastPingMicroseconds,omitempty"`
+}
+
+// Pool keeps one connection per socket alive and hands each to a Handler.
+type Pool struct {
+	cfg PoolConfig
+	h   Handler
+	log *zap.Logger
+
+	mu      sync.Mutex
+	status  map[string]*SocketStatus
+	running map[string]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// NewPool makes a pool; Run starts it.
+func NewPool(cfg PoolConfig, h Handler, log *zap.Logger) *Pool {
+	cfg.defaults()
+	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, running: map[string]context.CancelFunc{}}
+}
+
+// Run watches sockets until ctx ends, then waits for every connection to close.
+func (p *Pool) Run(ctx context.Context) {
+	t := time.NewTicker(p.cfg.RescanEvery)
+	defer t.Stop()
+	for {
+		p.rescan(ctx)
+		select {
+		case <-ctx.Done():
+			p.wg.Wait()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Status returns every watched socket's status, sorted by path.
+func (p *Pool) Status() []SocketStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]SocketStatus, 0, len(p.status))
+	for _, s := range p.status {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Socket < out[j].Socket })
+	return out
+}
+
+// Ready reports whether every watched socket is connected (and at least one is watched).
+func (p *Pool) Ready() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.status) == 0 {
+		return false
+	}
+	for _, s := range p.status {
+		if !s.Up {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Pool) rescan(ctx context.Context) {
+	want := map[string]bool{}
+	for _, s := range p.cfg.Sockets {
+		want[s] = true
+	}
+	globbed := map[string]bool{}
+	if p.cfg.Glob != "" {
+		matches, err := filepath.Glob(p.cfg.Glob)
+		if err != nil {
+			p.log.Error("bad libvirt socket glob", zap.String("glob", p.cfg.Glob), zap.Error(err))
+		}
+		for _, m := range matches {
+			want[m] = true
+			globbed[m] = true
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range want {
+		if _, ok := p.running[s]; ok {
+			continue
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		p.running[s] = cancel
+		p.status[s] = &SocketStatus{Socket: s, Since: time.Now()}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.keep(sctx, s)
+		}()
+	}
+	// A glob match that vanished is a launcher pod that went away: stop
+	// retrying it. Explicitly configured sockets are retried forever.
+	for s, cancel := range p.running {
+		if !want[s] {
+			cancel()
+			delete(p.running, s)
+			delete(p.status, s)
+			p.log.Info("libvirt socket gone, no longer watched", zap.String("socket", s))
+		}
+	}
+}
+
+func (p *Pool) setStatus(socket string, f func(*SocketStatus)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.status[socket]; ok {
+		f(s)
+	}
+}
+
+// keep connects, serves and reconnects with exponential backoff until ctx ends.
+func (p *Pool) keep(ctx context.Context, socket string) {
+	backoff := p.cfg.BackoffMin
+	logged := false
+	for ctx.Err() == nil {
+		err := p.once(ctx, socket)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			p.setStatus(socket, func(s *SocketStatus) { s.LastError = err.Error() })
+			// One line per outage, not one per retry.
+			if !logged {
+				p.log.Warn("libvirt unreachable, retrying with backoff", zap.String("socket", socket), zap.Error(err))
+				logged = true
+			}
+		} else {
+			backoff, logged = p.cfg.BackoffMin, false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, p.cfg.BackoffMax)
+	}
+}
+
+// once runs a single connection from dial to loss; nil means it was up and
+// then ended (so backoff restarts from the minimum).
+func (p *Pool) once(ctx context.Context, socket string) error {
+	c, err := Dial(ctx, socket, p.cfg.CallTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ver, err := c.Ping(ctx)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := c.Subscribe(cctx, p.cfg.EventsBuffer)
+	if err != nil {
+		return err
+	}
+	p.setStatus(socket, func(s *SocketStatus) {
+		if !s.Up && !s.Since.IsZero() && s.LastError != "" {
+			s.Reconnects++
+		}
+		s.Up, s.LastError, s.Since = true, "", time.Now()
+		s.LibVersion = versionString(ver)
+	})
+	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ver)))
+
+	lost := make(chan error, 1)
+	go func() { lost <- p.health(cctx, c) }()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		p.h.Serve(cctx, c, events)
+	}()
+	var reason error
+	select {
+	case reason = <-lost:
+	case <-served:
+		reason = context.Canceled
+	}
+	cancel()
+	c.Close()
+	<-served
+	if ctx.Err() != nil {
+		reason = ctx.Err()
+	}
+	p.setStatus(socket, func(s *SocketStatus) {
+		s.Up, s.Since = false, time.Now()
+		if reason != nil {
+			s.LastError = reason.Error()
+		}
+	})
+	p.h.Lost(socket, reason)
+	if ctx.Err() == nil {
+		p.log.Warn("libvirt connection lost", zap.String("socket", socket), zap.Error(reason))
+	}
+	return nil
+}
+
+// health pings on a schedule; a ping past its deadline means libvirtd is
+// hung, and the connection is cut so nothing waits on it any longer.
+func (p *Pool) health(ctx context.Context, c *Conn) error {
+	t := time.NewTicker(p.cfg.PingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.Done():
+			return errConnClosed
+		case <-t.C:
+			start := time.Now()
+			if _, err := c.Ping(ctx); err != nil {
+				return err
+			}
+			p.setStatus(c.Socket(), func(s *SocketStatus) { s.LastPingMicro = time.Since(start).Microseconds() })
+		}
+	}
+}
+
+type connError string
+
+func (e connError) Error() string { return string(e) }
+
+const errConnClosed = connError("libvirt closed the connection")
+
+func versionString(v uint64) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d.%d", v/1000000, v/1000%1000, v%1000)
+}

@@ -1,0 +1,112 @@
+package libvirtx
+
+import "fmt"
+
+// State is libvirt's virDomainState.
+type State int32
+
+// The domain states Ferry reasons about (values from libvirt-domain.h).
+const (
+	StateNoState     State = 0
+	StateRunning     State = 1
+	StateBlocked     State = 2
+	StatePaused      State = 3
+	StateShutdown    State = 4
+	StateShutoff     State = 5
+	StateCrashed     State = 6
+	StatePMSuspended State = 7
+)
+
+// Running and paused reasons that mark a migration (libvirt-domain.h).
+const (
+	RunningMigrated       int32 = 2
+	RunningPostCopy       int32 = 10
+	RunningPostCopyFailed int32 = 11
+	PausedMigration       int32 = 2
+	PausedPostCopy        int32 = 12
+	PausedPostCopyFailed  int32 = 13
+)
+
+var stateNames = []string{"nostate", "running", "blocked", "paused", "shutdown", "shutoff", "crashed", "pmsuspended"}
+
+func (s State) String() string {
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", int32(s))
+}
+
+var reasonNames = map[State][]string{
+	StateNoState: {"unknown"},
+	StateRunning: {"unknown", "booted", "migrated", "restored", "from-snapshot", "unpaused",
+		"migration-canceled", "save-canceled", "wakeup", "crashed", "post-copy", "post-copy-failed"},
+	StateBlocked: {"unknown"},
+	StatePaused: {"unknown", "user", "migration", "save", "dump", "ioerror", "watchdog",
+		"from-snapshot", "shutting-down", "snapshot", "crashed", "starting-up", "post-copy",
+		"post-copy-failed", "api-error"},
+	StateShutdown: {"unknown", "user"},
+	StateShutoff: {"unknown", "shutdown", "destroyed", "crashed", "migrated", "saved", "failed",
+		"from-snapshot", "daemon"},
+	StateCrashed:     {"unknown", "panicked"},
+	StatePMSuspended: {"unknown"},
+}
+
+// ReasonName names the reason code of a domain in state s, as virsh does.
+func ReasonName(s State, reason int32) string {
+	names := reasonNames[s]
+	if reason >= 0 && int(reason) < len(names) {
+		return names[reason]
+	}
+	return fmt.Sprintf("reason(%d)", reason)
+}
+
+// Event types and the details Ferry acts on (virDomainEventType and friends).
+const (
+	EventDefined   int32 = 0
+	EventUndefined int32 = 1
+	EventStarted   int32 = 2
+	EventSuspended int32 = 3
+	EventResumed   int32 = 4
+	EventStopped   int32 = 5
+	EventShutdown  int32 = 6
+	EventPMSuspend int32 = 7
+	EventCrashed   int32 = 8
+
+	StartedMigrated         int32 = 1
+	SuspendedMigrated       int32 = 1
+	SuspendedPostCopy       int32 = 7
+	SuspendedPostCopyFailed int32 = 8
+	ResumedMigrated         int32 = 1
+	ResumedPostCopy         int32 = 3
+	ResumedPostCopyFailed   int32 = 4
+	StoppedMigrated         int32 = 3
+	StoppedFailed           int32 = 5
+)
+
+var eventNames = []string{"defined", "undefined", "started", "suspended", "resumed", "stopped", "shutdown", "pmsuspended", "crashed"}
+
+var eventDetailNames = map[int32][]string{
+	EventDefined:   {"added", "updated", "renamed", "from-snapshot"},
+	EventUndefined: {"removed", "renamed"},
+	EventStarted:   {"booted", "migrated", "restored", "from-snapshot", "wakeup", "recreated"},
+	EventSuspended: {"paused", "migrated", "ioerror", "watchdog", "restored", "from-snapshot",
+		"api-error", "post-copy", "post-copy-failed"},
+	EventResumed:   {"unpaused", "migrated", "from-snapshot", "post-copy", "post-copy-failed"},
+	EventStopped:   {"shutdown", "destroyed", "crashed", "migrated", "saved", "failed", "from-snapshot"},
+	EventShutdown:  {"finished", "guest", "host"},
+	EventPMSuspend: {"memory", "disk"},
+	EventCrashed:   {"panicked", "crashloaded"},
+}
+
+// EventName names a lifecycle event and its detail, e.g. "suspended/post-copy".
+func EventName(event, detail int32) string {
+	ev := fmt.Sprintf("event(%d)", event)
+	if event >= 0 && int(event) < len(eventNames) {
+		ev = eventNames[event]
+	}
+	det := fmt.Sprintf("%d", detail)
+	if names := eventDetailNames[event]; detail >= 0 && int(detail) < len(names) {
+		det = names[detail]
+	}
+	return ev + "/" + det
+}

@@ -1,0 +1,103 @@
+package migration
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Thresholds on the per-iteration ratio of memory left dirty. A pre-copy
+// pass sends what the previous one left dirty; if each pass leaves less, the
+// migration converges. The verdict is read across iterations, never across
+// consecutive polls: two polls a second apart inside one pass say nothing
+// about convergence (the reason Nova dropped its poll-based progress rule).
+const (
+	convergingRatio = 0.8
+	divergingRatio  = 1.2
+	ratioWindow     = 3
+)
+
+// Assessment is the convergence verdict with its reason and an ETA.
+type Assessment struct {
+	Verdict Verdict
+	Reason  string
+	ETA     *float64
+}
+
+// Assess judges a pre-copy job from its iterations and latest figures.
+func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64) Assessment {
+	// Pass 1 starts with all of memory remaining; it says nothing about
+	// how fast the guest dirties pages, so the series starts at pass 2.
+	var series []Iteration
+	for _, it := range iters {
+		if it.Number >= 2 && it.sampled {
+			series = append(series, it)
+		}
+	}
+	if len(series) > ratioWindow+1 {
+		series = series[len(series)-ratioWindow-1:]
+	}
+	if len(series) < 2 {
+		a := Assessment{Verdict: VerdictUnknown, Reason: "needs two iterations after the first full pass"}
+		if transferBps > dirtyBps {
+			a.ETA = eta(float64(remaining) / float64(transferBps-dirtyBps))
+		}
+		return a
+	}
+	ratios := make([]float64, 0, len(series)-1)
+	for i := 1; i < len(series); i++ {
+		prev := float64(series[i-1].MemoryRemainingBytes)
+		if prev == 0 {
+			prev = 1
+		}
+		ratios = append(ratios, float64(series[i].MemoryRemainingBytes)/prev)
+	}
+	m := median(ratios)
+	last := series[len(series)-1]
+	rates := fmt.Sprintf("dirty %s/s vs transfer %s/s", humanBytes(last.DirtyRateBytesPerSecond), humanBytes(last.TransferRateBytesPerSecond))
+	switch {
+	case m <= convergingRatio:
+		a := Assessment{Verdict: VerdictConverging,
+			Reason: fmt.Sprintf("each iteration leaves %.0f%% of the previous one dirty (%s)", m*100, rates)}
+		if transferBps > 0 {
+			// The passes still to come form a geometric series.
+			a.ETA = eta(float64(remaining) / float64(transferBps) / (1 - m))
+		}
+		return a
+	case m >= divergingRatio:
+		return Assessment{Verdict: VerdictDiverging,
+			Reason: fmt.Sprintf("memory left dirty grows %.0f%% per iteration (%s)", (m-1)*100, rates)}
+	default:
+		return Assessment{Verdict: VerdictStalled,
+			Reason: fmt.Sprintf("memory left dirty stays at %s per iteration (%s)", humanBytes(last.MemoryRemainingBytes), rates)}
+	}
+}
+
+func eta(s float64) *float64 {
+	if s < 0 || s != s {
+		return nil
+	}
+	return &s
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func humanBytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}

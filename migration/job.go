@@ -1,0 +1,158 @@
+// Package migration tracks live migration jobs on one node: one job per
+// migrating domain, fed by libvirt events and sampled job statistics, with
+// the evidence (samples, iterations, events) that explains how it went.
+package migration
+
+import "time"
+
+// Role is the side of the migration this node plays.
+type Role string
+
+const (
+	RoleSource Role = "source"
+	RoleTarget Role = "target"
+)
+
+// Phase is where the job is in its life.
+type Phase string
+
+const (
+	PhaseRunning   Phase = "Running"
+	PhaseCompleted Phase = "Completed"
+	PhaseFailed    Phase = "Failed"
+	PhaseAborted   Phase = "Aborted"
+	// PhasePostCopyFailed means the guest's memory is split across two hosts:
+	// neither side can run it on its own.
+	PhasePostCopyFailed Phase = "PostCopyFailed"
+)
+
+// Finished reports whether the phase is terminal.
+func (p Phase) Finished() bool { return p != PhaseRunning }
+
+// Mode is how memory is being moved, named as KubeVirt names it.
+type Mode string
+
+const (
+	ModePreCopy  Mode = "PreCopy"
+	ModePostCopy Mode = "PostCopy"
+	ModePaused   Mode = "Paused"
+)
+
+// Verdict says whether pre-copy is getting anywhere.
+type Verdict string
+
+const (
+	VerdictUnknown    Verdict = "Unknown"
+	VerdictConverging Verdict = "Converging"
+	VerdictStalled    Verdict = "Stalled"
+	VerdictDiverging  Verdict = "Diverging"
+)
+
+// Job is the public view of one migration job, as served on the debug
+// socket and read by ferryctl. Field names are a stable contract.
+type Job struct {
+	Domain    string `json:"domain"`
+	UUID      string `json:"uuid"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Node      string `json:"node"`
+	Socket    string `json:"socket"`
+	Role      Role   `json:"role"`
+	Phase     Phase  `json:"phase"`
+	Mode      Mode   `json:"mode"`
+
+	Iteration                  uint64   `json:"iteration"`
+	DataTotalBytes             uint64   `json:"dataTotalBytes"`
+	DataProcessedBytes         uint64   `json:"dataProcessedBytes"`
+	DataRemainingBytes         uint64   `json:"dataRemainingBytes"`
+	MemoryTotalBytes           uint64   `json:"memoryTotalBytes"`
+	MemoryRemainingBytes       uint64   `json:"memoryRemainingBytes"`
+	TransferRateBytesPerSecond uint64   `json:"transferRateBytesPerSecond"`
+	DirtyRateBytesPerSecond    uint64   `json:"dirtyRateBytesPerSecond"`
+	PostCopyRequests           uint64   `json:"postCopyRequests"`
+	AutoConvergeThrottle       uint64   `json:"autoConvergeThrottlePercent,omitempty"`
+	ExpectedDowntimeMs         uint64   `json:"expectedDowntimeMs,omitempty"`
+	DowntimeMs                 uint64   `json:"downtimeMs,omitempty"`
+	ElapsedMs                  uint64   `json:"elapsedMs"`
+	ProgressPercent            float64  `json:"progressPercent"`
+	Convergence                Verdict  `json:"convergence"`
+	ConvergenceReason          string   `json:"convergenceReason,omitempty"`
+	EtaSeconds                 *float64 `json:"etaSeconds"`
+
+	StartTime     time.Time  `json:"startTime"`
+	EndTime       *time.Time `json:"endTime,omitempty"`
+	UpdateTime    time.Time  `json:"updateTime"`
+	FailureReason string     `json:"failureReason,omitempty"`
+	// DomainState is the domain's libvirt state/reason as last seen, e.g.
+	// "paused/post-copy-failed".
+	DomainState string `json:"domainState,omitempty"`
+
+	QEMU *QEMUFigures `json:"qemu,omitempty"`
+
+	Samples    []Sample    `json:"samples,omitempty"`
+	Iterations []Iteration `json:"iterations,omitempty"`
+	Events     []Event     `json:"events,omitempty"`
+}
+
+// QEMUFigures are the QEMU process's cgroup CPU figures during the job: a
+// CPU-starved source is a common reason pre-copy does not converge.
+type QEMUFigures struct {
+	PID                     int     `json:"pid"`
+	CgroupPath              string  `json:"cgroup,omitempty"`
+	CPUUsageSeconds         float64 `json:"cpuUsageSeconds"`
+	CPUPercent              float64 `json:"cpuPercent"`
+	ThrottledPeriods        uint64  `json:"throttledPeriods"`
+	ThrottledSeconds        float64 `json:"throttledSeconds"`
+	ThrottledPercentPeriods float64 `json:"throttledPercentOfPeriods"`
+	Error                   string  `json:"error,omitempty"`
+}
+
+// Sample is one reading of the job's statistics.
+type Sample struct {
+	Time                       time.Time `json:"time"`
+	ElapsedMs                  uint64    `json:"elapsedMs"`
+	Iteration                  uint64    `json:"iteration"`
+	DataProcessedBytes         uint64    `json:"dataProcessedBytes"`
+	DataRemainingBytes         uint64    `json:"dataRemainingBytes"`
+	MemoryRemainingBytes       uint64    `json:"memoryRemainingBytes"`
+	TransferRateBytesPerSecond uint64    `json:"transferRateBytesPerSecond"`
+	DirtyRateBytesPerSecond    uint64    `json:"dirtyRateBytesPerSecond"`
+	PostCopyRequests           uint64    `json:"postCopyRequests"`
+	QEMUCPUPercent             float64   `json:"qemuCpuPercent,omitempty"`
+}
+
+// Iteration is one pass over guest memory. Remaining at its start is what
+// the previous pass left dirty: the series of those values is what the
+// convergence verdict is read from.
+type Iteration struct {
+	Number                     uint64     `json:"number"`
+	Start                      time.Time  `json:"start"`
+	End                        *time.Time `json:"end,omitempty"`
+	MemoryRemainingBytes       uint64     `json:"memoryRemainingBytes"`
+	DirtyRateBytesPerSecond    uint64     `json:"dirtyRateBytesPerSecond"`
+	TransferRateBytesPerSecond uint64     `json:"transferRateBytesPerSecond"`
+	sampled                    bool
+}
+
+// Event is one thing that happened to the job, kept as evidence.
+type Event struct {
+	Time   time.Time `json:"time"`
+	Kind   string    `json:"kind"`
+	Detail string    `json:"detail"`
+}
+
+// Domain is one domain on this node as the tracker last saw it.
+type Domain struct {
+	Name      string `json:"name"`
+	UUID      string `json:"uuid"`
+	Namespace string `json:"namespace,omitempty"`
+	VMI       string `json:"vmi,omitempty"`
+	Socket    string `json:"socket"`
+	State     string `json:"state"`
+	Reason    string `json:"reason"`
+	JobPhase  Phase  `json:"jobPhase,omitempty"`
+	JobRole   Role   `json:"jobRole,omitempty"`
+	// Attention names a condition an operator must act on, such as a guest
+	// left paused by a failed migration.
+	Attention string `json:"attention,omitempty"`
+}

@@ -1,0 +1,41 @@
+package migration
+
+// ring keeps the last n values appended; old evidence gives way to new so a
+// job that runs for hours cannot grow without bound.
+type ring[T any] struct {
+	buf   []T
+	start int
+	n     int
+}
+
+func newRing[T any](capacity int) ring[T] {
+	return ring[T]{buf: make([]T, 0, max(capacity, 1))}
+}
+
+func (r *ring[T]) push(v T) {
+	if len(r.buf) < cap(r.buf) {
+		r.buf = append(r.buf, v)
+		r.n++
+		return
+	}
+	r.buf[r.start] = v
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+func (r *ring[T]) len() int { return len(r.buf) }
+
+// last returns a pointer to the newest value, or nil when empty.
+func (r *ring[T]) last() *T {
+	if len(r.buf) == 0 {
+		return nil
+	}
+	i := (r.start + len(r.buf) - 1) % len(r.buf)
+	return &r.buf[i]
+}
+
+// slice copies the values oldest first.
+func (r *ring[T]) slice() []T {
+	out := make([]T, 0, len(r.buf))
+	out = append(out, r.buf[r.start:]...)
+	return append(out, r.buf[:r.start]...)
+}

@@ -1,0 +1,36 @@
+package migration
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestRingKeepsNewest(t *testing.T) {
+	r := newRing[int](3)
+	if r.last() != nil {
+		t.Fatal("empty ring has a last value")
+	}
+	for i := 1; i <= 5; i++ {
+		r.push(i)
+	}
+	if got := r.slice(); !slices.Equal(got, []int{3, 4, 5}) {
+		t.Fatalf("slice %v, want [3 4 5]", got)
+	}
+	if *r.last() != 5 || r.len() != 3 {
+		t.Fatalf("last %d len %d", *r.last(), r.len())
+	}
+}
+
+func TestVMIName(t *testing.T) {
+	for _, c := range []struct{ in, ns, name string }{
+		{"default_vm1", "default", "vm1"},
+		{"plain-domain", "", ""},
+		{"a_b_c", "", ""},
+		{"_x", "", ""},
+	} {
+		ns, n, _ := vmiName(c.in)
+		if ns != c.ns || n != c.name {
+			t.Errorf("vmiName(%q) = %q,%q want %q,%q", c.in, ns, n, c.ns, c.name)
+		}
+	}
+}

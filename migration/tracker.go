@@ -1,0 +1,347 @@
+package migration
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// CPUReader reads the QEMU process's cgroup CPU figures of a domain.
+type CPUReader interface {
+	ReadCPU(domain string) (CPUReading, error)
+}
+
+// CPUReading is one raw cgroup CPU reading.
+type CPUReading struct {
+	PID              int
+	Cgroup           string
+	UsageSeconds     float64
+	Periods          uint64
+	ThrottledPeriods uint64
+	ThrottledSeconds float64
+	Time             time.Time
+}
+
+// Config tunes the tracker; zero values take the defaults.
+type Config struct {
+	Node           string
+	SampleInterval time.Duration // default 1s
+	HistorySize    int           // finished jobs kept, default 256
+	MaxSamples     int           // per job, default 900
+	MaxIterations  int           // per job, default 512
+	MaxEvents      int           // per job, default 256
+	CPU            CPUReader
+	Log            *zap.Logger
+}
+
+func (c *Config) defaults() {
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = time.Second
+	}
+	if c.HistorySize <= 0 {
+		c.HistorySize = 256
+	}
+	if c.MaxSamples <= 0 {
+		c.MaxSamples = 900
+	}
+	if c.MaxIterations <= 0 {
+		c.MaxIterations = 512
+	}
+	if c.MaxEvents <= 0 {
+		c.MaxEvents = 256
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+}
+
+type jobKey struct{ socket, domain string }
+
+// job is the tracker's record of one migration; view is what is published.
+type job struct {
+	view      Job
+	ref       libvirt.Domain
+	samples   ring[Sample]
+	iters     []Iteration
+	events    ring[Event]
+	cpuFirst  *CPUReading
+	cpuPrev   *CPUReading
+	lastError string
+}
+
+// Tracker tracks the migration jobs of every libvirt connection on a node.
+// It implements libvirtx.Handler.
+type Tracker struct {
+	cfg Config
+	log *zap.Logger
+
+	mu      sync.Mutex
+	jobs    map[jobKey]*job
+	history ring[*job]
+	domains map[string]map[string]libvirtx.Domain // socket -> name
+	totals  map[Total]uint64
+	subs    map[*subscriber]struct{}
+}
+
+// Total counts finished jobs by role and result.
+type Total struct {
+	Role   Role
+	Result string
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(cfg Config) *Tracker {
+	cfg.defaults()
+	return &Tracker{
+		cfg:     cfg,
+		log:     cfg.Log,
+		jobs:    map[jobKey]*job{},
+		history: newRing[*job](cfg.HistorySize),
+		domains: map[string]map[string]libvirtx.Domain{},
+		totals:  map[Total]uint64{},
+		subs:    map[*subscriber]struct{}{},
+	}
+}
+
+// Serve tracks one libvirt connection until its events end.
+func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan libvirtx.Event) {
+	ctx, cancel := context.WithCancel(ctx)
+	kick := make(chan string, 256)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.sampleLoop(ctx, c, kick)
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			if name, sample := t.onEvent(ev); sample {
+				select {
+				case kick <- name:
+				default: // a sample is already due; the next tick catches up
+				}
+			}
+		}
+	}
+}
+
+// Lost records a lost libvirt connection on the jobs that depended on it:
+// they stay in flight (libvirt keeps migrating without Ferry) and are picked
+// up again when the connection is back.
+func (t *Tracker) Lost(socket string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, j := range t.jobs {
+		if k.socket == socket {
+			detail := "connection to libvirt lost"
+			if err != nil {
+				detail += ": " + err.Error()
+			}
+			t.addEvent(j, time.Now(), "libvirt", detail)
+			t.publish(j)
+		}
+	}
+}
+
+// Jobs returns in-flight jobs, plus finished ones with all=true, newest first
+// within each group. Samples, iterations and events are left out.
+func (t *Tracker) Jobs(all bool) []Job {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Job, 0, len(t.jobs))
+	for _, j := range t.jobs {
+		out = append(out, j.view)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].StartTime.After(out[b].StartTime) })
+	if all {
+		h := t.history.slice()
+		for i := len(h) - 1; i >= 0; i-- {
+			out = append(out, h[i].view)
+		}
+	}
+	return out
+}
+
+// Job returns the newest job of a domain with its full evidence: the
+// in-flight one if any, else the latest finished one.
+func (t *Tracker) Job(domain string) (Job, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var best *job
+	for k, j := range t.jobs {
+		if k.domain == domain && (best == nil || j.view.StartTime.After(best.view.StartTime)) {
+			best = j
+		}
+	}
+	if best == nil {
+		h := t.history.slice()
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].view.Domain == domain {
+				best = h[i]
+				break
+			}
+		}
+	}
+	if best == nil {
+		return Job{}, false
+	}
+	v := best.view
+	v.Samples = best.samples.slice()
+	v.Iterations = append([]Iteration(nil), best.iters...)
+	v.Events = best.events.slice()
+	return v, true
+}
+
+// Domains lists every domain on every connected socket as last sampled.
+func (t *Tracker) Domains() []Domain {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Domain
+	for socket, doms := range t.domains {
+		for _, d := range doms {
+			v := Domain{Name: d.Name, UUID: d.UUID, Socket: socket,
+				State: d.State.String(), Reason: libvirtx.ReasonName(d.State, d.Reason)}
+			v.Namespace, v.VMI, _ = vmiName(d.Name)
+			if j := t.jobs[jobKey{socket, d.Name}]; j != nil {
+				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
+			} else if j := t.lastFinished(d.Name); j != nil {
+				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
+			}
+			v.Attention = attention(d, t.jobs[jobKey{socket, d.Name}] != nil)
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// Snapshot is what metrics are served from: copies, no libvirt calls.
+type Snapshot struct {
+	Jobs    []Job
+	Domains []Domain
+	Totals  map[Total]uint64
+}
+
+// Snapshot copies the in-flight jobs, the domains and the totals.
+func (t *Tracker) Snapshot() Snapshot {
+	doms := t.Domains()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Snapshot{Jobs: make([]Job, 0, len(t.jobs)), Domains: doms, Totals: make(map[Total]uint64, len(t.totals))}
+	for _, j := range t.jobs {
+		s.Jobs = append(s.Jobs, j.view)
+	}
+	for k, v := range t.totals {
+		s.Totals[k] = v
+	}
+	return s
+}
+
+func (t *Tracker) lastFinished(domain string) *job {
+	h := t.history.slice()
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].view.Domain == domain {
+			return h[i]
+		}
+	}
+	return nil
+}
+
+// attention names what an operator must know about a domain's state.
+func attention(d libvirtx.Domain, migrating bool) string {
+	switch {
+	case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedPostCopyFailed:
+		return "post-copy failed: the guest's memory is split across two hosts; this paused copy cannot run"
+	case d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningPostCopyFailed:
+		return "post-copy failed: this copy lacks pages still on the source and cannot run correctly"
+	case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedMigration && !migrating:
+		return "paused by a migration that is no longer running"
+	}
+	return ""
+}
+
+// newJob registers an in-flight job; the caller holds t.mu.
+func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start time.Time, why string) *job {
+	j := &job{
+		ref:     ref,
+		samples: newRing[Sample](t.cfg.MaxSamples),
+		events:  newRing[Event](t.cfg.MaxEvents),
+	}
+	j.view = Job{
+		Domain: ref.Name, UUID: libvirtx.UUIDString(ref.UUID), Node: t.cfg.Node, Socket: socket,
+		Role: role, Phase: PhaseRunning, Mode: ModePreCopy, Convergence: VerdictUnknown,
+		StartTime: start, UpdateTime: time.Now(),
+	}
+	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
+	t.jobs[jobKey{socket, ref.Name}] = j
+	t.addEvent(j, time.Now(), "tracker", "job found: "+why)
+	t.log.Info("migration job found", zap.String("domain", ref.Name), zap.String("role", string(role)), zap.String("why", why))
+	return j
+}
+
+// finish ends a job and moves it to history; the caller holds t.mu.
+func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
+	if j.view.Phase.Finished() {
+		return
+	}
+	j.view.Phase = phase
+	j.view.FailureReason = reason
+	j.view.EtaSeconds = nil
+	j.view.EndTime = &at
+	j.view.UpdateTime = at
+	if phase == PhaseCompleted {
+		j.view.ProgressPercent = 100
+		j.view.DataRemainingBytes = 0
+		j.view.MemoryRemainingBytes = 0
+	}
+	if n := len(j.iters); n > 0 && j.iters[n-1].End == nil {
+		j.iters[n-1].End = &at
+	}
+	detail := string(phase)
+	if reason != "" {
+		detail += ": " + reason
+	}
+	t.addEvent(j, at, "tracker", "job ended "+detail)
+	delete(t.jobs, jobKey{j.view.Socket, j.view.Domain})
+	t.history.push(j)
+	t.totals[Total{j.view.Role, resultLabel(phase)}]++
+	lvl := t.log.Info
+	if phase != PhaseCompleted {
+		lvl = t.log.Warn
+	}
+	lvl("migration job ended", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)),
+		zap.String("phase", string(phase)), zap.String("reason", reason), zap.Uint64("iteration", j.view.Iteration))
+	t.publish(j)
+}
+
+func resultLabel(p Phase) string {
+	switch p {
+	case PhaseCompleted:
+		return "completed"
+	case PhaseAborted:
+		return "aborted"
+	case PhasePostCopyFailed:
+		return "postcopy_failed"
+	}
+	return "failed"
+}
+
+func (t *Tracker) addEvent(j *job, at time.Time, kind, detail string) {
+	j.events.push(Event{Time: at, Kind: kind, Detail: detail})
+}
