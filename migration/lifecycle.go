@@ -73,7 +73,7 @@ func (t *Tracker) onEvent(ev libvirtx.Event) (string, bool) {
 		return "", false
 	case ev.Event == libvirtx.EventResumed && ev.Detail == libvirtx.ResumedMigrated && j.view.Role == RoleTarget:
 		t.finish(j, PhaseCompleted, "", ev.Time)
-		return "", false
+		return ev.Domain.Name, true // read the final figures libvirt keeps
 	case ev.Event == libvirtx.EventStopped && ev.Detail == libvirtx.StoppedFailed && j.view.Role == RoleTarget:
 		t.finish(j, PhaseFailed, "incoming migration failed: the target domain was stopped (source aborted or the migration stream broke)", ev.Time)
 		return "", false

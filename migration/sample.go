@@ -44,6 +44,7 @@ func (t *Tracker) scan(ctx context.Context, c *libvirtx.Conn) {
 		return
 	}
 	probe := t.updateDomains(c.Socket(), doms, time.Now())
+	t.readFinals(ctx, c)
 	var wg sync.WaitGroup
 	for _, d := range probe {
 		wg.Add(1)
@@ -56,6 +57,7 @@ func (t *Tracker) scan(ctx context.Context, c *libvirtx.Conn) {
 }
 
 func (t *Tracker) sampleNamed(ctx context.Context, c *libvirtx.Conn, name string) {
+	t.readFinals(ctx, c)
 	t.mu.Lock()
 	d, ok := t.domains[c.Socket()][name]
 	j := t.jobs[jobKey{c.Socket(), name}]
@@ -88,6 +90,37 @@ func (t *Tracker) sampleDomain(ctx context.Context, c *libvirtx.Conn, d libvirtx
 		done, derr := c.JobStats(ctx, d.Ref, true)
 		state, reason, serr := c.DomainState(ctx, d.Ref)
 		t.onEnded(c.Socket(), d, done, derr, state, reason, serr, time.Now())
+	}
+}
+
+// readFinals fills completed target jobs with the statistics libvirt keeps
+// on the target after a pre-copy migration: the only figures that side has.
+func (t *Tracker) readFinals(ctx context.Context, c *libvirtx.Conn) {
+	t.mu.Lock()
+	var todo []*job
+	for k, j := range t.finals {
+		if k.socket == c.Socket() {
+			todo = append(todo, j)
+			delete(t.finals, k)
+		}
+	}
+	t.mu.Unlock()
+	for _, j := range todo {
+		s, err := c.JobStats(ctx, j.ref, true)
+		t.mu.Lock()
+		if err != nil {
+			t.addEvent(j, time.Now(), "sample-error", "completed-job statistics: "+err.Error())
+		} else if s.Type == libvirtx.JobCompleted {
+			v := &j.view
+			v.DataTotalBytes, v.DataProcessedBytes, v.DataRemainingBytes = s.DataTotal, s.DataProcessed, s.DataRemaining
+			v.MemoryTotalBytes, v.MemoryRemainingBytes = s.MemoryTotal, s.MemoryRemaining
+			v.TransferRateBytesPerSecond, v.DirtyRateBytesPerSecond = s.MemoryBps, s.MemoryDirtyRate
+			v.Iteration, v.PostCopyRequests = s.MemoryIteration, s.MemoryPostCopyReqs
+			v.DowntimeMs, v.ElapsedMs = s.DowntimeMs, s.TimeElapsedMs
+			t.addEvent(j, time.Now(), "libvirt", "completed-job statistics read")
+			t.publish(j)
+		}
+		t.mu.Unlock()
 	}
 }
 
@@ -360,4 +393,17 @@ func (t *Tracker) cpuFigures(j *job, r CPUReading) *QEMUFigures {
 	}
 	j.cpuPrev = &r
 	return f
+}
+
+// ApplyStats feeds one job stats reading for a domain exactly as the
+// sampler does after reading it from libvirt. It lets benchmarks and
+// replays drive the tracker without a libvirt daemon.
+func (t *Tracker) ApplyStats(socket string, d libvirtx.Domain, s libvirtx.JobStats, at time.Time) {
+	if t.onStats(socket, d, s, nil, nil, at) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if j := t.jobs[jobKey{socket, d.Name}]; j != nil {
+			t.finish(j, PhaseCompleted, "", at)
+		}
+	}
 }

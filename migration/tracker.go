@@ -87,6 +87,9 @@ type Tracker struct {
 	domains map[string]map[string]libvirtx.Domain // socket -> name
 	totals  map[Total]uint64
 	subs    map[*subscriber]struct{}
+	// finals are completed target jobs whose figures libvirt still holds as
+	// completed-job statistics, to be read once by the sampler.
+	finals map[jobKey]*job
 }
 
 // Total counts finished jobs by role and result.
@@ -106,6 +109,7 @@ func NewTracker(cfg Config) *Tracker {
 		domains: map[string]map[string]libvirtx.Domain{},
 		totals:  map[Total]uint64{},
 		subs:    map[*subscriber]struct{}{},
+		finals:  map[jobKey]*job{},
 	}
 }
 
@@ -321,6 +325,9 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	delete(t.jobs, jobKey{j.view.Socket, j.view.Domain})
 	t.history.push(j)
 	t.totals[Total{j.view.Role, resultLabel(phase)}]++
+	if phase == PhaseCompleted && j.view.Role == RoleTarget {
+		t.finals[jobKey{j.view.Socket, j.view.Domain}] = j
+	}
 	lvl := t.log.Info
 	if phase != PhaseCompleted {
 		lvl = t.log.Warn

@@ -1,0 +1,46 @@
+# Ferry: node-level live-migration agent for KVM hosts.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION)
+BIN := bin
+E2E_TIMEOUT ?= 45m
+
+.PHONY: all build test unit e2e demo bench lint prepare clean testbed-down
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ferryd ./cmd/ferryd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ferryctl ./cmd/ferryctl
+	$(GO) build -o $(BIN)/testbed ./test/testbed/cmd/testbed
+
+# Installs libvirt + QEMU (bookworm-backports) and builds the guest kernel and
+# initramfs into .cache/testbed; fast when already done.
+prepare: build
+	$(BIN)/testbed prepare
+
+lint:
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e/
+
+unit:
+	$(GO) test -count=1 ./...
+
+# Real libvirt daemons and QEMU guests in two network namespaces; serial.
+e2e: prepare
+	$(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
+
+test: lint unit e2e
+
+demo: prepare
+	test/demo.sh
+
+bench: build
+	test/bench/run.sh
+
+testbed-down: build
+	$(BIN)/testbed down
+
+clean:
+	rm -rf $(BIN) e2e.out

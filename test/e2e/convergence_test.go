@@ -1,0 +1,81 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
+	guest(t, testbed.GuestSpec{Name: "hot", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "hot", From: "a", To: "b"})
+
+	j := waitJob(t, "a", "hot", "a convergence verdict", 2*time.Minute, func(j migration.Job) bool {
+		return j.Phase.Finished() || j.Convergence != migration.VerdictUnknown
+	})
+	if j.Phase.Finished() {
+		t.Fatalf("migration ended (%s: %s) before a verdict; the guest did not dirty fast enough", j.Phase, j.FailureReason)
+	}
+	if j.Convergence != migration.VerdictStalled && j.Convergence != migration.VerdictDiverging {
+		t.Fatalf("verdict %s (%s), want Stalled or Diverging", j.Convergence, j.ConvergenceReason)
+	}
+	if at := verdictIteration(j); at > 3 {
+		t.Fatalf("verdict reached only in iteration %d, want by the 3rd", at)
+	}
+	t.Logf("verdict %s at iteration %d: %s", j.Convergence, verdictIteration(j), j.ConvergenceReason)
+
+	libvirtDo(t, "a", func(l *libvirt.Libvirt) error {
+		d, err := l.DomainLookupByName("hot")
+		if err != nil {
+			return err
+		}
+		return l.DomainAbortJob(d)
+	})
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("aborted migration reported success")
+		}
+		t.Logf("migrate call returned: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("migrate call did not return after the abort")
+	}
+	src := waitJob(t, "a", "hot", "Aborted", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	if src.Phase != migration.PhaseAborted {
+		t.Fatalf("source phase %s (%s), want Aborted", src.Phase, src.FailureReason)
+	}
+	if st, _ := domainState(t, "a", "hot"); st != 1 {
+		t.Fatalf("guest not running on a after the abort (state %d)", st)
+	}
+	dst := waitJob(t, "b", "hot", "Failed", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
+}
+
+// verdictIteration is the iteration during which the job's first verdict
+// other than Unknown was recorded.
+func verdictIteration(j migration.Job) uint64 {
+	var at time.Time
+	for _, e := range j.Events {
+		if e.Kind == "convergence" && !strings.HasPrefix(e.Detail, string(migration.VerdictUnknown)) {
+			at = e.Time
+			break
+		}
+	}
+	if at.IsZero() {
+		return j.Iteration
+	}
+	var n uint64
+	for _, it := range j.Iterations {
+		if !it.Start.After(at) {
+			n = it.Number
+		}
+	}
+	return n
+}
