@@ -1,0 +1,226 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// Bed is a running pair of nodes. Its methods are safe for concurrent use;
+// several processes may also hold a Bed for the same Dir.
+type Bed struct {
+	cfg   Config // CacheDir and FerrydBin as the bed was brought up with
+	accel string
+	nodes map[string]*Node
+
+	mu sync.Mutex // guards st
+	st *state
+}
+
+func newBed(cfg Config, st *state) *Bed {
+	b := &Bed{cfg: cfg, accel: st.Accel, st: st, nodes: map[string]*Node{}}
+	for _, d := range nodeDefs {
+		b.nodes[d.name] = newNode(cfg, d)
+	}
+	return b
+}
+
+// Up starts a fresh bed, first removing whatever a crashed previous run left.
+func Up(ctx context.Context, cfg Config) (*Bed, error) {
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("testbed: Up needs root")
+	}
+	for _, f := range []string{kernelPath(cfg.CacheDir), initrdPath(cfg.CacheDir)} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("testbed: %s missing: run `testbed prepare` (testbed.Prepare) first", f)
+		}
+	}
+	for _, tool := range []string{"libvirtd", "qemu-system-x86_64", "socat", "ip", "ss", "nsenter", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("testbed: %s not found: run `testbed prepare` (testbed.Prepare) first", tool)
+		}
+	}
+	t0 := time.Now()
+	if err := cleanup(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("testbed: cleaning up a previous bed: %w", err)
+	}
+	accel, reason := detectAccel()
+	if accel == "kvm" {
+		logf(cfg.Log, "accelerator: KVM")
+	} else {
+		logf(cfg.Log, "accelerator: TCG (%s)", reason)
+	}
+	st := &state{Accel: accel, AccelReason: reason, CacheDir: cfg.CacheDir, FerrydBin: cfg.FerrydBin, Nodes: map[string]*nodeState{}}
+	for _, d := range nodeDefs {
+		st.Nodes[d.name] = &nodeState{}
+	}
+	b := newBed(cfg, st)
+	if err := b.up(ctx); err != nil {
+		_ = cleanup(context.Background(), cfg)
+		return nil, err
+	}
+	logf(cfg.Log, "up in %.1fs (state in %s)", time.Since(t0).Seconds(), cfg.Dir)
+	return b, nil
+}
+
+func (b *Bed) up(ctx context.Context) error {
+	for _, sub := range []string{"guests", "relays"} {
+		if err := os.RemoveAll(filepath.Join(b.cfg.Dir, sub)); err != nil {
+			return err
+		}
+	}
+	for _, d := range nodeDefs {
+		if err := prepareNodeDir(b.cfg, d); err != nil {
+			return err
+		}
+	}
+	if err := b.save(); err != nil {
+		return err
+	}
+	if err := createNetwork(ctx); err != nil {
+		return err
+	}
+	for _, d := range nodeDefs {
+		p, err := startHolder(b.cfg, d)
+		b.setProc(d.name, func(n *nodeState) { n.Holder = p })
+		if err != nil {
+			return err
+		}
+		if err := waitHolder(b.cfg, d, p); err != nil {
+			return err
+		}
+	}
+	// In parallel: each probes QEMU, which takes seconds when its cache is cold.
+	logf(b.cfg.Log, "starting libvirtd on a and b")
+	if err := b.startAll(ctx, b.startLibvirtd, b.waitLibvirtd, func(n *nodeState, p proc) { n.Libvirtd = p }); err != nil {
+		return err
+	}
+	if b.cfg.FerrydBin != "" {
+		logf(b.cfg.Log, "starting ferryd (%s) on a and b", b.cfg.FerrydBin)
+		if err := b.startAll(ctx, b.startFerryd, b.waitFerryd, func(n *nodeState, p proc) { n.Ferryd = p }); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	b.st.Ready = true
+	b.mu.Unlock()
+	return b.save()
+}
+
+func (b *Bed) startAll(ctx context.Context, start func(string) (proc, error), wait func(context.Context, string, proc) error, set func(*nodeState, proc)) error {
+	errs := make([]error, len(nodeDefs))
+	var wg sync.WaitGroup
+	for i, d := range nodeDefs {
+		p, err := start(d.name)
+		b.setProc(d.name, func(n *nodeState) { set(n, p) })
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = wait(ctx, d.name, p)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Open attaches to the bed that a previous Up (usually `testbed up`) left running.
+func Open(cfg Config) (*Bed, error) {
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := readJSON(statePath(cfg.Dir), &st); err != nil {
+		if errors.Is(err, errNoState) {
+			return nil, fmt.Errorf("testbed: no bed is up in %s (run `testbed up`)", cfg.Dir)
+		}
+		return nil, err
+	}
+	if !st.Ready {
+		return nil, fmt.Errorf("testbed: the bed in %s never finished coming up (run `testbed up` again)", cfg.Dir)
+	}
+	if st.Nodes == nil {
+		st.Nodes = map[string]*nodeState{}
+	}
+	cfg.CacheDir = st.CacheDir
+	cfg.FerrydBin = st.FerrydBin
+	return newBed(cfg, &st), nil
+}
+
+// Down stops everything the bed started. Logs and consoles stay in Dir for
+// post-mortems; the next Up removes them.
+func (b *Bed) Down() error {
+	err := cleanup(context.Background(), b.cfg)
+	logf(b.cfg.Log, "down")
+	return err
+}
+
+// Cleanup stops whatever a bed in cfg.Dir left running, even one that
+// crashed half-way up; `testbed down` uses it when there is no bed to Open.
+func Cleanup(cfg Config) error {
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	return cleanup(context.Background(), cfg)
+}
+
+// Accel is "kvm" or "tcg".
+func (b *Bed) Accel() string { return b.accel }
+
+// Node returns node "a" or "b", nil for any other name.
+func (b *Bed) Node(name string) *Node { return b.nodes[name] }
+
+// Dir is the bed's state directory.
+func (b *Bed) Dir() string { return b.cfg.Dir }
+
+// Libvirt opens a new connection to the node's libvirtd; the caller disconnects it.
+func (b *Bed) Libvirt(node string) (*libvirt.Libvirt, error) {
+	n := b.nodes[node]
+	if n == nil {
+		_, err := lookupNode(node)
+		return nil, err
+	}
+	l, err := dialLibvirt(n.LibvirtSocket, 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: connecting to libvirtd on node %s: %w", node, err)
+	}
+	return l, nil
+}
+
+// Exec prepares a command that runs inside the node's network and mount
+// namespaces (e.g. curl against MetricsAddr, ss, ip).
+func (b *Bed) Exec(ctx context.Context, node string, args ...string) *exec.Cmd {
+	if _, err := lookupNode(node); err != nil {
+		return failedCmd(ctx, err)
+	}
+	if len(args) == 0 {
+		return failedCmd(ctx, errors.New("testbed: Exec needs a command"))
+	}
+	argv, err := b.nsenter(node, args...)
+	if err != nil {
+		return failedCmd(ctx, err)
+	}
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
+}
+
+// failedCmd carries err to the caller's Start/Run/Output.
+func failedCmd(ctx context.Context, err error) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "false")
+	cmd.Err = err
+	return cmd
+}

@@ -1,0 +1,133 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CutLink takes the veth down on both ends: packets stop, sockets stay open,
+// so only timeouts (libvirt keepalive, ~30 s) notice.
+func (b *Bed) CutLink() error { return b.setLink("down") }
+
+// RestoreLink brings the veth back up; the connected routes come back with it.
+func (b *Bed) RestoreLink() error { return b.setLink("up") }
+
+func (b *Bed) setLink(state string) error {
+	for _, d := range nodeDefs {
+		if err := run(context.Background(), "ip", "-n", d.netns, "link", "set", d.veth, state); err != nil {
+			return fmt.Errorf("testbed: setting link %s %s: %w", d.veth, state, err)
+		}
+	}
+	logf(b.cfg.Log, "link %s", state)
+	return nil
+}
+
+// ResetMigration breaks every in-flight migration's connections at once,
+// libvirt RPC and QEMU stream alike: `ss -K` aborts the relayed TCP
+// connections inside both nodes' netns (the peer gets a RST), and any relay
+// connection process still alive afterwards is killed by PID.
+func (b *Bed) ResetMigration() error {
+	relays := loadRelays(b.cfg.Dir)
+	if len(relays) == 0 {
+		return errors.New("testbed: no migration in progress")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	killed := 0
+	var ssErrs []string
+	for _, r := range relays {
+		var filter []string
+		for _, port := range []int{r.RPCPort, r.MigPort} {
+			if len(filter) > 0 {
+				filter = append(filter, "or")
+			}
+			filter = append(filter, "sport", "=", ":"+strconv.Itoa(port), "or", "dport", "=", ":"+strconv.Itoa(port))
+		}
+		args := append([]string{"ss", "-K", "-H", "-t", "-n", "("}, append(filter, ")")...)
+		for _, node := range []string{r.From, r.To} {
+			out, err := b.Exec(ctx, node, args...).CombinedOutput()
+			if err != nil {
+				ssErrs = append(ssErrs, fmt.Sprintf("node %s: %v: %s", node, err, strings.TrimSpace(string(out))))
+				continue
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.TrimSpace(line) != "" {
+					killed++
+				}
+			}
+		}
+	}
+	logf(b.cfg.Log, "reset-migration: ss -K aborted %d TCP sockets", killed)
+	if len(ssErrs) > 0 {
+		logf(b.cfg.Log, "reset-migration: ss -K failed: %s", strings.Join(ssErrs, "; "))
+	}
+	// Aborted sockets make socat exit; survivors mean ss -K did not reach them.
+	time.Sleep(300 * time.Millisecond)
+	var kids []proc
+	for _, r := range relays {
+		for _, p := range r.Procs {
+			kids = append(kids, p.children()...)
+		}
+	}
+	for _, k := range kids {
+		k.signal(syscall.SIGKILL)
+	}
+	if len(kids) > 0 {
+		logf(b.cfg.Log, "reset-migration: killed %d relay connection processes", len(kids))
+	}
+	if killed == 0 && len(kids) == 0 {
+		return errors.New("testbed: reset-migration found no migration connections to break")
+	}
+	return nil
+}
+
+// RestartLibvirtd kills the node's libvirtd and starts a new one in the same
+// namespaces. Guests keep running: QEMU outlives libvirtd, which reconnects.
+func (b *Bed) RestartLibvirtd(ctx context.Context, node string) error {
+	if _, err := lookupNode(node); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := b.nodeState(node).Libvirtd.stop(15 * time.Second); err != nil {
+		return fmt.Errorf("testbed: stopping libvirtd on node %s: %w", node, err)
+	}
+	p, err := b.startLibvirtd(node)
+	b.setProc(node, func(n *nodeState) { n.Libvirtd = p })
+	if err != nil {
+		return err
+	}
+	if err := b.waitLibvirtd(ctx, node, p); err != nil {
+		return err
+	}
+	logf(b.cfg.Log, "libvirtd on node %s restarted in %.1fs", node, time.Since(t0).Seconds())
+	return nil
+}
+
+// RestartFerryd kills the node's ferryd and starts it again with the same flags.
+func (b *Bed) RestartFerryd(ctx context.Context, node string) error {
+	if _, err := lookupNode(node); err != nil {
+		return err
+	}
+	if b.cfg.FerrydBin == "" {
+		return errors.New("testbed: this bed runs no ferryd (it came up without FerrydBin)")
+	}
+	t0 := time.Now()
+	if err := b.nodeState(node).Ferryd.stop(10 * time.Second); err != nil {
+		return fmt.Errorf("testbed: stopping ferryd on node %s: %w", node, err)
+	}
+	p, err := b.startFerryd(node)
+	b.setProc(node, func(n *nodeState) { n.Ferryd = p })
+	if err != nil {
+		return err
+	}
+	if err := b.waitFerryd(ctx, node, p); err != nil {
+		return err
+	}
+	logf(b.cfg.Log, "ferryd on node %s restarted in %.1fs", node, time.Since(t0).Seconds())
+	return nil
+}

@@ -1,0 +1,143 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// MigrateSpec describes one live migration. PostCopyAfter > 0 implies
+// PostCopy and switches to post-copy that long after the migration starts.
+// BandwidthMiBs limits pre-copy only; QEMU runs post-copy unlimited unless
+// PostCopyBandwidthMiBs is set, which is how a test keeps a post-copy phase
+// open long enough to break it.
+type MigrateSpec struct {
+	Name                  string
+	From, To              string
+	PostCopy              bool
+	PostCopyAfter         time.Duration
+	AutoConverge          bool
+	BandwidthMiBs         int
+	PostCopyBandwidthMiBs int
+}
+
+// Migrate live-migrates a guest peer-to-peer the way KubeVirt does: the
+// source libvirtd reaches the target's libvirtd and QEMU only through
+// per-migration relays across the veth. It blocks until libvirt's migrate
+// call returns and returns that call's error.
+func (b *Bed) Migrate(ctx context.Context, m MigrateSpec) error {
+	if err := checkGuestName(m.Name); err != nil {
+		return err
+	}
+	for _, n := range []string{m.From, m.To} {
+		if _, err := lookupNode(n); err != nil {
+			return err
+		}
+	}
+	if m.From == m.To {
+		return fmt.Errorf("testbed: cannot migrate %s from node %s to itself", m.Name, m.From)
+	}
+	if m.BandwidthMiBs < 0 || m.PostCopyBandwidthMiBs < 0 {
+		return fmt.Errorf("testbed: negative bandwidth for %s", m.Name)
+	}
+	l, err := b.Libvirt(m.From)
+	if err != nil {
+		return err
+	}
+	defer l.Disconnect()
+	dom, err := l.DomainLookupByName(m.Name)
+	if err != nil {
+		return fmt.Errorf("testbed: guest %s on node %s: %w", m.Name, m.From, err)
+	}
+	r, err := b.startRelays(m.Name, m.From, m.To)
+	if r != nil {
+		defer b.finishRelays(r)
+	}
+	if err != nil {
+		return err
+	}
+	if err := b.noteConsoleMove(m.Name, m.To); err != nil {
+		return err
+	}
+
+	flags := libvirt.MigrateLive | libvirt.MigratePeer2peer
+	if m.PostCopy || m.PostCopyAfter > 0 {
+		flags |= libvirt.MigratePostcopy
+	}
+	if m.AutoConverge {
+		flags |= libvirt.MigrateAutoConverge
+	}
+	params := []libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + migDirInNode(m.Name) + "/qemu.sock")}}
+	if m.BandwidthMiBs > 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(uint64(m.BandwidthMiBs))})
+	}
+	if m.PostCopyBandwidthMiBs > 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidthPostcopy, Value: *libvirt.NewTypedParamValueUllong(uint64(m.PostCopyBandwidthMiBs))})
+	}
+	dconnuri := "qemu+unix:///system?socket=" + migDirInNode(m.Name) + "/libvirt.sock"
+
+	logf(b.cfg.Log, "migrating %s %s -> %s (flags %#x)", m.Name, m.From, m.To, uint32(flags))
+	t0 := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.DomainMigratePerform3Params(dom, libvirt.OptString{dconnuri}, params, nil, flags)
+		done <- err
+	}()
+	var switchC <-chan time.Time
+	if m.PostCopyAfter > 0 {
+		t := time.NewTimer(m.PostCopyAfter)
+		defer t.Stop()
+		switchC = t.C
+	}
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				logf(b.cfg.Log, "migration of %s failed after %.1fs: %v", m.Name, time.Since(t0).Seconds(), err)
+				return fmt.Errorf("testbed: migrating %s %s -> %s: %w", m.Name, m.From, m.To, err)
+			}
+			logf(b.cfg.Log, "migrated %s %s -> %s in %.1fs", m.Name, m.From, m.To, time.Since(t0).Seconds())
+			return nil
+		case <-switchC:
+			if err := l.DomainMigrateStartPostCopy(dom, 0); err != nil {
+				// Usually the migration already converged in pre-copy.
+				logf(b.cfg.Log, "switching %s to post-copy: %v", m.Name, err)
+			} else {
+				logf(b.cfg.Log, "switched %s to post-copy after %.1fs", m.Name, time.Since(t0).Seconds())
+			}
+		case <-ctx.Done():
+			return b.abortMigration(l, dom, done, ctx.Err())
+		}
+	}
+}
+
+// abortMigration cancels a pre-copy job; post-copy cannot be aborted, so
+// after a grace period the connection is dropped to unblock the call.
+func (b *Bed) abortMigration(l *libvirt.Libvirt, dom libvirt.Domain, done <-chan error, cause error) error {
+	if err := l.DomainAbortJob(dom); err != nil {
+		logf(b.cfg.Log, "aborting migration of %s: %v", dom.Name, err)
+	}
+	select {
+	case err := <-done:
+		return errors.Join(cause, err)
+	case <-time.After(30 * time.Second):
+		_ = l.Disconnect()
+		return fmt.Errorf("testbed: migration of %s still running 30s after abort: %w", dom.Name, cause)
+	}
+}
+
+// noteConsoleMove records where the target's console file stands before the
+// target QEMU can append to it.
+func (b *Bed) noteConsoleMove(guest, to string) error {
+	return withLock(b.cfg.Dir, func() error {
+		var gs guestState
+		if err := readJSON(guestPath(b.cfg.Dir, guest), &gs); err != nil {
+			gs = guestState{Name: guest, Segments: []segment{{Node: peerOf(to).name}}}
+		}
+		gs.Segments = append(gs.Segments, segment{Node: to, Offset: fileSize(consolePath(b.nodes[to], guest))})
+		return writeJSON(guestPath(b.cfg.Dir, guest), gs)
+	})
+}

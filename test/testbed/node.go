@@ -1,0 +1,222 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+)
+
+// Node describes one libvirt host of the bed. LibvirtSocket and DebugSocket
+// are usable from the root namespace; MetricsAddr only inside the node's netns.
+type Node struct {
+	Name          string
+	IP            string
+	LibvirtSocket string
+	DebugSocket   string
+	MetricsAddr   string
+	Dir           string
+}
+
+const metricsAddr = "127.0.0.1:9474"
+
+func newNode(cfg Config, d nodeDef) *Node {
+	dir := filepath.Join(cfg.Dir, d.name)
+	return &Node{
+		Name:          d.name,
+		IP:            d.ip,
+		LibvirtSocket: filepath.Join(dir, "sock", "libvirt-sock"),
+		DebugSocket:   filepath.Join(dir, "sock", "ferry.sock"),
+		MetricsAddr:   metricsAddr,
+		Dir:           dir,
+	}
+}
+
+// prepareNodeDir empties the node's directory from a previous run but keeps
+// cache/, where libvirt keeps QEMU capabilities: probing them again costs
+// ~15 s per libvirtd start.
+func prepareNodeDir(cfg Config, d nodeDef) error {
+	dir := filepath.Join(cfg.Dir, d.name)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "cache" {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	for _, sub := range []string{"etc", "run/mig", "lib", "log", "cache", "sock"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		"libvirtd.conf": fmt.Sprintf(`unix_sock_dir = "%[1]s/sock"
+unix_sock_group = "root"
+unix_sock_ro_perms = "0777"
+unix_sock_rw_perms = "0770"
+auth_unix_ro = "none"
+auth_unix_rw = "none"
+host_uuid = "%[2]s"
+log_outputs = "2:file:%[1]s/libvirtd.log"
+keepalive_interval = 5
+keepalive_count = 5
+`, dir, d.hostUUID),
+		// QEMU runs as root without confinement: the nodes are namespaces, not machines.
+		"qemu.conf": `user = "root"
+group = "root"
+dynamic_ownership = 0
+remember_owner = 0
+security_driver = "none"
+namespaces = [ ]
+stdio_handler = "file"
+clear_emulator_capabilities = 0
+`,
+		// A newline-only libvirt.conf is a syntax error that breaks every client.
+		"libvirt.conf": "# ferry test bed: client defaults\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Bed) nsenter(node string, argv ...string) ([]string, error) {
+	st := b.nodeState(node)
+	if st == nil || !st.Holder.alive() {
+		return nil, fmt.Errorf("testbed: node %s has no live namespaces (is the bed up?)", node)
+	}
+	return append([]string{"nsenter", "-t", strconv.Itoa(st.Holder.PID), "-n", "-m", "--"}, argv...), nil
+}
+
+func (b *Bed) startLibvirtd(node string) (proc, error) {
+	n := b.nodes[node]
+	argv, err := b.nsenter(node, "libvirtd", "-f", filepath.Join(n.Dir, "etc", "libvirtd.conf"))
+	if err != nil {
+		return proc{}, err
+	}
+	return spawn(filepath.Join(n.Dir, "libvirtd.out"), argv...)
+}
+
+func (b *Bed) waitLibvirtd(ctx context.Context, node string, p proc) error {
+	n := b.nodes[node]
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		l, err := dialLibvirt(n.LibvirtSocket, 5*time.Second)
+		if err == nil {
+			// libvirtd answers before it has probed QEMU; the probe (seconds
+			// when the capabilities cache is cold) would otherwise land in the
+			// first guest start or migration and skew its timing.
+			done := make(chan error, 1)
+			go func() { _, err := l.ConnectGetCapabilities(); done <- err }()
+			select {
+			case err = <-done:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			l.Disconnect()
+			if err != nil {
+				return fmt.Errorf("testbed: libvirtd on node %s: capabilities: %w", node, err)
+			}
+			return nil
+		}
+		// An answer that is an error (e.g. no QEMU driver) will not improve by waiting.
+		var lerr libvirt.Error
+		if errors.As(err, &lerr) {
+			return fmt.Errorf("testbed: libvirtd on node %s refuses connections: %w", node, err)
+		}
+		if !p.alive() {
+			return fmt.Errorf("testbed: libvirtd on node %s exited: %s\n%s", node,
+				tail(filepath.Join(n.Dir, "libvirtd.out"), 1500), tail(filepath.Join(n.Dir, "libvirtd.log"), 1500))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testbed: libvirtd on node %s not answering on %s: %w (last: %v)", node, n.LibvirtSocket, ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (b *Bed) startFerryd(node string) (proc, error) {
+	n := b.nodes[node]
+	argv, err := b.nsenter(node, b.cfg.FerrydBin,
+		"--node-name", node,
+		"--libvirt-socket", n.LibvirtSocket,
+		"--debug-socket", n.DebugSocket,
+		"--metrics-addr", n.MetricsAddr,
+		"--sample-interval", "1s")
+	if err != nil {
+		return proc{}, err
+	}
+	return spawn(filepath.Join(n.Dir, "ferryd.log"), argv...)
+}
+
+func (b *Bed) waitFerryd(ctx context.Context, node string, p proc) error {
+	n := b.nodes[node]
+	client := unixHTTPClient(n.DebugSocket)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://ferryd/v1/domains", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if !p.alive() {
+			return fmt.Errorf("testbed: ferryd on node %s exited: %s", node, tail(filepath.Join(n.Dir, "ferryd.log"), 2000))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testbed: ferryd on node %s: GET /v1/domains on %s never returned 200 (last: %v): %s",
+				node, n.DebugSocket, err, tail(filepath.Join(n.Dir, "ferryd.log"), 1500))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func unixHTTPClient(sock string) *http.Client {
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			},
+		},
+	}
+}
+
+// dialLibvirt bounds the handshake: go-libvirt itself has no timeouts, so a
+// libvirtd that accepts but never answers would hang the caller forever.
+func dialLibvirt(sock string, timeout time.Duration) (*libvirt.Libvirt, error) {
+	conn, err := net.DialTimeout("unix", sock, timeout)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(conn))
+	if err := l.ConnectToURI(libvirt.QEMUSystem); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if _, err := l.ConnectGetLibVersion(); err != nil {
+		l.Disconnect()
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return l, nil
+}
