@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -38,12 +40,13 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{domain}", d.getJob)
 	mux.HandleFunc("GET /v1/domains", d.getDomains)
 	mux.HandleFunc("GET /v1/watch", d.watch)
+	mux.HandleFunc("POST /v1/jobs/{domain}/abort", d.abort)
 	mux.Handle("GET /metrics", d.metricsHandler())
 	mux.HandleFunc("GET /healthz", d.healthz)
 	mux.HandleFunc("GET /readyz", d.readyz)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: the debug API is read-only (GET)", r.Method))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST /v1/jobs/{domain}/abort", r.Method, r.URL.Path))
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET /v1/jobs, /v1/jobs/{domain}, /v1/domains, /v1/watch, /metrics", r.Method, r.URL.Path))
@@ -122,6 +125,23 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		fl.Flush()
+	}
+}
+
+func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	res, err := d.Tracker.Abort(ctx, r.PathValue("domain"))
+	switch {
+	case err == nil:
+		d.log.Info("abort requested", zap.String("domain", res.Job.Domain), zap.String("mode", string(res.Job.Mode)))
+		writeJSON(w, http.StatusAccepted, res)
+	case errors.Is(err, migration.ErrNoJob):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, migration.ErrNotSource):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusBadGateway, err.Error())
 	}
 }
 

@@ -40,7 +40,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		Node:           cfg.NodeName,
 		SampleInterval: cfg.SampleInterval,
 		HistorySize:    cfg.HistorySize,
-		CPU:            cpuAdapter{&libvirtx.QEMUCgroups{}},
+		CPU:            &libvirtx.QEMUCgroups{},
 		Log:            log.Named("tracker"),
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
@@ -148,11 +148,4 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
 	}
 	return ln, nil
-}
-
-type cpuAdapter struct{ q *libvirtx.QEMUCgroups }
-
-func (a cpuAdapter) ReadCPU(domain string) (migration.CPUReading, error) {
-	r, err := a.q.Read(domain)
-	return migration.CPUReading(r), err
 }

@@ -57,7 +57,8 @@ func TestDebugAPIRejectsMalformedRequests(t *testing.T) {
 		{"GET", "/v1/jobs?all=maybe", 400, "not a boolean"},
 		{"GET", "/v1/jobs/nosuchdomain", 404, "no migration job for domain"},
 		{"GET", "/v2/whatever", 404, "no such endpoint"},
-		{"POST", "/v1/jobs", 405, "read-only"},
+		{"POST", "/v1/jobs", 405, "only GET"},
+		{"POST", "/v1/jobs/nosuchdomain/abort", 404, "no migration job in flight"},
 	}
 	for _, c := range cases {
 		req, _ := http.NewRequest(c.method, "http://ferryd"+c.path, nil)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"sync"
 	"time"
 
@@ -66,9 +65,12 @@ func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, e
 	}
 	c := &Conn{socket: path, timeout: callTimeout, dialer: &unixDialer{path: path, timeout: callTimeout}}
 	c.l = libvirt.NewWithDialer(c.dialer)
-	uri := &url.URL{Scheme: "qemu+unix", Path: "/system", RawQuery: url.Values{"socket": {path}}.Encode()}
+	// The dialer already picked the socket; the daemon must be asked for its
+	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a
+	// remote-driver connection back to itself, and its main loop then
+	// deadlocks deregistering that connection's events when a client leaves.
 	err := c.run(ctx, "connect", func(l *libvirt.Libvirt) error {
-		return l.ConnectToURI(libvirt.ConnectURI(uri.String()))
+		return l.ConnectToURI(libvirt.QEMUSystem)
 	})
 	if err != nil {
 		c.dialer.cut()

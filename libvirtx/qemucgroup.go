@@ -37,8 +37,8 @@ type QEMUCgroups struct {
 	pids map[string]int
 }
 
-// Read returns the CPU figures of the named domain's QEMU process.
-func (q *QEMUCgroups) Read(domain string) (QEMUCPU, error) {
+// ReadCPU returns the CPU figures of the named domain's QEMU process.
+func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 	pid, err := q.pid(domain)
 	if err != nil {
 		return QEMUCPU{}, err

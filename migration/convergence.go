@@ -3,6 +3,8 @@ package migration
 import (
 	"fmt"
 	"sort"
+
+	"github.com/ferry-vm/ferry/internal/units"
 )
 
 // Thresholds on the per-iteration ratio of memory left dirty. A pre-copy
@@ -53,7 +55,7 @@ func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64) Assessme
 	}
 	m := median(ratios)
 	last := series[len(series)-1]
-	rates := fmt.Sprintf("dirty %s/s vs transfer %s/s", humanBytes(last.DirtyRateBytesPerSecond), humanBytes(last.TransferRateBytesPerSecond))
+	rates := fmt.Sprintf("dirty %s/s vs transfer %s/s", units.IEC(last.DirtyRateBytesPerSecond), units.IEC(last.TransferRateBytesPerSecond))
 	switch {
 	case m <= convergingRatio:
 		a := Assessment{Verdict: VerdictConverging,
@@ -68,7 +70,7 @@ func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64) Assessme
 			Reason: fmt.Sprintf("memory left dirty grows %.0f%% per iteration (%s)", (m-1)*100, rates)}
 	default:
 		return Assessment{Verdict: VerdictStalled,
-			Reason: fmt.Sprintf("memory left dirty stays at %s per iteration (%s)", humanBytes(last.MemoryRemainingBytes), rates)}
+			Reason: fmt.Sprintf("memory left dirty stays at %s per iteration (%s)", units.IEC(last.MemoryRemainingBytes), rates)}
 	}
 }
 
@@ -87,17 +89,4 @@ func median(v []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func humanBytes(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }

@@ -48,6 +48,15 @@ const (
 	VerdictDiverging  Verdict = "Diverging"
 )
 
+// AbortStatus is the state of an abort request.
+type AbortStatus string
+
+const (
+	AbortAborting  AbortStatus = "Aborting"
+	AbortSucceeded AbortStatus = "Succeeded"
+	AbortFailed    AbortStatus = "Failed"
+)
+
 // Job is the public view of one migration job, as served on the debug
 // socket and read by ferryctl. Field names are a stable contract.
 type Job struct {
@@ -83,6 +92,9 @@ type Job struct {
 	EndTime       *time.Time `json:"endTime,omitempty"`
 	UpdateTime    time.Time  `json:"updateTime"`
 	FailureReason string     `json:"failureReason,omitempty"`
+	// AbortStatus follows an abort requested through Ferry, as KubeVirt
+	// names it: Aborting, then Succeeded or Failed.
+	AbortStatus AbortStatus `json:"abortStatus,omitempty"`
 	// DomainState is the domain's libvirt state/reason as last seen, e.g.
 	// "paused/post-copy-failed".
 	DomainState string `json:"domainState,omitempty"`

@@ -48,6 +48,7 @@ func (t *Tracker) onEvent(ev libvirtx.Event) (string, bool) {
 			j = t.newJob(ev.Socket, ev.Domain, RoleSource, ev.Time, name)
 		}
 		t.addEvent(j, ev.Time, "libvirt", "lifecycle "+name)
+		t.noteState(ev, libvirtx.StatePaused, libvirtx.PausedPostCopyFailed)
 		t.finish(j, PhasePostCopyFailed, "post-copy failed: source paused (libvirt event "+name+"); the guest's memory is split across two hosts", ev.Time)
 		return "", false
 	case ev.Event == libvirtx.EventResumed && ev.Detail == libvirtx.ResumedPostCopyFailed:
@@ -55,6 +56,7 @@ func (t *Tracker) onEvent(ev libvirtx.Event) (string, bool) {
 			j = t.newJob(ev.Socket, ev.Domain, RoleTarget, ev.Time, name)
 		}
 		t.addEvent(j, ev.Time, "libvirt", "lifecycle "+name)
+		t.noteState(ev, libvirtx.StateRunning, libvirtx.RunningPostCopyFailed)
 		reason := "post-copy failed: target running without the pages left on the source (libvirt event " + name + ")"
 		if j.view.Role == RoleSource {
 			reason = "post-copy failed: the source resumed its own vCPUs (split brain, libvirt event " + name + ")"
@@ -119,4 +121,17 @@ func (t *Tracker) startIteration(j *job, n uint64, tm time.Time) {
 	if n > j.view.Iteration {
 		j.view.Iteration = n
 	}
+}
+
+// noteState records the state an event implies, so the domain list (and the
+// metrics read from it) show it before the next scan; the caller holds t.mu.
+func (t *Tracker) noteState(ev libvirtx.Event, st libvirtx.State, reason int32) {
+	doms := t.domains[ev.Socket]
+	if doms == nil {
+		doms = map[string]libvirtx.Domain{}
+		t.domains[ev.Socket] = doms
+	}
+	d := doms[ev.Domain.Name]
+	d.Ref, d.Name, d.UUID, d.State, d.Reason = ev.Domain, ev.Domain.Name, libvirtx.UUIDString(ev.Domain.UUID), st, reason
+	doms[ev.Domain.Name] = d
 }

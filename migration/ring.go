@@ -5,21 +5,22 @@ package migration
 type ring[T any] struct {
 	buf   []T
 	start int
-	n     int
 }
 
 func newRing[T any](capacity int) ring[T] {
 	return ring[T]{buf: make([]T, 0, max(capacity, 1))}
 }
 
-func (r *ring[T]) push(v T) {
+// push appends v and returns the value it evicted (the zero value if none).
+func (r *ring[T]) push(v T) (evicted T) {
 	if len(r.buf) < cap(r.buf) {
 		r.buf = append(r.buf, v)
-		r.n++
-		return
+		return evicted
 	}
+	evicted = r.buf[r.start]
 	r.buf[r.start] = v
 	r.start = (r.start + 1) % len(r.buf)
+	return evicted
 }
 
 func (r *ring[T]) len() int { return len(r.buf) }

@@ -78,7 +78,7 @@ func (t *Tracker) sampleNamed(ctx context.Context, c *libvirtx.Conn, name string
 func (t *Tracker) sampleDomain(ctx context.Context, c *libvirtx.Conn, d libvirtx.Domain) {
 	stats, err := c.JobStats(ctx, d.Ref, false)
 	now := time.Now()
-	var cpu *CPUReading
+	var cpu *libvirtx.QEMUCPU
 	if err == nil && stats.Type.Active() && t.cfg.CPU != nil {
 		if r, cerr := t.cfg.CPU.ReadCPU(d.Name); cerr == nil {
 			cpu = &r
@@ -150,6 +150,18 @@ func (t *Tracker) updateDomains(socket string, doms []libvirtx.Domain, now time.
 		}
 		t.applyState(j, d, now)
 	}
+	for _, d := range doms {
+		if t.jobs[jobKey{socket, d.Name}] != nil {
+			continue
+		}
+		if j := t.lastFinished(socket, d.Name); j != nil {
+			st := d.State.String() + "/" + libvirtx.ReasonName(d.State, d.Reason)
+			if j.view.DomainState != st {
+				j.view.DomainState = st
+				t.addEvent(j, now, "state", st+" (after the job ended)")
+			}
+		}
+	}
 
 	var probe []libvirtx.Domain
 	for _, d := range doms {
@@ -213,7 +225,7 @@ func (t *Tracker) recoverFromState(socket string, d libvirtx.Domain, now time.Ti
 	default:
 		return false
 	}
-	if last := t.lastFinished(d.Name); last != nil && last.view.Phase == PhasePostCopyFailed && last.view.Socket == socket {
+	if last := t.lastFinished(socket, d.Name); last != nil && last.view.Phase == PhasePostCopyFailed {
 		return true // already recorded; the domain simply stays in that state
 	}
 	j := t.newJob(socket, d.Ref, role, now, "domain found in a post-copy-failed state")
@@ -225,7 +237,7 @@ func (t *Tracker) recoverFromState(socket string, d libvirtx.Domain, now time.Ti
 
 // onStats applies a job stats reading. It reports whether the tracked job
 // has ended in libvirt and its outcome must be read.
-func (t *Tracker) onStats(socket string, d libvirtx.Domain, s libvirtx.JobStats, err error, cpu *CPUReading, now time.Time) bool {
+func (t *Tracker) onStats(socket string, d libvirtx.Domain, s libvirtx.JobStats, err error, cpu *libvirtx.QEMUCPU, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, d.Name}
@@ -318,7 +330,7 @@ func withMsg(m string) string {
 }
 
 // applySample folds one stats reading into the job; the caller holds t.mu.
-func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *CPUReading, now time.Time) {
+func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU, now time.Time) {
 	v := &j.view
 	if s.MemoryIteration > v.Iteration || (len(j.iters) == 0 && s.MemoryIteration > 0) {
 		// An iteration event was missed (or came before Ferry connected).
@@ -373,7 +385,7 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *CPUReading, now 
 }
 
 // cpuFigures turns cumulative cgroup counters into figures over the job.
-func (t *Tracker) cpuFigures(j *job, r CPUReading) *QEMUFigures {
+func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 	if j.cpuFirst == nil || j.cpuFirst.PID != r.PID {
 		j.cpuFirst, j.cpuPrev = &r, nil
 	}

@@ -14,18 +14,7 @@ import (
 
 // CPUReader reads the QEMU process's cgroup CPU figures of a domain.
 type CPUReader interface {
-	ReadCPU(domain string) (CPUReading, error)
-}
-
-// CPUReading is one raw cgroup CPU reading.
-type CPUReading struct {
-	PID              int
-	Cgroup           string
-	UsageSeconds     float64
-	Periods          uint64
-	ThrottledPeriods uint64
-	ThrottledSeconds float64
-	Time             time.Time
+	ReadCPU(domain string) (libvirtx.QEMUCPU, error)
 }
 
 // Config tunes the tracker; zero values take the defaults.
@@ -70,8 +59,8 @@ type job struct {
 	samples   ring[Sample]
 	iters     []Iteration
 	events    ring[Event]
-	cpuFirst  *CPUReading
-	cpuPrev   *CPUReading
+	cpuFirst  *libvirtx.QEMUCPU
+	cpuPrev   *libvirtx.QEMUCPU
 	lastError string
 }
 
@@ -90,6 +79,10 @@ type Tracker struct {
 	// finals are completed target jobs whose figures libvirt still holds as
 	// completed-job statistics, to be read once by the sampler.
 	finals map[jobKey]*job
+	conns  map[string]*libvirtx.Conn
+	// latest is each domain's newest finished job, still kept current with
+	// the domain's state (a failed migration leaves it in a telling state).
+	latest map[jobKey]*job
 }
 
 // Total counts finished jobs by role and result.
@@ -110,12 +103,24 @@ func NewTracker(cfg Config) *Tracker {
 		totals:  map[Total]uint64{},
 		subs:    map[*subscriber]struct{}{},
 		finals:  map[jobKey]*job{},
+		conns:   map[string]*libvirtx.Conn{},
+		latest:  map[jobKey]*job{},
 	}
 }
 
 // Serve tracks one libvirt connection until its events end.
 func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan libvirtx.Event) {
 	ctx, cancel := context.WithCancel(ctx)
+	t.mu.Lock()
+	t.conns[c.Socket()] = c
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		if t.conns[c.Socket()] == c {
+			delete(t.conns, c.Socket())
+		}
+		t.mu.Unlock()
+	}()
 	kick := make(chan string, 256)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -224,7 +229,7 @@ func (t *Tracker) Domains() []Domain {
 			v.Namespace, v.VMI, _ = vmiName(d.Name)
 			if j := t.jobs[jobKey{socket, d.Name}]; j != nil {
 				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
-			} else if j := t.lastFinished(d.Name); j != nil {
+			} else if j := t.lastFinished(socket, d.Name); j != nil {
 				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
 			}
 			v.Attention = attention(d, t.jobs[jobKey{socket, d.Name}] != nil)
@@ -257,14 +262,8 @@ func (t *Tracker) Snapshot() Snapshot {
 	return s
 }
 
-func (t *Tracker) lastFinished(domain string) *job {
-	h := t.history.slice()
-	for i := len(h) - 1; i >= 0; i-- {
-		if h[i].view.Domain == domain {
-			return h[i]
-		}
-	}
-	return nil
+func (t *Tracker) lastFinished(socket, domain string) *job {
+	return t.latest[jobKey{socket, domain}]
 }
 
 // attention names what an operator must know about a domain's state.
@@ -304,6 +303,24 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	if j.view.Phase.Finished() {
 		return
 	}
+	if j.view.Mode == ModePostCopy && (phase == PhaseFailed || phase == PhaseAborted) {
+		// Once in post-copy the only good ending is completion: any other
+		// leaves the guest's memory split between the two hosts.
+		reason = "post-copy failed: " + reason
+		phase = PhasePostCopyFailed
+	}
+	switch j.view.AbortStatus {
+	case AbortAborting:
+		if phase == PhaseCompleted {
+			j.view.AbortStatus = AbortFailed
+			t.addEvent(j, at, "abort", "abort failed: the migration completed before it took effect")
+		} else {
+			j.view.AbortStatus = AbortSucceeded
+			if phase == PhaseFailed {
+				phase, reason = PhaseAborted, "aborted on request through Ferry"
+			}
+		}
+	}
 	j.view.Phase = phase
 	j.view.FailureReason = reason
 	j.view.EtaSeconds = nil
@@ -322,8 +339,12 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		detail += ": " + reason
 	}
 	t.addEvent(j, at, "tracker", "job ended "+detail)
-	delete(t.jobs, jobKey{j.view.Socket, j.view.Domain})
-	t.history.push(j)
+	key := jobKey{j.view.Socket, j.view.Domain}
+	delete(t.jobs, key)
+	if old := t.history.push(j); old != nil && t.latest[jobKey{old.view.Socket, old.view.Domain}] == old {
+		delete(t.latest, jobKey{old.view.Socket, old.view.Domain})
+	}
+	t.latest[key] = j
 	t.totals[Total{j.view.Role, resultLabel(phase)}]++
 	if phase == PhaseCompleted && j.view.Role == RoleTarget {
 		t.finals[jobKey{j.view.Socket, j.view.Domain}] = j

@@ -178,3 +178,16 @@ func TestWatchDeliversFinalState(t *testing.T) {
 		}
 	}
 }
+
+func TestFailureAfterPostCopySwitchIsPostCopyFailed(t *testing.T) {
+	tr := NewTracker(Config{Node: "a"})
+	tr.onStats(sock, running(1), outgoing(1, 300), nil, nil, time.Now())
+	tr.onEvent(lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy))
+	// libvirt lost its control connection first and dropped the job,
+	// leaving the source paused in post-copy.
+	tr.onEnded(sock, paused(libvirtx.PausedPostCopy), libvirtx.JobStats{}, nil, libvirtx.StatePaused, libvirtx.PausedPostCopy, nil, time.Now())
+	j, _ := tr.Job(dom.Name)
+	if j.Phase != PhasePostCopyFailed {
+		t.Fatalf("phase %s (%s), want PostCopyFailed", j.Phase, j.FailureReason)
+	}
+}

@@ -38,9 +38,25 @@ func (c *client) get(ctx context.Context, path string, q url.Values, v any) erro
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
+// post sends a bodiless POST and decodes the JSON answer into v.
+func (c *client) post(ctx context.Context, path string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	resp, err := c.request(ctx, http.MethodPost, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
 func (c *client) do(ctx context.Context, path string, q url.Values) (*http.Response, error) {
+	return c.request(ctx, http.MethodGet, path, q)
+}
+
+func (c *client) request(ctx context.Context, method, path string, q url.Values) (*http.Response, error) {
 	u := url.URL{Scheme: "http", Host: "ferryd", Path: path, RawQuery: q.Encode()}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ferry-vm/ferry/internal/units"
 	"github.com/ferry-vm/ferry/migration"
 )
 
@@ -20,20 +21,7 @@ func printJSON(w io.Writer, v any) error {
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-func bytesIEC(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
-}
-
-func rate(b uint64) string { return bytesIEC(b) + "/s" }
+func rate(b uint64) string { return units.IEC(b) + "/s" }
 
 func etaString(s *float64) string {
 	if s == nil || math.IsInf(*s, 0) || math.IsNaN(*s) {
@@ -65,7 +53,7 @@ func printJobs(w io.Writer, jobs []migration.Job) {
 	fmt.Fprintln(tw, "DOMAIN\tROLE\tPHASE\tMODE\tITER\tPROGRESS\tREMAINING\tDIRTY\tTRANSFER\tCONVERGENCE\tETA\tSTARTED")
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Domain, j.Role, j.Phase, j.Mode, j.Iteration,
-			j.ProgressPercent, bytesIEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
+			j.ProgressPercent, units.IEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
 			j.Convergence, etaString(j.EtaSeconds), since(j.StartTime))
 	}
 	tw.Flush()
@@ -90,7 +78,7 @@ func printJob(w io.Writer, j migration.Job) {
 		kv("Ended", "%s after %s", j.EndTime.Format(time.RFC3339), j.EndTime.Sub(j.StartTime).Round(time.Millisecond))
 	}
 	if j.Role == migration.RoleSource {
-		kv("Progress", "%.1f%%: %s of %s sent, %s remaining", j.ProgressPercent, bytesIEC(j.DataProcessedBytes), bytesIEC(j.DataTotalBytes), bytesIEC(j.DataRemainingBytes))
+		kv("Progress", "%.1f%%: %s of %s sent, %s remaining", j.ProgressPercent, units.IEC(j.DataProcessedBytes), units.IEC(j.DataTotalBytes), units.IEC(j.DataRemainingBytes))
 		kv("Rates", "dirty %s, transfer %s", rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond))
 		kv("Iteration", "%d", j.Iteration)
 		kv("Convergence", "%s %s", j.Convergence, paren(j.ConvergenceReason))
@@ -116,7 +104,7 @@ func printJob(w io.Writer, j migration.Job) {
 				dur = it.End.Sub(it.Start).Round(time.Millisecond).String()
 			}
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Number, it.Start.Format("15:04:05.000"), dur,
-				bytesIEC(it.MemoryRemainingBytes), rate(it.DirtyRateBytesPerSecond), rate(it.TransferRateBytesPerSecond))
+				units.IEC(it.MemoryRemainingBytes), rate(it.DirtyRateBytesPerSecond), rate(it.TransferRateBytesPerSecond))
 		}
 		tw.Flush()
 	}
@@ -171,7 +159,7 @@ func progressLine(j migration.Job, width int) string {
 	filled = max(0, min(width, filled))
 	fmt.Fprintf(&b, "[%s%s] %3.0f%%  left %9s  dirty %11s vs xfer %11s  iter %-3d %-8s %-10s ETA %s",
 		strings.Repeat("#", filled), strings.Repeat(".", width-filled), j.ProgressPercent,
-		bytesIEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
+		units.IEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
 		j.Iteration, j.Mode, j.Convergence, etaString(j.EtaSeconds))
 	return b.String()
 }
@@ -183,7 +171,7 @@ func summaryLine(j migration.Job) string {
 	}
 	s := fmt.Sprintf("%s %s: %s after %s", j.Domain, j.Role, j.Phase, d)
 	if j.Role == migration.RoleSource {
-		s += fmt.Sprintf(", %d iterations, %s sent, mode %s, %d post-copy requests", j.Iteration, bytesIEC(j.DataProcessedBytes), j.Mode, j.PostCopyRequests)
+		s += fmt.Sprintf(", %d iterations, %s sent, mode %s, %d post-copy requests", j.Iteration, units.IEC(j.DataProcessedBytes), j.Mode, j.PostCopyRequests)
 		if j.DowntimeMs > 0 {
 			s += fmt.Sprintf(", downtime %d ms", j.DowntimeMs)
 		}

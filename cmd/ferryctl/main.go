@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/ferry-vm/ferry/internal/version"
 	"github.com/ferry-vm/ferry/migration"
@@ -27,6 +28,7 @@ Commands:
   job NAME         one domain's latest job with its iterations and events
   watch [NAME]     live progress of jobs (of NAME only, exiting when it ends)
   domains          domains on this node, their states and what needs attention
+  abort NAME       abort NAME's migration (run on the source node) and wait for the outcome
   version          ferryctl's version
 
 Flags:
@@ -82,6 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdWatch(ctx, c, g, rest)
 	case "domains":
 		err = cmdDomains(ctx, c, g, rest)
+	case "abort":
+		err = cmdAbort(ctx, c, g, rest)
 	case "version":
 		fmt.Fprintln(stdout, "ferryctl", version.Version)
 	case "help", "-h", "--help":
@@ -192,4 +196,45 @@ func cmdDomains(ctx context.Context, c *client, g globals, args []string) error 
 	}
 	printDomains(g.out, resp.Node, resp.Domains, resp.Libvirt)
 	return nil
+}
+
+// cmdAbort requests the abort, then follows the job until it ends (or 60 s),
+// so the operator sees the outcome, not just that a request was sent.
+func cmdAbort(ctx context.Context, c *client, g globals, args []string) error {
+	if len(args) != 1 || args[0] == "" {
+		return usageError("abort needs exactly one domain name (usage: abort NAME)")
+	}
+	name := args[0]
+	var res migration.AbortResult
+	if err := c.post(ctx, "/v1/jobs/"+url.PathEscape(name)+"/abort", &res); err != nil {
+		return err
+	}
+	if g.output == "table" {
+		fmt.Fprintf(g.out, "%s: %s\n", name, res.Message)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var j migration.Job
+		if err := c.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
+			return err
+		}
+		if j.Phase.Finished() {
+			if g.output == "json" {
+				return printJSON(g.out, j)
+			}
+			fmt.Fprintf(g.out, "abort %s\n%s\n", j.AbortStatus, summaryLine(j))
+			if j.AbortStatus != migration.AbortSucceeded {
+				return failedJob{j.Phase}
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s's migration has not ended 60s after the abort (abortStatus %s, phase %s)", name, j.AbortStatus, j.Phase)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	libvirt "github.com/digitalocean/go-libvirt"
-
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -31,13 +29,12 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 	}
 	t.Logf("verdict %s at iteration %d: %s", j.Convergence, verdictIteration(j), j.ConvergenceReason)
 
-	libvirtDo(t, "a", func(l *libvirt.Libvirt) error {
-		d, err := l.DomainLookupByName("hot")
-		if err != nil {
-			return err
-		}
-		return l.DomainAbortJob(d)
-	})
+	// ferryctl abort requests the abort and waits for the job to end.
+	var src migration.Job
+	ctlJSON(t, "a", &src, "abort", "hot")
+	if src.Phase != migration.PhaseAborted || src.AbortStatus != migration.AbortSucceeded {
+		t.Fatalf("after ferryctl abort: phase %s, abortStatus %s (%s), want Aborted/Succeeded", src.Phase, src.AbortStatus, src.FailureReason)
+	}
 	select {
 	case err := <-done:
 		if err == nil {
@@ -46,10 +43,6 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 		t.Logf("migrate call returned: %v", err)
 	case <-time.After(time.Minute):
 		t.Fatal("migrate call did not return after the abort")
-	}
-	src := waitJob(t, "a", "hot", "Aborted", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	if src.Phase != migration.PhaseAborted {
-		t.Fatalf("source phase %s (%s), want Aborted", src.Phase, src.FailureReason)
 	}
 	if st, _ := domainState(t, "a", "hot"); st != 1 {
 		t.Fatalf("guest not running on a after the abort (state %d)", st)

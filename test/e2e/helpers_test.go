@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	libvirt "github.com/digitalocean/go-libvirt"
-
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -199,17 +197,4 @@ func domainState(t *testing.T, node, name string) (int32, int32) {
 		t.Fatalf("state of %s on %s: %v", name, node, err)
 	}
 	return st, rs
-}
-
-// libvirtDo runs fn on a fresh connection to a node's libvirt.
-func libvirtDo(t *testing.T, node string, fn func(*libvirt.Libvirt) error) {
-	t.Helper()
-	l, err := bed.Libvirt(node)
-	if err != nil {
-		t.Fatalf("libvirt on %s: %v", node, err)
-	}
-	defer l.Disconnect()
-	if err := fn(l); err != nil {
-		t.Fatalf("libvirt on %s: %v", node, err)
-	}
 }

@@ -93,9 +93,13 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: "pcf", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	evA := watchLifecycle(t, "a", "pcf")
 	evB := watchLifecycle(t, "b", "pcf")
-	done := migrateAsync(t, testbed.MigrateSpec{Name: "pcf", From: "a", To: "b", PostCopyAfter: 3 * time.Second})
+	// Slow post-copy down so the reset lands before it completes.
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "pcf", From: "a", To: "b", PostCopyAfter: 3 * time.Second, PostCopyBandwidthMiBs: 32})
 
 	waitEvent(t, evA, 3, 7, 2*time.Minute) // suspended/post-copy: the switch happened
+	// Let QEMU's post-copy stream get going: a reset in the very first
+	// instant can reach libvirt's control connection before QEMU notices.
+	time.Sleep(time.Second)
 	if err := bed.ResetMigration(); err != nil {
 		t.Fatalf("reset-migration: %v", err)
 	}

@@ -1,0 +1,76 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors of Abort, distinguishable by the API layer.
+var (
+	ErrNoJob       = errors.New("no migration job in flight")
+	ErrNotSource   = errors.New("not the source of the migration")
+	ErrNoLibvirt   = errors.New("libvirt connection is down")
+	ErrAbortFailed = errors.New("libvirt refused the abort")
+)
+
+// AbortResult says what an abort request did.
+type AbortResult struct {
+	Job     Job    `json:"job"`
+	Message string `json:"message"`
+}
+
+// Abort asks libvirt to abort the domain's in-flight migration. Pre-copy is
+// cancelled and the guest keeps running on the source. Post-copy cannot be
+// cancelled: it is paused instead, which leaves both sides post-copy-failed,
+// and the result says so. The job's abortStatus is Aborting until the job
+// ends, then Succeeded, or Failed if libvirt refused or the migration
+// completed first.
+func (t *Tracker) Abort(ctx context.Context, domain string) (AbortResult, error) {
+	t.mu.Lock()
+	var j *job
+	for k, v := range t.jobs {
+		if k.domain == domain {
+			j = v
+		}
+	}
+	if j == nil {
+		t.mu.Unlock()
+		return AbortResult{}, fmt.Errorf("%w for domain %q on node %s", ErrNoJob, domain, t.cfg.Node)
+	}
+	if j.view.Role != RoleSource {
+		t.mu.Unlock()
+		return AbortResult{}, fmt.Errorf("%w: node %s is the target of %s's migration; abort on the source node", ErrNotSource, t.cfg.Node, domain)
+	}
+	c := t.conns[j.view.Socket]
+	postCopy := j.view.Mode == ModePostCopy
+	ref := j.ref
+	if c == nil {
+		t.mu.Unlock()
+		return AbortResult{}, fmt.Errorf("%w (%s): cannot abort %s now", ErrNoLibvirt, j.view.Socket, domain)
+	}
+	now := time.Now()
+	j.view.AbortStatus = AbortAborting
+	msg := "abort requested: pre-copy is being cancelled; the guest keeps running on the source"
+	if postCopy {
+		msg = "post-copy cannot be cancelled: pausing it instead (libvirt's post-copy abort); both sides will be post-copy-failed and the guest cannot run until recovered"
+	}
+	t.addEvent(j, now, "abort", msg)
+	t.publish(j)
+	t.mu.Unlock()
+
+	err := c.AbortJob(ctx, ref, postCopy)
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		if !j.view.Phase.Finished() {
+			j.view.AbortStatus = AbortFailed
+		}
+		t.addEvent(j, time.Now(), "abort", "abort failed: "+err.Error())
+		t.publish(j)
+		return AbortResult{Job: j.view, Message: "abort failed"}, fmt.Errorf("%w: %v", ErrAbortFailed, err)
+	}
+	return AbortResult{Job: j.view, Message: msg}, nil
+}
