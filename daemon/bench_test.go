@@ -24,7 +24,7 @@ func BenchmarkScrape(b *testing.B) {
 				name := fmt.Sprintf("ns%d_vm%d", i%50, i)
 				d := libvirtx.Domain{Ref: libvirt.Domain{Name: name}, Name: name, State: libvirtx.StateRunning, Reason: 1}
 				tr.ApplyStats("/run/libvirt/libvirt-sock", d, libvirtx.JobStats{Type: libvirtx.JobUnbounded,
-					Operation: libvirtx.OperationMigrationOut, MemoryIteration: 3, DataTotal: 8 << 30, DataRemaining: 1 << 30,
+					Operation: libvirtx.OperationMigrationOut, MemoryIteration: 3, DataTotal: 8 << 30, MemoryTotal: 8 << 30, DataRemaining: 1 << 30,
 					MemoryBps: 1 << 30, MemoryDirtyRate: 100 << 20}, time.Now())
 			}
 			reg := prometheus.NewRegistry()

@@ -3,6 +3,7 @@ package libvirtx
 import (
 	"context"
 	"fmt"
+	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 )
@@ -98,4 +99,15 @@ func (c *Conn) StartPostCopy(ctx context.Context, dom libvirt.Domain) error {
 	return c.run(ctx, "start post-copy", func(l *libvirt.Libvirt) error {
 		return l.DomainMigrateStartPostCopy(dom, 0)
 	})
+}
+
+// MaxDowntime returns the downtime a migration may take for its final
+// stop-and-copy: pre-copy switches over once what is left fits in it.
+func (c *Conn) MaxDowntime(ctx context.Context, dom libvirt.Domain) (time.Duration, error) {
+	var ms uint64
+	err := c.run(ctx, "max downtime", func(l *libvirt.Libvirt) (err error) {
+		ms, err = l.DomainMigrateGetMaxDowntime(dom, 0)
+		return err
+	})
+	return time.Duration(ms) * time.Millisecond, err
 }

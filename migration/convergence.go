@@ -3,6 +3,7 @@ package migration
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/ferry-vm/ferry/internal/units"
 )
@@ -25,8 +26,14 @@ type Assessment struct {
 	ETA     *float64
 }
 
+// DefaultMaxDowntime is libvirt's default allowed downtime for the final
+// stop-and-copy, used until the domain's own setting is known.
+const DefaultMaxDowntime = 300 * time.Millisecond
+
 // Assess judges a pre-copy job from its iterations and latest figures.
-func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64) Assessment {
+// maxDowntime is the migration's allowed downtime: pre-copy switches over
+// once what is left can be sent within it.
+func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64, maxDowntime time.Duration) Assessment {
 	// Pass 1 starts with all of memory remaining; it says nothing about
 	// how fast the guest dirties pages, so the series starts at pass 2.
 	var series []Iteration
@@ -68,6 +75,11 @@ func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64) Assessme
 	case m >= divergingRatio:
 		return Assessment{Verdict: VerdictDiverging,
 			Reason: fmt.Sprintf("memory left dirty grows %.0f%% per iteration (%s)", (m-1)*100, rates)}
+	case transferBps > 0 && float64(remaining)/float64(transferBps) <= 2*maxDowntime.Seconds():
+		// A flat tail this small is the last passes before the switch-over,
+		// not a stall: what is left nearly fits in the allowed downtime.
+		return Assessment{Verdict: VerdictConverging, ETA: eta(2 * maxDowntime.Seconds()),
+			Reason: fmt.Sprintf("%s left, about to fit the %v allowed downtime (%s)", units.IEC(remaining), maxDowntime, rates)}
 	default:
 		return Assessment{Verdict: VerdictStalled,
 			Reason: fmt.Sprintf("memory left dirty stays at %s per iteration (%s)", units.IEC(last.MemoryRemainingBytes), rates)}

@@ -77,6 +77,11 @@ func (t *Tracker) sampleNamed(ctx context.Context, c *libvirtx.Conn, name string
 // sampleDomain reads one domain's job stats and applies them.
 func (t *Tracker) sampleDomain(ctx context.Context, c *libvirtx.Conn, d libvirtx.Domain) {
 	stats, err := c.JobStats(ctx, d.Ref, false)
+	if err == nil && stats.Type.Active() && stats.Operation == libvirtx.OperationMigrationOut && t.needsMaxDowntime(c.Socket(), d.Name) {
+		if md, merr := c.MaxDowntime(ctx, d.Ref); merr == nil {
+			t.setMaxDowntime(c.Socket(), d.Name, md)
+		}
+	}
 	now := time.Now()
 	var cpu *libvirtx.QEMUCPU
 	if err == nil && stats.Type.Active() && t.cfg.CPU != nil {
@@ -90,6 +95,21 @@ func (t *Tracker) sampleDomain(ctx context.Context, c *libvirtx.Conn, d libvirtx
 		done, derr := c.JobStats(ctx, d.Ref, true)
 		state, reason, serr := c.DomainState(ctx, d.Ref)
 		t.onEnded(c.Socket(), d, done, derr, state, reason, serr, time.Now())
+	}
+}
+
+func (t *Tracker) needsMaxDowntime(socket, name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[jobKey{socket, name}]
+	return j == nil || j.maxDowntime == 0
+}
+
+func (t *Tracker) setMaxDowntime(socket, name string, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.jobs[jobKey{socket, name}]; j != nil && d > 0 {
+		j.maxDowntime = d
 	}
 }
 
@@ -244,6 +264,12 @@ func (t *Tracker) onStats(socket string, d libvirtx.Domain, s libvirtx.JobStats,
 	j := t.jobs[key]
 	switch {
 	case err != nil && libvirtx.IsTargetOnly(err):
+		if last := t.lastFinished(socket, d.Name); j == nil && last != nil && last.view.Role == RoleTarget &&
+			last.view.EndTime != nil && now.Sub(*last.view.EndTime) < 10*time.Second {
+			// libvirt still calls the incoming job active for a moment
+			// after its completion event: the same migration, not a new one.
+			return false
+		}
 		if j == nil {
 			j = t.newJob(socket, d.Ref, RoleTarget, now, "incoming migration (libvirt: statistics only on the source)")
 			t.applyState(j, d, now)
@@ -361,7 +387,9 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 	}
 	j.samples.push(sample)
 
-	if n := len(j.iters); n > 0 {
+	if n := len(j.iters); n > 0 && s.MemoryTotal > 0 {
+		// A reading with no memory figures comes from the instant of the
+		// switch-over; it says nothing about the iteration.
 		it := &j.iters[n-1]
 		if !it.sampled && it.Number == s.MemoryIteration {
 			it.MemoryRemainingBytes = s.MemoryRemaining
@@ -375,7 +403,11 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 			v.EtaSeconds = eta(float64(s.MemoryRemaining) / float64(s.MemoryBps))
 		}
 	} else {
-		a := Assess(j.iters, s.MemoryRemaining, s.MemoryBps, s.MemoryDirtyRate)
+		md := j.maxDowntime
+		if md == 0 {
+			md = DefaultMaxDowntime
+		}
+		a := Assess(j.iters, s.MemoryRemaining, s.MemoryBps, s.MemoryDirtyRate, md)
 		if a.Verdict != v.Convergence {
 			t.addEvent(j, now, "convergence", string(a.Verdict)+": "+a.Reason)
 		}

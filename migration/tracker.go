@@ -54,14 +54,16 @@ type jobKey struct{ socket, domain string }
 
 // job is the tracker's record of one migration; view is what is published.
 type job struct {
-	view      Job
-	ref       libvirt.Domain
-	samples   ring[Sample]
-	iters     []Iteration
-	events    ring[Event]
-	cpuFirst  *libvirtx.QEMUCPU
-	cpuPrev   *libvirtx.QEMUCPU
-	lastError string
+	view    Job
+	ref     libvirt.Domain
+	samples ring[Sample]
+	iters   []Iteration
+	events  ring[Event]
+	// maxDowntime is the migration's allowed downtime, read once per job.
+	maxDowntime time.Duration
+	cpuFirst    *libvirtx.QEMUCPU
+	cpuPrev     *libvirtx.QEMUCPU
+	lastError   string
 }
 
 // Tracker tracks the migration jobs of every libvirt connection on a node.

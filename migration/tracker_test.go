@@ -37,7 +37,7 @@ func paused(reason int32) libvirtx.Domain {
 
 func outgoing(iter, remainingMiB uint64) libvirtx.JobStats {
 	return libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, MemoryIteration: iter,
-		DataTotal: 512 << 20, DataRemaining: remainingMiB << 20, DataProcessed: (512 - remainingMiB) << 20,
+		DataTotal: 512 << 20, MemoryTotal: 512 << 20, DataRemaining: remainingMiB << 20, DataProcessed: (512 - remainingMiB) << 20,
 		MemoryRemaining: remainingMiB << 20, MemoryBps: 100 << 20, MemoryDirtyRate: 200 << 20, TimeElapsedMs: 1000 * iter}
 }
 
@@ -189,5 +189,16 @@ func TestFailureAfterPostCopySwitchIsPostCopyFailed(t *testing.T) {
 	j, _ := tr.Job(dom.Name)
 	if j.Phase != PhasePostCopyFailed {
 		t.Fatalf("phase %s (%s), want PostCopyFailed", j.Phase, j.FailureReason)
+	}
+}
+
+func TestTargetNotRediscoveredRightAfterCompletion(t *testing.T) {
+	tr := NewTracker(Config{Node: "b"})
+	tr.onEvent(lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated))
+	tr.onEvent(lifecycle(libvirtx.EventResumed, libvirtx.ResumedMigrated))
+	targetOnly := libvirt.Error{Code: 84, Message: "migration statistics are available only on the source host"}
+	tr.onStats(sock, paused(libvirtx.PausedMigration), libvirtx.JobStats{}, targetOnly, nil, time.Now())
+	if n := len(tr.Jobs(true)); n != 1 {
+		t.Fatalf("%d jobs, want the one completed job", n)
 	}
 }
