@@ -81,6 +81,12 @@ type JobStats struct {
 	DiskRemaining uint64 `json:"diskRemainingBytes,omitempty"`
 	DiskBps       uint64 `json:"diskBytesPerSecond,omitempty"`
 
+	CompressionCache       uint64 `json:"compressionCacheBytes,omitempty"`
+	CompressionBytes       uint64 `json:"compressionBytes,omitempty"`
+	CompressionPages       uint64 `json:"compressionPages,omitempty"`
+	CompressionCacheMisses uint64 `json:"compressionCacheMisses,omitempty"`
+	CompressionOverflow    uint64 `json:"compressionOverflow,omitempty"`
+
 	AutoConvergeThrottle uint64 `json:"autoConvergeThrottlePercent,omitempty"`
 	Success              bool   `json:"success,omitempty"`
 	ErrMsg               string `json:"errmsg,omitempty"`
@@ -144,6 +150,16 @@ func DecodeJobStats(typ int32, params []libvirt.TypedParam) JobStats {
 			s.DiskRemaining = u
 		case "disk_bps":
 			s.DiskBps = u
+		case "compression_cache":
+			s.CompressionCache = u
+		case "compression_bytes":
+			s.CompressionBytes = u
+		case "compression_pages":
+			s.CompressionPages = u
+		case "compression_cache_misses":
+			s.CompressionCacheMisses = u
+		case "compression_overflow":
+			s.CompressionOverflow = u
 		case "auto_converge_throttle":
 			s.AutoConvergeThrottle = u
 		case "success":

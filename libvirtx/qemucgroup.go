@@ -49,6 +49,10 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 		if err != nil {
 			return r, fmt.Errorf("cgroup of QEMU pid %d: %w", pid, err)
 		}
+		if group == "/" {
+			return r, errRootCgroup(pid)
+		}
+		group = machineGroup(group)
 		m, err := cgroup2.Load(group)
 		if err != nil {
 			return r, fmt.Errorf("load cgroup %s: %w", group, err)
@@ -63,6 +67,10 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 		r.ThrottledSeconds = float64(st.CPU.ThrottledUsec) / 1e6
 		return r, nil
 	}
+	r.Cgroup = cgroupV1CPUPath(q.proc(), pid)
+	if r.Cgroup == "/" || r.Cgroup == "" {
+		return r, errRootCgroup(pid)
+	}
 	cg, err := cgroup1.Load(cgroup1.PidPath(pid), cgroup1.WithHierarchy(cgroup1.Default), func(c *cgroup1.InitConfig) error { c.InitCheck = cgroup1.AllowAny; return nil })
 	if err != nil {
 		return r, fmt.Errorf("load cgroup of QEMU pid %d: %w", pid, err)
@@ -71,7 +79,7 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 	if err != nil || st.CPU == nil {
 		return r, fmt.Errorf("read cgroup of QEMU pid %d: %v", pid, err)
 	}
-	r.Cgroup = cgroupV1CPUPath(q.proc(), pid)
+	r.Cgroup = machineGroup(r.Cgroup)
 	if u := st.CPU.Usage; u != nil {
 		r.UsageSeconds = float64(u.Total) / 1e9
 	}
@@ -146,4 +154,19 @@ func cgroupV1CPUPath(proc string, pid int) string {
 		}
 	}
 	return ""
+}
+
+// machineGroup: libvirt moves QEMU's main thread into an "emulator" child
+// group and vCPU threads into "vcpuN" siblings; their parent holds them all.
+func machineGroup(path string) string {
+	if parent, ok := strings.CutSuffix(path, "/emulator"); ok && parent != "" {
+		return parent
+	}
+	return path
+}
+
+// errRootCgroup: the root cgroup's figures are the whole host's, which would
+// pass for QEMU's; say there are none instead.
+func errRootCgroup(pid int) error {
+	return fmt.Errorf("QEMU pid %d has no cpu cgroup of its own (it runs in the root cgroup); its CPU figures would be the whole host's", pid)
 }

@@ -22,6 +22,7 @@ const (
 	RunningMigrated       int32 = 2
 	RunningPostCopy       int32 = 10
 	RunningPostCopyFailed int32 = 11
+	PausedUser            int32 = 1
 	PausedMigration       int32 = 2
 	PausedPostCopy        int32 = 12
 	PausedPostCopyFailed  int32 = 13

@@ -48,7 +48,7 @@ func (t *Tracker) onEvent(ev libvirtx.Event) (string, bool) {
 			j = t.newJob(ev.Socket, ev.Domain, RoleSource, ev.Time, name)
 		}
 		t.addEvent(j, ev.Time, "libvirt", "lifecycle "+name)
-		t.noteState(ev, libvirtx.StatePaused, libvirtx.PausedPostCopyFailed)
+		t.noteState(j, ev, libvirtx.StatePaused, libvirtx.PausedPostCopyFailed)
 		t.finish(j, PhasePostCopyFailed, "post-copy failed: source paused (libvirt event "+name+"); the guest's memory is split across two hosts", ev.Time)
 		return "", false
 	case ev.Event == libvirtx.EventResumed && ev.Detail == libvirtx.ResumedPostCopyFailed:
@@ -56,7 +56,7 @@ func (t *Tracker) onEvent(ev libvirtx.Event) (string, bool) {
 			j = t.newJob(ev.Socket, ev.Domain, RoleTarget, ev.Time, name)
 		}
 		t.addEvent(j, ev.Time, "libvirt", "lifecycle "+name)
-		t.noteState(ev, libvirtx.StateRunning, libvirtx.RunningPostCopyFailed)
+		t.noteState(j, ev, libvirtx.StateRunning, libvirtx.RunningPostCopyFailed)
 		reason := "post-copy failed: target running without the pages left on the source (libvirt event " + name + ")"
 		if j.view.Role == RoleSource {
 			reason = "post-copy failed: the source resumed its own vCPUs (split brain, libvirt event " + name + ")"
@@ -125,7 +125,8 @@ func (t *Tracker) startIteration(j *job, n uint64, tm time.Time) {
 
 // noteState records the state an event implies, so the domain list (and the
 // metrics read from it) show it before the next scan; the caller holds t.mu.
-func (t *Tracker) noteState(ev libvirtx.Event, st libvirtx.State, reason int32) {
+func (t *Tracker) noteState(j *job, ev libvirtx.Event, st libvirtx.State, reason int32) {
+	j.view.DomainState = st.String() + "/" + libvirtx.ReasonName(st, reason)
 	doms := t.domains[ev.Socket]
 	if doms == nil {
 		doms = map[string]libvirtx.Domain{}

@@ -84,10 +84,16 @@ func (t *Tracker) sampleDomain(ctx context.Context, c *libvirtx.Conn, d libvirtx
 	}
 	now := time.Now()
 	var cpu *libvirtx.QEMUCPU
+	var cpuErr error
 	if err == nil && stats.Type.Active() && t.cfg.CPU != nil {
-		if r, cerr := t.cfg.CPU.ReadCPU(d.Name); cerr == nil {
+		r, cerr := t.cfg.CPU.ReadCPU(d.Name)
+		if cerr == nil {
 			cpu = &r
 		}
+		cpuErr = cerr
+	}
+	if cpuErr != nil {
+		t.noteCPUError(c.Socket(), d.Name, cpuErr)
 	}
 	if t.onStats(c.Socket(), d, stats, err, cpu, now) {
 		// The job is gone from libvirt while we still track it running:
@@ -96,6 +102,20 @@ func (t *Tracker) sampleDomain(ctx context.Context, c *libvirtx.Conn, d libvirtx
 		state, reason, serr := c.DomainState(ctx, d.Ref)
 		t.onEnded(c.Socket(), d, done, derr, state, reason, serr, time.Now())
 	}
+}
+
+// noteCPUError shows why a job has no QEMU figures, once per distinct error.
+func (t *Tracker) noteCPUError(socket, name string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[jobKey{socket, name}]
+	if j == nil || (j.view.QEMU != nil && j.view.QEMU.Error == err.Error()) {
+		return
+	}
+	if j.view.QEMU == nil || j.view.QEMU.PID == 0 {
+		j.view.QEMU = &QEMUFigures{Error: err.Error()}
+	}
+	t.addEvent(j, time.Now(), "qemu-cgroup", err.Error())
 }
 
 func (t *Tracker) needsMaxDowntime(socket, name string) bool {
@@ -121,16 +141,16 @@ func (t *Tracker) readFinals(ctx context.Context, c *libvirtx.Conn) {
 	for k, j := range t.finals {
 		if k.socket == c.Socket() {
 			todo = append(todo, j)
-			delete(t.finals, k)
 		}
 	}
 	t.mu.Unlock()
 	for _, j := range todo {
 		s, err := c.JobStats(ctx, j.ref, true)
 		t.mu.Lock()
-		if err != nil {
-			t.addEvent(j, time.Now(), "sample-error", "completed-job statistics: "+err.Error())
-		} else if s.Type == libvirtx.JobCompleted {
+		key := jobKey{j.view.Socket, j.view.Domain}
+		j.finalTries++
+		switch {
+		case err == nil && s.Type == libvirtx.JobCompleted:
 			v := &j.view
 			v.DataTotalBytes, v.DataProcessedBytes, v.DataRemainingBytes = s.DataTotal, s.DataProcessed, s.DataRemaining
 			v.MemoryTotalBytes, v.MemoryRemainingBytes = s.MemoryTotal, s.MemoryRemaining
@@ -139,10 +159,23 @@ func (t *Tracker) readFinals(ctx context.Context, c *libvirtx.Conn) {
 			v.DowntimeMs, v.ElapsedMs = s.DowntimeMs, s.TimeElapsedMs
 			t.addEvent(j, time.Now(), "libvirt", "completed-job statistics read")
 			t.publish(j)
+			delete(t.finals, key)
+		case j.finalTries >= finalTries:
+			// libvirt keeps none after post-copy; nothing more to learn.
+			detail := "libvirt kept no completed-job statistics"
+			if err != nil {
+				detail += ": " + err.Error()
+			}
+			t.addEvent(j, time.Now(), "libvirt", detail)
+			delete(t.finals, key)
 		}
 		t.mu.Unlock()
 	}
 }
+
+// finalTries bounds how many scans look for a target's completed-job
+// statistics: libvirt stores them only once the domain has fully resumed.
+const finalTries = 5
 
 // updateDomains stores the listing, settles jobs whose outcome the domain
 // states already show, and returns the domains worth reading job stats of.
@@ -216,6 +249,16 @@ func (t *Tracker) applyState(j *job, d libvirtx.Domain, now time.Time) {
 			t.finish(j, PhasePostCopyFailed, "post-copy failed: the source resumed its own vCPUs ("+st+"), split brain with the target", now)
 		case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedPostCopy && j.view.Mode != ModePostCopy:
 			j.view.Mode = ModePostCopy
+			t.publish(j)
+		case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedUser && j.view.Mode == ModePreCopy:
+			// A guest paused by a client mid pre-copy migrates as a paused
+			// guest: nothing dirties memory any more, so it will converge.
+			j.view.Mode = ModePaused
+			t.addEvent(j, now, "mode", "guest paused by a client: migrating a paused guest")
+			t.publish(j)
+		case d.State == libvirtx.StateRunning && j.view.Mode == ModePaused:
+			j.view.Mode = ModePreCopy
+			t.addEvent(j, now, "mode", "guest resumed: back to pre-copy")
 			t.publish(j)
 		}
 	case RoleTarget:
@@ -358,6 +401,11 @@ func withMsg(m string) string {
 // applySample folds one stats reading into the job; the caller holds t.mu.
 func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU, now time.Time) {
 	v := &j.view
+	if s.MemoryTotal == 0 && s.DataTotal == 0 {
+		// The reading taken at the instant of the switch-over carries no
+		// figures; keeping it would zero the job's last real ones.
+		return
+	}
 	if s.MemoryIteration > v.Iteration || (len(j.iters) == 0 && s.MemoryIteration > 0) {
 		// An iteration event was missed (or came before Ferry connected).
 		t.startIteration(j, s.MemoryIteration, now)
@@ -425,12 +473,17 @@ func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 		CPUUsageSeconds:  r.UsageSeconds - j.cpuFirst.UsageSeconds,
 		ThrottledPeriods: r.ThrottledPeriods - j.cpuFirst.ThrottledPeriods,
 		ThrottledSeconds: r.ThrottledSeconds - j.cpuFirst.ThrottledSeconds}
-	if p := j.cpuPrev; p != nil {
-		if dt := r.Time.Sub(p.Time).Seconds(); dt > 0 {
-			f.CPUPercent = 100 * (r.UsageSeconds - p.UsageSeconds) / dt
-		}
-	} else if j.view.QEMU != nil {
+	if j.view.QEMU != nil {
 		f.CPUPercent = j.view.QEMU.CPUPercent
+	}
+	// Readings taken on iteration events can be milliseconds apart; a rate
+	// over so short a window is noise, so the window is at least 500ms.
+	if p := j.cpuPrev; p != nil {
+		dt := r.Time.Sub(p.Time).Seconds()
+		if dt < 0.5 {
+			return f
+		}
+		f.CPUPercent = 100 * (r.UsageSeconds - p.UsageSeconds) / dt
 	}
 	if periods := r.Periods - j.cpuFirst.Periods; periods > 0 {
 		f.ThrottledPercentPeriods = 100 * float64(f.ThrottledPeriods) / float64(periods)

@@ -61,6 +61,7 @@ type job struct {
 	events  ring[Event]
 	// maxDowntime is the migration's allowed downtime, read once per job.
 	maxDowntime time.Duration
+	finalTries  int
 	cpuFirst    *libvirtx.QEMUCPU
 	cpuPrev     *libvirtx.QEMUCPU
 	lastError   string

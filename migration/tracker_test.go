@@ -202,3 +202,16 @@ func TestTargetNotRediscoveredRightAfterCompletion(t *testing.T) {
 		t.Fatalf("%d jobs, want the one completed job", n)
 	}
 }
+
+func TestGuestPausedMidPreCopyIsPausedMode(t *testing.T) {
+	tr := NewTracker(Config{Node: "a"})
+	tr.onStats(sock, running(1), outgoing(1, 300), nil, nil, time.Now())
+	tr.updateDomains(sock, []libvirtx.Domain{paused(libvirtx.PausedUser)}, time.Now())
+	if j, _ := tr.Job(dom.Name); j.Mode != ModePaused {
+		t.Fatalf("mode %s, want Paused", j.Mode)
+	}
+	tr.updateDomains(sock, []libvirtx.Domain{running(5)}, time.Now())
+	if j, _ := tr.Job(dom.Name); j.Mode != ModePreCopy {
+		t.Fatalf("mode %s after resume, want PreCopy", j.Mode)
+	}
+}

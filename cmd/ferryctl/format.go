@@ -78,7 +78,8 @@ func printJob(w io.Writer, j migration.Job) {
 		kv("Ended", "%s after %s", j.EndTime.Format(time.RFC3339), j.EndTime.Sub(j.StartTime).Round(time.Millisecond))
 	}
 	if j.Role == migration.RoleSource {
-		kv("Progress", "%.1f%%: %s of %s sent, %s remaining", j.ProgressPercent, units.IEC(j.DataProcessedBytes), units.IEC(j.DataTotalBytes), units.IEC(j.DataRemainingBytes))
+		kv("Progress", "%.1f%%: %s sent, %s remaining (guest memory and disks: %s; pages dirtied again are sent again)",
+			j.ProgressPercent, units.IEC(j.DataProcessedBytes), units.IEC(j.DataRemainingBytes), units.IEC(j.DataTotalBytes))
 		kv("Rates", "dirty %s, transfer %s", rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond))
 		kv("Iteration", "%d", j.Iteration)
 		kv("Convergence", "%s %s", j.Convergence, paren(j.ConvergenceReason))
@@ -89,8 +90,14 @@ func printJob(w io.Writer, j migration.Job) {
 		}
 	} else {
 		kv("Statistics", "libvirt keeps job statistics on the source only; this side is tracked from events and states")
+		if j.DataProcessedBytes > 0 {
+			kv("Final figures", "%s sent in %d iterations over %s, downtime %d ms (libvirt's completed-job statistics)",
+				units.IEC(j.DataProcessedBytes), j.Iteration, time.Duration(j.ElapsedMs)*time.Millisecond, j.DowntimeMs)
+		}
 	}
-	if q := j.QEMU; q != nil {
+	if q := j.QEMU; q != nil && q.PID == 0 && q.Error != "" {
+		kv("QEMU CPU", "unknown: %s", q.Error)
+	} else if q != nil {
 		kv("QEMU CPU", "pid %d: %.0f%% of a core now, %.1fs used, throttled %.1fs (%.0f%% of periods)", q.PID, q.CPUPercent, q.CPUUsageSeconds, q.ThrottledSeconds, q.ThrottledPercentPeriods)
 	}
 	tw.Flush()

@@ -93,6 +93,12 @@ func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
 		t.Fatalf("not enough figures: guest printed %d rates, ferry sampled %d dirty rates (%d samples, %d iterations)",
 			len(guestRates), len(ferryRates), len(src.Samples), src.Iteration)
 	}
+	if q := src.QEMU; q == nil || q.PID == 0 || q.CPUUsageSeconds <= 0 {
+		t.Errorf("no QEMU cgroup CPU figures on the source job: %+v", src.QEMU)
+	} else {
+		t.Logf("source QEMU (pid %d, cgroup %s): %.1f CPU-seconds during the job, %.0f%% of a core at the end, throttled %.1fs",
+			q.PID, q.CgroupPath, q.CPUUsageSeconds, q.CPUPercent, q.ThrottledSeconds)
+	}
 	g, f := median(guestRates), median(ferryRates)
 	t.Logf("dirty rate: guest printed median %.1f MiB/s over %d lines, ferry reported median %.1f MiB/s over %d samples (%d iterations)",
 		g, len(guestRates), f, len(ferryRates), src.Iteration)

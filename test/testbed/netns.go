@@ -91,7 +91,10 @@ for d in lib log cache; do
   mount --bind %[1]s/$d /var/$d/libvirt
 done
 exec sleep infinity`, dir)
-	return spawn(filepath.Join(dir, "holder.log"), "ip", "netns", "exec", d.netns, "unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	// nsenter rather than "ip netns exec": the latter mounts a fresh sysfs
+	// without the host's cgroup hierarchies, which ferryd reads QEMU's CPU
+	// figures from (as a DaemonSet does through a hostPath).
+	return spawn(filepath.Join(dir, "holder.log"), "nsenter", "--net=/run/netns/"+d.netns, "unshare", "-m", "--propagation", "private", "sh", "-c", script)
 }
 
 // waitHolder returns once the holder's mounts are in place, i.e. its shell has become sleep.
