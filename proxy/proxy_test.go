@@ -1,0 +1,274 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// node is one proxy on loopback with its own socket dir.
+type node struct {
+	p    *Proxy
+	addr string
+	dir  string
+}
+
+func startNode(t *testing.T, files *TLSFiles, libvirtSock string) *node {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := New(Config{Listen: "127.0.0.1:0", TLS: files, SocketDir: dir, LibvirtSocket: libvirtSock,
+		HeaderTimeout: 500 * time.Millisecond, DialTimeout: 2 * time.Second, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := p.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Serve(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return &node{p: p, addr: addr.String(), dir: dir}
+}
+
+// echoServer accepts on path and echoes each connection until EOF, then
+// closes it: the relay must carry the half-close both ways for this to end.
+func echoServer(t *testing.T, path string) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+}
+
+// register registers id on dst from src over the control stream.
+func register(t *testing.T, src, dst *node, id string, streams ...string) {
+	t.Helper()
+	_, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: id, Domain: "vm", Streams: streams, SocketDir: dst.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// roundTrip sends n random bytes through the source socket and checks the
+// same bytes come back and the stream ends cleanly.
+func roundTrip(t *testing.T, path string, n int) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer c.Close()
+	payload := make([]byte, n)
+	rand.Read(payload)
+	want := sha256.Sum256(payload)
+	go func() {
+		c.Write(payload)
+		c.(*net.UnixConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Errorf("reading the echo: %v", err)
+		return
+	}
+	if len(got) != n || sha256.Sum256(got) != want {
+		t.Errorf("echo: got %d bytes (hash match %v), want %d", len(got), sha256.Sum256(got) == want, n)
+	}
+}
+
+func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
+	for _, withTLS := range []bool{false, true} {
+		name := "plain"
+		if withTLS {
+			name = "mtls"
+		}
+		t.Run(name, func(t *testing.T) {
+			var srcFiles, dstFiles *TLSFiles
+			if withTLS {
+				ca := newTestCA(t, "ferry-test-ca")
+				a, b := ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry")
+				srcFiles, dstFiles = &a, &b
+			}
+			libvirtSock := filepath.Join(t.TempDir(), "libvirt-sock")
+			src := startNode(t, srcFiles, "")
+			dst := startNode(t, dstFiles, libvirtSock)
+			const id = "m1"
+			register(t, src, dst, id, "libvirt", "memory", "disk")
+			echoServer(t, libvirtSock)
+			echoServer(t, SocketPath(dst.dir, id, KindMemory))
+			echoServer(t, SocketPath(dst.dir, id, KindDisk))
+			sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindLibvirt, KindMemory, KindDisk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const size = 8 << 20
+			var wg sync.WaitGroup
+			// Four parallel memory connections, as multifd opens them.
+			for _, k := range []Kind{KindLibvirt, KindMemory, KindMemory, KindMemory, KindMemory, KindDisk} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					roundTrip(t, sm.Paths[k], size)
+				}()
+			}
+			wg.Wait()
+			if got := sm.Counters.ToTarget[KindMemory].Load(); got != 4*size {
+				t.Errorf("source counted %d bytes to the target on memory, want %d", got, 4*size)
+			}
+			if got := sm.Counters.Conns[KindMemory].Load(); got != 4 {
+				t.Errorf("%d memory connections counted, want 4", got)
+			}
+			counters := dst.p.Unregister(id, "test done")
+			if got := counters.FromTarget[KindDisk].Load(); got != size {
+				t.Errorf("target counted %d bytes back on disk, want %d", got, size)
+			}
+			sm.Close("test done")
+			for _, p := range sm.Paths {
+				if _, err := net.Dial("unix", p); err == nil {
+					t.Errorf("source socket %s still accepts after Close", p)
+				}
+			}
+		})
+	}
+}
+
+func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
+	ca := newTestCA(t, "ferry-test-ca")
+	srcFiles, dstFiles := ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry")
+	src := startNode(t, &srcFiles, "")
+	dst := startNode(t, &dstFiles, "")
+	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.rejected.WithLabelValues(reason)) }
+
+	t.Run("certificate from another CA", func(t *testing.T) {
+		other := newTestCA(t, "someone-else")
+		f := other.issue(t, t.TempDir(), "ferry")
+		stranger := startNode(t, &f, "")
+		before := rejected("tls_handshake")
+		if _, err := stranger.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: "x", Streams: []string{"memory"}, SocketDir: dst.dir}); err == nil {
+			t.Fatal("a peer with a foreign certificate registered a migration")
+		}
+		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
+	})
+	t.Run("certificate for another name", func(t *testing.T) {
+		f := ca.issue(t, t.TempDir(), "not-ferry")
+		f.PeerName = "ferry"
+		impostor := startNode(t, &f, "")
+		before := rejected("tls_handshake")
+		if _, err := impostor.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: "x", Streams: []string{"memory"}, SocketDir: dst.dir}); err == nil {
+			t.Fatal("a certificate without the peer name registered a migration")
+		}
+		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
+	})
+	t.Run("plain TCP to the TLS port", func(t *testing.T) {
+		before := rejected("tls_handshake")
+		c, err := net.Dial("tcp", dst.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb, _ := Header{Kind: KindMemory, ID: "m1"}.Encode()
+		c.Write(hb)
+		io.ReadAll(c)
+		c.Close()
+		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
+	})
+	t.Run("unregistered migration", func(t *testing.T) {
+		before := rejected("unknown_migration")
+		_, err := src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: "never-registered"})
+		var refused *RefusedError
+		if !errorsAs(err, &refused) || !bytes.Contains([]byte(refused.Reason), []byte("not registered")) {
+			t.Fatalf("error %v, want a refusal naming the unregistered migration", err)
+		}
+		waitMetric(t, func() bool { return rejected("unknown_migration") == before+1 })
+	})
+	t.Run("garbage header", func(t *testing.T) {
+		before := rejected("malformed_header")
+		c := tlsDial(t, src, dst)
+		c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		io.ReadAll(c)
+		c.Close()
+		waitMetric(t, func() bool { return rejected("malformed_header") == before+1 })
+	})
+	t.Run("header that never completes", func(t *testing.T) {
+		before := rejected("header_timeout")
+		c := tlsDial(t, src, dst)
+		c.Write([]byte("FRY\x01"))
+		start := time.Now()
+		io.ReadAll(c) // the proxy hangs up at its header deadline
+		c.Close()
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("partial header held the connection %v", took)
+		}
+		waitMetric(t, func() bool { return rejected("header_timeout") == before+1 })
+	})
+	t.Run("still serving a registered migration", func(t *testing.T) {
+		register(t, src, dst, "ok1", "memory")
+		echoServer(t, SocketPath(dst.dir, "ok1", KindMemory))
+		sm, err := src.p.OpenSource("ok1", dst.addr, []Kind{KindMemory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sm.Close("done")
+		roundTrip(t, sm.Paths[KindMemory], 1<<20)
+	})
+	t.Run("ended migration", func(t *testing.T) {
+		dst.p.Unregister("ok1", "completed")
+		before := rejected("expired_migration")
+		if _, err := src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: "ok1"}); err == nil {
+			t.Fatal("relay of an ended migration accepted")
+		}
+		waitMetric(t, func() bool { return rejected("expired_migration") == before+1 })
+	})
+}
+
+func tlsDial(t *testing.T, src, dst *node) net.Conn {
+	t.Helper()
+	raw, err := net.Dial("tcp", dst.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tlsClient(raw, src.p)
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func waitMetric(t *testing.T, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if ok() {
+			return
+		}
+	}
+	t.Fatal("refusal was not counted")
+}

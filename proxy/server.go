@@ -1,0 +1,293 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Config configures a node's proxy.
+type Config struct {
+	// Listen is the one TCP address every peer connects to, on the
+	// migration network.
+	Listen string
+	// TLS enables mutual TLS between nodes; nil relays plain TCP (with
+	// splice), for a trusted migration network only.
+	TLS *TLSFiles
+	// SocketDir holds the source-side unix sockets; the target QEMU listens
+	// at the same paths on the target node, so nodes must agree on it.
+	SocketDir string
+	// LibvirtSocket is this node's libvirt socket, the target of incoming
+	// libvirt RPC streams.
+	LibvirtSocket string
+	HeaderTimeout time.Duration // for the TLS handshake and the header; default 5s
+	DialTimeout   time.Duration // default 5s
+	KeepAlive     time.Duration // TCP keepalive; default 15s
+	// RegistrationTTL bounds how long a registered migration may go on
+	// before the target forgets it; default 24h.
+	RegistrationTTL time.Duration
+	Log             *zap.Logger
+	Registerer      prometheus.Registerer
+}
+
+func (c *Config) defaults() {
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = 5 * time.Second
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = 15 * time.Second
+	}
+	if c.RegistrationTTL <= 0 {
+		c.RegistrationTTL = 24 * time.Hour
+	}
+	if c.SocketDir == "" {
+		c.SocketDir = "/run/ferry/migrationproxy"
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+}
+
+// Proxy is one node's migration proxy: the listening port (target side and
+// control) and the source-side sockets of its outgoing migrations.
+type Proxy struct {
+	cfg     Config
+	log     *zap.Logger
+	tls     *tlsSource
+	metrics *metrics
+	reg     *registry
+
+	mu      sync.Mutex
+	ln      net.Listener
+	sources map[string]*SourceMigration
+	wg      sync.WaitGroup
+}
+
+// New validates the configuration and loads the TLS files.
+func New(cfg Config) (*Proxy, error) {
+	cfg.defaults()
+	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{}}
+	if cfg.TLS != nil {
+		s, err := newTLSSource(*cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		p.tls = s
+	}
+	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
+		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
+	}
+	return p, nil
+}
+
+// TLS reports whether peers are spoken to over mutual TLS.
+func (p *Proxy) TLS() bool { return p.tls != nil }
+
+// Listen opens the proxy port; Serve accepts on it.
+func (p *Proxy) Listen() (net.Addr, error) {
+	lc := net.ListenConfig{KeepAlive: p.cfg.KeepAlive}
+	ln, err := lc.Listen(context.Background(), "tcp", p.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen %s: %w", p.cfg.Listen, err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	return ln.Addr(), nil
+}
+
+// Serve accepts connections until ctx ends, then closes every relay and
+// source socket.
+func (p *Proxy) Serve(ctx context.Context) error {
+	p.mu.Lock()
+	ln := p.ln
+	p.mu.Unlock()
+	if ln == nil {
+		return errors.New("proxy: Serve before Listen")
+	}
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				p.shutdown()
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			p.shutdown()
+			return err
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(ctx, c)
+		}()
+	}
+}
+
+func (p *Proxy) shutdown() {
+	p.mu.Lock()
+	srcs := make([]*SourceMigration, 0, len(p.sources))
+	for _, s := range p.sources {
+		srcs = append(srcs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range srcs {
+		s.Close("ferryd shutting down")
+	}
+	for _, m := range p.reg.active() {
+		p.reg.end(m.ID, "ferryd shutting down")
+	}
+	p.wg.Wait()
+}
+
+func (p *Proxy) reject(c net.Conn, reason, detail string) {
+	p.metrics.rejected.WithLabelValues(reason).Inc()
+	p.log.Warn("proxy refused a connection", zap.String("reason", reason), zap.String("detail", detail), zap.String("peer", c.RemoteAddr().String()))
+}
+
+// handle serves one inbound connection: TLS, header, then control or relay.
+func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
+	c := raw
+	c.SetDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	if p.tls != nil {
+		tc := tls.Server(raw, p.tls.serverConfig())
+		hctx, cancel := context.WithTimeout(ctx, p.cfg.HeaderTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			p.reject(raw, "tls_handshake", err.Error())
+			raw.Close()
+			return
+		}
+		c = tc
+	}
+	h, err := ReadHeader(c)
+	if err != nil {
+		reason := "malformed_header"
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			reason = "header_timeout"
+		case errors.Is(err, ErrVersion):
+			reason = "unsupported_version"
+		}
+		p.reject(raw, reason, err.Error())
+		c.Close()
+		return
+	}
+	if h.Kind == KindControl {
+		p.serveControl(c)
+		return
+	}
+	target, e, reason, detail := p.reg.lookup(h, time.Now())
+	if reason != "" {
+		p.reject(raw, reason, detail)
+		writeStatus(c, detail)
+		c.Close()
+		return
+	}
+	start := time.Now()
+	local, err := net.DialTimeout("unix", target, p.cfg.DialTimeout)
+	if err != nil {
+		detail := fmt.Sprintf("cannot reach the %s socket of migration %s: %v", h.Kind, h.ID, err)
+		p.reject(raw, "dial_failed", detail)
+		writeStatus(c, detail)
+		c.Close()
+		return
+	}
+	p.metrics.dial.WithLabelValues("local").Observe(time.Since(start).Seconds())
+	if !p.reg.track(e, c) {
+		local.Close()
+		c.Close()
+		return
+	}
+	defer p.reg.untrack(e, c)
+	if err := writeStatus(c, ""); err != nil {
+		local.Close()
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	e.counters.Conns[h.Kind].Add(1)
+	g := p.metrics.conns.WithLabelValues(h.Kind.String(), "target")
+	g.Inc()
+	defer g.Dec()
+	// Plain TCP keeps its *net.TCPConn type here, so relay can splice.
+	err = relay(c, local, p.metrics.counter(h.Kind, true, e.counters), p.metrics.counter(h.Kind, false, e.counters))
+	if err != nil && !isClosed(err) {
+		p.log.Info("relay ended with an error", zap.String("migration", h.ID), zap.String("stream", h.Kind.String()), zap.Error(err))
+	}
+}
+
+// Register accepts a migration on this (target) node. The stream sockets
+// are derived here, never taken from the peer, so a registration cannot
+// point the proxy at any other socket on this host.
+func (p *Proxy) Register(id, domain string, kinds []Kind) (Migration, error) {
+	m := Migration{ID: id, Domain: domain, Targets: map[Kind]string{}, Expires: time.Now().Add(p.cfg.RegistrationTTL)}
+	if err := ValidID(id); err != nil {
+		return m, err
+	}
+	for _, k := range kinds {
+		switch k {
+		case KindLibvirt:
+			if p.cfg.LibvirtSocket == "" {
+				return m, errors.New("this node's proxy has no libvirt socket to relay to")
+			}
+			m.Targets[k] = p.cfg.LibvirtSocket
+		case KindMemory, KindDisk:
+			m.Targets[k] = SocketPath(p.cfg.SocketDir, id, k)
+		default:
+			return m, fmt.Errorf("stream %s cannot be registered", k)
+		}
+	}
+	if err := p.reg.add(m); err != nil {
+		return m, err
+	}
+	p.log.Info("migration registered", zap.String("migration", id), zap.String("domain", domain))
+	return m, nil
+}
+
+// Unregister ends a migration on the target side and cuts its connections.
+func (p *Proxy) Unregister(id, why string) *Counters {
+	c, ok := p.reg.end(id, why)
+	if ok {
+		p.log.Info("migration unregistered", zap.String("migration", id), zap.String("why", why))
+	}
+	return c
+}
+
+// SocketPath is KubeVirt's naming of a migration's source-side sockets:
+// <dir>/<id>-source.sock for libvirt, <dir>/<id>-<port>-source.sock for the
+// memory (49152) and disk (49153) streams.
+func SocketPath(dir, id string, k Kind) string {
+	switch k {
+	case KindMemory:
+		return filepath.Join(dir, id+"-49152-source.sock")
+	case KindDisk:
+		return filepath.Join(dir, id+"-49153-source.sock")
+	}
+	return filepath.Join(dir, id+"-source.sock")
+}
+
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed)
+}

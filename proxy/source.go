@@ -1,0 +1,219 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// SourceMigration is the source side of one migration: a unix listener per
+// stream, each accepted connection relayed to the target node's proxy.
+type SourceMigration struct {
+	ID       string
+	Target   string
+	Paths    map[Kind]string
+	Counters *Counters
+
+	p         *Proxy
+	listeners map[Kind]net.Listener
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closed    string
+	wg        sync.WaitGroup
+	errs      []string
+}
+
+// OpenSource creates the source-side sockets of a migration.
+func (p *Proxy) OpenSource(id, target string, kinds []Kind) (*SourceMigration, error) {
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	s := &SourceMigration{ID: id, Target: target, Paths: map[Kind]string{}, Counters: &Counters{},
+		p: p, listeners: map[Kind]net.Listener{}, conns: map[net.Conn]struct{}{}}
+	for _, k := range kinds {
+		path := SocketPath(p.cfg.SocketDir, id, k)
+		os.Remove(path) // a stale socket of a crashed run; the id is fresh
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			s.Close("setup failed")
+			return nil, fmt.Errorf("source socket for the %s stream: %w", k, err)
+		}
+		os.Chmod(path, 0o600)
+		s.Paths[k] = path
+		s.listeners[k] = ln
+	}
+	p.mu.Lock()
+	if _, dup := p.sources[id]; dup {
+		p.mu.Unlock()
+		s.Close("duplicate")
+		return nil, fmt.Errorf("migration %s already has source sockets", id)
+	}
+	p.sources[id] = s
+	p.mu.Unlock()
+	for k, ln := range s.listeners {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.accept(k, ln)
+		}()
+	}
+	return s, nil
+}
+
+func (s *SourceMigration) accept(k Kind, ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.forward(k, c)
+		}()
+	}
+}
+
+// forward dials the target proxy for one accepted stream connection and
+// relays it.
+func (s *SourceMigration) forward(k Kind, local net.Conn) {
+	p := s.p
+	if !s.track(local) {
+		local.Close()
+		return
+	}
+	defer s.untrack(local)
+	start := time.Now()
+	remote, err := p.dialPeer(context.Background(), s.Target, Header{Kind: k, ID: s.ID})
+	if err != nil {
+		s.fail(fmt.Sprintf("%s stream: %v", k, err))
+		p.log.Warn("cannot reach the target proxy", zap.String("migration", s.ID), zap.String("stream", k.String()), zap.String("target", s.Target), zap.Error(err))
+		local.Close()
+		return
+	}
+	p.metrics.dial.WithLabelValues("peer").Observe(time.Since(start).Seconds())
+	if !s.track(remote) {
+		remote.Close()
+		local.Close()
+		return
+	}
+	defer s.untrack(remote)
+	s.Counters.Conns[k].Add(1)
+	g := p.metrics.conns.WithLabelValues(k.String(), "source")
+	g.Inc()
+	defer g.Dec()
+	err = relay(local, remote, p.metrics.counter(k, true, s.Counters), p.metrics.counter(k, false, s.Counters))
+	if err != nil && !isClosed(err) {
+		s.fail(fmt.Sprintf("%s stream broke: %v", k, err))
+		p.log.Info("relay ended with an error", zap.String("migration", s.ID), zap.String("stream", k.String()), zap.Error(err))
+	}
+}
+
+// dialPeer connects to a peer proxy, secures it, sends the header and waits
+// for the peer's answer; the returned connection is ready to relay.
+func (p *Proxy) dialPeer(ctx context.Context, addr string, h Header) (net.Conn, error) {
+	hb, err := h.Encode()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	d := net.Dialer{KeepAlive: p.cfg.KeepAlive}
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial target proxy %s: %w", addr, err)
+	}
+	c := raw
+	if deadline, ok := ctx.Deadline(); ok {
+		raw.SetDeadline(deadline)
+	}
+	if p.tls != nil {
+		tc := tls.Client(raw, p.tls.clientConfig())
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, fmt.Errorf("TLS with target proxy %s: %w", addr, err)
+		}
+		c = tc
+	}
+	if _, err := c.Write(hb); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("header to target proxy %s: %w", addr, err)
+	}
+	if h.Kind != KindControl {
+		if err := readStatus(c); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	raw.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func (s *SourceMigration) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != "" {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *SourceMigration) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+}
+
+func (s *SourceMigration) fail(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.errs) < 16 {
+		s.errs = append(s.errs, msg)
+	}
+}
+
+// Errors are the relay failures seen so far, to explain a failed migration.
+func (s *SourceMigration) Errors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.errs...)
+}
+
+// Close removes the sockets, cuts every relayed connection and waits for
+// the relays to end. It is safe to call more than once.
+func (s *SourceMigration) Close(why string) {
+	s.mu.Lock()
+	if s.closed != "" {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = why
+	conns := make([]net.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for k, ln := range s.listeners {
+		ln.Close()
+		os.Remove(s.Paths[k])
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	s.wg.Wait()
+	s.p.mu.Lock()
+	if s.p.sources[s.ID] == s {
+		delete(s.p.sources, s.ID)
+	}
+	s.p.mu.Unlock()
+}
+
+var errControl = errors.New("control request failed")
