@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"time"
 
+	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/proxy"
 )
 
 // JobsResponse is GET /v1/jobs.
@@ -41,12 +43,15 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("GET /v1/domains", d.getDomains)
 	mux.HandleFunc("GET /v1/watch", d.watch)
 	mux.HandleFunc("POST /v1/jobs/{domain}/abort", d.abort)
+	mux.HandleFunc("POST /v1/jobs/{domain}/postcopy", d.postCopy)
+	mux.HandleFunc("POST /v1/migrations", d.migrate)
+	mux.HandleFunc("GET /v1/proxy", d.proxyStatus)
 	mux.Handle("GET /metrics", d.metricsHandler())
 	mux.HandleFunc("GET /healthz", d.healthz)
 	mux.HandleFunc("GET /readyz", d.readyz)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST /v1/jobs/{domain}/abort", r.Method, r.URL.Path))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/jobs/{domain}/abort and /v1/jobs/{domain}/postcopy", r.Method, r.URL.Path))
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET /v1/jobs, /v1/jobs/{domain}, /v1/domains, /v1/watch, /metrics", r.Method, r.URL.Path))
@@ -143,6 +148,64 @@ func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusBadGateway, err.Error())
 	}
+}
+
+func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
+	var req MigrateRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "migration request is not valid JSON: "+err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	resp, err := d.startMigration(ctx, req)
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusAccepted, resp)
+	case errors.Is(err, errBadRequest):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, errConflict):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusBadGateway, err.Error())
+	}
+}
+
+func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
+	j, err := d.Tracker.StartPostCopy(r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
+		return c.StartPostCopy(r.Context(), ref)
+	})
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusAccepted, migration.AbortResult{Job: j, Message: "switching to post-copy: the target now runs the guest and pulls the remaining pages on demand"})
+	case errors.Is(err, migration.ErrNoJob):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrAlreadyPostCopy):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusBadGateway, err.Error())
+	}
+}
+
+// ProxyResponse is GET /v1/proxy.
+type ProxyResponse struct {
+	Enabled    bool              `json:"enabled"`
+	TLS        bool              `json:"tls"`
+	SocketDir  string            `json:"socketDir,omitempty"`
+	Registered []proxy.Migration `json:"registered"`
+}
+
+func (d *Daemon) proxyStatus(w http.ResponseWriter, _ *http.Request) {
+	resp := ProxyResponse{Registered: []proxy.Migration{}}
+	if d.Proxy != nil {
+		resp.Enabled, resp.TLS, resp.SocketDir = true, d.Proxy.TLS(), d.Proxy.SocketDir()
+		if reg := d.Proxy.Registered(); reg != nil {
+			resp.Registered = reg
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {

@@ -20,6 +20,19 @@ type Config struct {
 	CallTimeout     time.Duration
 	HistorySize     int
 	Version         string
+
+	// ProxyListen is the migration proxy's port (host part optional: the
+	// migration IP is used when empty); "" disables the proxy.
+	ProxyListen        string
+	ProxyTLS           bool
+	ProxyTLSCert       string
+	ProxyTLSKey        string
+	ProxyTLSCA         string
+	ProxyTLSPeerName   string
+	ProxyTLSMinVersion string
+	ProxySocketDir     string
+	MigrationInterface string
+	NodeIP             string
 }
 
 // DefaultLibvirtSocket is the system libvirtd socket of a plain KVM host.
@@ -36,6 +49,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SampleInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--sample-interval %v is below 100ms: libvirt job stats are not updated that often", c.SampleInterval))
+	}
+	if c.ProxyTLSMinVersion != "" && c.ProxyTLSMinVersion != "1.2" && c.ProxyTLSMinVersion != "1.3" {
+		errs = append(errs, fmt.Errorf("--proxy-tls-min-version %q: use 1.2 or 1.3", c.ProxyTLSMinVersion))
 	}
 	if c.DebugSocketMode&^0o777 != 0 {
 		errs = append(errs, fmt.Errorf("--debug-socket-mode %o is not a permission mode", c.DebugSocketMode))

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/proxy"
 )
 
 // Daemon is a running ferryd.
@@ -24,7 +26,9 @@ type Daemon struct {
 	log     *zap.Logger
 	Tracker *migration.Tracker
 	Pool    *libvirtx.Pool
+	Proxy   *proxy.Proxy
 	reg     *prometheus.Registry
+	drives  *drives
 }
 
 // New builds a daemon from a validated config.
@@ -42,6 +46,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		HistorySize:    cfg.HistorySize,
 		CPU:            &libvirtx.QEMUCgroups{},
 		Log:            log.Named("tracker"),
+		OnFinish:       d.jobFinished,
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
 		Sockets:     cfg.LibvirtSockets,
@@ -50,7 +55,54 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	}, d.Tracker, log.Named("libvirt"))
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool))
+	d.drives = newDrives()
+	if cfg.ProxyListen != "" {
+		p, err := newProxy(cfg, log.Named("proxy"), d.reg)
+		if err != nil {
+			return nil, err
+		}
+		d.Proxy = p
+	}
 	return d, nil
+}
+
+// newProxy builds the migration proxy on the migration network's address.
+func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*proxy.Proxy, error) {
+	host, port, err := net.SplitHostPort(cfg.ProxyListen)
+	if err != nil {
+		return nil, fmt.Errorf("--proxy-listen %q: %w (want HOST:PORT or :PORT)", cfg.ProxyListen, err)
+	}
+	if host == "" {
+		ip, from, err := migrationIP(cfg.MigrationInterface, cfg.NodeIP)
+		if err != nil {
+			return nil, err
+		}
+		if ip != nil {
+			host = ip.String()
+			log.Info("proxy listens on the migration network", zap.String("ip", host), zap.String("from", from))
+		} else {
+			log.Warn("no migration interface address and no --node-ip: the proxy listens on every address",
+				zap.String("migrationInterface", cfg.MigrationInterface))
+		}
+	}
+	pc := proxy.Config{
+		Listen:     net.JoinHostPort(host, port),
+		SocketDir:  cfg.ProxySocketDir,
+		Log:        log,
+		Registerer: reg,
+	}
+	if len(cfg.LibvirtSockets) > 0 {
+		pc.LibvirtSocket = cfg.LibvirtSockets[0]
+	}
+	if cfg.ProxyTLS {
+		minV := uint16(tls.VersionTLS13)
+		if cfg.ProxyTLSMinVersion == "1.2" {
+			minV = tls.VersionTLS12
+		}
+		pc.TLS = &proxy.TLSFiles{Cert: cfg.ProxyTLSCert, Key: cfg.ProxyTLSKey, CA: cfg.ProxyTLSCA,
+			PeerName: cfg.ProxyTLSPeerName, MinVersion: minV}
+	}
+	return proxy.New(pc)
 }
 
 // Registry exposes the metrics registry (for tests and linting).
@@ -63,6 +115,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer os.Remove(d.cfg.DebugSocket)
+	if d.Proxy != nil {
+		addr, err := d.Proxy.Listen()
+		if err != nil {
+			debugLn.Close()
+			return err
+		}
+		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()))
+	}
 	var metricsLn net.Listener
 	if d.cfg.MetricsAddr != "" {
 		metricsLn, err = net.Listen("tcp", d.cfg.MetricsAddr)
@@ -80,10 +140,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	baseCtx, cancelStreams := context.WithCancel(context.Background())
 	defer cancelStreams()
 	base := func(net.Listener) context.Context { return baseCtx }
-	servers := []*http.Server{{Handler: d.apiHandler(), ReadHeaderTimeout: 5 * time.Second, BaseContext: base}}
+	servers := []*http.Server{{Handler: d.apiHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, BaseContext: base}}
 	listeners := []net.Listener{debugLn}
 	if metricsLn != nil {
-		servers = append(servers, &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, BaseContext: base})
+		servers = append(servers, &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, BaseContext: base})
 		listeners = append(listeners, metricsLn)
 	}
 
@@ -94,6 +154,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer wg.Done()
 		d.Pool.Run(poolCtx)
 	}()
+	if d.Proxy != nil {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := d.Proxy.Serve(poolCtx); err != nil {
+				d.log.Error("migration proxy stopped", zap.Error(err))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			watchLink(poolCtx, d.cfg.MigrationInterface, d.log, d.linkChanged)
+		}()
+	}
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
 		go func() {
@@ -117,6 +190,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			s.Close()
 		}
 	}
+	d.drives.stopAll()
 	stopPool()
 	wg.Wait()
 	d.log.Info("ferryd stopped")

@@ -20,6 +20,7 @@ func startDaemon(t *testing.T) (*Daemon, *http.Client) {
 	d, err := New(Config{
 		NodeName: "test", DebugSocket: filepath.Join(dir, "ferry.sock"), DebugSocketMode: 0o600,
 		LibvirtSockets: []string{filepath.Join(dir, "no-libvirt-here")}, SampleInterval: time.Second,
+		ProxyListen: "127.0.0.1:0", ProxySocketDir: filepath.Join(dir, "proxy"),
 	}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +60,8 @@ func TestDebugAPIRejectsMalformedRequests(t *testing.T) {
 		{"GET", "/v2/whatever", 404, "no such endpoint"},
 		{"POST", "/v1/jobs", 405, "only GET"},
 		{"POST", "/v1/jobs/nosuchdomain/abort", 404, "no migration job in flight"},
+		{"POST", "/v1/jobs/nosuchdomain/postcopy", 404, "no migration job in flight"},
+		{"POST", "/v1/migrations", 400, "not valid JSON"},
 	}
 	for _, c := range cases {
 		req, _ := http.NewRequest(c.method, "http://ferryd"+c.path, nil)
@@ -120,6 +123,28 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 	for _, want := range []string{"--node-name", "--debug-socket", "--sample-interval"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestMigrateRequestErrorsNameTheField(t *testing.T) {
+	_, hc := startDaemon(t)
+	for body, want := range map[string]string{
+		`{"domain":"","target":"10.0.0.1"}`:                           "domain is empty",
+		`{"domain":"vm","target":"nohostport"}`:                       "not the target node's proxy address",
+		`{"domain":"vm","target":"10.0.0.2:9475","parallel":-1}`:      "parallel -1",
+		`{"domain":"vm","target":"10.0.0.2:9475","bandwith":5}`:       "unknown field",
+		`{"domain":"nosuchvm","target":"10.0.0.2:9475","parallel":2}`: "no running domain",
+	} {
+		resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e ErrorResponse
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(e.Error, want) {
+			t.Errorf("%s: %d %q, want 400 naming %q", body, resp.StatusCode, e.Error, want)
 		}
 	}
 }

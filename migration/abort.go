@@ -13,6 +13,8 @@ var (
 	ErrNotSource   = errors.New("not the source of the migration")
 	ErrNoLibvirt   = errors.New("libvirt connection is down")
 	ErrAbortFailed = errors.New("libvirt refused the abort")
+	// ErrAlreadyPostCopy: a second switch to post-copy is meaningless.
+	ErrAlreadyPostCopy = errors.New("already in post-copy")
 )
 
 // AbortResult says what an abort request did.

@@ -100,6 +100,8 @@ type Job struct {
 	DomainState string `json:"domainState,omitempty"`
 
 	QEMU *QEMUFigures `json:"qemu,omitempty"`
+	// Proxy is set when Ferry drove the migration through its own proxy.
+	Proxy *ProxyInfo `json:"proxy,omitempty"`
 
 	Samples    []Sample    `json:"samples,omitempty"`
 	Iterations []Iteration `json:"iterations,omitempty"`
@@ -117,6 +119,17 @@ type QEMUFigures struct {
 	ThrottledSeconds        float64 `json:"throttledSeconds"`
 	ThrottledPercentPeriods float64 `json:"throttledPercentOfPeriods"`
 	Error                   string  `json:"error,omitempty"`
+}
+
+// ProxyInfo describes a migration Ferry drove through its proxy.
+type ProxyInfo struct {
+	MigrationID string `json:"migrationId"`
+	Target      string `json:"target"`
+	TLS         bool   `json:"tls"`
+	Parallel    int    `json:"parallel,omitempty"`
+	// Bytes is stream -> direction -> bytes relayed on this node.
+	Bytes  map[string]map[string]uint64 `json:"bytes,omitempty"`
+	Errors []string                     `json:"errors,omitempty"`
 }
 
 // Sample is one reading of the job's statistics.

@@ -27,6 +27,8 @@ type Config struct {
 	MaxEvents      int           // per job, default 256
 	CPU            CPUReader
 	Log            *zap.Logger
+	// OnFinish is called, outside the tracker's lock, with each job that ends.
+	OnFinish func(Job)
 }
 
 func (c *Config) defaults() {
@@ -86,6 +88,14 @@ type Tracker struct {
 	// latest is each domain's newest finished job, still kept current with
 	// the domain's state (a failed migration leaves it in a telling state).
 	latest map[jobKey]*job
+	// driven holds what a driver told of a domain's migration before the
+	// job existed or ended: its proxy, and its own account of a failure.
+	driven map[string]*drivenInfo
+}
+
+type drivenInfo struct {
+	proxy  *ProxyInfo
+	reason string
 }
 
 // Total counts finished jobs by role and result.
@@ -108,6 +118,7 @@ func NewTracker(cfg Config) *Tracker {
 		finals:  map[jobKey]*job{},
 		conns:   map[string]*libvirtx.Conn{},
 		latest:  map[jobKey]*job{},
+		driven:  map[string]*drivenInfo{},
 	}
 }
 
@@ -295,6 +306,9 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 		StartTime: start, UpdateTime: time.Now(),
 	}
 	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
+	if di := t.driven[ref.Name]; di != nil && role == RoleSource {
+		j.view.Proxy = di.proxy
+	}
 	t.jobs[jobKey{socket, ref.Name}] = j
 	t.addEvent(j, time.Now(), "tracker", "job found: "+why)
 	t.log.Info("migration job found", zap.String("domain", ref.Name), zap.String("role", string(role)), zap.String("why", why))
@@ -311,6 +325,15 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		// leaves the guest's memory split between the two hosts.
 		reason = "post-copy failed: " + reason
 		phase = PhasePostCopyFailed
+	}
+	if di := t.driven[j.view.Domain]; di != nil && j.view.Role == RoleSource {
+		if di.reason != "" && phase == PhaseFailed {
+			reason = di.reason
+		}
+		if di.proxy != nil {
+			j.view.Proxy = di.proxy
+		}
+		delete(t.driven, j.view.Domain)
 	}
 	switch j.view.AbortStatus {
 	case AbortAborting:
@@ -359,6 +382,10 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	lvl("migration job ended", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)),
 		zap.String("phase", string(phase)), zap.String("reason", reason), zap.Uint64("iteration", j.view.Iteration))
 	t.publish(j)
+	if t.cfg.OnFinish != nil {
+		v := j.view
+		go t.cfg.OnFinish(v)
+	}
 }
 
 func resultLabel(p Phase) string {

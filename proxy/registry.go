@@ -110,7 +110,7 @@ func (r *registry) untrack(e *entry, c net.Conn) {
 }
 
 // end unregisters a migration and cuts its connections.
-func (r *registry) end(id, why string) (*Counters, bool) {
+func (r *registry) end(id, why string) (*entry, bool) {
 	r.mu.Lock()
 	e, ok := r.entries[id]
 	if !ok || e.ended != "" {
@@ -126,7 +126,7 @@ func (r *registry) end(id, why string) (*Counters, bool) {
 	for _, c := range conns {
 		c.Close()
 	}
-	return e.counters, true
+	return e, true
 }
 
 func (r *registry) expireLocked(now time.Time) {

@@ -268,11 +268,19 @@ func (p *Proxy) Register(id, domain string, kinds []Kind) (Migration, error) {
 
 // Unregister ends a migration on the target side and cuts its connections.
 func (p *Proxy) Unregister(id, why string) *Counters {
-	c, ok := p.reg.end(id, why)
-	if ok {
-		p.log.Info("migration unregistered", zap.String("migration", id), zap.String("why", why))
+	e, ok := p.reg.end(id, why)
+	if !ok {
+		return nil
 	}
-	return c
+	// The target QEMU's listening sockets live in this proxy's directory
+	// and outlive a failed incoming migration; they are ours to remove.
+	for k, path := range e.m.Targets {
+		if k != KindLibvirt {
+			os.Remove(path)
+		}
+	}
+	p.log.Info("migration unregistered", zap.String("migration", id), zap.String("why", why))
+	return e.counters
 }
 
 // SocketPath is KubeVirt's naming of a migration's source-side sockets:
@@ -291,3 +299,19 @@ func SocketPath(dir, id string, k Kind) string {
 func isClosed(err error) bool {
 	return errors.Is(err, net.ErrClosed)
 }
+
+// UnregisterDomain ends every registration for a domain; the target calls
+// it when its side of the migration ends, even if the source never could.
+func (p *Proxy) UnregisterDomain(domain, why string) []string {
+	var ids []string
+	for _, m := range p.reg.active() {
+		if m.Domain == domain {
+			p.Unregister(m.ID, why)
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// Registered lists the live registrations on this (target) node.
+func (p *Proxy) Registered() []Migration { return p.reg.active() }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,9 +41,14 @@ func (c *client) get(ctx context.Context, path string, q url.Values, v any) erro
 
 // post sends a bodiless POST and decodes the JSON answer into v.
 func (c *client) post(ctx context.Context, path string, v any) error {
+	return c.postJSON(ctx, path, nil, v)
+}
+
+// postJSON sends body as JSON and decodes the JSON answer into v.
+func (c *client) postJSON(ctx context.Context, path string, body []byte, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
-	resp, err := c.request(ctx, http.MethodPost, path, nil)
+	resp, err := c.request(ctx, http.MethodPost, path, nil, body)
 	if err != nil {
 		return err
 	}
@@ -51,14 +57,17 @@ func (c *client) post(ctx context.Context, path string, v any) error {
 }
 
 func (c *client) do(ctx context.Context, path string, q url.Values) (*http.Response, error) {
-	return c.request(ctx, http.MethodGet, path, q)
+	return c.request(ctx, http.MethodGet, path, q, nil)
 }
 
-func (c *client) request(ctx context.Context, method, path string, q url.Values) (*http.Response, error) {
+func (c *client) request(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
 	u := url.URL{Scheme: "http", Host: "ferryd", Path: path, RawQuery: q.Encode()}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -28,7 +28,12 @@ Commands:
   job NAME         one domain's latest job with its iterations and events
   watch [NAME]     live progress of jobs (of NAME only, exiting when it ends)
   domains          domains on this node, their states and what needs attention
+  migrate NAME --to HOST:PORT [--postcopy] [--postcopy-after D] [--auto-converge]
+                   [--bandwidth-mibs N] [--parallel N]
+                   live-migrate NAME through Ferry's proxy to the target node's proxy
+                   address, showing progress until it ends (run on the source node)
   abort NAME       abort NAME's migration (run on the source node) and wait for the outcome
+  postcopy NAME    switch NAME's running migration to post-copy
   version          ferryctl's version
 
 Flags:
@@ -86,6 +91,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdDomains(ctx, c, g, rest)
 	case "abort":
 		err = cmdAbort(ctx, c, g, rest)
+	case "migrate":
+		err = cmdMigrate(ctx, c, g, rest)
+	case "postcopy":
+		err = cmdPostCopy(ctx, c, g, rest)
 	case "version":
 		fmt.Fprintln(stdout, "ferryctl", version.Version)
 	case "help", "-h", "--help":

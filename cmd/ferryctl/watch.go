@@ -26,6 +26,12 @@ func cmdWatch(ctx context.Context, c *client, g globals, args []string) error {
 	if len(args) == 1 {
 		name = args[0]
 	}
+	return watchJobs(ctx, c, g, name, nil)
+}
+
+// watchJobs streams updates; once the stream is open, ended (if given) says
+// whether the awaited job already ended before it opened.
+func watchJobs(ctx context.Context, c *client, g globals, name string, ended func() *migration.Job) error {
 	q := url.Values{}
 	if name != "" {
 		q.Set("domain", name)
@@ -43,6 +49,18 @@ func cmdWatch(ctx context.Context, c *client, g globals, args []string) error {
 	tty := isTerminal(g.out)
 	if name != "" && g.output == "table" {
 		fmt.Fprintf(g.out, "watching migrations of %s (Ctrl-C to stop)\n", name)
+	}
+	if ended != nil {
+		if j := ended(); j != nil {
+			if g.output == "json" {
+				return printJSON(g.out, j)
+			}
+			fmt.Fprintln(g.out, summaryLine(*j))
+			if j.Phase != migration.PhaseCompleted {
+				return failedJob{j.Phase}
+			}
+			return nil
+		}
 	}
 	jobs := map[string]migration.Job{}
 	drawn := 0

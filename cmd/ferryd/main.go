@@ -54,6 +54,16 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", envDuration("FERRY_SAMPLE_INTERVAL", time.Second), "how often job statistics are sampled (also sampled at once on each migration iteration)")
 	fs.DurationVar(&cfg.CallTimeout, "libvirt-timeout", envDuration("FERRY_LIBVIRT_TIMEOUT", 5*time.Second), "deadline of each libvirt call; a daemon that misses it is treated as hung")
 	fs.IntVar(&cfg.HistorySize, "history-size", 256, "finished jobs kept in memory")
+	fs.StringVar(&cfg.ProxyListen, "proxy-listen", env("FERRY_PROXY_LISTEN", ":9475"), "migration proxy port, HOST:PORT or :PORT to listen on the migration network's address (empty disables the proxy)")
+	fs.BoolVar(&cfg.ProxyTLS, "proxy-tls", envBool("FERRY_PROXY_TLS", true), "mutual TLS between nodes' proxies; false relays plain TCP with zero-copy splice, for a trusted migration network only")
+	fs.StringVar(&cfg.ProxyTLSCert, "proxy-tls-cert", env("FERRY_PROXY_TLS_CERT", "/etc/ferry/tls/tls.crt"), "this node's proxy certificate (PEM), reloaded when it changes")
+	fs.StringVar(&cfg.ProxyTLSKey, "proxy-tls-key", env("FERRY_PROXY_TLS_KEY", "/etc/ferry/tls/tls.key"), "key of --proxy-tls-cert (PEM)")
+	fs.StringVar(&cfg.ProxyTLSCA, "proxy-tls-ca", env("FERRY_PROXY_TLS_CA", "/etc/ferry/tls/ca.crt"), "CA that issues every node's proxy certificate (PEM)")
+	fs.StringVar(&cfg.ProxyTLSPeerName, "proxy-tls-peer-name", env("FERRY_PROXY_TLS_PEER_NAME", "ferry"), "DNS name every peer's proxy certificate must carry")
+	fs.StringVar(&cfg.ProxyTLSMinVersion, "proxy-tls-min-version", env("FERRY_PROXY_TLS_MIN_VERSION", "1.3"), "lowest TLS version accepted between proxies: 1.3 or 1.2")
+	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets; must be the same path on every node")
+	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
+	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +128,19 @@ func env(key, def string) string {
 		return v
 	}
 	return def
+}
+
+func envBool(key string, def bool) bool {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: environment %s=%q is not a boolean\n", key, v)
+		os.Exit(2)
+	}
+	return b
 }
 
 func envDuration(key string, def time.Duration) time.Duration {

@@ -28,7 +28,10 @@ type ferry struct {
 
 func ferryOn(node string) *ferry {
 	sock := bed.Node(node).DebugSocket
+	// No keep-alive: idle connections would hold file descriptors in ferryd
+	// that the leak checks count.
 	return &ferry{node: node, hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		}}}}

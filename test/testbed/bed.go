@@ -75,6 +75,9 @@ func Up(ctx context.Context, cfg Config) (*Bed, error) {
 }
 
 func (b *Bed) up(ctx context.Context) error {
+	if err := writeCerts(b.cfg.Dir); err != nil {
+		return fmt.Errorf("testbed: proxy certificates: %w", err)
+	}
 	for _, sub := range []string{"guests", "relays"} {
 		if err := os.RemoveAll(filepath.Join(b.cfg.Dir, sub)); err != nil {
 			return err
@@ -223,4 +226,41 @@ func failedCmd(ctx context.Context, err error) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "false")
 	cmd.Err = err
 	return cmd
+}
+
+func (b *Bed) plainProxy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st.PlainProxy
+}
+
+// SetProxyTLS restarts both ferryds with their proxies speaking mutual TLS
+// (on) or plain TCP (off).
+func (b *Bed) SetProxyTLS(ctx context.Context, on bool) error {
+	if b.cfg.FerrydBin == "" {
+		return errors.New("testbed: no ferryd runs in this bed")
+	}
+	b.mu.Lock()
+	b.st.PlainProxy = !on
+	b.mu.Unlock()
+	if err := b.save(); err != nil {
+		return err
+	}
+	for _, d := range nodeDefs {
+		if err := b.RestartFerryd(ctx, d.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FerrydPID is the process ID of the node's ferryd, 0 if none runs.
+func (b *Bed) FerrydPID(node string) int {
+	b.reload()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ns := b.st.Nodes[node]; ns != nil && ns.Ferryd.alive() {
+		return ns.Ferryd.PID
+	}
+	return 0
 }

@@ -33,13 +33,33 @@ func (b *Bed) setLink(state string) error {
 // connection process still alive afterwards is killed by PID.
 func (b *Bed) ResetMigration() error {
 	relays := loadRelays(b.cfg.Dir)
-	if len(relays) == 0 {
-		return errors.New("testbed: no migration in progress")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	killed := 0
 	var ssErrs []string
+	if b.cfg.FerrydBin != "" {
+		// Ferry's proxies: every connection to or from a node's proxy port
+		// on the veth is a migration stream (control connections are brief).
+		for _, d := range nodeDefs {
+			args := []string{"ss", "-K", "-H", "-t", "-n", "(", "sport", "=", fmt.Sprintf(":%d", ProxyPort), "or", "dport", "=", fmt.Sprintf(":%d", ProxyPort), ")"}
+			out, err := b.Exec(ctx, d.name, args...).CombinedOutput()
+			if err != nil {
+				ssErrs = append(ssErrs, fmt.Sprintf("node %s: %v: %s", d.name, err, strings.TrimSpace(string(out))))
+				continue
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.TrimSpace(line) != "" {
+					killed++
+				}
+			}
+		}
+	}
+	if len(relays) == 0 && killed == 0 {
+		if len(ssErrs) > 0 {
+			return fmt.Errorf("testbed: reset-migration: %s", strings.Join(ssErrs, "; "))
+		}
+		return errors.New("testbed: no migration in progress")
+	}
 	for _, r := range relays {
 		var filter []string
 		for _, port := range []int{r.RPCPort, r.MigPort} {

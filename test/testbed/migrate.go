@@ -22,6 +22,12 @@ type MigrateSpec struct {
 	AutoConverge          bool
 	BandwidthMiBs         int
 	PostCopyBandwidthMiBs int
+	// Parallel opens that many multifd connections for the memory stream
+	// (Ferry's proxy only).
+	Parallel int
+	// Via is "ferry" (the source ferryd drives the migration through Ferry's
+	// proxy; the default when ferryd runs) or "socat" (the bed's own relays).
+	Via string
 }
 
 // Migrate live-migrates a guest peer-to-peer the way KubeVirt does: the
@@ -42,6 +48,23 @@ func (b *Bed) Migrate(ctx context.Context, m MigrateSpec) error {
 	}
 	if m.BandwidthMiBs < 0 || m.PostCopyBandwidthMiBs < 0 {
 		return fmt.Errorf("testbed: negative bandwidth for %s", m.Name)
+	}
+	switch m.Via {
+	case "":
+		if b.cfg.FerrydBin != "" {
+			return b.migrateViaFerry(ctx, m)
+		}
+	case "ferry":
+		if b.cfg.FerrydBin == "" {
+			return fmt.Errorf("testbed: migrating %s via ferry needs a bed with ferryd (up --ferryd)", m.Name)
+		}
+		return b.migrateViaFerry(ctx, m)
+	case "socat":
+		if m.Parallel > 0 {
+			return fmt.Errorf("testbed: --parallel needs Ferry's proxy, not socat")
+		}
+	default:
+		return fmt.Errorf("testbed: unknown relay %q for %s (ferry or socat)", m.Via, m.Name)
 	}
 	l, err := b.Libvirt(m.From)
 	if err != nil {

@@ -23,10 +23,16 @@ type Node struct {
 	LibvirtSocket string
 	DebugSocket   string
 	MetricsAddr   string
-	Dir           string
+	// ProxyAddr is the node's migration proxy, on its veth.
+	ProxyAddr string
+	Dir       string
 }
 
 const metricsAddr = "127.0.0.1:9474"
+
+// ProxyPort is where each node's ferryd runs its migration proxy, on the
+// node's veth address.
+const ProxyPort = 9475
 
 func newNode(cfg Config, d nodeDef) *Node {
 	dir := filepath.Join(cfg.Dir, d.name)
@@ -36,6 +42,7 @@ func newNode(cfg Config, d nodeDef) *Node {
 		LibvirtSocket: filepath.Join(dir, "sock", "libvirt-sock"),
 		DebugSocket:   filepath.Join(dir, "sock", "ferry.sock"),
 		MetricsAddr:   metricsAddr,
+		ProxyAddr:     fmt.Sprintf("%s:%d", d.ip, ProxyPort),
 		Dir:           dir,
 	}
 }
@@ -150,12 +157,24 @@ func (b *Bed) waitLibvirtd(ctx context.Context, node string, p proc) error {
 
 func (b *Bed) startFerryd(node string) (proc, error) {
 	n := b.nodes[node]
-	argv, err := b.nsenter(node, b.cfg.FerrydBin,
+	d, _ := lookupNode(node)
+	tdir := tlsDir(b.cfg.Dir, node)
+	args := []string{b.cfg.FerrydBin,
 		"--node-name", node,
 		"--libvirt-socket", n.LibvirtSocket,
 		"--debug-socket", n.DebugSocket,
 		"--metrics-addr", n.MetricsAddr,
-		"--sample-interval", "1s")
+		"--sample-interval", "1s",
+		// The veth is the nodes' migration network.
+		"--migration-interface", d.veth,
+		"--proxy-listen", fmt.Sprintf(":%d", ProxyPort),
+		"--proxy-tls-cert", filepath.Join(tdir, "tls.crt"),
+		"--proxy-tls-key", filepath.Join(tdir, "tls.key"),
+		"--proxy-tls-ca", filepath.Join(tdir, "ca.crt"),
+		"--proxy-tls-peer-name", PeerName,
+		fmt.Sprintf("--proxy-tls=%v", !b.plainProxy()),
+	}
+	argv, err := b.nsenter(node, args...)
 	if err != nil {
 		return proc{}, err
 	}
@@ -192,6 +211,7 @@ func unixHTTPClient(sock string) *http.Client {
 	return &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
+			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, "unix", sock)

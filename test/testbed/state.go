@@ -12,12 +12,14 @@ import (
 // state is what `up` leaves in Dir so that other processes (the CLI's other
 // verbs) and a later cleanup can find every process the bed started.
 type state struct {
-	Accel       string                `json:"accel"`
-	AccelReason string                `json:"accel_reason,omitempty"`
-	CacheDir    string                `json:"cache_dir"`
-	FerrydBin   string                `json:"ferryd_bin,omitempty"`
-	Nodes       map[string]*nodeState `json:"nodes"`
-	Ready       bool                  `json:"ready"`
+	Accel       string `json:"accel"`
+	AccelReason string `json:"accel_reason,omitempty"`
+	CacheDir    string `json:"cache_dir"`
+	FerrydBin   string `json:"ferryd_bin,omitempty"`
+	// PlainProxy runs the ferryds' proxies without TLS.
+	PlainProxy bool                  `json:"plain_proxy,omitempty"`
+	Nodes      map[string]*nodeState `json:"nodes"`
+	Ready      bool                  `json:"ready"`
 }
 
 type nodeState struct {

@@ -31,6 +31,7 @@ Verbs:
   guest destroy NAME
   migrate NAME --from a --to b [--postcopy] [--postcopy-after DURATION] [--auto-converge]
                                [--bandwidth-mibs N] [--postcopy-bandwidth-mibs N]
+                               [--parallel N] [--via ferry|socat]
   console NAME                 the guest's serial console across all nodes
   exec NODE -- CMD...          run CMD in the node's network + mount namespaces
   cut-link | restore-link      take the veth between the nodes down / up
@@ -186,6 +187,8 @@ func migrate(ctx context.Context, open opener, args []string) error {
 	fs.BoolVar(&m.AutoConverge, "auto-converge", false, "throttle the vCPU until the migration converges")
 	fs.IntVar(&m.BandwidthMiBs, "bandwidth-mibs", 0, "pre-copy bandwidth limit in MiB/s (0 = none)")
 	fs.IntVar(&m.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "post-copy bandwidth limit in MiB/s (0 = none)")
+	fs.IntVar(&m.Parallel, "parallel", 0, "multifd connections for the memory stream (Ferry's proxy only)")
+	fs.StringVar(&m.Via, "via", "", "relay: ferry (the source ferryd drives it through Ferry's proxy; default with ferryd) or socat")
 	name, err := oneName(fs, "migrate", args)
 	if err != nil {
 		return err
@@ -224,6 +227,7 @@ func env(b *testbed.Bed) error {
 		fmt.Printf("%sDEBUG_SOCKET=%s\n", p, n.DebugSocket)
 		fmt.Printf("%sMETRICS=http://%s/metrics\n", p, n.MetricsAddr)
 		fmt.Printf("%sIP=%s\n", p, n.IP)
+		fmt.Printf("%sPROXY=%s\n", p, n.ProxyAddr)
 		fmt.Printf("%sNETNS=ferry-%s\n", p, name)
 	}
 	fmt.Printf("FERRY_TESTBED_DIR=%s\n", b.Dir())

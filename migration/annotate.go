@@ -1,0 +1,177 @@
+package migration
+
+import (
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// ConnFor finds the libvirt connection and domain handle of an active domain.
+func (t *Tracker) ConnFor(domain string) (*libvirtx.Conn, libvirt.Domain, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for socket, doms := range t.domains {
+		if d, ok := doms[domain]; ok {
+			if c := t.conns[socket]; c != nil {
+				return c, d.Ref, nil
+			}
+			return nil, libvirt.Domain{}, fmt.Errorf("%w (%s)", ErrNoLibvirt, socket)
+		}
+	}
+	return nil, libvirt.Domain{}, fmt.Errorf("no running domain %q on node %s", domain, t.cfg.Node)
+}
+
+// InFlight reports whether the domain has a migration job in flight.
+func (t *Tracker) InFlight(domain string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.jobs {
+		if k.domain == domain {
+			return true
+		}
+	}
+	return false
+}
+
+// Annotate applies fn to the domain's newest job that started at or after
+// since (in flight or just finished), so a driver can attach what it knows:
+// proxy figures, the migrate call's own error. It reports whether one was found.
+func (t *Tracker) Annotate(domain string, since time.Time, fn func(*Job)) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var best *job
+	consider := func(j *job) {
+		if j.view.Domain == domain && !j.view.StartTime.Before(since.Add(-2*time.Second)) &&
+			(best == nil || j.view.StartTime.After(best.view.StartTime)) {
+			best = j
+		}
+	}
+	for _, j := range t.jobs {
+		consider(j)
+	}
+	for _, j := range t.history.slice() {
+		consider(j)
+	}
+	if best == nil {
+		return false
+	}
+	fn(&best.view)
+	t.publish(best)
+	return true
+}
+
+// NoteEvent records an event on every in-flight job (e.g. the migration
+// network's link going down), as evidence for whatever happens next.
+func (t *Tracker) NoteEvent(kind, detail string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	for _, j := range t.jobs {
+		t.addEvent(j, now, kind, detail)
+		t.publish(j)
+	}
+}
+
+// StartPostCopy switches the domain's in-flight pre-copy migration to post-copy.
+func (t *Tracker) StartPostCopy(domain string, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
+	t.mu.Lock()
+	var j *job
+	for k, v := range t.jobs {
+		if k.domain == domain {
+			j = v
+		}
+	}
+	if j == nil {
+		t.mu.Unlock()
+		return Job{}, fmt.Errorf("%w for domain %q on node %s", ErrNoJob, domain, t.cfg.Node)
+	}
+	if j.view.Role != RoleSource {
+		t.mu.Unlock()
+		return Job{}, fmt.Errorf("%w: node %s is the target of %s's migration", ErrNotSource, t.cfg.Node, domain)
+	}
+	if j.view.Mode == ModePostCopy {
+		v := j.view
+		t.mu.Unlock()
+		return v, fmt.Errorf("%w: %s is already in post-copy", ErrAlreadyPostCopy, domain)
+	}
+	c, ref := t.conns[j.view.Socket], j.ref
+	t.addEvent(j, time.Now(), "postcopy", "switch to post-copy requested through Ferry")
+	t.mu.Unlock()
+	if c == nil {
+		return Job{}, fmt.Errorf("%w: cannot switch %s to post-copy now", ErrNoLibvirt, domain)
+	}
+	if err := start(c, ref); err != nil {
+		t.mu.Lock()
+		t.addEvent(j, time.Now(), "postcopy", "switch refused: "+err.Error())
+		t.mu.Unlock()
+		return Job{}, fmt.Errorf("libvirt refused the switch to post-copy (was the migration started with post-copy allowed?): %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return j.view, nil
+}
+
+// Drive tells the tracker that Ferry is driving the domain's migration
+// through its proxy; the job shows it from its first moment.
+func (t *Tracker) Drive(domain string, info ProxyInfo) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.driven[domain] = &drivenInfo{proxy: &info}
+	for k, j := range t.jobs {
+		if k.domain == domain && j.view.Role == RoleSource {
+			j.view.Proxy = &info
+			t.publish(j)
+		}
+	}
+}
+
+// DriveEnded records the driver's final word: proxy figures and, if the
+// migrate call failed, its reason, which replaces the tracker's own guess
+// (libvirt keeps no record of why a migration failed; the caller hears it).
+// With no job to put it on (the migration failed before libvirt started a
+// job) a failed job is recorded so the failure is not lost.
+func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info ProxyInfo, failure string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	di := t.driven[domain]
+	if di == nil {
+		di = &drivenInfo{}
+		t.driven[domain] = di
+	}
+	di.proxy, di.reason = &info, failure
+	var best *job
+	for _, j := range t.jobs {
+		if j.view.Domain == domain && j.view.Role == RoleSource {
+			best = j
+		}
+	}
+	if best == nil {
+		if j := t.latest[jobKey{socket, domain}]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
+			best = j
+		}
+	}
+	switch {
+	case best == nil && failure != "":
+		j := t.newJob(socket, ref, RoleSource, start, "migration driven by Ferry")
+		j.view.Proxy = &info
+		t.finish(j, PhaseFailed, failure, time.Now())
+	case best == nil:
+	case best.view.Phase.Finished():
+		best.view.Proxy = &info
+		if failure != "" && best.view.Phase == PhaseFailed {
+			best.view.FailureReason = failure
+		}
+		t.publish(best)
+	default:
+		// Still running in the tracker's eyes; finish() applies the
+		// driver's account when libvirt's job goes away.
+		best.view.Proxy = &info
+		t.publish(best)
+	}
+	if best != nil && best.view.Phase.Finished() {
+		delete(t.driven, domain)
+	}
+}

@@ -1,0 +1,67 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/ferry-vm/ferry/migration"
+)
+
+// migrateViaFerry asks the source node's ferryd to drive the migration
+// through Ferry's proxy, then follows the job until it ends.
+func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
+	src, dst := b.nodes[m.From], b.nodes[m.To]
+	if err := b.noteConsoleMove(m.Name, m.To); err != nil {
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{
+		"domain": m.Name, "target": dst.ProxyAddr,
+		"postCopy": m.PostCopy, "postCopyAfterSeconds": m.PostCopyAfter.Seconds(),
+		"autoConverge": m.AutoConverge, "bandwidthMiBs": m.BandwidthMiBs,
+		"postCopyBandwidthMiBs": m.PostCopyBandwidthMiBs, "parallel": m.Parallel,
+	})
+	hc := unixHTTPClient(src.DebugSocket)
+	resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("testbed: asking ferryd on %s to migrate %s: %w", m.From, m.Name, err)
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("testbed: ferryd on %s refused to migrate %s: %d %s", m.From, m.Name, resp.StatusCode, bytes.TrimSpace(rb))
+	}
+	var started struct {
+		MigrationID string `json:"migrationId"`
+	}
+	json.Unmarshal(rb, &started)
+	logf(b.cfg.Log, "migrating %s %s -> %s through Ferry's proxy (migration %s, tls %v)", m.Name, m.From, m.To, started.MigrationID, !b.plainProxy())
+	t0 := time.Now()
+	for {
+		var j migration.Job
+		if r, err := hc.Get("http://ferryd/v1/jobs/" + m.Name); err == nil {
+			if r.StatusCode == http.StatusOK {
+				json.NewDecoder(r.Body).Decode(&j)
+			}
+			r.Body.Close()
+		}
+		if j.Phase.Finished() && j.Proxy != nil && j.Proxy.MigrationID == started.MigrationID {
+			if j.Phase != migration.PhaseCompleted {
+				logf(b.cfg.Log, "migration of %s ended %s after %.1fs: %s", m.Name, j.Phase, time.Since(t0).Seconds(), j.FailureReason)
+				return fmt.Errorf("testbed: migrating %s %s -> %s: %s: %s", m.Name, m.From, m.To, j.Phase, j.FailureReason)
+			}
+			logf(b.cfg.Log, "migrated %s %s -> %s in %.1fs", m.Name, m.From, m.To, time.Since(t0).Seconds())
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			hc.Post("http://ferryd/v1/jobs/"+m.Name+"/abort", "application/json", nil)
+			return fmt.Errorf("testbed: migrating %s: %w (abort requested)", m.Name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
