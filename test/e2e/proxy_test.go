@@ -164,7 +164,9 @@ func TestBrokenMigrationNamesTheProxyAndCleansUp(t *testing.T) {
 				t.Fatalf("%s: %v", fault, err)
 			}
 			start := time.Now()
-			src := waitJob(t, "a", g, "Failed", 90*time.Second, func(j migration.Job) bool { return j.Phase.Finished() && j.Proxy != nil && j.Proxy.Errors != nil || j.Phase.Finished() && strings.Contains(j.FailureReason, "link") })
+			src := waitJob(t, "a", g, "Failed", 90*time.Second, func(j migration.Job) bool {
+				return j.Phase.Finished() && j.Proxy != nil && j.Proxy.Errors != nil || j.Phase.Finished() && strings.Contains(j.FailureReason, "link")
+			})
 			t.Logf("%s: job ended %s %v after the fault: %s", fault, src.Phase, time.Since(start).Round(time.Second), src.FailureReason)
 			if src.Phase != migration.PhaseFailed {
 				t.Fatalf("phase %s, want Failed", src.Phase)
