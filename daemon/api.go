@@ -87,7 +87,11 @@ func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, JobsResponse{Node: d.cfg.NodeName, Jobs: d.Tracker.Jobs(all)})
+	jobs := d.Tracker.Jobs(all)
+	for i := range jobs {
+		jobs[i] = d.withVMI(jobs[i])
+	}
+	writeJSON(w, http.StatusOK, JobsResponse{Node: d.cfg.NodeName, Jobs: jobs})
 }
 
 func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +101,7 @@ func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no migration job for domain %q on node %s (in flight or in history)", name, d.cfg.NodeName))
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, d.withVMI(j))
 }
 
 func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {

@@ -33,6 +33,12 @@ type Config struct {
 	ProxySocketDir     string
 	MigrationInterface string
 	NodeIP             string
+
+	// Kubeconfig points at the API server; empty uses the in-cluster
+	// service account when there is one, else runs without Kubernetes.
+	Kubeconfig      string
+	StateDir        string
+	MarkPhaseFailed bool
 }
 
 // DefaultLibvirtSocket is the system libvirtd socket of a plain KVM host.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -29,6 +30,9 @@ type Daemon struct {
 	Proxy   *proxy.Proxy
 	reg     *prometheus.Registry
 	drives  *drives
+
+	reporter *kubevirt.Reporter
+	vmis     *kubevirt.Watcher
 }
 
 // New builds a daemon from a validated config.
@@ -54,8 +58,16 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		CallTimeout: cfg.CallTimeout,
 	}, d.Tracker, log.Named("libvirt"))
 	d.reg = prometheus.NewRegistry()
-	d.reg.MustRegister(NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool))
 	d.drives = newDrives()
+	if err := d.setupKube(); err != nil {
+		return nil, err
+	}
+	col := NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool)
+	if d.reporter != nil {
+		col.vmi = d.withVMI
+		col.pending = func() int { return len(d.reporter.Pending()) }
+	}
+	d.reg.MustRegister(col)
 	if cfg.ProxyListen != "" {
 		p, err := newProxy(cfg, log.Named("proxy"), d.reg)
 		if err != nil {
@@ -154,6 +166,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer wg.Done()
 		d.Pool.Run(poolCtx)
 	}()
+	d.runKube(poolCtx)
 	if d.Proxy != nil {
 		wg.Add(2)
 		go func() {

@@ -291,6 +291,7 @@ const targetGrace = 30 * time.Second
 // ends, so a source that cannot reach the target any more (link down, source
 // crashed) does not leave it registered.
 func (d *Daemon) jobFinished(j migration.Job) {
+	d.reportVMI(j)
 	if d.Proxy == nil || j.Role != migration.RoleTarget {
 		return
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,10 @@ var (
 	descAttention = prometheus.NewDesc("ferry_domain_attention", "Domains in a state an operator must act on (1 while it lasts).",
 		[]string{"node", "domain", "namespace", "name", "reason"}, nil)
 	descBuild = prometheus.NewDesc("ferry_build_info", "ferryd build information; always 1.", []string{"version", "goversion"}, nil)
+	descVMI   = jobDesc("vmi_info", "The KubeVirt VMI of a migrating domain as the API server shows it; always 1.",
+		"uid", "migration_uid", "evacuation_node", "eviction_requested")
+	descMarksPending = prometheus.NewDesc("ferry_vmi_marks_pending", "VMI marks (post-copy failures, Events) not yet delivered to the API server.",
+		[]string{"node"}, nil)
 )
 
 // Collector serves Ferry's metrics from the tracker's in-memory snapshot;
@@ -48,6 +53,9 @@ type Collector struct {
 	node, version string
 	tracker       *migration.Tracker
 	pool          *libvirtx.Pool
+	// vmi and pending are set when KubeVirt reporting is on.
+	vmi     func(migration.Job) migration.Job
+	pending func() int
 }
 
 // NewCollector builds the collector; pool may be nil.
@@ -58,7 +66,7 @@ func NewCollector(node, version string, t *migration.Tracker, p *libvirtx.Pool) 
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRemaining, descProcessed, descTotal, descMemRemaining, descDirty, descTransfer,
 		descIteration, descPostCopyReqs, descETA, descProgress, descElapsed, descDowntime, descThrottle, descInfo,
-		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descAttention, descBuild} {
+		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descAttention, descBuild, descVMI, descMarksPending} {
 		ch <- d
 	}
 }
@@ -72,6 +80,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		l := []string{c.node, j.Domain, string(j.Role), j.Namespace, j.Name}
 		g(descInfo, 1, append(l, string(j.Mode), string(j.Phase), string(j.Convergence))...)
 		g(descElapsed, float64(j.ElapsedMs)/1000, l...)
+		if c.vmi != nil && j.Namespace != "" {
+			if v := c.vmi(j).VMI; v != nil {
+				muid, evac := "", v.EvacuationNodeName
+				if v.MigrationState != nil {
+					muid = v.MigrationState.MigrationUID
+				}
+				g(descVMI, 1, append(l, v.UID, muid, evac, fmt.Sprint(v.EvictionRequested))...)
+			}
+		}
 		if j.Role == migration.RoleTarget {
 			// libvirt gives no statistics on the target side.
 			continue
@@ -113,6 +130,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	g(descBuild, 1, c.version, runtime.Version())
+	if c.pending != nil {
+		g(descMarksPending, float64(c.pending()), c.node)
+	}
 }
 
 // attentionReason is a short, stable label value for alert rules.

@@ -102,6 +102,8 @@ type Job struct {
 	QEMU *QEMUFigures `json:"qemu,omitempty"`
 	// Proxy is set when Ferry drove the migration through its own proxy.
 	Proxy *ProxyInfo `json:"proxy,omitempty"`
+	// VMI is what the API server says of the domain's KubeVirt VMI.
+	VMI *VMIInfo `json:"vmi,omitempty"`
 
 	Samples    []Sample    `json:"samples,omitempty"`
 	Iterations []Iteration `json:"iterations,omitempty"`
@@ -130,6 +132,35 @@ type ProxyInfo struct {
 	// Bytes is stream -> direction -> bytes relayed on this node.
 	Bytes  map[string]map[string]uint64 `json:"bytes,omitempty"`
 	Errors []string                     `json:"errors,omitempty"`
+}
+
+// VMIInfo is a KubeVirt VirtualMachineInstance as it bears on a migration.
+type VMIInfo struct {
+	Namespace          string             `json:"namespace"`
+	Name               string             `json:"name"`
+	UID                string             `json:"uid"`
+	Phase              string             `json:"phase,omitempty"`
+	NodeName           string             `json:"nodeName,omitempty"`
+	EvacuationNodeName string             `json:"evacuationNodeName,omitempty"`
+	EvictionRequested  bool               `json:"evictionRequested,omitempty"`
+	Irrecoverable      bool               `json:"irrecoverable,omitempty"`
+	MigrationState     *VMIMigrationState `json:"migrationState,omitempty"`
+	ActivePods         map[string]string  `json:"activePods,omitempty"`
+}
+
+// VMIMigrationState is the part of status.migrationState Ferry shows.
+type VMIMigrationState struct {
+	SourceNode     string `json:"sourceNode,omitempty"`
+	TargetNode     string `json:"targetNode,omitempty"`
+	SourcePod      string `json:"sourcePod,omitempty"`
+	TargetPod      string `json:"targetPod,omitempty"`
+	MigrationUID   string `json:"migrationUid,omitempty"`
+	Mode           string `json:"mode,omitempty"`
+	AbortRequested bool   `json:"abortRequested,omitempty"`
+	AbortStatus    string `json:"abortStatus,omitempty"`
+	Completed      bool   `json:"completed,omitempty"`
+	Failed         bool   `json:"failed,omitempty"`
+	FailureReason  string `json:"failureReason,omitempty"`
 }
 
 // Sample is one reading of the job's statistics.

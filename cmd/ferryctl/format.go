@@ -63,10 +63,23 @@ func printJob(w io.Writer, j migration.Job) {
 	tw := table(w)
 	kv := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, fmt.Sprintf(f, a...)) }
 	kv("Domain", "%s (%s)", j.Domain, j.UUID)
-	if j.Namespace != "" {
-		kv("VMI", "%s/%s", j.Namespace, j.Name)
+	if j.Namespace != "" && j.VMI == nil {
+		kv("VMI", "%s/%s (not known to the API server, or no API configured)", j.Namespace, j.Name)
 	}
 	kv("Node", "%s, %s side, libvirt %s", j.Node, j.Role, j.Socket)
+	if v := j.VMI; v != nil {
+		kv("VMI", "%s/%s uid %s, phase %s, node %s", v.Namespace, v.Name, v.UID, dash(v.Phase), dash(v.NodeName))
+		if v.EvictionRequested || v.EvacuationNodeName != "" {
+			kv("Eviction", "requested=%v, evacuating node %s", v.EvictionRequested, dash(v.EvacuationNodeName))
+		}
+		if ms := v.MigrationState; ms != nil {
+			kv("KubeVirt migration", "%s -> %s (pods %s -> %s), uid %s, mode %s, abort requested %v %s",
+				dash(ms.SourceNode), dash(ms.TargetNode), dash(ms.SourcePod), dash(ms.TargetPod), dash(ms.MigrationUID), dash(ms.Mode), ms.AbortRequested, dash(ms.AbortStatus))
+		}
+		if v.Irrecoverable {
+			kv("VMI marked", "MigrationIrrecoverable")
+		}
+	}
 	kv("Phase", "%s", j.Phase)
 	if j.FailureReason != "" {
 		kv("Failure", "%s", j.FailureReason)

@@ -64,6 +64,9 @@ func run(args []string) int {
 	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets; must be the same path on every node")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
 	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
+	fs.StringVar(&cfg.StateDir, "state-dir", env("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, across restarts")
+	fs.BoolVar(&cfg.MarkPhaseFailed, "mark-phase-failed", envBool("FERRY_MARK_PHASE_FAILED", true), "set a VMI's status.phase to Failed when its post-copy migration fails")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {

@@ -1,0 +1,138 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ferry-vm/ferry/internal/units"
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/kubevirt"
+)
+
+// kubeConfig finds the API server: --kubeconfig, else the in-cluster
+// service account, else none (a plain libvirt host).
+func kubeConfig(path string) (*rest.Config, string, error) {
+	if path != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, "", fmt.Errorf("--kubeconfig %s: %w", path, err)
+		}
+		return c, "kubeconfig " + path, nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, "", fmt.Errorf("in-cluster Kubernetes config: %w", err)
+		}
+		return c, "in-cluster service account", nil
+	}
+	return nil, "", nil
+}
+
+// setupKube builds the VMI watcher and the reporter when an API server is configured.
+func (d *Daemon) setupKube() error {
+	rc, from, err := kubeConfig(d.cfg.Kubeconfig)
+	if err != nil || rc == nil {
+		if rc == nil && err == nil {
+			d.log.Info("no Kubernetes API configured: KubeVirt VMI reporting is off (plain libvirt host)")
+		}
+		return err
+	}
+	rc.UserAgent = "ferryd/" + d.cfg.Version
+	// Marks must reach the API within seconds of a failure; fail fast and retry.
+	rc.Timeout = 10 * time.Second
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	core, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	rep, err := kubevirt.NewReporter(kubevirt.ReporterConfig{Node: d.cfg.NodeName, StateDir: d.cfg.StateDir,
+		MarkPhaseFailed: d.cfg.MarkPhaseFailed, Dynamic: dyn, Core: core, Log: d.log.Named("kubevirt")})
+	if err != nil {
+		return err
+	}
+	d.reporter = rep
+	d.vmis = kubevirt.NewWatcher(dyn, d.cfg.NodeName)
+	d.log.Info("KubeVirt VMI reporting on", zap.String("api", rc.Host), zap.String("from", from),
+		zap.String("stateDir", d.cfg.StateDir), zap.Bool("markPhaseFailed", d.cfg.MarkPhaseFailed))
+	return nil
+}
+
+func (d *Daemon) runKube(ctx context.Context) {
+	if d.reporter == nil {
+		return
+	}
+	go d.reporter.Run(ctx)
+	go func() {
+		if !d.vmis.Run(ctx) && ctx.Err() == nil {
+			d.log.Warn("VMI cache did not fill")
+		}
+	}()
+}
+
+// reportVMI turns a finished job of a KubeVirt domain into what the API
+// server must learn: a post-copy failure marks the VMI irrecoverable; a
+// guest left paused or an aborted migration gets an Event.
+func (d *Daemon) reportVMI(j migration.Job) {
+	if d.reporter == nil || j.Namespace == "" {
+		return
+	}
+	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role)}
+	if j.EndTime != nil {
+		m.Detected = *j.EndTime
+	}
+	switch {
+	case j.Phase == migration.PhasePostCopyFailed:
+		m.Kind = kubevirt.KindIrrecoverable
+		m.UID = d.domainUID(j.Domain)
+		m.Message = fmt.Sprintf("%s: post-copy migration failed, seen on node %s (%s side): %s; %s left to copy, %d post-copy page requests served",
+			kubevirt.IrrecoverableMessage, d.cfg.NodeName, j.Role, j.FailureReason, units.IEC(j.MemoryRemainingBytes), j.PostCopyRequests)
+	case j.Phase == migration.PhaseAborted && j.Role == migration.RoleSource:
+		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Normal", "MigrationAborted"
+		m.Message = fmt.Sprintf("migration aborted on node %s: %s", d.cfg.NodeName, j.FailureReason)
+	case j.Phase == migration.PhaseFailed && j.Role == migration.RoleSource && len(j.DomainState) >= 6 && j.DomainState[:6] == "paused":
+		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Warning", "MigrationFailedGuestPaused"
+		m.Message = fmt.Sprintf("migration failed and left the guest paused (%s) on node %s: %s", j.DomainState, d.cfg.NodeName, j.FailureReason)
+	default:
+		return
+	}
+	if err := d.reporter.Report(m); err != nil {
+		d.log.Error("VMI mark", zap.String("vmi", j.Namespace+"/"+j.Name), zap.Error(err))
+	}
+}
+
+// domainUID reads the VMI UID from the domain's KubeVirt metadata, briefly:
+// the mark must not wait on a slow libvirt.
+func (d *Daemon) domainUID(domain string) string {
+	c, ref, err := d.Tracker.ConnFor(domain)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	x, err := c.DomainXML(ctx, ref)
+	if err != nil {
+		return ""
+	}
+	return libvirtx.KubeVirtUID(x)
+}
+
+// withVMI adds the cached VMI to jobs of KubeVirt domains.
+func (d *Daemon) withVMI(j migration.Job) migration.Job {
+	if d.vmis != nil && j.Namespace != "" {
+		j.VMI = d.vmis.Lookup(j.Namespace, j.Name)
+	}
+	return j
+}

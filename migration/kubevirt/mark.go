@@ -1,0 +1,54 @@
+package kubevirt
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Mark is one thing to tell the API server about a VMI, kept on disk until
+// it is told: a post-copy failure (status + Event) or an Event alone.
+type Mark struct {
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"` // "irrecoverable" or "event"
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       string    `json:"uid,omitempty"` // from the domain's KubeVirt metadata
+	Node      string    `json:"node"`
+	Role      string    `json:"role"`
+	Detected  time.Time `json:"detected"`
+	// Message is the human account that goes into the condition or Event.
+	Message string `json:"message"`
+	// EventType and EventReason are for Kind "event".
+	EventType   string `json:"eventType,omitempty"`
+	EventReason string `json:"eventReason,omitempty"`
+	// Patched records that the status is done and only the Event remains,
+	// so a retry after a crash neither patches twice nor loses the Event.
+	Patched bool `json:"patched,omitempty"`
+	Tries   int  `json:"tries,omitempty"`
+}
+
+// Kinds of marks.
+const (
+	KindIrrecoverable = "irrecoverable"
+	KindEvent         = "event"
+)
+
+func (m Mark) key() string { return m.Namespace + "/" + m.Name }
+
+func (m Mark) validate() error {
+	var errs []string
+	if m.Namespace == "" || m.Name == "" {
+		errs = append(errs, "namespace and name are required")
+	}
+	if m.Kind != KindIrrecoverable && m.Kind != KindEvent {
+		errs = append(errs, fmt.Sprintf("kind %q is neither %s nor %s", m.Kind, KindIrrecoverable, KindEvent))
+	}
+	if m.Kind == KindEvent && (m.EventReason == "" || (m.EventType != "Normal" && m.EventType != "Warning")) {
+		errs = append(errs, "an event needs a reason and type Normal or Warning")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("mark for %s: %s", m.key(), strings.Join(errs, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package kubevirt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+// ReporterConfig configures a Reporter.
+type ReporterConfig struct {
+	Node            string
+	StateDir        string
+	MarkPhaseFailed bool // also set status.phase = Failed
+	Dynamic         dynamic.Interface
+	Core            kubernetes.Interface
+	Log             *zap.Logger
+}
+
+// Reporter delivers marks to the API server, retrying until they land.
+type Reporter struct {
+	cfg   ReporterConfig
+	log   *zap.Logger
+	store *store
+
+	mu      sync.Mutex
+	pending map[string]Mark // id -> mark
+	kick    chan struct{}
+	// Delivered counts marks by outcome, for metrics and tests.
+	delivered map[string]int
+}
+
+// NewReporter loads the marks a previous run left pending.
+func NewReporter(cfg ReporterConfig) (*Reporter, error) {
+	st, err := newStore(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	r := &Reporter{cfg: cfg, log: cfg.Log, store: st, pending: map[string]Mark{}, kick: make(chan struct{}, 1), delivered: map[string]int{}}
+	marks, errs := st.load()
+	for _, e := range errs {
+		r.log.Error("pending VMI mark unreadable", zap.Error(e))
+	}
+	for _, m := range marks {
+		r.pending[m.ID] = m
+	}
+	if len(marks) > 0 {
+		r.log.Info("pending VMI marks from a previous run", zap.Int("count", len(marks)))
+	}
+	return r, nil
+}
+
+// Report records a mark on disk first, then delivers it as soon as it can.
+func (r *Reporter) Report(m Mark) error {
+	if err := m.validate(); err != nil {
+		return err
+	}
+	if m.Detected.IsZero() {
+		m.Detected = time.Now()
+	}
+	m.ID = fmt.Sprintf("%s_%s_%s_%d", m.Kind, m.Namespace, m.Name, m.Detected.UnixNano())
+	r.mu.Lock()
+	for _, p := range r.pending {
+		if p.Kind == m.Kind && p.key() == m.key() && p.EventReason == m.EventReason {
+			r.mu.Unlock()
+			return nil // already on its way
+		}
+	}
+	r.pending[m.ID] = m
+	r.mu.Unlock()
+	err := r.store.save(m)
+	if err != nil {
+		r.log.Error("cannot persist VMI mark; delivering from memory only", zap.String("vmi", m.key()), zap.Error(err))
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// Pending returns the marks not delivered yet.
+func (r *Reporter) Pending() []Mark {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Mark, 0, len(r.pending))
+	for _, m := range r.pending {
+		out = append(out, m)
+	}
+	return out
+}
+
+// Delivered returns counts of marks by outcome.
+func (r *Reporter) Delivered() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.delivered))
+	for k, v := range r.delivered {
+		out[k] = v
+	}
+	return out
+}
+
+// Run delivers marks until ctx ends, backing off while the API is away.
+func (r *Reporter) Run(ctx context.Context) {
+	backoff := time.Second
+	for {
+		failed := r.deliverAll(ctx)
+		var wait <-chan time.Time
+		if failed {
+			wait = time.After(backoff)
+			backoff = min(backoff*2, 10*time.Second)
+		} else {
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-wait:
+		}
+	}
+}
+
+// deliverAll tries each pending mark once; it reports whether any failed.
+func (r *Reporter) deliverAll(ctx context.Context) bool {
+	r.mu.Lock()
+	todo := make([]Mark, 0, len(r.pending))
+	for _, m := range r.pending {
+		todo = append(todo, m)
+	}
+	r.mu.Unlock()
+	failed := false
+	for _, m := range todo {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		outcome, err := r.deliver(actx, &m)
+		cancel()
+		if err != nil {
+			failed = true
+			m.Tries++
+			if m.Tries == 1 || m.Tries%10 == 0 {
+				r.log.Warn("VMI mark not delivered yet; will retry", zap.String("vmi", m.key()), zap.String("kind", m.Kind), zap.Int("tries", m.Tries), zap.Error(err))
+			}
+			r.mu.Lock()
+			if _, ok := r.pending[m.ID]; ok {
+				r.pending[m.ID] = m
+			}
+			r.mu.Unlock()
+			if m.Patched {
+				r.store.save(m)
+			}
+			continue
+		}
+		r.mu.Lock()
+		delete(r.pending, m.ID)
+		r.delivered[outcome]++
+		r.mu.Unlock()
+		if err := r.store.remove(m.ID); err != nil {
+			r.log.Error("cannot remove a delivered VMI mark", zap.String("id", m.ID), zap.Error(err))
+		}
+		r.log.Info("VMI mark done", zap.String("vmi", m.key()), zap.String("kind", m.Kind), zap.String("outcome", outcome),
+			zap.Duration("sinceDetected", time.Since(m.Detected)))
+	}
+	return failed
+}
+
+// deliver applies one mark; the outcome names what happened.
+func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
+	vmi, err := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		r.log.Warn("VMI no longer exists; dropping its mark", zap.String("vmi", m.key()), zap.String("kind", m.Kind))
+		return "vmi_gone", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if m.UID != "" && string(vmi.GetUID()) != m.UID {
+		r.log.Warn("VMI has another UID than the domain's KubeVirt metadata: a different VMI by the same name; dropping the mark",
+			zap.String("vmi", m.key()), zap.String("domainUID", m.UID), zap.String("vmiUID", string(vmi.GetUID())))
+		return "uid_mismatch", nil
+	}
+	if m.Kind == KindEvent {
+		return "event", r.event(ctx, vmi, m.EventType, m.EventReason, m.Message)
+	}
+	if !m.Patched {
+		marked, err := r.markIrrecoverable(ctx, m)
+		if err != nil {
+			return "", err
+		}
+		if !marked {
+			return "already_marked", nil
+		}
+		m.Patched = true
+		r.store.save(*m)
+	}
+	return "marked", r.event(ctx, vmi, corev1.EventTypeWarning, "PostCopyFailed", m.Message)
+}
+
+// markIrrecoverable patches the VMI's status; false means another writer
+// (the other node's ferryd) already did. The patch carries the
+// resourceVersion it was computed from, so a concurrent change makes it
+// fail with a conflict and it is recomputed: other writers' conditions are
+// kept, in their order.
+func (r *Reporter) markIrrecoverable(ctx context.Context, m *Mark) (bool, error) {
+	res := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace)
+	for attempt := 0; attempt < 5; attempt++ {
+		vmi, err := res.Get(ctx, m.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		body, done, err := irrecoverablePatch(vmi, m, r.cfg.MarkPhaseFailed, time.Now())
+		if err != nil || done {
+			return false, err
+		}
+		_, err = res.Patch(ctx, m.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ferry"}, "status")
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, errors.New("status kept changing under the patch (5 conflicts)")
+}
+
+// irrecoverablePatch computes the status merge patch; done means the VMI
+// already carries the mark.
+func irrecoverablePatch(vmi *unstructured.Unstructured, m *Mark, phaseFailed bool, now time.Time) ([]byte, bool, error) {
+	conds, _, _ := unstructured.NestedSlice(vmi.Object, "status", "conditions")
+	for _, c := range conds {
+		if cm, _ := c.(map[string]any); cm["type"] == ConditionIrrecoverable && cm["status"] == "True" {
+			return nil, true, nil
+		}
+	}
+	ts := now.UTC().Format(time.RFC3339)
+	conds = append(conds, map[string]any{
+		"type": ConditionIrrecoverable, "status": "True", "reason": "PostCopyFailed",
+		"message": m.Message, "lastProbeTime": nil, "lastTransitionTime": ts,
+	})
+	ms, _, _ := unstructured.NestedMap(vmi.Object, "status", "migrationState")
+	if ms == nil {
+		ms = map[string]any{}
+	}
+	ms["failed"] = true
+	ms["failureReason"] = IrrecoverableMessage
+	ms["mode"] = "PostCopy"
+	if e, _ := ms["endTimestamp"].(string); e == "" {
+		ms["endTimestamp"] = ts
+	}
+	status := map[string]any{"conditions": conds, "migrationState": ms}
+	if phaseFailed {
+		status["phase"] = "Failed"
+	}
+	b, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": vmi.GetResourceVersion()},
+		"status":   status,
+	})
+	return b, false, err
+}
+
+// event records one Event on the VMI, reported by ferry on this node.
+func (r *Reporter) event(ctx context.Context, vmi *unstructured.Unstructured, typ, reason, msg string) error {
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: vmi.GetName() + ".", Namespace: vmi.GetNamespace()},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance",
+			Namespace: vmi.GetNamespace(), Name: vmi.GetName(), UID: vmi.GetUID(), ResourceVersion: vmi.GetResourceVersion()},
+		Reason: reason, Message: msg, Type: typ,
+		Source:         corev1.EventSource{Component: "ferry", Host: r.cfg.Node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "ferry", ReportingInstance: r.cfg.Node,
+	}
+	_, err := r.cfg.Core.CoreV1().Events(vmi.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{})
+	return err
+}

@@ -1,0 +1,86 @@
+package kubevirt
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// store keeps pending marks as one JSON file each, so a mark survives a
+// ferryd restart and an API server that is away for a while.
+type store struct{ dir string }
+
+func newStore(stateDir string) (*store, error) {
+	dir := filepath.Join(stateDir, "marks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("--state-dir %s: %w", stateDir, err)
+	}
+	return &store{dir: dir}, nil
+}
+
+func (s *store) path(id string) string { return filepath.Join(s.dir, id+".json") }
+
+// save writes atomically: a crash leaves the old file or the new one.
+func (s *store) save(m Mark) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.path(m.ID) + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path(m.ID))
+}
+
+func (s *store) remove(id string) error {
+	err := os.Remove(s.path(id))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	return err
+}
+
+// load returns the pending marks, oldest first; unreadable files are
+// reported, not deleted, so nothing recorded is lost to a bug.
+func (s *store) load() ([]Mark, []error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, []error{err}
+	}
+	var marks []Mark
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var m Mark
+		if err := json.Unmarshal(b, &m); err != nil {
+			errs = append(errs, fmt.Errorf("pending mark %s is unreadable (left in place): %w", e.Name(), err))
+			continue
+		}
+		marks = append(marks, m)
+	}
+	sort.Slice(marks, func(i, j int) bool { return marks[i].Detected.Before(marks[j].Detected) })
+	return marks, errs
+}

@@ -1,0 +1,56 @@
+// Package kubevirt connects Ferry's migration jobs to KubeVirt's
+// VirtualMachineInstances: it reads the VMIs of this node (eviction,
+// migration state, pods) and, when post-copy fails, marks the VMI
+// irrecoverable on the API server, durably, exactly once in effect.
+package kubevirt
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ferry-vm/ferry/migration"
+)
+
+// VMIResource is KubeVirt's VirtualMachineInstance resource.
+var VMIResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
+
+// NodeLabel is the label KubeVirt sets to the node a VMI runs on.
+const NodeLabel = "kubevirt.io/nodeName"
+
+// IrrecoverableMessage is KubeVirt's own text for this state, so tools that
+// look for it find it.
+const IrrecoverableMessage = "VMI is irrecoverable due to failed post-copy migration"
+
+// ConditionIrrecoverable is the condition Ferry adds.
+const ConditionIrrecoverable = "MigrationIrrecoverable"
+
+// infoFrom reads what a job shows of its VMI from the unstructured object.
+func infoFrom(u *unstructured.Unstructured) *migration.VMIInfo {
+	v := &migration.VMIInfo{Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())}
+	v.Phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
+	v.EvacuationNodeName, _, _ = unstructured.NestedString(u.Object, "status", "evacuationNodeName")
+	v.NodeName, _, _ = unstructured.NestedString(u.Object, "status", "nodeName")
+	if pods, ok, _ := unstructured.NestedStringMap(u.Object, "status", "activePods"); ok {
+		v.ActivePods = pods
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "EvictionRequested" && m["status"] == "True" {
+			v.EvictionRequested = true
+		}
+		if m["type"] == ConditionIrrecoverable && m["status"] == "True" {
+			v.Irrecoverable = true
+		}
+	}
+	if ms, ok, _ := unstructured.NestedMap(u.Object, "status", "migrationState"); ok && ms != nil {
+		s := &migration.VMIMigrationState{}
+		str := func(k string) string { x, _ := ms[k].(string); return x }
+		b := func(k string) bool { x, _ := ms[k].(bool); return x }
+		s.SourceNode, s.TargetNode, s.SourcePod, s.TargetPod = str("sourceNode"), str("targetNode"), str("sourcePod"), str("targetPod")
+		s.MigrationUID, s.Mode, s.AbortStatus, s.FailureReason = str("migrationUid"), str("mode"), str("abortStatus"), str("failureReason")
+		s.AbortRequested, s.Completed, s.Failed = b("abortRequested"), b("completed"), b("failed")
+		v.MigrationState = s
+	}
+	return v
+}
