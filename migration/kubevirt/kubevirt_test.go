@@ -12,7 +12,7 @@ func vmiWith(conds ...map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
 		"metadata": map[string]any{"name": "vm1", "namespace": "default", "resourceVersion": "42", "uid": "u-1"},
-		"status": map[string]any{"phase": "Running", "migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "endTimestamp": ""}},
+		"status":   map[string]any{"phase": "Running", "migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "endTimestamp": ""}},
 	}}
 	var cs []any
 	for _, c := range conds {

@@ -70,6 +70,7 @@ func run(m *testing.M) int {
 	if code != 0 {
 		dumpLogs()
 	}
+	stopKube()
 	if err := bed.Down(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: down:", err)
 		if code == 0 {

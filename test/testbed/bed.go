@@ -264,3 +264,29 @@ func (b *Bed) FerrydPID(node string) int {
 	}
 	return 0
 }
+
+func (b *Bed) ferrydArgs() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.st.FerrydArgs...)
+}
+
+// SetFerrydArgs restarts both ferryds with these extra flags (replacing
+// earlier extra flags; none restores the defaults).
+func (b *Bed) SetFerrydArgs(ctx context.Context, args ...string) error {
+	if b.cfg.FerrydBin == "" {
+		return errors.New("testbed: no ferryd runs in this bed")
+	}
+	b.mu.Lock()
+	b.st.FerrydArgs = append([]string(nil), args...)
+	b.mu.Unlock()
+	if err := b.save(); err != nil {
+		return err
+	}
+	for _, d := range nodeDefs {
+		if err := b.RestartFerryd(ctx, d.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

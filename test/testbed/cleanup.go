@@ -52,6 +52,9 @@ func cleanup(ctx context.Context, cfg Config) error {
 		keep(stopRelays(r))
 		_ = os.Remove(relayPath(cfg.Dir, r.Guest))
 	}
+	for _, p := range st.KubeRelays {
+		keep(p.stop(5 * time.Second))
+	}
 	for _, d := range nodeDefs {
 		n := st.Nodes[d.name]
 		if n == nil {

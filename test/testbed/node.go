@@ -173,7 +173,9 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		"--proxy-tls-ca", filepath.Join(tdir, "ca.crt"),
 		"--proxy-tls-peer-name", PeerName,
 		fmt.Sprintf("--proxy-tls=%v", !b.plainProxy()),
+		"--state-dir", filepath.Join(n.Dir, "state"),
 	}
+	args = append(args, b.ferrydArgs()...)
 	argv, err := b.nsenter(node, args...)
 	if err != nil {
 		return proc{}, err

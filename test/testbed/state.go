@@ -17,7 +17,11 @@ type state struct {
 	CacheDir    string `json:"cache_dir"`
 	FerrydBin   string `json:"ferryd_bin,omitempty"`
 	// PlainProxy runs the ferryds' proxies without TLS.
-	PlainProxy bool                  `json:"plain_proxy,omitempty"`
+	PlainProxy bool `json:"plain_proxy,omitempty"`
+	// KubeRelays carry an API server on the host's loopback into the nodes.
+	KubeRelays []proc `json:"kube_relays,omitempty"`
+	// FerrydArgs are extra ferryd flags (e.g. a kubeconfig) for both nodes.
+	FerrydArgs []string              `json:"ferryd_args,omitempty"`
 	Nodes      map[string]*nodeState `json:"nodes"`
 	Ready      bool                  `json:"ready"`
 }

@@ -38,6 +38,7 @@ Verbs:
   reset-migration              break the in-flight migrations' connections
   restart-libvirtd NODE
   restart-ferryd NODE
+  proxy-tls on|off             restart both ferryds with their proxies on mutual TLS or plain TCP
   help
 
 Environment: FERRY_TESTBED_DIR (state, default /var/tmp/ferry-testbed),
@@ -117,6 +118,15 @@ func run(ctx context.Context, args []string) error {
 		return restart(ctx, verb, args, open, (*testbed.Bed).RestartLibvirtd)
 	case "restart-ferryd":
 		return restart(ctx, verb, args, open, (*testbed.Bed).RestartFerryd)
+	case "proxy-tls":
+		if len(args) != 1 || (args[0] != "on" && args[0] != "off") {
+			return usagef("proxy-tls takes on or off")
+		}
+		b, err := open()
+		if err != nil {
+			return err
+		}
+		return b.SetProxyTLS(ctx, args[0] == "on")
 	}
 	return usagef("unknown verb %q", verb)
 }

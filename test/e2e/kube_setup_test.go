@@ -1,0 +1,186 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ferry-vm/ferry/migration/kubevirt"
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// The API server is started once, by the first test that needs it, and
+// stopped by TestMain.
+var (
+	kubeOnce   sync.Once
+	kube       *kubeapi.Server
+	kubeErr    error
+	ferryToken string
+)
+
+// kubeUp starts etcd + kube-apiserver, applies deploy/'s namespace and RBAC
+// for real, and restarts both ferryds with a kubeconfig holding a token of
+// deploy/'s ServiceAccount: ferryd works with exactly that RBAC.
+func kubeUp(t *testing.T) *kubeapi.Server {
+	t.Helper()
+	kubeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		start := time.Now()
+		kube, kubeErr = kubeapi.Start(ctx, kubeapi.Options{Log: os.Stderr})
+		if kubeErr != nil {
+			return
+		}
+		t.Logf("etcd + kube-apiserver ready in %.1fs at %s", time.Since(start).Seconds(), kube.URL)
+		for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+			b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", f))
+			if err != nil {
+				kubeErr = err
+				return
+			}
+			if kubeErr = kube.Apply(ctx, b, false); kubeErr != nil {
+				return
+			}
+		}
+		if ferryToken, kubeErr = kube.ServiceAccountToken(ctx, "ferry-system", "ferry", 2*time.Hour); kubeErr != nil {
+			return
+		}
+		nodeURL, err := bed.ExposeAPIServer(strings.TrimPrefix(kube.URL, "https://"))
+		if err != nil {
+			kubeErr = err
+			return
+		}
+		path := filepath.Join(bed.Dir(), "ferry.kubeconfig")
+		if kubeErr = writeTokenKubeconfig(path, nodeURL, kube.CAData, ferryToken); kubeErr != nil {
+			return
+		}
+		kubeErr = bed.SetFerrydArgs(ctx, "--kubeconfig", path)
+	})
+	if kubeErr != nil {
+		t.Fatalf("API server: %v", kubeErr)
+	}
+	return kube
+}
+
+func stopKube() {
+	if kube != nil {
+		kube.Stop()
+	}
+}
+
+func writeTokenKubeconfig(path, server string, ca []byte, token string) error {
+	c := clientcmdapi.NewConfig()
+	c.Clusters["kube"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	c.AuthInfos["ferry"] = &clientcmdapi.AuthInfo{Token: token}
+	c.Contexts["ferry"] = &clientcmdapi.Context{Cluster: "kube", AuthInfo: "ferry"}
+	c.CurrentContext = "ferry"
+	return clientcmd.WriteToFile(*c, path)
+}
+
+func repoRoot(t *testing.T) string {
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// createVMI creates a VMI on node a with conditions other writers own, and
+// a migrationState as KubeVirt's controller would have set it.
+func createVMI(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	res := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default")
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+		"metadata": map[string]any{"name": name, "namespace": "default", "labels": map[string]any{kubevirt.NodeLabel: "a"}},
+		"spec":     map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
+	}}
+	created, err := res.Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating VMI %s: %v", name, err)
+	}
+	created.Object["status"] = map[string]any{
+		"phase": "Running", "nodeName": "a",
+		"conditions": []any{
+			map[string]any{"type": "Ready", "status": "True"},
+			map[string]any{"type": "LiveMigratable", "status": "True"},
+		},
+		"migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-" + name, "mode": "PreCopy"},
+	}
+	if _, err := res.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("status of VMI %s: %v", name, err)
+	}
+	t.Cleanup(func() { res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+func getVMI(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	u, err := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("VMI %s: %v", name, err)
+	}
+	return u
+}
+
+// conditionTypes lists a VMI's condition types in order and how often ours appears.
+func conditionTypes(u *unstructured.Unstructured) ([]string, int) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var types []string
+	ours := 0
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		typ, _ := m["type"].(string)
+		types = append(types, typ)
+		if typ == kubevirt.ConditionIrrecoverable {
+			ours++
+		}
+	}
+	return types, ours
+}
+
+// postCopyEvents counts the PostCopyFailed Events on a VMI.
+func postCopyEvents(t *testing.T, name string) int {
+	t.Helper()
+	evs, err := kube.Clientset.CoreV1().Events("default").List(context.Background(),
+		metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=PostCopyFailed"})
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.ReportingController != "ferry" || e.Type != "Warning" {
+			t.Errorf("event %s: controller %q type %q", e.Name, e.ReportingController, e.Type)
+		}
+		n += int(max(e.Count, 1))
+	}
+	return n
+}
+
+// breakPostCopy runs a migration into post-copy and breaks it; it returns
+// when libvirt on the source has reported the failure, with that time.
+func breakPostCopy(t *testing.T, domain string) time.Time {
+	t.Helper()
+	evA := watchLifecycle(t, "a", domain)
+	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b", PostCopyAfter: 3 * time.Second, PostCopyBandwidthMiBs: 32})
+	waitEvent(t, evA, 3, 7, 2*time.Minute)
+	time.Sleep(time.Second)
+	if err := bed.ResetMigration(); err != nil {
+		t.Fatalf("reset-migration: %v", err)
+	}
+	at := waitEvent(t, evA, 3, 8, time.Minute)
+	go func() { <-done }()
+	return at
+}

@@ -1,0 +1,283 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/kubevirt"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
+	kubeUp(t)
+	createVMI(t, "pcvmi")
+	guest(t, testbed.GuestSpec{Name: "default_pcvmi", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	failedAt := breakPostCopy(t, "default_pcvmi")
+
+	markedAt := waitFor(t, "the VMI marked irrecoverable", 30*time.Second, func() bool {
+		_, n := conditionTypes(getVMI(t, "pcvmi"))
+		return n > 0
+	})
+	latency := markedAt.Sub(failedAt)
+	t.Logf("VMI marked %v after libvirt's post-copy-failed event", latency.Round(time.Millisecond))
+	if latency > 2*time.Second {
+		t.Errorf("marking took %v (limit 2s)", latency)
+	}
+	u := getVMI(t, "pcvmi")
+	types, ours := conditionTypes(u)
+	if ours != 1 || len(types) != 3 || types[0] != "Ready" || types[1] != "LiveMigratable" || types[2] != kubevirt.ConditionIrrecoverable {
+		t.Errorf("conditions %v: the others must stay, in order, and ours appear once", types)
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	if c, _ := conds[len(conds)-1].(map[string]any); c["reason"] != "PostCopyFailed" || c["status"] != "True" ||
+		!strings.Contains(fmt.Sprint(c["message"]), "node") {
+		t.Errorf("our condition: %v", c)
+	}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	ms, _, _ := unstructured.NestedMap(u.Object, "status", "migrationState")
+	if phase != "Failed" || ms["failed"] != true || ms["failureReason"] != kubevirt.IrrecoverableMessage ||
+		ms["mode"] != "PostCopy" || ms["endTimestamp"] == nil || ms["sourceNode"] != "a" || ms["migrationUid"] != "mig-pcvmi" {
+		t.Errorf("phase %q, migrationState %v", phase, ms)
+	}
+	// Both nodes saw the failure; give the slower one time to try.
+	time.Sleep(5 * time.Second)
+	if n := postCopyEvents(t, "pcvmi"); n != 1 {
+		t.Errorf("%d PostCopyFailed events, want exactly one", n)
+	}
+	if _, n := conditionTypes(getVMI(t, "pcvmi")); n != 1 {
+		t.Errorf("our condition appears %d times", n)
+	}
+	var j migration.Job
+	ctlJSON(t, "a", &j, "job", "default_pcvmi")
+	if j.VMI == nil || j.VMI.UID != string(u.GetUID()) || j.VMI.MigrationState == nil || j.VMI.MigrationState.MigrationUID != "mig-pcvmi" {
+		t.Errorf("ferryctl job does not show the VMI: %+v", j.VMI)
+	}
+}
+
+func TestMarkLandsAfterAnAPIOutage(t *testing.T) {
+	kubeUp(t)
+	for _, restart := range []bool{false, true} {
+		name := "outage"
+		if restart {
+			name = "outage-restart"
+		}
+		t.Run(name, func(t *testing.T) {
+			createVMI(t, name)
+			domain := "default_" + name
+			guest(t, testbed.GuestSpec{Name: domain, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+			if err := kube.StopAPIServer(); err != nil {
+				t.Fatal(err)
+			}
+			down := time.Now()
+			apiBack := false
+			defer func() {
+				if !apiBack {
+					kube.StartAPIServer(context.Background())
+				}
+			}()
+			breakPostCopy(t, domain)
+			waitFor(t, "the mark to wait on disk", 20*time.Second, func() bool {
+				va, _ := ferryOn("a").metric("ferry_vmi_marks_pending")
+				vb, _ := ferryOn("b").metric("ferry_vmi_marks_pending")
+				return va+vb >= 1
+			})
+			if restart {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				for _, n := range []string{"a", "b"} {
+					if err := bed.RestartFerryd(ctx, n); err != nil {
+						t.Fatal(err)
+					}
+				}
+				waitFor(t, "the mark reloaded after the restart", 20*time.Second, func() bool {
+					va, _ := ferryOn("a").metric("ferry_vmi_marks_pending")
+					vb, _ := ferryOn("b").metric("ferry_vmi_marks_pending")
+					return va+vb >= 1
+				})
+			}
+			time.Sleep(time.Until(down.Add(30 * time.Second)))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := kube.StartAPIServer(ctx); err != nil {
+				t.Fatal(err)
+			}
+			apiBack = true
+			back := time.Now()
+			landed := waitFor(t, "the mark to land", time.Minute, func() bool {
+				u, err := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false
+				}
+				_, n := conditionTypes(u)
+				return n > 0
+			})
+			t.Logf("API server away %v; mark landed %v after it came back", back.Sub(down).Round(time.Second), landed.Sub(back).Round(time.Millisecond))
+			time.Sleep(5 * time.Second)
+			if _, n := conditionTypes(getVMI(t, name)); n != 1 {
+				t.Errorf("our condition appears %d times", n)
+			}
+			if n := postCopyEvents(t, name); n != 1 {
+				t.Errorf("%d PostCopyFailed events, want exactly one", n)
+			}
+			waitFor(t, "no marks pending", 20*time.Second, func() bool {
+				va, _ := ferryOn("a").metric("ferry_vmi_marks_pending")
+				vb, _ := ferryOn("b").metric("ferry_vmi_marks_pending")
+				return va+vb == 0
+			})
+		})
+	}
+}
+
+func TestServiceAccountMayDoItsJobAndNothingMore(t *testing.T) {
+	kubeUp(t)
+	createVMI(t, "rbac")
+	cfg := &rest.Config{Host: kube.URL, TLSClientConfig: rest.TLSClientConfig{CAData: kube.CAData}, BearerToken: ferryToken}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := dyn.Resource(kubevirt.VMIResource).Namespace("default")
+	ctx := context.Background()
+	if _, err := res.List(ctx, metav1.ListOptions{LabelSelector: kubevirt.NodeLabel + "=a"}); err != nil {
+		t.Errorf("listing VMIs: %v", err)
+	}
+	if _, err := res.Patch(ctx, "rbac", types.MergePatchType, []byte(`{"status":{"evacuationNodeName":""}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("patching status: %v", err)
+	}
+	_, err = res.Patch(ctx, "rbac", types.MergePatchType, []byte(`{"spec":{"running":false}}`), metav1.PatchOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("patching spec: %v, want 403", err)
+	}
+	if err := res.Delete(ctx, "rbac", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("deleting: %v, want 403", err)
+	}
+}
+
+// deployDocs reads deploy/'s manifests in kustomization order.
+func deployDocs(t *testing.T) []byte {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "deploy")
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	var all []byte
+	for _, r := range k.Resources {
+		b, err := os.ReadFile(filepath.Join(dir, r))
+		if err != nil {
+			t.Fatalf("kustomization lists %s: %v", r, err)
+		}
+		all = append(append(all, b...), []byte("\n---\n")...)
+	}
+	return all
+}
+
+func TestDeployManifestsPassServerSideDryRun(t *testing.T) {
+	kubeUp(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kube.InstallMonitoringCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Apply(ctx, deployDocs(t), true); err != nil {
+		t.Fatalf("deploy/ does not pass server-side dry-run: %v", err)
+	}
+}
+
+func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
+		t.Fatalf("daemonset.yaml: %v", err)
+	}
+	c := ds.Spec.Template.Spec.Containers[0]
+	env := map[string]string{"NODE_NAME": "ds-node", "NODE_IP": "127.0.0.1"}
+	var args []string
+	for _, a := range c.Args {
+		for k, v := range env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		args = append(args, a)
+	}
+	// The DaemonSet's host paths, given to this ferryd in a private mount
+	// namespace: fresh state and sockets, the bed's proxy certificate.
+	ferryd := filepath.Join(filepath.Dir(ferryctlBin), "ferryd")
+	certs := filepath.Join(bed.Dir(), "tls", "a")
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for _, d := range []string{"/run/ferry", "/var/lib/ferry"} {
+		fmt.Fprintf(&script, "mkdir -p %s && mount -t tmpfs tmpfs %s\n", d, d)
+	}
+	fmt.Fprintf(&script, "mkdir -p /etc/ferry/tls && mount --bind %s /etc/ferry/tls\n", certs)
+	script.WriteString(`exec "$0" "$@"` + "\n")
+	cmd := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", script.String(), ferryd}, args...)...)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	logPath := filepath.Join(t.TempDir(), "ferryd.log")
+	logf, _ := os.Create(logPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		logf.Close()
+	}()
+	port := ""
+	for _, p := range c.Ports {
+		if p.Name == "metrics" {
+			port = fmt.Sprint(p.ContainerPort)
+		}
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	waitFor(t, "ferryd's /metrics on the DaemonSet's port", 15*time.Second, func() bool {
+		resp, err := hc.Get("http://127.0.0.1:" + port + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(body), "ferry_build_info") && strings.Contains(string(body), "ferry_proxy_rejected_total")
+	})
+	resp, err := hc.Get("http://127.0.0.1:" + port + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		log, _ := os.ReadFile(logPath)
+		t.Fatalf("/healthz: %v %v\n%s", resp, err, log)
+	}
+	resp.Body.Close()
+	log, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(log), `"node":"ds-node"`) {
+		t.Errorf("ferryd did not take NODE_NAME from the DaemonSet's env:\n%s", log)
+	}
+}
