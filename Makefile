@@ -23,12 +23,16 @@ prepare: build
 lint:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) vet -tags kube ./test/kube/...
 
 unit:
 	$(GO) test -count=1 ./...
 
-# Real libvirt daemons and QEMU guests in two network namespaces; serial.
+# Real libvirt daemons and QEMU guests in two network namespaces, and a real
+# etcd + kube-apiserver on loopback (built from the Go module proxy on first
+# use, cached after); serial.
 e2e: prepare
+	$(GO) test -count=1 -tags kube -v -timeout 20m ./test/kube/...
 	$(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
 
 test: lint unit e2e
@@ -36,8 +40,12 @@ test: lint unit e2e
 demo: prepare
 	test/demo.sh
 
+# Tracker and scrape cost; the proxy against raw TCP, socat and a
+# KubeVirt-style relay; real migrations through Ferry against socat.
 bench: build
 	test/bench/run.sh
+	test/bench/proxy.sh
+	test/bench/migration.sh
 
 testbed-down: build
 	$(BIN)/testbed down

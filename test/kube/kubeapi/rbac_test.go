@@ -103,4 +103,3 @@ func TestServiceAccountLeastPrivilege(t *testing.T) {
 		t.Errorf("static token without RBAC: err = %v, want 403 Forbidden", err)
 	}
 }
-
