@@ -31,19 +31,10 @@ type AbortResult struct {
 // completed first.
 func (t *Tracker) Abort(ctx context.Context, domain string) (AbortResult, error) {
 	t.mu.Lock()
-	var j *job
-	for k, v := range t.jobs {
-		if k.domain == domain {
-			j = v
-		}
-	}
-	if j == nil {
+	j, err := t.sourceJob(domain, "abort")
+	if err != nil {
 		t.mu.Unlock()
-		return AbortResult{}, fmt.Errorf("%w for domain %q on node %s", ErrNoJob, domain, t.cfg.Node)
-	}
-	if j.view.Role != RoleSource {
-		t.mu.Unlock()
-		return AbortResult{}, fmt.Errorf("%w: node %s is the target of %s's migration; abort on the source node", ErrNotSource, t.cfg.Node, domain)
+		return AbortResult{}, err
 	}
 	c := t.conns[j.view.Socket]
 	postCopy := j.view.Mode == ModePostCopy
@@ -62,7 +53,7 @@ func (t *Tracker) Abort(ctx context.Context, domain string) (AbortResult, error)
 	t.publish(j)
 	t.mu.Unlock()
 
-	err := c.AbortJob(ctx, ref, postCopy)
+	err = c.AbortJob(ctx, ref, postCopy)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -75,4 +66,19 @@ func (t *Tracker) Abort(ctx context.Context, domain string) (AbortResult, error)
 		return AbortResult{Job: j.view, Message: "abort failed"}, fmt.Errorf("%w: %v", ErrAbortFailed, err)
 	}
 	return AbortResult{Job: j.view, Message: msg}, nil
+}
+
+// sourceJob finds the domain's in-flight job that this node is the source
+// of, or says why an action cannot be taken here; the caller holds t.mu.
+func (t *Tracker) sourceJob(domain, action string) (*job, error) {
+	for k, j := range t.jobs {
+		if k.domain != domain {
+			continue
+		}
+		if j.view.Role != RoleSource {
+			return nil, fmt.Errorf("%w: node %s is the target of %s's migration; %s on the source node", ErrNotSource, t.cfg.Node, domain, action)
+		}
+		return j, nil
+	}
+	return nil, fmt.Errorf("%w for domain %q on node %s", ErrNoJob, domain, t.cfg.Node)
 }

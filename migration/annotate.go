@@ -78,19 +78,10 @@ func (t *Tracker) NoteEvent(kind, detail string) {
 // StartPostCopy switches the domain's in-flight pre-copy migration to post-copy.
 func (t *Tracker) StartPostCopy(domain string, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
 	t.mu.Lock()
-	var j *job
-	for k, v := range t.jobs {
-		if k.domain == domain {
-			j = v
-		}
-	}
-	if j == nil {
+	j, err := t.sourceJob(domain, "switch to post-copy")
+	if err != nil {
 		t.mu.Unlock()
-		return Job{}, fmt.Errorf("%w for domain %q on node %s", ErrNoJob, domain, t.cfg.Node)
-	}
-	if j.view.Role != RoleSource {
-		t.mu.Unlock()
-		return Job{}, fmt.Errorf("%w: node %s is the target of %s's migration", ErrNotSource, t.cfg.Node, domain)
+		return Job{}, err
 	}
 	if j.view.Mode == ModePostCopy {
 		v := j.view

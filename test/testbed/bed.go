@@ -243,6 +243,11 @@ func (b *Bed) SetProxyTLS(ctx context.Context, on bool) error {
 	b.mu.Lock()
 	b.st.PlainProxy = !on
 	b.mu.Unlock()
+	return b.restartFerryds(ctx)
+}
+
+// restartFerryds saves the state and restarts both ferryds with it.
+func (b *Bed) restartFerryds(ctx context.Context) error {
 	if err := b.save(); err != nil {
 		return err
 	}
@@ -280,13 +285,5 @@ func (b *Bed) SetFerrydArgs(ctx context.Context, args ...string) error {
 	b.mu.Lock()
 	b.st.FerrydArgs = append([]string(nil), args...)
 	b.mu.Unlock()
-	if err := b.save(); err != nil {
-		return err
-	}
-	for _, d := range nodeDefs {
-		if err := b.RestartFerryd(ctx, d.name); err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.restartFerryds(ctx)
 }
