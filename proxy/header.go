@@ -151,3 +151,17 @@ func readStatus(r io.Reader) error {
 	io.ReadFull(r, reason)
 	return &RefusedError{Reason: string(reason)}
 }
+
+// MarshalText names the stream in JSON (also as a map key).
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads a stream name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for _, c := range append([]Kind{KindControl}, DataKinds...) {
+		if c.String() == string(b) {
+			*k = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown stream %q", b)
+}

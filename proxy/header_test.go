@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"testing"
@@ -59,4 +60,15 @@ func FuzzReadHeader(f *testing.F) {
 			t.Fatalf("accepted %q but re-encodes as %q", b, enc)
 		}
 	})
+}
+
+func TestKindNamesInJSON(t *testing.T) {
+	b, err := json.Marshal(map[Kind]string{KindMemory: "/x"})
+	if err != nil || string(b) != `{"memory":"/x"}` {
+		t.Fatalf("%s %v", b, err)
+	}
+	var back map[Kind]string
+	if err := json.Unmarshal(b, &back); err != nil || back[KindMemory] != "/x" {
+		t.Fatalf("%v %v", back, err)
+	}
 }

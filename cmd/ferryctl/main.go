@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +35,7 @@ Commands:
                    live-migrate NAME through Ferry's proxy to the target node's proxy
                    address, showing progress until it ends (run on the source node)
   abort NAME       abort NAME's migration (run on the source node) and wait for the outcome
+  proxy            the migration proxy: TLS or plain, migrations registered on this node
   postcopy NAME    switch NAME's running migration to post-copy
   version          ferryctl's version
 
@@ -93,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdAbort(ctx, c, g, rest)
 	case "migrate":
 		err = cmdMigrate(ctx, c, g, rest)
+	case "proxy":
+		err = cmdProxy(ctx, c, g, rest)
 	case "postcopy":
 		err = cmdPostCopy(ctx, c, g, rest)
 	case "version":
@@ -246,4 +251,51 @@ func cmdAbort(ctx context.Context, c *client, g globals, args []string) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+func cmdProxy(ctx context.Context, c *client, g globals, args []string) error {
+	if len(args) > 0 {
+		return usageError(fmt.Sprintf("proxy takes no arguments, got %q", args[0]))
+	}
+	var resp struct {
+		Enabled    bool   `json:"enabled"`
+		TLS        bool   `json:"tls"`
+		SocketDir  string `json:"socketDir"`
+		Registered []struct {
+			ID      string            `json:"id"`
+			Domain  string            `json:"domain"`
+			Targets map[string]string `json:"targets"`
+			Expires time.Time         `json:"expires"`
+		} `json:"registered"`
+	}
+	if err := c.get(ctx, "/v1/proxy", nil, &resp); err != nil {
+		return err
+	}
+	if g.output == "json" {
+		return printJSON(g.out, resp)
+	}
+	if !resp.Enabled {
+		fmt.Fprintln(g.out, "migration proxy: off (--proxy-listen is empty)")
+		return nil
+	}
+	mode := "mutual TLS"
+	if !resp.TLS {
+		mode = "plain TCP with splice (trusted migration network)"
+	}
+	fmt.Fprintf(g.out, "migration proxy: %s, sockets in %s\n", mode, resp.SocketDir)
+	if len(resp.Registered) == 0 {
+		fmt.Fprintln(g.out, "no incoming migrations registered")
+		return nil
+	}
+	tw := table(g.out)
+	fmt.Fprintln(tw, "MIGRATION\tDOMAIN\tSTREAMS\tEXPIRES")
+	for _, m := range resp.Registered {
+		streams := make([]string, 0, len(m.Targets))
+		for k := range m.Targets {
+			streams = append(streams, k)
+		}
+		sort.Strings(streams)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ID, m.Domain, strings.Join(streams, ","), m.Expires.Format(time.RFC3339))
+	}
+	return tw.Flush()
 }
