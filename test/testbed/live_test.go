@@ -1,8 +1,9 @@
+//go:build testbed_live
+
 package testbed
 
 import (
 	"context"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -11,12 +12,9 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 )
 
-// TestLive exercises a real bed end to end. It needs root, installs packages
-// if missing and takes about a minute, so it only runs with FERRY_TESTBED_LIVE=1.
+// TestLive exercises the bed itself end to end, without ferryd (the e2e
+// suite covers it with): go test -tags testbed_live ./test/testbed/ as root.
 func TestLive(t *testing.T) {
-	if os.Getenv("FERRY_TESTBED_LIVE") != "1" {
-		t.Skip("set FERRY_TESTBED_LIVE=1 (as root) to run the bed for real")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cfg := Config{Log: testWriter{t}}
