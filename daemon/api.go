@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -71,14 +72,27 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte("ok\n"))
 }
 
-// readyz is ready once every configured libvirt socket is connected; with
-// only a glob, one matched and connected socket is enough.
+// readyz is ready once ferryd is serving and has looked for its libvirt
+// sockets. A libvirt that is down does not make ferryd unready: its metrics
+// (ferry_libvirt_up = 0) must still be scraped for the alert to fire; the
+// body says which sockets are down.
 func (d *Daemon) readyz(w http.ResponseWriter, _ *http.Request) {
-	if !d.Pool.Ready() {
-		http.Error(w, "libvirt not connected yet", http.StatusServiceUnavailable)
+	if !d.Pool.Started() {
+		http.Error(w, "starting: libvirt sockets not scanned yet", http.StatusServiceUnavailable)
 		return
 	}
-	w.Write([]byte("ok\n"))
+	if d.Pool.Ready() {
+		w.Write([]byte("ok\n"))
+		return
+	}
+	var b strings.Builder
+	b.WriteString("ok, but not every libvirt socket is connected:\n")
+	for _, s := range d.Pool.Status() {
+		if !s.Up {
+			fmt.Fprintf(&b, "  %s: %s\n", s.Socket, s.LastError)
+		}
+	}
+	w.Write([]byte(b.String()))
 }
 
 func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {

@@ -72,6 +72,7 @@ type Pool struct {
 	mu      sync.Mutex
 	status  map[string]*SocketStatus
 	running map[string]context.CancelFunc
+	started bool
 	wg      sync.WaitGroup
 }
 
@@ -123,6 +124,14 @@ func (p *Pool) Ready() bool {
 	return true
 }
 
+// Started reports whether the first scan of sockets has run: from then on
+// the pool knows what it watches (possibly nothing, on a node without VMs).
+func (p *Pool) Started() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
+}
+
 func (p *Pool) rescan(ctx context.Context) {
 	want := map[string]bool{}
 	for _, s := range p.cfg.Sockets {
@@ -141,6 +150,7 @@ func (p *Pool) rescan(ctx context.Context) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.started = true
 	for s := range want {
 		if _, ok := p.running[s]; ok {
 			continue
