@@ -66,6 +66,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if d.reporter != nil {
 		col.vmi = d.withVMI
 		col.pending = func() int { return len(d.reporter.Pending()) }
+		col.delivered = d.reporter.Delivered
 	}
 	d.reg.MustRegister(col)
 	if cfg.ProxyListen != "" {

@@ -44,6 +44,8 @@ var (
 		"uid", "migration_uid", "evacuation_node", "eviction_requested")
 	descMarksPending = prometheus.NewDesc("ferry_vmi_marks_pending", "VMI marks (post-copy failures, Events) not yet delivered to the API server.",
 		[]string{"node"}, nil)
+	descMarksDone = prometheus.NewDesc("ferry_vmi_marks_total", "VMI marks done, by outcome: marked, already_marked (by the other node), event, vmi_gone, uid_mismatch.",
+		[]string{"node", "outcome"}, nil)
 )
 
 // Collector serves Ferry's metrics from the tracker's in-memory snapshot;
@@ -54,8 +56,9 @@ type Collector struct {
 	tracker       *migration.Tracker
 	pool          *libvirtx.Pool
 	// vmi and pending are set when KubeVirt reporting is on.
-	vmi     func(migration.Job) migration.Job
-	pending func() int
+	vmi       func(migration.Job) migration.Job
+	pending   func() int
+	delivered func() map[string]int
 }
 
 // NewCollector builds the collector; pool may be nil.
@@ -66,7 +69,7 @@ func NewCollector(node, version string, t *migration.Tracker, p *libvirtx.Pool) 
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRemaining, descProcessed, descTotal, descMemRemaining, descDirty, descTransfer,
 		descIteration, descPostCopyReqs, descETA, descProgress, descElapsed, descDowntime, descThrottle, descInfo,
-		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descAttention, descBuild, descVMI, descMarksPending} {
+		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descAttention, descBuild, descVMI, descMarksPending, descMarksDone} {
 		ch <- d
 	}
 }
@@ -132,6 +135,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	g(descBuild, 1, c.version, runtime.Version())
 	if c.pending != nil {
 		g(descMarksPending, float64(c.pending()), c.node)
+	}
+	if c.delivered != nil {
+		for outcome, n := range c.delivered() {
+			ch <- prometheus.MustNewConstMetric(descMarksDone, prometheus.CounterValue, float64(n), c.node, outcome)
+		}
 	}
 }
 

@@ -152,13 +152,3 @@ func IsNoDomain(err error) bool {
 	}
 	return false
 }
-
-// IsOperationInvalid reports libvirt's VIR_ERR_OPERATION_INVALID, e.g. job
-// stats asked of a domain that is not running or of a migration target.
-func IsOperationInvalid(err error) bool {
-	var le libvirt.Error
-	if errors.As(err, &le) {
-		return le.Code == uint32(libvirt.ErrOperationInvalid)
-	}
-	return false
-}

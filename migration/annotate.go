@@ -36,33 +36,6 @@ func (t *Tracker) InFlight(domain string) bool {
 	return false
 }
 
-// Annotate applies fn to the domain's newest job that started at or after
-// since (in flight or just finished), so a driver can attach what it knows:
-// proxy figures, the migrate call's own error. It reports whether one was found.
-func (t *Tracker) Annotate(domain string, since time.Time, fn func(*Job)) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var best *job
-	consider := func(j *job) {
-		if j.view.Domain == domain && !j.view.StartTime.Before(since.Add(-2*time.Second)) &&
-			(best == nil || j.view.StartTime.After(best.view.StartTime)) {
-			best = j
-		}
-	}
-	for _, j := range t.jobs {
-		consider(j)
-	}
-	for _, j := range t.history.slice() {
-		consider(j)
-	}
-	if best == nil {
-		return false
-	}
-	fn(&best.view)
-	t.publish(best)
-	return true
-}
-
 // NoteEvent records an event on every in-flight job (e.g. the migration
 // network's link going down), as evidence for whatever happens next.
 func (t *Tracker) NoteEvent(kind, detail string) {
