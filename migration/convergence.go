@@ -30,10 +30,20 @@ type Assessment struct {
 // stop-and-copy, used until the domain's own setting is known.
 const DefaultMaxDowntime = 300 * time.Millisecond
 
+// Figures are the latest readings a verdict is judged with.
+type Figures struct {
+	RemainingBytes   uint64
+	MemoryTotalBytes uint64
+	TransferBps      uint64
+	DirtyBps         uint64
+	// MaxDowntime is the migration's allowed downtime: pre-copy switches
+	// over once what is left can be sent within it.
+	MaxDowntime time.Duration
+}
+
 // Assess judges a pre-copy job from its iterations and latest figures.
-// maxDowntime is the migration's allowed downtime: pre-copy switches over
-// once what is left can be sent within it.
-func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64, maxDowntime time.Duration) Assessment {
+func Assess(iters []Iteration, f Figures) Assessment {
+	remaining, transferBps, dirtyBps, maxDowntime := f.RemainingBytes, f.TransferBps, f.DirtyBps, f.MaxDowntime
 	// Pass 1 starts with all of memory remaining; it says nothing about
 	// how fast the guest dirties pages, so the series starts at pass 2.
 	var series []Iteration
@@ -75,10 +85,12 @@ func Assess(iters []Iteration, remaining, transferBps, dirtyBps uint64, maxDownt
 	case m >= divergingRatio:
 		return Assessment{Verdict: VerdictDiverging,
 			Reason: fmt.Sprintf("memory left dirty grows %.0f%% per iteration (%s)", (m-1)*100, rates)}
-	case transferBps > 0 && float64(remaining)/float64(transferBps) <= 2*maxDowntime.Seconds():
+	case transferBps > 0 && float64(remaining)/float64(transferBps) <= 1.5*maxDowntime.Seconds() &&
+		(f.MemoryTotalBytes == 0 || remaining*10 <= f.MemoryTotalBytes):
 		// A flat tail this small is the last passes before the switch-over,
-		// not a stall: what is left nearly fits in the allowed downtime.
-		return Assessment{Verdict: VerdictConverging, ETA: eta(2 * maxDowntime.Seconds()),
+		// not a stall: what is left nearly fits in the allowed downtime. A
+		// large working set re-sent quickly on a fast link is still a stall.
+		return Assessment{Verdict: VerdictConverging, ETA: eta(1.5 * maxDowntime.Seconds()),
 			Reason: fmt.Sprintf("%s left, about to fit the %v allowed downtime (%s)", units.IEC(remaining), maxDowntime, rates)}
 	default:
 		return Assessment{Verdict: VerdictStalled,

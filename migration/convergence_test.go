@@ -35,7 +35,7 @@ func TestAssess(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			it := iters(c.remaining...)
 			last := it[len(it)-1]
-			a := Assess(it, last.MemoryRemainingBytes, 100<<20, 10<<20, DefaultMaxDowntime)
+			a := Assess(it, Figures{RemainingBytes: last.MemoryRemainingBytes, MemoryTotalBytes: 512 << 20, TransferBps: 100 << 20, DirtyBps: 10 << 20, MaxDowntime: DefaultMaxDowntime})
 			if a.Verdict != c.want {
 				t.Fatalf("verdict %s (%s), want %s", a.Verdict, a.Reason, c.want)
 			}
@@ -51,7 +51,7 @@ func TestAssess(t *testing.T) {
 
 func TestAssessETAGeometric(t *testing.T) {
 	it := iters(512, 256, 128, 64)
-	a := Assess(it, 64<<20, 64<<20, 0, DefaultMaxDowntime)
+	a := Assess(it, Figures{RemainingBytes: 64 << 20, TransferBps: 64 << 20, MaxDowntime: DefaultMaxDowntime})
 	// 64 MiB at 64 MiB/s with each pass halving: 1 s * 1/(1-0.5) = 2 s.
 	if a.ETA == nil || *a.ETA < 1.99 || *a.ETA > 2.01 {
 		t.Fatalf("ETA %v, want 2s", a.ETA)
@@ -61,19 +61,20 @@ func TestAssessETAGeometric(t *testing.T) {
 func TestAssessIgnoresUnsampledIterations(t *testing.T) {
 	it := iters(512, 300, 100, 30)
 	it[3].sampled = false
-	if a := Assess(it, 0, 1, 0, DefaultMaxDowntime); a.Verdict != VerdictConverging {
+	if a := Assess(it, Figures{TransferBps: 1, MaxDowntime: DefaultMaxDowntime}); a.Verdict != VerdictConverging {
 		t.Fatalf("verdict %s, want Converging from the sampled iterations", a.Verdict)
 	}
 }
 
 func TestAssessFlatTailBeforeSwitchOverIsNotStalled(t *testing.T) {
 	it := iters(512, 40, 34, 32, 31)
-	a := Assess(it, 31<<20, 96<<20, 64<<20, DefaultMaxDowntime)
+	a := Assess(it, Figures{RemainingBytes: 31 << 20, MemoryTotalBytes: 512 << 20, TransferBps: 96 << 20, DirtyBps: 64 << 20, MaxDowntime: DefaultMaxDowntime})
 	if a.Verdict != VerdictConverging {
 		t.Fatalf("verdict %s (%s): 31 MiB at 96 MiB/s is the last pass before a 300ms switch-over", a.Verdict, a.Reason)
 	}
-	a = Assess(iters(512, 384, 385, 384), 384<<20, 400<<20, 200<<20, DefaultMaxDowntime)
+	// A big working set on a fast link: each pass is short, but it never shrinks.
+	a = Assess(iters(512, 384, 385, 384), Figures{RemainingBytes: 384 << 20, MemoryTotalBytes: 512 << 20, TransferBps: 2 << 30, DirtyBps: 1 << 30, MaxDowntime: DefaultMaxDowntime})
 	if a.Verdict != VerdictStalled {
-		t.Fatalf("verdict %s: 384 MiB left at 400 MiB/s is a stall", a.Verdict)
+		t.Fatalf("verdict %s: 384 MiB of 512 re-dirtied every pass is a stall, however fast the link", a.Verdict)
 	}
 }

@@ -455,7 +455,8 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 		if md == 0 {
 			md = DefaultMaxDowntime
 		}
-		a := Assess(j.iters, s.MemoryRemaining, s.MemoryBps, s.MemoryDirtyRate, md)
+		a := Assess(j.iters, Figures{RemainingBytes: s.MemoryRemaining, MemoryTotalBytes: s.MemoryTotal,
+			TransferBps: s.MemoryBps, DirtyBps: s.MemoryDirtyRate, MaxDowntime: md})
 		if a.Verdict != v.Convergence {
 			t.addEvent(j, now, "convergence", string(a.Verdict)+": "+a.Reason)
 		}

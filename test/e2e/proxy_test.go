@@ -109,7 +109,9 @@ func assertTornDown(t *testing.T, nodes ...string) {
 	t.Helper()
 	for _, n := range nodes {
 		dir := filepath.Join(bed.Node(n).Dir, "run", "ferry", "migrationproxy")
-		waitFor(t, "node "+n+" to drop its registrations and sockets", 45*time.Second, func() bool {
+		// After a cut link the target keeps a registration for a grace
+		// period once its side ends (its libvirt gives up ~30s after the cut).
+		waitFor(t, "node "+n+" to drop its registrations and sockets", 90*time.Second, func() bool {
 			var p daemon.ProxyResponse
 			if err := ferryOn(n).get("/v1/proxy", &p); err != nil || len(p.Registered) > 0 {
 				return false
