@@ -89,6 +89,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
 	}
+	removeStaleSockets(cfg.SocketDir, p.log)
 	return p, nil
 }
 

@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// removeStaleSockets deletes migration sockets a previous ferryd left in
+// the socket dir (a restart forgets its registrations, so nothing else
+// would). A socket something still listens on, such as a target QEMU's
+// during an incoming migration, is kept: it is looked up in the kernel's
+// list, never connected to, since a connection would become QEMU's stream.
+func removeStaleSockets(dir string, log *zap.Logger) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	listening := listeningUnixSockets()
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), "-source.sock") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if listening[path] {
+			continue
+		}
+		if err := os.Remove(path); err == nil {
+			log.Info("removed a stale migration socket", zap.String("path", path))
+		}
+	}
+}
+
+// listeningUnixSockets reads /proc/net/unix for bound, listening sockets.
+func listeningUnixSockets() map[string]bool {
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		// Num RefCount Protocol Flags Type St Inode Path; flag 0x10000 is __SO_ACCEPTCON.
+		if len(fields) >= 8 && fields[3] == "00010000" {
+			out[fields[7]] = true
+		}
+	}
+	return out
+}

@@ -1,0 +1,40 @@
+package proxy
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+func TestStaleSocketsGoLiveOnesStay(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "m-live-49152-source.sock")
+	ln, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	stale := filepath.Join(dir, "m-dead-49152-source.sock")
+	dead, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.(*net.UnixListener).SetUnlinkOnClose(false)
+	dead.Close()
+	other := filepath.Join(dir, "notes.txt")
+	os.WriteFile(other, nil, 0o600)
+
+	removeStaleSockets(dir, zap.NewNop())
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Error("a socket nobody listens on was kept")
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Error("a listening socket was removed")
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Error("a file that is not a migration socket was removed")
+	}
+}
