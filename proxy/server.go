@@ -89,7 +89,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
 	}
-	removeStaleSockets(cfg.SocketDir, p.log)
+	removeStaleSockets(cfg.SocketDir, 10*time.Second, p.log)
 	return p, nil
 }
 
@@ -122,6 +122,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		<-ctx.Done()
 		ln.Close()
 	}()
+	go p.janitor(ctx)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -316,3 +317,18 @@ func (p *Proxy) UnregisterDomain(domain, why string) []string {
 
 // Registered lists the live registrations on this (target) node.
 func (p *Proxy) Registered() []Migration { return p.reg.active() }
+
+// janitor keeps removing sockets left by migrations that ended without
+// their registration (the target QEMU's, after a ferryd restart).
+func (p *Proxy) janitor(ctx context.Context) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			removeStaleSockets(p.cfg.SocketDir, time.Minute, p.log)
+		}
+	}
+}

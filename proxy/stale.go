@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -14,7 +15,10 @@ import (
 // would). A socket something still listens on, such as a target QEMU's
 // during an incoming migration, is kept: it is looked up in the kernel's
 // list, never connected to, since a connection would become QEMU's stream.
-func removeStaleSockets(dir string, log *zap.Logger) {
+//
+// Only sockets older than minAge go: QEMU binds its socket an instant before
+// it listens on it.
+func removeStaleSockets(dir string, minAge time.Duration, log *zap.Logger) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -26,6 +30,9 @@ func removeStaleSockets(dir string, log *zap.Logger) {
 		}
 		path := filepath.Join(dir, e.Name())
 		if listening[path] {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < minAge {
 			continue
 		}
 		if err := os.Remove(path); err == nil {

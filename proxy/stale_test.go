@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -27,7 +28,7 @@ func TestStaleSocketsGoLiveOnesStay(t *testing.T) {
 	other := filepath.Join(dir, "notes.txt")
 	os.WriteFile(other, nil, 0o600)
 
-	removeStaleSockets(dir, zap.NewNop())
+	removeStaleSockets(dir, 0, zap.NewNop())
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Error("a socket nobody listens on was kept")
 	}
@@ -36,5 +37,17 @@ func TestStaleSocketsGoLiveOnesStay(t *testing.T) {
 	}
 	if _, err := os.Stat(other); err != nil {
 		t.Error("a file that is not a migration socket was removed")
+	}
+}
+
+func TestFreshSocketsAreLeftAlone(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m-new-49152-source.sock")
+	ln, _ := net.Listen("unix", path)
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	removeStaleSockets(dir, time.Minute, zap.NewNop())
+	if _, err := os.Stat(path); err != nil {
+		t.Error("a socket bound a moment ago was removed before it could be listened on")
 	}
 }
