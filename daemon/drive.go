@@ -19,30 +19,12 @@ import (
 	"github.com/ferry-vm/ferry/proxy"
 )
 
-// MigrateRequest is POST /v1/migrations: a live migration Ferry drives
-// itself, peer to peer through its proxy, KubeVirt-style.
-type MigrateRequest struct {
-	Domain string `json:"domain"`
-	// Target is the target node's proxy address, HOST:PORT.
-	Target               string  `json:"target"`
-	PostCopy             bool    `json:"postCopy,omitempty"`
-	PostCopyAfterSeconds float64 `json:"postCopyAfterSeconds,omitempty"`
-	AutoConverge         bool    `json:"autoConverge,omitempty"`
-	BandwidthMiBs        int     `json:"bandwidthMiBs,omitempty"`
-	// PostCopyBandwidthMiBs caps post-copy's background transfer (QEMU
-	// ignores the pre-copy cap once in post-copy).
-	PostCopyBandwidthMiBs int `json:"postCopyBandwidthMiBs,omitempty"`
-	Parallel              int `json:"parallel,omitempty"`
-}
-
-// MigrateResponse answers it.
-type MigrateResponse struct {
-	MigrationID string `json:"migrationId"`
-	Domain      string `json:"domain"`
-	Target      string `json:"target"`
-	TLS         bool   `json:"tls"`
-	Message     string `json:"message"`
-}
+// MigrateRequest and MigrateResponse are the body and answer of
+// POST /v1/migrations.
+type (
+	MigrateRequest  = migration.MigrateRequest
+	MigrateResponse = migration.MigrateResponse
+)
 
 // Errors the API layer maps to status codes.
 var (
@@ -124,7 +106,7 @@ func (ds *drives) linkSince(t time.Time) []string {
 	return out
 }
 
-func (r MigrateRequest) validate() error {
+func validateMigrate(r MigrateRequest) error {
 	var errs []string
 	if r.Domain == "" {
 		errs = append(errs, "domain is empty")
@@ -160,7 +142,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if d.Proxy == nil {
 		return MigrateResponse{}, fmt.Errorf("%w: this ferryd runs without a migration proxy (--proxy-listen is empty)", errConflict)
 	}
-	if err := req.validate(); err != nil {
+	if err := validateMigrate(req); err != nil {
 		return MigrateResponse{}, err
 	}
 	conn, dom, err := d.Tracker.ConnFor(req.Domain)

@@ -12,37 +12,19 @@ import (
 	"github.com/ferry-vm/ferry/migration"
 )
 
-// migrateRequest mirrors ferryd's POST /v1/migrations body.
-type migrateRequest struct {
-	Domain               string  `json:"domain"`
-	Target               string  `json:"target"`
-	PostCopy             bool    `json:"postCopy,omitempty"`
-	PostCopyAfterSeconds float64 `json:"postCopyAfterSeconds,omitempty"`
-	AutoConverge         bool    `json:"autoConverge,omitempty"`
-	BandwidthMiBs        int     `json:"bandwidthMiBs,omitempty"`
-	PostCopyBandwidth    int     `json:"postCopyBandwidthMiBs,omitempty"`
-	Parallel             int     `json:"parallel,omitempty"`
-}
-
-type migrateResponse struct {
-	MigrationID string `json:"migrationId"`
-	TLS         bool   `json:"tls"`
-	Message     string `json:"message"`
-}
-
 // cmdMigrate starts a Ferry-driven migration and follows it like `watch
 // NAME`, so the exit status says how it ended.
 func cmdMigrate(ctx context.Context, c *client, g globals, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(new(bytes.Buffer))
-	var req migrateRequest
+	var req migration.MigrateRequest
 	var after time.Duration
 	fs.StringVar(&req.Target, "to", "", "target node's proxy address HOST:PORT")
 	fs.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switch with `ferryctl postcopy NAME`)")
 	fs.DurationVar(&after, "postcopy-after", 0, "switch to post-copy this long after the start")
 	fs.BoolVar(&req.AutoConverge, "auto-converge", false, "let QEMU throttle the guest's CPU so pre-copy converges")
 	fs.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "bandwidth cap in MiB/s (0: none)")
-	fs.IntVar(&req.PostCopyBandwidth, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
+	fs.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
 	fs.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
 	wait := fs.Bool("wait", true, "follow the migration until it ends")
 	// Flags may come after the domain name, as operators type them.
@@ -66,7 +48,7 @@ func cmdMigrate(ctx context.Context, c *client, g globals, args []string) error 
 	req.Domain = name
 	req.PostCopyAfterSeconds = after.Seconds()
 	body, _ := json.Marshal(req)
-	var resp migrateResponse
+	var resp migration.MigrateResponse
 	if err := c.postJSON(ctx, "/v1/migrations", body, &resp); err != nil {
 		return err
 	}

@@ -19,11 +19,11 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 	if err := b.noteConsoleMove(m.Name, m.To); err != nil {
 		return err
 	}
-	body, _ := json.Marshal(map[string]any{
-		"domain": m.Name, "target": dst.ProxyAddr,
-		"postCopy": m.PostCopy, "postCopyAfterSeconds": m.PostCopyAfter.Seconds(),
-		"autoConverge": m.AutoConverge, "bandwidthMiBs": m.BandwidthMiBs,
-		"postCopyBandwidthMiBs": m.PostCopyBandwidthMiBs, "parallel": m.Parallel,
+	body, _ := json.Marshal(migration.MigrateRequest{
+		Domain: m.Name, Target: dst.ProxyAddr,
+		PostCopy: m.PostCopy, PostCopyAfterSeconds: m.PostCopyAfter.Seconds(),
+		AutoConverge: m.AutoConverge, BandwidthMiBs: m.BandwidthMiBs,
+		PostCopyBandwidthMiBs: m.PostCopyBandwidthMiBs, Parallel: m.Parallel,
 	})
 	hc := unixHTTPClient(src.DebugSocket)
 	resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", bytes.NewReader(body))
@@ -35,9 +35,7 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 	if resp.StatusCode != http.StatusAccepted {
 		return fmt.Errorf("testbed: ferryd on %s refused to migrate %s: %d %s", m.From, m.Name, resp.StatusCode, bytes.TrimSpace(rb))
 	}
-	var started struct {
-		MigrationID string `json:"migrationId"`
-	}
+	var started migration.MigrateResponse
 	json.Unmarshal(rb, &started)
 	logf(b.cfg.Log, "migrating %s %s -> %s through Ferry's proxy (migration %s, tls %v)", m.Name, m.From, m.To, started.MigrationID, !b.plainProxy())
 	t0 := time.Now()

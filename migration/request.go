@@ -1,0 +1,26 @@
+package migration
+
+// MigrateRequest asks ferryd (POST /v1/migrations) for a live migration
+// Ferry drives itself, peer to peer through its proxy, KubeVirt-style.
+type MigrateRequest struct {
+	Domain string `json:"domain"`
+	// Target is the target node's proxy address, HOST:PORT.
+	Target               string  `json:"target"`
+	PostCopy             bool    `json:"postCopy,omitempty"`
+	PostCopyAfterSeconds float64 `json:"postCopyAfterSeconds,omitempty"`
+	AutoConverge         bool    `json:"autoConverge,omitempty"`
+	BandwidthMiBs        int     `json:"bandwidthMiBs,omitempty"`
+	// PostCopyBandwidthMiBs caps post-copy's background transfer (QEMU
+	// ignores the pre-copy cap once in post-copy).
+	PostCopyBandwidthMiBs int `json:"postCopyBandwidthMiBs,omitempty"`
+	Parallel              int `json:"parallel,omitempty"`
+}
+
+// MigrateResponse answers a MigrateRequest.
+type MigrateResponse struct {
+	MigrationID string `json:"migrationId"`
+	Domain      string `json:"domain"`
+	Target      string `json:"target"`
+	TLS         bool   `json:"tls"`
+	Message     string `json:"message"`
+}
