@@ -120,7 +120,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, d := range snap.Domains {
 		if d.Attention != "" {
-			g(descAttention, 1, c.node, d.Name, d.Namespace, d.VMI, attentionReason(d))
+			g(descAttention, 1, c.node, d.Name, d.Namespace, d.VMI, d.AttentionReason)
 		}
 	}
 	if c.pool != nil {
@@ -141,15 +141,4 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descMarksDone, prometheus.CounterValue, float64(n), c.node, outcome)
 		}
 	}
-}
-
-// attentionReason is a short, stable label value for alert rules.
-func attentionReason(d migration.Domain) string {
-	switch {
-	case d.State == "paused" && d.Reason == "post-copy-failed", d.State == "running" && d.Reason == "post-copy-failed":
-		return "postcopy_failed"
-	case d.State == "paused" && d.Reason == "migration":
-		return "paused_after_migration"
-	}
-	return "other"
 }

@@ -208,6 +208,9 @@ type Domain struct {
 	Reason    string `json:"reason"`
 	JobPhase  Phase  `json:"jobPhase,omitempty"`
 	JobRole   Role   `json:"jobRole,omitempty"`
+	// AttentionReason is a short, stable code of that condition
+	// (postcopy_failed, paused_after_migration), for alert rules.
+	AttentionReason string `json:"attentionReason,omitempty"`
 	// Attention names a condition an operator must act on, such as a guest
 	// left paused by a failed migration.
 	Attention string `json:"attention,omitempty"`

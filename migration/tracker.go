@@ -246,7 +246,7 @@ func (t *Tracker) Domains() []Domain {
 			} else if j := t.lastFinished(socket, d.Name); j != nil {
 				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
 			}
-			v.Attention = attention(d, t.jobs[jobKey{socket, d.Name}] != nil)
+			v.AttentionReason, v.Attention = attention(d, t.jobs[jobKey{socket, d.Name}] != nil)
 			out = append(out, v)
 		}
 	}
@@ -280,17 +280,18 @@ func (t *Tracker) lastFinished(socket, domain string) *job {
 	return t.latest[jobKey{socket, domain}]
 }
 
-// attention names what an operator must know about a domain's state.
-func attention(d libvirtx.Domain, migrating bool) string {
+// attention names what an operator must know about a domain's state: a
+// short code for alert rules and the account for people.
+func attention(d libvirtx.Domain, migrating bool) (string, string) {
 	switch {
 	case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedPostCopyFailed:
-		return "post-copy failed: the guest's memory is split across two hosts; this paused copy cannot run"
+		return "postcopy_failed", "post-copy failed: the guest's memory is split across two hosts; this paused copy cannot run"
 	case d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningPostCopyFailed:
-		return "post-copy failed: this copy lacks pages still on the source and cannot run correctly"
+		return "postcopy_failed", "post-copy failed: this copy lacks pages still on the source and cannot run correctly"
 	case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedMigration && !migrating:
-		return "paused by a migration that is no longer running"
+		return "paused_after_migration", "paused by a migration that is no longer running"
 	}
-	return ""
+	return "", ""
 }
 
 // newJob registers an in-flight job; the caller holds t.mu.

@@ -98,7 +98,7 @@ func TestSourcePostCopyFailedByEvent(t *testing.T) {
 		t.Fatalf("%d jobs in history, want 1", n)
 	}
 	doms := tr.Domains()
-	if len(doms) != 1 || doms[0].Attention == "" {
+	if len(doms) != 1 || doms[0].Attention == "" || doms[0].AttentionReason != "postcopy_failed" {
 		t.Fatalf("domain not flagged: %+v", doms)
 	}
 }
