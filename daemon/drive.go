@@ -36,13 +36,6 @@ var (
 type drives struct {
 	mu      sync.Mutex
 	running map[string]chan struct{} // domain -> closed when the drive ends
-	linkMu  sync.Mutex
-	linkLog []linkChange
-}
-
-type linkChange struct {
-	at  time.Time
-	msg string
 }
 
 func newDrives() *drives { return &drives{running: map[string]chan struct{}{}} }
@@ -83,27 +76,6 @@ func (ds *drives) stopAll() {
 			return
 		}
 	}
-}
-
-func (ds *drives) noteLink(at time.Time, msg string) {
-	ds.linkMu.Lock()
-	defer ds.linkMu.Unlock()
-	ds.linkLog = append(ds.linkLog, linkChange{at, msg})
-	if len(ds.linkLog) > 32 {
-		ds.linkLog = ds.linkLog[len(ds.linkLog)-32:]
-	}
-}
-
-func (ds *drives) linkSince(t time.Time) []string {
-	ds.linkMu.Lock()
-	defer ds.linkMu.Unlock()
-	var out []string
-	for _, c := range ds.linkLog {
-		if !c.at.Before(t) {
-			out = append(out, c.msg+" at "+c.at.Format("15:04:05.000"))
-		}
-	}
-	return out
 }
 
 func validateMigrate(r MigrateRequest) error {
@@ -238,7 +210,7 @@ func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom l
 	info.Errors = src.Errors()
 	failure := ""
 	if err != nil {
-		failure = d.failureReason(err, info.Errors, start)
+		failure = d.failureReason(req.Domain, err, info.Errors, start)
 		log.Warn("Ferry-driven migration failed", zap.String("reason", failure))
 	} else {
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
@@ -248,7 +220,7 @@ func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom l
 
 // failureReason joins what libvirt said with what the proxy and the
 // migration link saw, so the reason names the plane that broke.
-func (d *Daemon) failureReason(err error, proxyErrs []string, since time.Time) string {
+func (d *Daemon) failureReason(domain string, err error, proxyErrs []string, since time.Time) string {
 	var b strings.Builder
 	b.WriteString("migration failed: ")
 	b.WriteString(err.Error())
@@ -258,10 +230,26 @@ func (d *Daemon) failureReason(err error, proxyErrs []string, since time.Time) s
 			fmt.Fprintf(&b, " (+%d more)", len(proxyErrs)-1)
 		}
 	}
-	if links := d.drives.linkSince(since); len(links) > 0 {
+	if links := d.linkEvents(domain, since); len(links) > 0 {
 		fmt.Fprintf(&b, "; migration link: %s", strings.Join(links, ", "))
 	}
 	return b.String()
+}
+
+// linkEvents are the migration interface's changes the job recorded since
+// the drive began.
+func (d *Daemon) linkEvents(domain string, since time.Time) []string {
+	j, ok := d.Tracker.Job(domain)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, e := range j.Events {
+		if (e.Kind == eventLinkDown || e.Kind == eventLinkUp) && !e.Time.Before(since) {
+			out = append(out, e.Detail+" at "+e.Time.Format("15:04:05.000"))
+		}
+	}
+	return out
 }
 
 // targetGrace is how long a target keeps relaying after its side of the
@@ -284,19 +272,20 @@ func (d *Daemon) jobFinished(j migration.Job) {
 	})
 }
 
+// Kinds of the job events that record the migration interface's link.
+const (
+	eventLinkDown = "linkDown"
+	eventLinkUp   = "linkUp"
+)
+
 // linkChanged records the migration interface going down or up on every
-// in-flight job, and keeps it for the failure reasons of driven migrations.
+// in-flight job: evidence for whatever happens next, and part of the
+// failure reason of a migration Ferry drives.
 func (d *Daemon) linkChanged(up bool) {
-	state := "down"
+	state, kind := "down", eventLinkDown
 	if up {
-		state = "up"
+		state, kind = "up", eventLinkUp
 	}
-	now := time.Now()
-	d.drives.noteLink(now, d.cfg.MigrationInterface+" went "+state)
-	kind := "linkDown"
-	if up {
-		kind = "linkUp"
-	}
-	d.Tracker.NoteEvent(kind, fmt.Sprintf("migration interface %s went %s", d.cfg.MigrationInterface, state))
+	d.Tracker.NoteEvent(kind, fmt.Sprintf("%s went %s", d.cfg.MigrationInterface, state))
 	d.log.Warn("migration interface changed", zap.String("interface", d.cfg.MigrationInterface), zap.String("state", state))
 }
