@@ -59,7 +59,9 @@ func TestAssessETAGeometric(t *testing.T) {
 }
 
 func TestAssessIgnoresUnsampledIterations(t *testing.T) {
-	it := iters(512, 300, 100, 30)
+	// Read, the last iteration would make it Diverging (100 -> 900); it was
+	// never sampled, so its figure must not count.
+	it := iters(512, 300, 100, 900)
 	it[3].sampled = false
 	if a := Assess(it, Figures{TransferBps: 1, MaxDowntime: DefaultMaxDowntime}); a.Verdict != VerdictConverging {
 		t.Fatalf("verdict %s, want Converging from the sampled iterations", a.Verdict)
