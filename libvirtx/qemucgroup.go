@@ -29,57 +29,44 @@ type QEMUCPU struct {
 // QEMUCgroups reads QEMU processes' cgroup CPU figures on this host, for
 // cgroup v1 and v2 alike. It finds a domain's QEMU by its "-name guest=NAME"
 // argument in /proc, which needs the host PID namespace (hostPID in a
-// DaemonSet), and remembers the PID while it stays valid.
+// DaemonSet). The cgroup found is kept while the QEMU process lives, so a
+// sample reads the CPU controller's files and nothing else.
 type QEMUCgroups struct {
 	Proc string // default /proc
 
-	mu   sync.Mutex
-	pids map[string]int
+	mu     sync.Mutex
+	groups map[string]*cpuGroup // by domain
+}
+
+// cpuGroup is a QEMU process and the cgroup that holds all its threads.
+type cpuGroup struct {
+	pid  int
+	path string
+	v1   cgroup1.Cgroup
+	v2   *cgroup2.Manager
 }
 
 // ReadCPU returns the CPU figures of the named domain's QEMU process.
 func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
-	pid, err := q.pid(domain)
+	g, err := q.group(domain)
 	if err != nil {
 		return QEMUCPU{}, err
 	}
-	r := QEMUCPU{PID: pid, Time: time.Now()}
-	if cgroups.Mode() == cgroups.Unified {
-		group, err := cgroup2.PidGroupPath(pid)
-		if err != nil {
-			return r, fmt.Errorf("cgroup of QEMU pid %d: %w", pid, err)
-		}
-		if group == "/" {
-			return r, errRootCgroup(pid)
-		}
-		group = machineGroup(group)
-		m, err := cgroup2.Load(group)
-		if err != nil {
-			return r, fmt.Errorf("load cgroup %s: %w", group, err)
-		}
-		st, err := m.Stat()
+	r := QEMUCPU{PID: g.pid, Cgroup: g.path, Time: time.Now()}
+	if g.v2 != nil {
+		st, err := g.v2.StatFiltered(cgroup2.StatCPU)
 		if err != nil || st.CPU == nil {
-			return r, fmt.Errorf("read cgroup %s: %v", group, err)
+			return r, fmt.Errorf("read cgroup %s: %v", g.path, err)
 		}
-		r.Cgroup = group
 		r.UsageSeconds = float64(st.CPU.UsageUsec) / 1e6
 		r.Periods, r.ThrottledPeriods = st.CPU.NrPeriods, st.CPU.NrThrottled
 		r.ThrottledSeconds = float64(st.CPU.ThrottledUsec) / 1e6
 		return r, nil
 	}
-	r.Cgroup = cgroupV1CPUPath(q.proc(), pid)
-	if r.Cgroup == "/" || r.Cgroup == "" {
-		return r, errRootCgroup(pid)
-	}
-	cg, err := cgroup1.Load(cgroup1.PidPath(pid), cgroup1.WithHierarchy(cgroup1.Default), func(c *cgroup1.InitConfig) error { c.InitCheck = cgroup1.AllowAny; return nil })
-	if err != nil {
-		return r, fmt.Errorf("load cgroup of QEMU pid %d: %w", pid, err)
-	}
-	st, err := cg.Stat(cgroup1.IgnoreNotExist)
+	st, err := g.v1.Stat(cgroup1.IgnoreNotExist)
 	if err != nil || st.CPU == nil {
-		return r, fmt.Errorf("read cgroup of QEMU pid %d: %v", pid, err)
+		return r, fmt.Errorf("read cgroup %s of QEMU pid %d: %v", g.path, g.pid, err)
 	}
-	r.Cgroup = machineGroup(r.Cgroup)
 	if u := st.CPU.Usage; u != nil {
 		r.UsageSeconds = float64(u.Total) / 1e9
 	}
@@ -97,16 +84,31 @@ func (q *QEMUCgroups) proc() string {
 	return q.Proc
 }
 
-func (q *QEMUCgroups) pid(domain string) (int, error) {
+// group returns the domain's QEMU cgroup, found again only when the QEMU
+// process it was found for is gone.
+func (q *QEMUCgroups) group(domain string) (*cpuGroup, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.pids == nil {
-		q.pids = map[string]int{}
+	if q.groups == nil {
+		q.groups = map[string]*cpuGroup{}
 	}
-	if pid, ok := q.pids[domain]; ok && isQEMUOf(q.proc(), pid, domain) {
-		return pid, nil
+	if g, ok := q.groups[domain]; ok && isQEMUOf(q.proc(), g.pid, domain) {
+		return g, nil
 	}
-	delete(q.pids, domain)
+	delete(q.groups, domain)
+	pid, err := q.findPID(domain)
+	if err != nil {
+		return nil, err
+	}
+	g, err := loadCPUGroup(q.proc(), pid)
+	if err != nil {
+		return nil, err
+	}
+	q.groups[domain] = g
+	return g, nil
+}
+
+func (q *QEMUCgroups) findPID(domain string) (int, error) {
 	entries, err := os.ReadDir(q.proc())
 	if err != nil {
 		return 0, err
@@ -117,11 +119,57 @@ func (q *QEMUCgroups) pid(domain string) (int, error) {
 			continue
 		}
 		if isQEMUOf(q.proc(), pid, domain) {
-			q.pids[domain] = pid
 			return pid, nil
 		}
 	}
 	return 0, fmt.Errorf("no QEMU process for domain %q in %s (ferryd needs the host PID namespace)", domain, q.proc())
+}
+
+// loadCPUGroup opens the cgroup holding all of pid's threads, with only the
+// CPU controllers: reading every controller's statistics on each sample
+// would cost many files for two figures.
+func loadCPUGroup(proc string, pid int) (*cpuGroup, error) {
+	if cgroups.Mode() == cgroups.Unified {
+		path, err := cgroup2.PidGroupPath(pid)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup of QEMU pid %d: %w", pid, err)
+		}
+		if path == "/" {
+			return nil, errRootCgroup(pid)
+		}
+		path = machineGroup(path)
+		m, err := cgroup2.Load(path)
+		if err != nil {
+			return nil, fmt.Errorf("load cgroup %s: %w", path, err)
+		}
+		return &cpuGroup{pid: pid, path: path, v2: m}, nil
+	}
+	path := cgroupV1CPUPath(proc, pid)
+	if path == "/" || path == "" {
+		return nil, errRootCgroup(pid)
+	}
+	path = machineGroup(path)
+	cg, err := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(cpuSubsystems),
+		func(c *cgroup1.InitConfig) error { c.InitCheck = cgroup1.AllowAny; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("load cgroup %s of QEMU pid %d: %w", path, pid, err)
+	}
+	return &cpuGroup{pid: pid, path: path, v1: cg}, nil
+}
+
+// cpuSubsystems is the host's cgroup v1 hierarchy cut down to cpu and cpuacct.
+func cpuSubsystems() ([]cgroup1.Subsystem, error) {
+	all, err := cgroup1.Default()
+	if err != nil {
+		return nil, err
+	}
+	var out []cgroup1.Subsystem
+	for _, s := range all {
+		if s.Name() == cgroup1.Cpu || s.Name() == cgroup1.Cpuacct {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // isQEMUOf matches libvirt's "-name guest=NAME,..." argument; commas in
