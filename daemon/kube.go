@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -102,7 +103,7 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	case j.Phase == migration.PhaseAborted && j.Role == migration.RoleSource:
 		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Normal", "MigrationAborted"
 		m.Message = fmt.Sprintf("migration aborted on node %s: %s", d.cfg.NodeName, j.FailureReason)
-	case j.Phase == migration.PhaseFailed && j.Role == migration.RoleSource && len(j.DomainState) >= 6 && j.DomainState[:6] == "paused":
+	case j.Phase == migration.PhaseFailed && j.Role == migration.RoleSource && strings.HasPrefix(j.DomainState, "paused/"):
 		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Warning", "MigrationFailedGuestPaused"
 		m.Message = fmt.Sprintf("migration failed and left the guest paused (%s) on node %s: %s", j.DomainState, d.cfg.NodeName, j.FailureReason)
 	default:

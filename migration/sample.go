@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -40,7 +42,7 @@ func (t *Tracker) forgetSocket(socket string) {
 func (t *Tracker) scan(ctx context.Context, c *libvirtx.Conn) {
 	doms, err := c.Domains(ctx)
 	if err != nil {
-		t.log.Debug("listing domains failed", zapErr(err))
+		t.log.Debug("listing domains failed", zap.Error(err))
 		return
 	}
 	probe := t.updateDomains(c.Socket(), doms, time.Now())

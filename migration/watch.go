@@ -4,8 +4,6 @@ import (
 	"context"
 	"sort"
 	"sync"
-
-	"go.uber.org/zap"
 )
 
 // subscriber coalesces updates per job: a slow reader gets each job's latest
@@ -73,5 +71,3 @@ func (t *Tracker) publish(j *job) {
 		}
 	}
 }
-
-func zapErr(err error) zap.Field { return zap.Error(err) }

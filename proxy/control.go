@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"time"
 
 	"go.uber.org/zap"
 )
+
+var errControl = errors.New("control request failed")
 
 // ControlRequest is what one ferryd asks of another over the proxy port.
 type ControlRequest struct {

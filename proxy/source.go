@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -215,5 +214,3 @@ func (s *SourceMigration) Close(why string) {
 	}
 	s.p.mu.Unlock()
 }
-
-var errControl = errors.New("control request failed")
