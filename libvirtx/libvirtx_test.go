@@ -1,6 +1,8 @@
 package libvirtx
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -50,5 +52,21 @@ func TestKubeVirtUID(t *testing.T) {
 	}
 	if got := KubeVirtUID(`<domain type='qemu'><name>plain</name></domain>`); got != "" {
 		t.Fatalf("plain domain uid %q", got)
+	}
+}
+
+func TestProcessCPUSecondsAndV1Paths(t *testing.T) {
+	stat := filepath.Join(t.TempDir(), "stat")
+	// A command name with spaces and a ')' must not shift the fields.
+	os.WriteFile(stat, []byte("4242 (qemu-system) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 566 0 0 20 0 4 0 1000 0 0\n"), 0o600)
+	if secs, err := processCPUSeconds(stat); err != nil || secs != 18.0 {
+		t.Fatalf("cpu seconds %v %v, want 18 (utime 1234 + stime 566 ticks)", secs, err)
+	}
+	paths := map[string]string{"cpu,cpuacct": "/machine/qemu-1-vm.libvirt-qemu/emulator", "memory": "/machine/qemu-1-vm.libvirt-qemu"}
+	if p := v1Path(paths, "cpuacct"); p != "/machine/qemu-1-vm.libvirt-qemu" {
+		t.Errorf("co-mounted cpuacct: %q", p)
+	}
+	if p := v1Path(map[string]string{"cpu": "/machine/x/emulator", "cpuacct": "/"}, "cpuacct"); p != "/" {
+		t.Errorf("root cpuacct: %q", p)
 	}
 }

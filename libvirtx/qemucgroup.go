@@ -44,6 +44,10 @@ type cpuGroup struct {
 	path string
 	v1   cgroup1.Cgroup
 	v2   *cgroup2.Manager
+	// procUsage: libvirt left QEMU in the root cpuacct group (as it does
+	// where it manages only some v1 controllers), whose usage is the whole
+	// host's; QEMU's own is then its process CPU time from /proc.
+	procUsage bool
 }
 
 // ReadCPU returns the CPU figures of the named domain's QEMU process.
@@ -67,8 +71,15 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 	if err != nil || st.CPU == nil {
 		return r, fmt.Errorf("read cgroup %s of QEMU pid %d: %v", g.path, g.pid, err)
 	}
-	if u := st.CPU.Usage; u != nil {
-		r.UsageSeconds = float64(u.Total) / 1e9
+	switch {
+	case g.procUsage:
+		secs, err := processCPUSeconds(filepath.Join(q.proc(), strconv.Itoa(g.pid), "stat"))
+		if err != nil {
+			return r, err
+		}
+		r.UsageSeconds = secs
+	case st.CPU.Usage != nil:
+		r.UsageSeconds = float64(st.CPU.Usage.Total) / 1e9
 	}
 	if th := st.CPU.Throttling; th != nil {
 		r.Periods, r.ThrottledPeriods = th.Periods, th.ThrottledPeriods
@@ -144,17 +155,76 @@ func loadCPUGroup(proc string, pid int) (*cpuGroup, error) {
 		}
 		return &cpuGroup{pid: pid, path: path, v2: m}, nil
 	}
-	path := cgroupV1CPUPath(proc, pid)
-	if path == "/" || path == "" {
+	paths, err := cgroup1.ParseCgroupFile(filepath.Join(proc, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroups of QEMU pid %d: %w", pid, err)
+	}
+	cpu, acct := v1Path(paths, "cpu"), v1Path(paths, "cpuacct")
+	if cpu == "/" && acct == "/" {
 		return nil, errRootCgroup(pid)
 	}
-	path = machineGroup(path)
-	cg, err := cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(cpuSubsystems),
+	g := &cpuGroup{pid: pid, path: cpu, procUsage: acct == "/"}
+	if cpu == "/" {
+		g.path = acct
+	}
+	// Each controller at QEMU's own group; a controller left at the root is
+	// not read at all (its figures would be the host's).
+	at := func(name cgroup1.Name) (string, error) {
+		if p := map[cgroup1.Name]string{cgroup1.Cpu: cpu, cgroup1.Cpuacct: acct}[name]; p != "" && p != "/" {
+			return p, nil
+		}
+		return "", cgroup1.ErrControllerNotActive
+	}
+	cg, err := cgroup1.Load(at, cgroup1.WithHierarchy(cpuSubsystems),
 		func(c *cgroup1.InitConfig) error { c.InitCheck = cgroup1.AllowAny; return nil })
 	if err != nil {
-		return nil, fmt.Errorf("load cgroup %s of QEMU pid %d: %w", path, pid, err)
+		return nil, fmt.Errorf("load cgroup %s of QEMU pid %d: %w", g.path, pid, err)
 	}
-	return &cpuGroup{pid: pid, path: path, v1: cg}, nil
+	g.v1 = cg
+	return g, nil
+}
+
+// v1Path is the group holding all of QEMU's threads in one v1 controller;
+// cpu and cpuacct are often mounted together as "cpu,cpuacct".
+func v1Path(paths map[string]string, controller string) string {
+	p, ok := paths[controller]
+	if !ok {
+		for k, v := range paths {
+			if strings.Contains(","+k+",", ","+controller+",") {
+				p, ok = v, true
+			}
+		}
+	}
+	if !ok || p == "" {
+		return "/"
+	}
+	return machineGroup(p)
+}
+
+// processCPUSeconds reads utime + stime of a process (all its threads) from
+// its /proc stat file, in seconds.
+func processCPUSeconds(statPath string) (float64, error) {
+	b, err := os.ReadFile(statPath)
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; fields start after its closing ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%s: unexpected format", statPath)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%s: unexpected format", statPath)
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("%s: unexpected format", statPath)
+	}
+	// USER_HZ is 100 on every Linux architecture Ferry runs on.
+	return float64(utime+stime) / 100, nil
 }
 
 // cpuSubsystems is the host's cgroup v1 hierarchy cut down to cpu and cpuacct.
@@ -188,20 +258,6 @@ func isQEMUOf(proc string, pid int, domain string) bool {
 		}
 	}
 	return false
-}
-
-func cgroupV1CPUPath(proc string, pid int) string {
-	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && strings.Contains(","+parts[1]+",", ",cpu,") {
-			return parts[2]
-		}
-	}
-	return ""
 }
 
 // machineGroup: libvirt moves QEMU's main thread into an "emulator" child
