@@ -412,6 +412,14 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 		// An iteration event was missed (or came before Ferry connected).
 		t.startIteration(j, s.MemoryIteration, now)
 	}
+	if s.TimeElapsedMs > 0 {
+		// A job found from an event starts when the event arrived; libvirt's
+		// elapsed time dates it from libvirt's own start, which is what a
+		// ferryd that finds the job later (after a restart) also sees.
+		if libStart := now.Add(-time.Duration(s.TimeElapsedMs) * time.Millisecond); libStart.Before(v.StartTime) {
+			v.StartTime = libStart
+		}
+	}
 	v.ElapsedMs = s.TimeElapsedMs
 	v.DataTotalBytes, v.DataProcessedBytes, v.DataRemainingBytes = s.DataTotal, s.DataProcessed, s.DataRemaining
 	v.MemoryTotalBytes, v.MemoryRemainingBytes = s.MemoryTotal, s.MemoryRemaining

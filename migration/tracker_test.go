@@ -215,3 +215,17 @@ func TestGuestPausedMidPreCopyIsPausedMode(t *testing.T) {
 		t.Fatalf("mode %s after resume, want PreCopy", j.Mode)
 	}
 }
+
+func TestStartTimeIsLibvirtsJobStart(t *testing.T) {
+	tr := NewTracker(Config{Node: "a"})
+	tr.onEvent(iteration(1)) // found at the first iteration event
+	found, _ := tr.Job(dom.Name)
+	s := outgoing(1, 400)
+	s.TimeElapsedMs = 3000
+	now := time.Now()
+	tr.onStats(sock, running(1), s, nil, nil, now)
+	j, _ := tr.Job(dom.Name)
+	if want := now.Add(-3 * time.Second); !j.StartTime.Equal(want) || !j.StartTime.Before(found.StartTime) {
+		t.Fatalf("start %v, want libvirt's job start %v (found at %v)", j.StartTime, want, found.StartTime)
+	}
+}
