@@ -20,12 +20,15 @@ const (
 // Running and paused reasons that mark a migration (libvirt-domain.h).
 const (
 	RunningMigrated       int32 = 2
+	RunningUnpaused       int32 = 5
 	RunningPostCopy       int32 = 10
 	RunningPostCopyFailed int32 = 11
 	PausedUser            int32 = 1
 	PausedMigration       int32 = 2
 	PausedPostCopy        int32 = 12
 	PausedPostCopyFailed  int32 = 13
+	ShutoffMigrated       int32 = 4
+	ShutoffFailed         int32 = 6
 )
 
 var stateNames = []string{"nostate", "running", "blocked", "paused", "shutdown", "shutoff", "crashed", "pmsuspended"}
@@ -74,6 +77,8 @@ const (
 	EventCrashed   int32 = 8
 
 	StartedMigrated         int32 = 1
+	SuspendedPaused         int32 = 0
+	ResumedUnpaused         int32 = 0
 	SuspendedMigrated       int32 = 1
 	SuspendedPostCopy       int32 = 7
 	SuspendedPostCopyFailed int32 = 8
@@ -81,6 +86,7 @@ const (
 	ResumedPostCopy         int32 = 3
 	ResumedPostCopyFailed   int32 = 4
 	StoppedMigrated         int32 = 3
+	StoppedCrashed          int32 = 2
 	StoppedFailed           int32 = 5
 )
 

@@ -24,6 +24,10 @@ const (
 	// PhasePostCopyFailed means the guest's memory is split across two hosts:
 	// neither side can run it on its own.
 	PhasePostCopyFailed Phase = "PostCopyFailed"
+	// PhaseLost means this node lost sight of the job before libvirt said
+	// how it ended (its libvirt socket went away, or the domain vanished
+	// without a lifecycle event): the outcome is libvirt's, unknown here.
+	PhaseLost Phase = "Lost"
 )
 
 // Finished reports whether the phase is terminal.

@@ -5,28 +5,68 @@ import (
 	"sync"
 	"time"
 
+	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
-// sampleLoop scans the connection on every tick and samples single domains
-// when an event asks for it. The first scan also picks up jobs that were
-// already running, or had already failed, before this connection existed.
-func (t *Tracker) sampleLoop(ctx context.Context, c *libvirtx.Conn, kick <-chan string) {
-	t.scan(ctx, c)
-	tick := time.NewTicker(t.cfg.SampleInterval)
+// sampler makes the libvirt reads of one connection and hands every result
+// to Tracker.apply; it never changes the tracker's record itself.
+type sampler struct {
+	t    *Tracker
+	c    *libvirtx.Conn
+	kick chan action
+}
+
+// loop scans the connection on every tick and makes the reads that inputs
+// ask for. The first scan also picks up jobs that were already running, or
+// had already failed, before this connection existed.
+func (s *sampler) loop(ctx context.Context) {
+	s.scan(ctx)
+	tick := time.NewTicker(s.t.cfg.SampleInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			t.forgetSocket(c.Socket())
+			s.t.forgetSocket(s.c.Socket())
 			return
 		case <-tick.C:
-			t.scan(ctx, c)
-		case name := <-kick:
-			t.sampleNamed(ctx, c, name)
+			s.scan(ctx)
+		case a := <-s.kick:
+			s.do(ctx, a)
 		}
+	}
+}
+
+// follow queues the reads apply asked for; a full queue drops them, since
+// the next scan makes every read again.
+func (s *sampler) follow(ctx context.Context, acts []action) {
+	for _, a := range acts {
+		if a.what == settleLater {
+			a.what = settle
+			time.AfterFunc(vanishGrace, func() {
+				select {
+				case s.kick <- a:
+				case <-ctx.Done():
+				default:
+				}
+			})
+			continue
+		}
+		select {
+		case s.kick <- a:
+		default:
+		}
+	}
+}
+
+func (s *sampler) do(ctx context.Context, a action) {
+	switch a.what {
+	case sample:
+		s.follow(ctx, s.sample(ctx, a.dom))
+	case settle:
+		s.settle(ctx, a.dom)
 	}
 }
 
@@ -39,71 +79,67 @@ func (t *Tracker) forgetSocket(socket string) {
 // scan lists domains in one call, then reads job stats of each active
 // domain concurrently, so one domain stuck on libvirt's state-change lock
 // delays nobody else.
-func (t *Tracker) scan(ctx context.Context, c *libvirtx.Conn) {
-	doms, err := c.Domains(ctx)
+func (s *sampler) scan(ctx context.Context) {
+	at := time.Now()
+	doms, err := s.c.Domains(ctx)
 	if err != nil {
-		t.log.Debug("listing domains failed", zap.Error(err))
+		s.t.log.Debug("listing domains failed", zap.Error(err))
 		return
 	}
-	probe := t.updateDomains(c.Socket(), doms, time.Now())
-	t.readFinals(ctx, c)
+	acts := s.t.apply(input{kind: inList, socket: s.c.Socket(), at: at, got: time.Now(), list: doms})
+	s.readFinals(ctx)
 	var wg sync.WaitGroup
-	for _, d := range probe {
+	for _, a := range acts {
+		if a.what != sample {
+			s.follow(ctx, []action{a})
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t.sampleDomain(ctx, c, d)
+			s.follow(ctx, s.sample(ctx, a.dom))
 		}()
 	}
 	wg.Wait()
 }
 
-func (t *Tracker) sampleNamed(ctx context.Context, c *libvirtx.Conn, name string) {
-	t.readFinals(ctx, c)
-	t.mu.Lock()
-	d, ok := t.domains[c.Socket()][name]
-	j := t.jobs[jobKey{c.Socket(), name}]
-	t.mu.Unlock()
-	if !ok {
-		if j == nil {
-			return
+// sample reads one domain's active job statistics and applies them.
+func (s *sampler) sample(ctx context.Context, ref libvirt.Domain) []action {
+	t, c := s.t, s.c
+	at := time.Now()
+	stats, err := c.JobStats(ctx, ref, false)
+	got := time.Now()
+	active := err == nil && stats.Type.Active() && stats.Operation == libvirtx.OperationMigrationOut
+	if active && t.needsMaxDowntime(c.Socket(), ref.Name) {
+		if md, merr := c.MaxDowntime(ctx, ref); merr == nil {
+			defer t.setMaxDowntime(c.Socket(), ref.Name, md)
 		}
-		d = libvirtx.Domain{Ref: j.ref, Name: name, State: libvirtx.StateRunning}
 	}
-	if j != nil && j.view.Role == RoleTarget {
-		return
+	var cpu *libvirtx.QEMUCPU
+	if active && t.cfg.CPU != nil {
+		if r, cerr := t.cfg.CPU.ReadCPU(ref.Name); cerr == nil {
+			cpu = &r
+		} else {
+			defer t.noteCPUError(c.Socket(), ref.Name, cerr)
+		}
 	}
-	t.sampleDomain(ctx, c, d)
+	return t.apply(input{kind: inStats, socket: c.Socket(), dom: ref, at: at, got: got, stats: stats, err: err, cpu: cpu})
 }
 
-// sampleDomain reads one domain's job stats and applies them.
-func (t *Tracker) sampleDomain(ctx context.Context, c *libvirtx.Conn, d libvirtx.Domain) {
-	stats, err := c.JobStats(ctx, d.Ref, false)
-	if err == nil && stats.Type.Active() && stats.Operation == libvirtx.OperationMigrationOut && t.needsMaxDowntime(c.Socket(), d.Name) {
-		if md, merr := c.MaxDowntime(ctx, d.Ref); merr == nil {
-			t.setMaxDowntime(c.Socket(), d.Name, md)
-		}
+// settle reads how a domain's libvirt job ended: its completed-job
+// statistics (kept for other readers) and its state. A job still active
+// (a listing that raced its start) is applied as a reading instead.
+func (s *sampler) settle(ctx context.Context, ref libvirt.Domain) {
+	t, c := s.t, s.c
+	at := time.Now()
+	if st, err := c.JobStats(ctx, ref, false); err == nil && st.Type.Active() || libvirtx.IsTargetOnly(err) {
+		s.follow(ctx, t.apply(input{kind: inStats, socket: c.Socket(), dom: ref, at: at, got: time.Now(), stats: st, err: err}))
+		return
 	}
-	now := time.Now()
-	var cpu *libvirtx.QEMUCPU
-	var cpuErr error
-	if err == nil && stats.Type.Active() && t.cfg.CPU != nil {
-		r, cerr := t.cfg.CPU.ReadCPU(d.Name)
-		if cerr == nil {
-			cpu = &r
-		}
-		cpuErr = cerr
-	}
-	if cpuErr != nil {
-		t.noteCPUError(c.Socket(), d.Name, cpuErr)
-	}
-	if t.onStats(c.Socket(), d, stats, err, cpu, now) {
-		// The job is gone from libvirt while we still track it running:
-		// libvirt's completed-job statistics say how it ended.
-		done, derr := c.JobStats(ctx, d.Ref, true)
-		state, reason, serr := c.DomainState(ctx, d.Ref)
-		t.onEnded(c.Socket(), d, done, derr, state, reason, serr, time.Now())
-	}
+	done, derr := c.JobStats(ctx, ref, true)
+	state, reason, serr := c.DomainState(ctx, ref)
+	t.apply(input{kind: inEnded, socket: c.Socket(), dom: ref, at: at, got: time.Now(),
+		stats: done, err: derr, state: state, reason: reason, serr: serr})
 }
 
 // noteCPUError shows why a job has no QEMU figures, once per distinct error.
@@ -135,269 +171,21 @@ func (t *Tracker) setMaxDowntime(socket, name string, d time.Duration) {
 	}
 }
 
-// readFinals fills completed target jobs with the statistics libvirt keeps
-// on the target after a pre-copy migration: the only figures that side has.
-func (t *Tracker) readFinals(ctx context.Context, c *libvirtx.Conn) {
-	t.mu.Lock()
-	var todo []*job
-	for k, j := range t.finals {
-		if k.socket == c.Socket() {
-			todo = append(todo, j)
+// readFinals reads the completed-job statistics of completed target jobs.
+func (s *sampler) readFinals(ctx context.Context) {
+	s.t.mu.Lock()
+	var todo []libvirt.Domain
+	for k, j := range s.t.finals {
+		if k.socket == s.c.Socket() {
+			todo = append(todo, j.ref)
 		}
 	}
-	t.mu.Unlock()
-	for _, j := range todo {
-		s, err := c.JobStats(ctx, j.ref, true)
-		t.mu.Lock()
-		key := jobKey{j.view.Socket, j.view.Domain}
-		j.finalTries++
-		switch {
-		case err == nil && s.Type == libvirtx.JobCompleted:
-			v := &j.view
-			v.DataTotalBytes, v.DataProcessedBytes, v.DataRemainingBytes = s.DataTotal, s.DataProcessed, s.DataRemaining
-			v.MemoryTotalBytes, v.MemoryRemainingBytes = s.MemoryTotal, s.MemoryRemaining
-			v.TransferRateBytesPerSecond, v.DirtyRateBytesPerSecond = s.MemoryBps, s.MemoryDirtyRate
-			v.Iteration, v.PostCopyRequests = s.MemoryIteration, s.MemoryPostCopyReqs
-			v.DowntimeMs, v.ElapsedMs = s.DowntimeMs, s.TimeElapsedMs
-			t.addEvent(j, time.Now(), "libvirt", "completed-job statistics read")
-			t.publish(j)
-			delete(t.finals, key)
-		case j.finalTries >= finalTries:
-			// libvirt keeps none after post-copy; nothing more to learn.
-			detail := "libvirt kept no completed-job statistics"
-			if err != nil {
-				detail += ": " + err.Error()
-			}
-			t.addEvent(j, time.Now(), "libvirt", detail)
-			delete(t.finals, key)
-		}
-		t.mu.Unlock()
+	s.t.mu.Unlock()
+	for _, ref := range todo {
+		at := time.Now()
+		st, err := s.c.JobStats(ctx, ref, true)
+		s.t.apply(input{kind: inFinal, socket: s.c.Socket(), dom: ref, at: at, got: time.Now(), stats: st, err: err})
 	}
-}
-
-// finalTries bounds how many scans look for a target's completed-job
-// statistics: libvirt stores them only once the domain has fully resumed.
-const finalTries = 5
-
-// updateDomains stores the listing, settles jobs whose outcome the domain
-// states already show, and returns the domains worth reading job stats of.
-func (t *Tracker) updateDomains(socket string, doms []libvirtx.Domain, now time.Time) []libvirtx.Domain {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	byName := make(map[string]libvirtx.Domain, len(doms))
-	for _, d := range doms {
-		byName[d.Name] = d
-	}
-	t.domains[socket] = byName
-
-	for k, j := range t.jobs {
-		if k.socket != socket {
-			continue
-		}
-		d, present := byName[k.domain]
-		if !present {
-			if j.view.Role == RoleSource {
-				t.finish(j, PhaseCompleted, "", now)
-			} else {
-				t.finish(j, PhaseFailed, "incoming migration failed: the domain is gone from the target", now)
-			}
-			continue
-		}
-		t.applyState(j, d, now)
-	}
-	for _, d := range doms {
-		if t.jobs[jobKey{socket, d.Name}] != nil {
-			continue
-		}
-		if j := t.lastFinished(socket, d.Name); j != nil {
-			st := d.State.String() + "/" + libvirtx.ReasonName(d.State, d.Reason)
-			if j.view.DomainState != st {
-				j.view.DomainState = st
-				t.addEvent(j, now, "state", st+" (after the job ended)")
-			}
-		}
-	}
-
-	var probe []libvirtx.Domain
-	for _, d := range doms {
-		j := t.jobs[jobKey{socket, d.Name}]
-		switch {
-		case j != nil && j.view.Role == RoleTarget:
-			// libvirt refuses job stats on the target; its state says it all.
-		case j == nil && t.recoverFromState(socket, d, now):
-		default:
-			probe = append(probe, d)
-		}
-	}
-	return probe
-}
-
-// applyState reads a job's outcome from its domain's state and reason.
-func (t *Tracker) applyState(j *job, d libvirtx.Domain, now time.Time) {
-	st := d.State.String() + "/" + libvirtx.ReasonName(d.State, d.Reason)
-	if j.view.DomainState != st {
-		j.view.DomainState = st
-		t.addEvent(j, now, "state", st)
-		t.publish(j)
-	}
-	switch j.view.Role {
-	case RoleSource:
-		switch {
-		case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedPostCopyFailed:
-			t.finish(j, PhasePostCopyFailed, "post-copy failed: source paused ("+st+"); the guest's memory is split across two hosts", now)
-		case d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningPostCopy:
-			// Normal post-copy keeps the source paused; running here means
-			// the source QEMU resumed its vCPUs after post-copy failed.
-			t.finish(j, PhasePostCopyFailed, "post-copy failed: the source resumed its own vCPUs ("+st+"), split brain with the target", now)
-		case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedPostCopy && j.view.Mode != ModePostCopy:
-			j.view.Mode = ModePostCopy
-			t.publish(j)
-		case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedUser && j.view.Mode == ModePreCopy:
-			// A guest paused by a client mid pre-copy migrates as a paused
-			// guest: nothing dirties memory any more, so it will converge.
-			j.view.Mode = ModePaused
-			t.addEvent(j, now, "mode", "guest paused by a client: migrating a paused guest")
-			t.publish(j)
-		case d.State == libvirtx.StateRunning && j.view.Mode == ModePaused:
-			j.view.Mode = ModePreCopy
-			t.addEvent(j, now, "mode", "guest resumed: back to pre-copy")
-			t.publish(j)
-		}
-	case RoleTarget:
-		switch {
-		case d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningPostCopyFailed:
-			t.finish(j, PhasePostCopyFailed, "post-copy failed: target running without the pages left on the source ("+st+")", now)
-		case d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningMigrated:
-			t.finish(j, PhaseCompleted, "", now)
-		case d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningPostCopy && j.view.Mode != ModePostCopy:
-			j.view.Mode = ModePostCopy
-			t.publish(j)
-		}
-	}
-}
-
-// recoverFromState opens a job for a domain whose state alone shows a
-// migration outcome Ferry has not recorded yet (after a restart of ferryd or
-// of libvirtd). It reports whether the domain needs no job stats probe.
-func (t *Tracker) recoverFromState(socket string, d libvirtx.Domain, now time.Time) bool {
-	var role Role
-	var reason string
-	switch {
-	case d.State == libvirtx.StatePaused && d.Reason == libvirtx.PausedPostCopyFailed:
-		role, reason = RoleSource, "post-copy failed: source paused (found paused/post-copy-failed); the guest's memory is split across two hosts"
-	case d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningPostCopyFailed:
-		role, reason = RoleTarget, "post-copy failed: target running without the pages left on the source (found running/post-copy-failed)"
-	default:
-		return false
-	}
-	if last := t.lastFinished(socket, d.Name); last != nil && last.view.Phase == PhasePostCopyFailed {
-		return true // already recorded; the domain simply stays in that state
-	}
-	j := t.newJob(socket, d.Ref, role, now, "domain found in a post-copy-failed state")
-	j.view.Mode = ModePostCopy
-	j.view.DomainState = d.State.String() + "/" + libvirtx.ReasonName(d.State, d.Reason)
-	t.finish(j, PhasePostCopyFailed, reason, now)
-	return true
-}
-
-// onStats applies a job stats reading. It reports whether the tracked job
-// has ended in libvirt and its outcome must be read.
-func (t *Tracker) onStats(socket string, d libvirtx.Domain, s libvirtx.JobStats, err error, cpu *libvirtx.QEMUCPU, now time.Time) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	key := jobKey{socket, d.Name}
-	j := t.jobs[key]
-	switch {
-	case err != nil && libvirtx.IsTargetOnly(err):
-		if last := t.lastFinished(socket, d.Name); j == nil && last != nil && last.view.Role == RoleTarget &&
-			last.view.EndTime != nil && now.Sub(*last.view.EndTime) < 10*time.Second {
-			// libvirt still calls the incoming job active for a moment
-			// after its completion event: the same migration, not a new one.
-			return false
-		}
-		if j == nil {
-			j = t.newJob(socket, d.Ref, RoleTarget, now, "incoming migration (libvirt: statistics only on the source)")
-			t.applyState(j, d, now)
-			t.publish(j)
-		}
-		return false
-	case err != nil:
-		if j != nil && j.lastError != err.Error() && !libvirtx.IsNoDomain(err) {
-			j.lastError = err.Error()
-			t.addEvent(j, now, "sample-error", err.Error())
-			t.publish(j)
-		}
-		return false
-	case s.Type.Active() && s.Operation == libvirtx.OperationMigrationIn:
-		if j == nil {
-			t.newJob(socket, d.Ref, RoleTarget, now, "incoming migration job")
-		}
-		return false
-	case s.Type.Active() && s.Operation == libvirtx.OperationMigrationOut:
-		if j == nil {
-			start := now.Add(-time.Duration(s.TimeElapsedMs) * time.Millisecond)
-			j = t.newJob(socket, d.Ref, RoleSource, start, "outgoing migration job in libvirt")
-			t.applyState(j, d, now)
-		}
-		t.applySample(j, s, cpu, now)
-		return false
-	case j != nil && j.view.Role == RoleSource && !s.Type.Active():
-		return true
-	}
-	return false
-}
-
-// onEnded settles a source job whose libvirt job is gone.
-func (t *Tracker) onEnded(socket string, d libvirtx.Domain, done libvirtx.JobStats, derr error, state libvirtx.State, reason int32, serr error, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	j := t.jobs[jobKey{socket, d.Name}]
-	if j == nil {
-		return
-	}
-	if serr != nil {
-		if libvirtx.IsNoDomain(serr) {
-			t.finish(j, PhaseCompleted, "", now)
-		}
-		return
-	}
-	dom := libvirtx.Domain{Ref: d.Ref, Name: d.Name, State: state, Reason: reason}
-	t.applyState(j, dom, now)
-	if j.view.Phase.Finished() {
-		return
-	}
-	pausedNote := ""
-	if state == libvirtx.StatePaused {
-		pausedNote = "; the guest was left paused on the source (" + libvirtx.ReasonName(state, reason) + ")"
-	}
-	if derr == nil && done.Operation == libvirtx.OperationMigrationOut {
-		j.view.DowntimeMs = done.DowntimeMs
-		switch done.Type {
-		case libvirtx.JobCancelled:
-			t.finish(j, PhaseAborted, "migration canceled"+withMsg(done.ErrMsg)+pausedNote, now)
-			return
-		case libvirtx.JobFailed:
-			t.finish(j, PhaseFailed, "migration failed"+withMsg(done.ErrMsg)+pausedNote, now)
-			return
-		case libvirtx.JobCompleted:
-			if state == libvirtx.StateShutoff {
-				t.finish(j, PhaseCompleted, "", now)
-				return
-			}
-		}
-	}
-	if state == libvirtx.StateShutoff {
-		t.finish(j, PhaseCompleted, "", now)
-		return
-	}
-	t.finish(j, PhaseFailed, "migration job ended without completing; libvirt kept no statistics of why"+pausedNote, now)
-}
-
-func withMsg(m string) string {
-	if m == "" {
-		return ""
-	}
-	return ": " + m
 }
 
 // applySample folds one stats reading into the job; the caller holds t.mu.
@@ -507,11 +295,5 @@ func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 // sampler does after reading it from libvirt. It lets benchmarks and
 // replays drive the tracker without a libvirt daemon.
 func (t *Tracker) ApplyStats(socket string, d libvirtx.Domain, s libvirtx.JobStats, at time.Time) {
-	if t.onStats(socket, d, s, nil, nil, at) {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if j := t.jobs[jobKey{socket, d.Name}]; j != nil {
-			t.finish(j, PhaseCompleted, "", at)
-		}
-	}
+	t.apply(input{kind: inStats, socket: socket, dom: d.Ref, at: at, got: at, stats: s})
 }

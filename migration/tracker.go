@@ -2,6 +2,7 @@ package migration
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -29,6 +30,9 @@ type Config struct {
 	Log            *zap.Logger
 	// OnFinish is called, outside the tracker's lock, with each job that ends.
 	OnFinish func(Job)
+	// StateDir, when set, keeps the post-copy failures already recorded, so
+	// a restarted ferryd neither counts nor reports them again.
+	StateDir string
 }
 
 func (c *Config) defaults() {
@@ -61,6 +65,19 @@ type job struct {
 	samples ring[Sample]
 	iters   []Iteration
 	events  ring[Event]
+	// domID is the libvirt domain ID (one per QEMU process) the job began
+	// with: a target QEMU process receives one incoming migration only.
+	domID int32
+	// libvirtStart is libvirt's own start of an outgoing job, estimated
+	// from its elapsed time: what tells a new libvirt job from this one.
+	libvirtStart time.Time
+	// opened is when the input that opened the job was true, and seen the
+	// newest reading that found it active: readings asked earlier are stale.
+	opened, seen time.Time
+	// vanished is when the domain was first seen gone, zero while present.
+	vanished time.Time
+	// recovered: recorded by a previous ferryd; counted already.
+	recovered bool
 	// maxDowntime is the migration's allowed downtime, read once per job.
 	maxDowntime time.Duration
 	finalTries  int
@@ -91,6 +108,8 @@ type Tracker struct {
 	// driven holds what a driver told of a domain's migration before the
 	// job existed or ended: its proxy, and its own account of a failure.
 	driven map[string]*drivenInfo
+	// ledger keeps post-copy failures across restarts of ferryd.
+	ledger *ledger
 }
 
 type drivenInfo struct {
@@ -119,6 +138,7 @@ func NewTracker(cfg Config) *Tracker {
 		conns:   map[string]*libvirtx.Conn{},
 		latest:  map[jobKey]*job{},
 		driven:  map[string]*drivenInfo{},
+		ledger:  openLedger(cfg.StateDir, cfg.Log),
 	}
 }
 
@@ -135,12 +155,12 @@ func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan lib
 		}
 		t.mu.Unlock()
 	}()
-	kick := make(chan string, 256)
+	s := &sampler{t: t, c: c, kick: make(chan action, 256)}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t.sampleLoop(ctx, c, kick)
+		s.loop(ctx)
 	}()
 	defer func() {
 		cancel()
@@ -154,20 +174,24 @@ func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan lib
 			if !ok {
 				return
 			}
-			if name, sample := t.onEvent(ev); sample {
-				select {
-				case kick <- name:
-				default: // a sample is already due; the next tick catches up
-				}
+			in := input{kind: inLifecycle, socket: ev.Socket, dom: ev.Domain, at: ev.Time, event: ev}
+			if ev.Kind == libvirtx.KindIteration {
+				in.kind = inIteration
 			}
+			s.follow(ctx, t.apply(in))
 		}
 	}
 }
 
 // Lost records a lost libvirt connection on the jobs that depended on it:
 // they stay in flight (libvirt keeps migrating without Ferry) and are picked
-// up again when the connection is back.
+// up again when the connection is back. A socket that was removed
+// (libvirtx.ErrSocketGone) will not come back: its jobs end as Lost.
 func (t *Tracker) Lost(socket string, err error) {
+	if errors.Is(err, libvirtx.ErrSocketGone) {
+		t.apply(input{kind: inSocketGone, socket: socket, at: time.Now(), why: err.Error()})
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, j := range t.jobs {
@@ -307,6 +331,7 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 		StartTime: start, UpdateTime: time.Now(),
 	}
 	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
+	j.domID, j.opened, j.seen = ref.ID, start, start
 	if di := t.driven[ref.Name]; di != nil && role == RoleSource {
 		j.view.Proxy = di.proxy
 	}
@@ -372,7 +397,12 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		delete(t.latest, jobKey{old.view.Socket, old.view.Domain})
 	}
 	t.latest[key] = j
-	t.totals[Total{j.view.Role, resultLabel(phase)}]++
+	if !j.recovered {
+		t.totals[Total{j.view.Role, resultLabel(phase)}]++
+	}
+	if phase == PhasePostCopyFailed && !j.recovered {
+		t.ledger.add(ledgerRecord{Socket: j.view.Socket, Domain: j.view.Domain, UUID: j.view.UUID, Role: j.view.Role, Detected: at})
+	}
 	if phase == PhaseCompleted && j.view.Role == RoleTarget {
 		t.finals[jobKey{j.view.Socket, j.view.Domain}] = j
 	}
@@ -397,6 +427,8 @@ func resultLabel(p Phase) string {
 		return "aborted"
 	case PhasePostCopyFailed:
 		return "postcopy_failed"
+	case PhaseLost:
+		return "lost"
 	}
 	return "failed"
 }

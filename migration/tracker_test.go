@@ -17,23 +17,92 @@ import (
 
 const sock = "/run/libvirt/libvirt-sock"
 
-var dom = libvirt.Domain{Name: "default_vm1", UUID: libvirt.UUID{1, 2, 3}}
+var dom = libvirt.Domain{Name: "default_vm1", UUID: libvirt.UUID{1, 2, 3}, ID: 7}
 
-func lifecycle(ev, detail int32) libvirtx.Event {
-	return libvirtx.Event{Kind: libvirtx.KindLifecycle, Socket: sock, Domain: dom, Event: ev, Detail: detail, Time: time.Now()}
+// feed applies inputs as the sampler and the event loop would.
+type feed struct {
+	t   *testing.T
+	tr  *Tracker
+	dom libvirt.Domain
+	now time.Time
 }
 
-func iteration(n int32) libvirtx.Event {
-	return libvirtx.Event{Kind: libvirtx.KindIteration, Socket: sock, Domain: dom, Iteration: n, Time: time.Now()}
+func newFeed(t *testing.T, node string) *feed {
+	return &feed{t: t, tr: NewTracker(Config{Node: node}), dom: dom, now: time.Now()}
 }
 
-func running(reason int32) libvirtx.Domain {
-	return libvirtx.Domain{Ref: dom, Name: dom.Name, State: libvirtx.StateRunning, Reason: reason}
+// tick moves the feed's clock: inputs are ordered by when they were true.
+func (f *feed) tick() time.Time {
+	f.now = f.now.Add(100 * time.Millisecond)
+	return f.now
 }
 
-func paused(reason int32) libvirtx.Domain {
-	return libvirtx.Domain{Ref: dom, Name: dom.Name, State: libvirtx.StatePaused, Reason: reason}
+func (f *feed) lifecycle(ev, detail int32) []action {
+	at := f.tick()
+	e := libvirtx.Event{Kind: libvirtx.KindLifecycle, Socket: sock, Domain: f.dom, Event: ev, Detail: detail, Time: at}
+	return f.tr.apply(input{kind: inLifecycle, socket: sock, dom: f.dom, at: at, event: e})
 }
+
+func (f *feed) iteration(n int32) []action {
+	at := f.tick()
+	e := libvirtx.Event{Kind: libvirtx.KindIteration, Socket: sock, Domain: f.dom, Iteration: n, Time: at}
+	return f.tr.apply(input{kind: inIteration, socket: sock, dom: f.dom, at: at, event: e})
+}
+
+// stats applies a reading asked at `asked` (a stale one when earlier than
+// inputs already applied) that arrives now.
+func (f *feed) statsAsked(asked time.Time, s libvirtx.JobStats, err error) []action {
+	return f.tr.apply(input{kind: inStats, socket: sock, dom: f.dom, at: asked, got: f.tick(), stats: s, err: err})
+}
+
+func (f *feed) stats(s libvirtx.JobStats) []action { return f.statsAsked(f.tick(), s, nil) }
+
+func (f *feed) list(doms ...libvirtx.Domain) []action {
+	return f.tr.apply(input{kind: inList, socket: sock, at: f.tick(), got: f.now, list: doms})
+}
+
+func (f *feed) ended(done libvirtx.JobStats, derr error, st libvirtx.State, reason int32, serr error) {
+	f.tr.apply(input{kind: inEnded, socket: sock, dom: f.dom, at: f.tick(), stats: done, err: derr, state: st, reason: reason, serr: serr})
+}
+
+func (f *feed) job() Job {
+	f.t.Helper()
+	j, ok := f.tr.Job(f.dom.Name)
+	if !ok {
+		f.t.Fatal("no job recorded")
+	}
+	return j
+}
+
+func (f *feed) wantPhase(p Phase) Job {
+	f.t.Helper()
+	j := f.job()
+	if j.Phase != p {
+		f.t.Fatalf("phase %s (%s), want %s", j.Phase, j.FailureReason, p)
+	}
+	return j
+}
+
+func (f *feed) wantJobs(inFlight, all int) {
+	f.t.Helper()
+	if n, m := len(f.tr.Jobs(false)), len(f.tr.Jobs(true)); n != inFlight || m != all {
+		f.t.Fatalf("%d in flight, %d in all; want %d and %d", n, m, inFlight, all)
+	}
+}
+
+func (f *feed) wantTotal(role Role, result string, n uint64) {
+	f.t.Helper()
+	if got := f.tr.Snapshot().Totals[Total{role, result}]; got != n {
+		f.t.Fatalf("%s %s total %d, want %d", role, result, got, n)
+	}
+}
+
+func domIn(st libvirtx.State, reason int32) libvirtx.Domain {
+	return libvirtx.Domain{Ref: dom, Name: dom.Name, UUID: libvirtx.UUIDString(dom.UUID), State: st, Reason: reason}
+}
+
+func running(reason int32) libvirtx.Domain { return domIn(libvirtx.StateRunning, reason) }
+func paused(reason int32) libvirtx.Domain  { return domIn(libvirtx.StatePaused, reason) }
 
 func outgoing(iter, remainingMiB uint64) libvirtx.JobStats {
 	return libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, MemoryIteration: iter,
@@ -41,23 +110,34 @@ func outgoing(iter, remainingMiB uint64) libvirtx.JobStats {
 		MemoryRemaining: remainingMiB << 20, MemoryBps: 100 << 20, MemoryDirtyRate: 200 << 20, TimeElapsedMs: 1000 * iter}
 }
 
+var (
+	idle      = libvirtx.JobStats{Type: libvirtx.JobNone}
+	noDomain  = libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "Domain not found"}
+	notActive = libvirtx.JobStats{}
+)
+
+func hasAction(acts []action, what followUp) bool {
+	for _, a := range acts {
+		if a.what == what {
+			return true
+		}
+	}
+	return false
+}
+
 func TestSourcePreCopyStallsThenCompletes(t *testing.T) {
-	tr := NewTracker(Config{Node: "a"})
-	now := time.Now()
-	if tr.onStats(sock, running(1), libvirtx.JobStats{Type: libvirtx.JobNone}, nil, nil, now) {
+	f := newFeed(t, "a")
+	if hasAction(f.stats(idle), settle) {
 		t.Fatal("an idle domain must not be treated as an ended job")
 	}
-	tr.onStats(sock, running(1), outgoing(1, 500), nil, nil, now)
+	f.stats(outgoing(1, 500))
 	for i, rem := range []uint64{380, 384, 381} {
-		tr.onEvent(iteration(int32(i + 2)))
-		tr.onStats(sock, running(1), outgoing(uint64(i+2), rem), nil, nil, now)
+		f.iteration(int32(i + 2))
+		f.stats(outgoing(uint64(i+2), rem))
 	}
-	j, ok := tr.Job(dom.Name)
-	if !ok || j.Role != RoleSource || j.Phase != PhaseRunning {
-		t.Fatalf("job %+v", j)
-	}
-	if j.Convergence != VerdictStalled {
-		t.Fatalf("convergence %s (%s), want Stalled", j.Convergence, j.ConvergenceReason)
+	j := f.wantPhase(PhaseRunning)
+	if j.Role != RoleSource || j.Convergence != VerdictStalled {
+		t.Fatalf("role %s convergence %s (%s), want source, Stalled", j.Role, j.Convergence, j.ConvergenceReason)
 	}
 	if j.Namespace != "default" || j.Name != "vm1" || j.DirtyRateBytesPerSecond != 200<<20 || j.Iteration != 4 {
 		t.Fatalf("figures %+v", j)
@@ -65,107 +145,90 @@ func TestSourcePreCopyStallsThenCompletes(t *testing.T) {
 	if len(j.Iterations) != 4 || len(j.Samples) != 4 {
 		t.Fatalf("%d iterations, %d samples", len(j.Iterations), len(j.Samples))
 	}
-	tr.onEvent(lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedMigrated))
-	tr.onEvent(lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated))
-	j, _ = tr.Job(dom.Name)
-	if j.Phase != PhaseCompleted || j.EndTime == nil || j.ProgressPercent != 100 {
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedMigrated)
+	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
+	j = f.wantPhase(PhaseCompleted)
+	if j.EndTime == nil || j.ProgressPercent != 100 {
 		t.Fatalf("after stopped/migrated: %+v", j)
 	}
-	if got := tr.Snapshot().Totals[Total{RoleSource, "completed"}]; got != 1 {
-		t.Fatalf("completed total %d", got)
-	}
+	f.wantTotal(RoleSource, "completed", 1)
 }
 
 func TestSourcePostCopyFailedByEvent(t *testing.T) {
-	tr := NewTracker(Config{Node: "a"})
-	tr.onStats(sock, running(1), outgoing(1, 300), nil, nil, time.Now())
-	tr.onEvent(lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy))
-	if j, _ := tr.Job(dom.Name); j.Mode != ModePostCopy {
+	f := newFeed(t, "a")
+	f.stats(outgoing(1, 300))
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
+	if j := f.job(); j.Mode != ModePostCopy {
 		t.Fatalf("mode %s after suspended/post-copy", j.Mode)
 	}
-	tr.onEvent(lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed))
-	j, _ := tr.Job(dom.Name)
-	if j.Phase != PhasePostCopyFailed || !strings.Contains(j.FailureReason, "split across two hosts") {
-		t.Fatalf("phase %s reason %q", j.Phase, j.FailureReason)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	if j := f.wantPhase(PhasePostCopyFailed); !strings.Contains(j.FailureReason, "split across two hosts") {
+		t.Fatalf("reason %q", j.FailureReason)
 	}
-	// libvirt keeps the job "active" after a post-copy failure; a later
-	// sample must not reopen it, and the state scan must not duplicate it.
-	tr.updateDomains(sock, []libvirtx.Domain{paused(libvirtx.PausedPostCopyFailed)}, time.Now())
-	if n := len(tr.Jobs(false)); n != 0 {
-		t.Fatalf("%d in-flight jobs after the failure", n)
-	}
-	if n := len(tr.Jobs(true)); n != 1 {
-		t.Fatalf("%d jobs in history, want 1", n)
-	}
-	doms := tr.Domains()
+	// libvirt keeps the job "active" after a post-copy failure; later
+	// readings and scans must neither reopen nor duplicate it.
+	f.list(paused(libvirtx.PausedPostCopyFailed))
+	f.stats(outgoing(2, 100))
+	f.wantJobs(0, 1)
+	f.wantTotal(RoleSource, "postcopy_failed", 1)
+	doms := f.tr.Domains()
 	if len(doms) != 1 || doms[0].Attention == "" || doms[0].AttentionReason != "postcopy_failed" {
 		t.Fatalf("domain not flagged: %+v", doms)
 	}
 }
 
 func TestTargetLifecycle(t *testing.T) {
-	tr := NewTracker(Config{Node: "b"})
-	tr.onEvent(lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated))
-	tr.onEvent(lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy))
-	j, _ := tr.Job(dom.Name)
-	if j.Role != RoleTarget || j.Mode != ModePostCopy || j.Phase != PhaseRunning {
+	f := newFeed(t, "b")
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
+	if j := f.wantPhase(PhaseRunning); j.Role != RoleTarget || j.Mode != ModePostCopy {
 		t.Fatalf("target job %+v", j)
 	}
-	tr.onEvent(lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed))
-	j, _ = tr.Job(dom.Name)
-	if j.Phase != PhasePostCopyFailed {
-		t.Fatalf("phase %s", j.Phase)
-	}
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
+	f.wantPhase(PhasePostCopyFailed)
 }
 
 func TestTargetCompletesFromState(t *testing.T) {
-	tr := NewTracker(Config{Node: "b"})
-	tr.onEvent(lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated))
-	probe := tr.updateDomains(sock, []libvirtx.Domain{paused(libvirtx.PausedMigration)}, time.Now())
-	if len(probe) != 0 {
+	f := newFeed(t, "b")
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	if hasAction(f.list(paused(libvirtx.PausedMigration)), sample) {
 		t.Fatal("target domains must not be probed for job stats (libvirt refuses)")
 	}
-	tr.updateDomains(sock, []libvirtx.Domain{running(libvirtx.RunningMigrated)}, time.Now())
-	if j, _ := tr.Job(dom.Name); j.Phase != PhaseCompleted {
-		t.Fatalf("phase %s", j.Phase)
-	}
+	f.list(running(libvirtx.RunningMigrated))
+	f.wantPhase(PhaseCompleted)
 }
 
 func TestRecoveryFindsFailedDomainOnce(t *testing.T) {
-	tr := NewTracker(Config{Node: "b"})
+	f := newFeed(t, "b")
 	for i := 0; i < 3; i++ {
-		tr.updateDomains(sock, []libvirtx.Domain{running(libvirtx.RunningPostCopyFailed)}, time.Now())
+		f.list(running(libvirtx.RunningPostCopyFailed))
 	}
-	jobs := tr.Jobs(true)
+	jobs := f.tr.Jobs(true)
 	if len(jobs) != 1 || jobs[0].Phase != PhasePostCopyFailed || jobs[0].Role != RoleTarget {
 		t.Fatalf("jobs %+v", jobs)
 	}
 }
 
 func TestSourceAbortedFromCompletedStats(t *testing.T) {
-	tr := NewTracker(Config{Node: "a"})
-	tr.onStats(sock, running(1), outgoing(1, 300), nil, nil, time.Now())
-	if !tr.onStats(sock, running(1), libvirtx.JobStats{Type: libvirtx.JobNone}, nil, nil, time.Now()) {
+	f := newFeed(t, "a")
+	f.stats(outgoing(1, 300))
+	if !hasAction(f.stats(idle), settle) {
 		t.Fatal("a vanished libvirt job must ask for its outcome")
 	}
 	done := libvirtx.JobStats{Type: libvirtx.JobCancelled, Operation: libvirtx.OperationMigrationOut, ErrMsg: "operation aborted"}
-	tr.onEnded(sock, running(1), done, nil, libvirtx.StateRunning, 1, nil, time.Now())
-	j, _ := tr.Job(dom.Name)
-	if j.Phase != PhaseAborted {
-		t.Fatalf("phase %s reason %q", j.Phase, j.FailureReason)
-	}
+	f.ended(done, nil, libvirtx.StateRunning, 1, nil)
+	f.wantPhase(PhaseAborted)
 }
 
 func TestWatchDeliversFinalState(t *testing.T) {
-	tr := NewTracker(Config{Node: "a"})
+	f := newFeed(t, "a")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := tr.Watch(ctx)
-	tr.onStats(sock, running(1), outgoing(1, 300), nil, nil, time.Now())
+	ch := f.tr.Watch(ctx)
 	for i := 0; i < 50; i++ {
-		tr.onStats(sock, running(1), outgoing(1, 300-uint64(i)), nil, nil, time.Now())
+		f.stats(outgoing(1, 300-uint64(i)))
 	}
-	tr.onEvent(lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated))
+	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
 	timeout := time.After(5 * time.Second)
 	for {
 		select {
@@ -180,52 +243,51 @@ func TestWatchDeliversFinalState(t *testing.T) {
 }
 
 func TestFailureAfterPostCopySwitchIsPostCopyFailed(t *testing.T) {
-	tr := NewTracker(Config{Node: "a"})
-	tr.onStats(sock, running(1), outgoing(1, 300), nil, nil, time.Now())
-	tr.onEvent(lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy))
+	f := newFeed(t, "a")
+	f.stats(outgoing(1, 300))
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 	// libvirt lost its control connection first and dropped the job,
 	// leaving the source paused in post-copy.
-	tr.onEnded(sock, paused(libvirtx.PausedPostCopy), libvirtx.JobStats{}, nil, libvirtx.StatePaused, libvirtx.PausedPostCopy, nil, time.Now())
-	j, _ := tr.Job(dom.Name)
-	if j.Phase != PhasePostCopyFailed {
-		t.Fatalf("phase %s (%s), want PostCopyFailed", j.Phase, j.FailureReason)
-	}
+	f.stats(idle)
+	f.ended(notActive, nil, libvirtx.StatePaused, libvirtx.PausedPostCopy, nil)
+	f.wantPhase(PhasePostCopyFailed)
 }
 
-func TestTargetNotRediscoveredRightAfterCompletion(t *testing.T) {
-	tr := NewTracker(Config{Node: "b"})
-	tr.onEvent(lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated))
-	tr.onEvent(lifecycle(libvirtx.EventResumed, libvirtx.ResumedMigrated))
-	targetOnly := libvirt.Error{Code: 84, Message: "migration statistics are available only on the source host"}
-	tr.onStats(sock, paused(libvirtx.PausedMigration), libvirtx.JobStats{}, targetOnly, nil, time.Now())
-	if n := len(tr.Jobs(true)); n != 1 {
-		t.Fatalf("%d jobs, want the one completed job", n)
-	}
+func TestTargetNotRediscoveredAfterCompletion(t *testing.T) {
+	f := newFeed(t, "b")
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedMigrated)
+	// libvirt still calls the incoming job active for a moment after the
+	// completion event: the same QEMU process, so the same migration.
+	targetOnly := libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationIn}
+	f.stats(targetOnly)
+	f.wantJobs(0, 1)
+	// A new QEMU process (new domain ID) is a new incoming migration.
+	f.dom.ID++
+	f.stats(targetOnly)
+	f.wantJobs(1, 2)
 }
 
 func TestGuestPausedMidPreCopyIsPausedMode(t *testing.T) {
-	tr := NewTracker(Config{Node: "a"})
-	tr.onStats(sock, running(1), outgoing(1, 300), nil, nil, time.Now())
-	tr.updateDomains(sock, []libvirtx.Domain{paused(libvirtx.PausedUser)}, time.Now())
-	if j, _ := tr.Job(dom.Name); j.Mode != ModePaused {
+	f := newFeed(t, "a")
+	f.stats(outgoing(1, 300))
+	f.list(paused(libvirtx.PausedUser))
+	if j := f.job(); j.Mode != ModePaused {
 		t.Fatalf("mode %s, want Paused", j.Mode)
 	}
-	tr.updateDomains(sock, []libvirtx.Domain{running(5)}, time.Now())
-	if j, _ := tr.Job(dom.Name); j.Mode != ModePreCopy {
+	f.list(running(5))
+	if j := f.job(); j.Mode != ModePreCopy {
 		t.Fatalf("mode %s after resume, want PreCopy", j.Mode)
 	}
 }
 
 func TestStartTimeIsLibvirtsJobStart(t *testing.T) {
-	tr := NewTracker(Config{Node: "a"})
-	tr.onEvent(iteration(1)) // found at the first iteration event
-	found, _ := tr.Job(dom.Name)
+	f := newFeed(t, "a")
 	s := outgoing(1, 400)
 	s.TimeElapsedMs = 3000
-	now := time.Now()
-	tr.onStats(sock, running(1), s, nil, nil, now)
-	j, _ := tr.Job(dom.Name)
-	if want := now.Add(-3 * time.Second); !j.StartTime.Equal(want) || !j.StartTime.Before(found.StartTime) {
-		t.Fatalf("start %v, want libvirt's job start %v (found at %v)", j.StartTime, want, found.StartTime)
+	f.stats(s)
+	j := f.job()
+	if want := f.now.Add(-3 * time.Second); !j.StartTime.Equal(want) {
+		t.Fatalf("start %v, want libvirt's job start %v", j.StartTime, want)
 	}
 }

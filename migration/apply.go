@@ -1,0 +1,443 @@
+package migration
+
+import (
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// action is a follow-up read the caller of apply must make.
+type action struct {
+	dom  libvirt.Domain
+	what followUp
+}
+
+// sameJobSlack bounds how far two estimates of one libvirt job's start may
+// differ: each is a reply's arrival minus libvirt's elapsed time, so they
+// differ by RPC latency, never by seconds.
+const sameJobSlack = time.Second
+
+// vanishGrace is how long a domain gone from libvirt's list is given for its
+// lifecycle event to say why, before its job is settled from what is left:
+// the list can show a domain gone before the event about it is read.
+const vanishGrace = 2 * time.Second
+
+// apply folds one input into the tracker and returns what to read next.
+func (t *Tracker) apply(in input) []action {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch in.kind {
+	case inLifecycle:
+		return t.applyLifecycle(in)
+	case inIteration:
+		return t.applyIteration(in)
+	case inList:
+		return t.applyList(in)
+	case inStats:
+		return t.applyStats(in)
+	case inEnded:
+		t.applyEnded(in)
+	case inFinal:
+		t.applyFinal(in)
+	case inSocketGone:
+		t.applySocketGone(in)
+	}
+	return nil
+}
+
+func one(d libvirt.Domain, f followUp) []action { return []action{{dom: d, what: f}} }
+
+func (t *Tracker) applyLifecycle(in input) []action {
+	ev := in.event
+	key := jobKey{in.socket, in.dom.Name}
+	j := t.jobs[key]
+	name := libvirtx.EventName(ev.Event, ev.Detail)
+	st, rs, hasState := eventState(ev.Event, ev.Detail)
+	if hasState {
+		t.noteDomainState(in.socket, in.dom, st, rs)
+	}
+	incoming := (ev.Event == libvirtx.EventStarted && ev.Detail == libvirtx.StartedMigrated) ||
+		(ev.Event == libvirtx.EventResumed && ev.Detail == libvirtx.ResumedPostCopy)
+	if j == nil && incoming {
+		j = t.openTarget(in, "incoming migration (libvirt event "+name+")")
+	}
+	if j == nil {
+		if role, ok := postCopyFailedState(st, rs); hasState && ok {
+			t.recordPostCopyFailed(in.socket, in.dom, role, st, rs, in.at, "libvirt event "+name)
+			return nil
+		}
+		if last := t.latest[key]; last != nil {
+			t.addEvent(last, in.at, "libvirt", "lifecycle "+name+" (after the job ended)")
+		}
+		// A source job is opened only from libvirt's own job statistics:
+		// this event may be a late one from a job that already ended.
+		return one(in.dom, sample)
+	}
+	t.addEvent(j, in.at, "libvirt", "lifecycle "+name)
+	if hasState {
+		t.applyState(j, st, rs, in.at, "libvirt event "+name)
+	}
+	if j.view.Phase.Finished() {
+		return nil
+	}
+	j.view.UpdateTime = in.at
+	t.publish(j)
+	if j.view.Role == RoleTarget {
+		return nil // libvirt gives no statistics on the target
+	}
+	return one(in.dom, sample)
+}
+
+func (t *Tracker) applyIteration(in input) []action {
+	j := t.jobs[jobKey{in.socket, in.dom.Name}]
+	if j == nil || j.view.Role != RoleSource {
+		// Confirmed (and the job opened) by the statistics it asks for.
+		return one(in.dom, sample)
+	}
+	t.startIteration(j, uint64(in.event.Iteration), in.at)
+	t.addEvent(j, in.at, "libvirt", in.event.String())
+	t.publish(j)
+	return one(in.dom, sample)
+}
+
+// applyList stores a socket's listing, applies each state to its job, and
+// returns the domains whose statistics or outcome must be read.
+func (t *Tracker) applyList(in input) []action {
+	byName := make(map[string]libvirtx.Domain, len(in.list))
+	for _, d := range in.list {
+		byName[d.Name] = d
+	}
+	t.domains[in.socket] = byName
+	var out []action
+	for k, j := range t.jobs {
+		if k.socket != in.socket {
+			continue
+		}
+		d, present := byName[k.domain]
+		if !present {
+			if !in.at.Before(j.opened) && t.vanish(j, in.at, "no longer in libvirt's list of active domains") {
+				out = append(out, action{dom: j.ref, what: settleLater})
+			}
+			continue
+		}
+		t.applyState(j, d.State, d.Reason, in.at, "listing")
+	}
+	for _, d := range in.list {
+		key := jobKey{in.socket, d.Name}
+		j := t.jobs[key]
+		if j == nil {
+			if last := t.latest[key]; last != nil {
+				if st := stateName(d.State, d.Reason); last.view.DomainState != st {
+					last.view.DomainState = st
+					t.addEvent(last, in.at, "state", st+" (after the job ended)")
+				}
+			}
+			if role, ok := postCopyFailedState(d.State, d.Reason); ok {
+				t.recordPostCopyFailed(in.socket, d.Ref, role, d.State, d.Reason, in.at, "found in the domain listing")
+				continue
+			}
+		}
+		if j != nil && j.view.Role == RoleTarget {
+			continue // libvirt refuses job statistics on the target; its state says it all
+		}
+		out = append(out, action{dom: d.Ref, what: sample})
+	}
+	t.ledger.prune(in.socket, func(r ledgerRecord) bool {
+		d, ok := byName[r.Domain]
+		if !ok || d.UUID != r.UUID {
+			return false
+		}
+		_, pcf := postCopyFailedState(d.State, d.Reason)
+		return pcf
+	})
+	return out
+}
+
+func (t *Tracker) applyStats(in input) []action {
+	key := jobKey{in.socket, in.dom.Name}
+	j := t.jobs[key]
+	s, err := in.stats, in.err
+	switch {
+	case err != nil && libvirtx.IsTargetOnly(err), err == nil && s.Type.Active() && s.Operation == libvirtx.OperationMigrationIn:
+		if j == nil {
+			if j = t.openTarget(in, "incoming migration job in libvirt"); j != nil {
+				t.applyKnownState(j, in.at)
+			}
+		}
+	case err != nil && libvirtx.IsNoDomain(err):
+		if j != nil && !in.at.Before(j.opened) && t.vanish(j, in.at, "libvirt says the domain no longer exists") {
+			return one(j.ref, settleLater)
+		}
+	case err != nil:
+		if j != nil && j.lastError != err.Error() {
+			j.lastError = err.Error()
+			t.addEvent(j, in.at, "sample-error", err.Error())
+			t.publish(j)
+		}
+	case s.Type.Active() && s.Operation == libvirtx.OperationMigrationOut:
+		if j == nil {
+			if j = t.openSource(in); j == nil {
+				return nil
+			}
+			t.applyKnownState(j, in.at)
+		}
+		if j.view.Role != RoleSource || in.at.Before(j.seen) {
+			return nil // an older reading than one already applied
+		}
+		j.seen, j.vanished = in.at, time.Time{}
+		t.applySample(j, s, in.cpu, in.got)
+	case j != nil && j.view.Role == RoleSource && !in.at.Before(j.seen):
+		// libvirt's job is gone while the tracker still has it running;
+		// a reading asked before the job was last seen active proves nothing.
+		return one(j.ref, settle)
+	}
+	return nil
+}
+
+// applyEnded settles a job whose libvirt job went away (or whose domain
+// vanished) from the completed-job statistics and the domain's state.
+func (t *Tracker) applyEnded(in input) {
+	j := t.jobs[jobKey{in.socket, in.dom.Name}]
+	if j == nil || in.at.Before(j.seen) {
+		return
+	}
+	if in.serr == nil {
+		t.noteDomainState(in.socket, in.dom, in.state, in.reason)
+		t.applyState(j, in.state, in.reason, in.at, "state after the job ended")
+		if j.view.Phase.Finished() {
+			return
+		}
+		if in.state != libvirtx.StateShutoff {
+			j.vanished = time.Time{} // still there: the listing raced its start
+		}
+	}
+	pausedNote := ""
+	if in.serr == nil && in.state == libvirtx.StatePaused {
+		pausedNote = "; the guest was left paused on the source (" + libvirtx.ReasonName(in.state, in.reason) + ")"
+	}
+	op := libvirtx.OperationMigrationOut
+	if j.view.Role == RoleTarget {
+		op = libvirtx.OperationMigrationIn
+	}
+	if done := in.stats; in.err == nil && done.Operation == op {
+		j.view.DowntimeMs = done.DowntimeMs
+		switch done.Type {
+		case libvirtx.JobCancelled:
+			t.finish(j, PhaseAborted, "migration canceled"+withMsg(done.ErrMsg)+pausedNote, in.at)
+			return
+		case libvirtx.JobFailed:
+			t.finish(j, PhaseFailed, "migration failed"+withMsg(done.ErrMsg)+pausedNote, in.at)
+			return
+		}
+	}
+	switch {
+	case in.serr != nil && libvirtx.IsNoDomain(in.serr) && j.view.Role == RoleTarget:
+		t.finish(j, PhaseFailed, "incoming migration failed: the domain is gone from the target", in.at)
+	case in.serr != nil && libvirtx.IsNoDomain(in.serr):
+		t.finish(j, PhaseLost, "the domain disappeared from libvirt without a lifecycle event; libvirt keeps no record on this node of how its migration ended", in.at)
+	case in.serr != nil:
+		t.addEvent(j, in.at, "sample-error", in.serr.Error())
+		t.publish(j)
+	case j.view.Role == RoleSource && j.vanished.IsZero():
+		t.finish(j, PhaseFailed, "migration job ended without completing; libvirt kept no statistics of why"+pausedNote, in.at)
+	}
+}
+
+// applyFinal fills a completed target job with the statistics libvirt keeps
+// on the target after a pre-copy migration: the only figures that side has.
+func (t *Tracker) applyFinal(in input) {
+	j := t.finals[jobKey{in.socket, in.dom.Name}]
+	if j == nil {
+		return
+	}
+	s := in.stats
+	j.finalTries++
+	switch {
+	case in.err == nil && s.Type == libvirtx.JobCompleted && s.Operation == libvirtx.OperationMigrationIn:
+		v := &j.view
+		v.DataTotalBytes, v.DataProcessedBytes, v.DataRemainingBytes = s.DataTotal, s.DataProcessed, s.DataRemaining
+		v.MemoryTotalBytes, v.MemoryRemainingBytes = s.MemoryTotal, s.MemoryRemaining
+		v.TransferRateBytesPerSecond, v.DirtyRateBytesPerSecond = s.MemoryBps, s.MemoryDirtyRate
+		v.Iteration, v.PostCopyRequests = s.MemoryIteration, s.MemoryPostCopyReqs
+		v.DowntimeMs, v.ElapsedMs = s.DowntimeMs, s.TimeElapsedMs
+		t.addEvent(j, in.at, "libvirt", "completed-job statistics read")
+		t.publish(j)
+		delete(t.finals, jobKey{in.socket, in.dom.Name})
+	case j.finalTries >= finalTries:
+		// libvirt keeps none after post-copy; nothing more to learn.
+		detail := "libvirt kept no completed-job statistics"
+		if in.err != nil {
+			detail += ": " + in.err.Error()
+		}
+		t.addEvent(j, in.at, "libvirt", detail)
+		delete(t.finals, jobKey{in.socket, in.dom.Name})
+	}
+}
+
+// finalTries bounds how many scans look for a target's completed-job
+// statistics: libvirt stores them only once the domain has fully resumed.
+const finalTries = 5
+
+// applySocketGone ends the jobs of a libvirt socket that was removed (a
+// virt-launcher pod deleted): whatever libvirt did next, this node can no
+// longer see it, and a job left Running would keep its alerts firing.
+func (t *Tracker) applySocketGone(in input) {
+	for k, j := range t.jobs {
+		if k.socket == in.socket {
+			t.finish(j, PhaseLost, fmt.Sprintf("libvirt socket %s went away before libvirt said how the job ended (%s)", in.socket, in.why), in.at)
+		}
+	}
+	for k := range t.finals {
+		if k.socket == in.socket {
+			delete(t.finals, k)
+		}
+	}
+	delete(t.domains, in.socket)
+	t.ledger.prune(in.socket, func(ledgerRecord) bool { return false })
+}
+
+// applyState reads a job's fate from its domain's state through the table.
+func (t *Tracker) applyState(j *job, st libvirtx.State, reason int32, at time.Time, how string) {
+	name := stateName(st, reason)
+	if j.view.DomainState != name {
+		j.view.DomainState = name
+		t.addEvent(j, at, "state", name+" ("+how+")")
+		t.publish(j)
+	}
+	tr, ok := lookup(j.view.Role, j.view.Mode, st, reason)
+	if !ok {
+		return
+	}
+	if tr.end != "" {
+		why := ""
+		if tr.why != "" {
+			why = fmt.Sprintf(tr.why, name)
+		}
+		t.finish(j, tr.end, why, at)
+		return
+	}
+	if tr.mode != "" && tr.mode != j.view.Mode {
+		j.view.Mode = tr.mode
+		if tr.mode == ModePostCopy {
+			j.view.Convergence = VerdictUnknown
+			j.view.ConvergenceReason = "post-copy: the target pulls the remaining pages on demand"
+			j.view.EtaSeconds = nil
+		}
+		detail := "now " + string(tr.mode)
+		if tr.why != "" {
+			detail = fmt.Sprintf(tr.why, name)
+		}
+		t.addEvent(j, at, "mode", detail)
+		t.publish(j)
+	}
+}
+
+// applyKnownState applies the domain's last known state to a new job.
+func (t *Tracker) applyKnownState(j *job, at time.Time) {
+	// A state of another QEMU process (an earlier ID) says nothing of this job.
+	if d, ok := t.domains[j.view.Socket][j.view.Domain]; ok && (d.Ref.ID <= 0 || j.domID <= 0 || d.Ref.ID == j.domID) {
+		t.applyState(j, d.State, d.Reason, at, "listing")
+	}
+}
+
+// vanish notes that a job's domain is gone; it reports whether this is news.
+func (t *Tracker) vanish(j *job, at time.Time, why string) bool {
+	if !j.vanished.IsZero() {
+		return false
+	}
+	j.vanished = at
+	t.addEvent(j, at, "libvirt", why+"; waiting for libvirt's lifecycle event")
+	t.publish(j)
+	return true
+}
+
+// openTarget opens an incoming job unless this domain's QEMU process was
+// already the target of a recorded one: a QEMU process receives one
+// incoming migration in its life, and a new one has a new domain ID.
+func (t *Tracker) openTarget(in input, why string) *job {
+	key := jobKey{in.socket, in.dom.Name}
+	if last := t.latest[key]; last != nil && last.view.Role == RoleTarget && in.dom.ID > 0 && last.domID == in.dom.ID {
+		return nil
+	}
+	return t.newJob(in.socket, in.dom, RoleTarget, in.at, why)
+}
+
+// openSource opens an outgoing job from a reading of libvirt's active job,
+// unless that libvirt job is one already recorded: a reading asked before
+// the last job ended, a job that started when the last one did, or the job
+// libvirt keeps "active" on a source paused by a failed post-copy.
+func (t *Tracker) openSource(in input) *job {
+	key := jobKey{in.socket, in.dom.Name}
+	if d, ok := t.domains[in.socket][in.dom.Name]; ok {
+		if _, pcf := postCopyFailedState(d.State, d.Reason); pcf {
+			return nil
+		}
+	}
+	start := in.got.Add(-time.Duration(in.stats.TimeElapsedMs) * time.Millisecond)
+	if last := t.latest[key]; last != nil && last.view.Role == RoleSource {
+		if last.view.EndTime != nil && in.at.Before(*last.view.EndTime) {
+			return nil
+		}
+		if d := start.Sub(last.libvirtStart); !last.libvirtStart.IsZero() && d < sameJobSlack && d > -sameJobSlack {
+			return nil
+		}
+	}
+	j := t.newJob(in.socket, in.dom, RoleSource, start, "outgoing migration job in libvirt")
+	j.libvirtStart = start
+	return j
+}
+
+// recordPostCopyFailed records a domain found in a state only a failed
+// post-copy leaves, with no job in flight (found after a restart of ferryd
+// or libvirtd, or told by an event after the job ended): once per failure,
+// across restarts of ferryd.
+func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role Role, st libvirtx.State, reason int32, at time.Time, how string) {
+	key := jobKey{socket, dom.Name}
+	name := stateName(st, reason)
+	if last := t.latest[key]; last != nil && last.view.Phase == PhasePostCopyFailed && (dom.ID <= 0 || last.domID == dom.ID) {
+		if last.view.DomainState != name {
+			last.view.DomainState = name
+			t.addEvent(last, at, "state", name+" ("+how+", already recorded)")
+		}
+		return
+	}
+	rec, known := t.ledger.get(libvirtx.UUIDString(dom.UUID), role)
+	j := t.newJob(socket, dom, role, at, "domain "+name+" ("+how+")")
+	j.view.Mode = ModePostCopy
+	j.view.DomainState = name
+	tr, _ := lookup(role, ModePostCopy, st, reason)
+	why := fmt.Sprintf(tr.why, name)
+	if known {
+		// Counted when it happened, by the ferryd before this one; a counter
+		// that counted it again would page again.
+		j.recovered = true
+		j.view.StartTime = rec.Detected
+		why += fmt.Sprintf(" (recorded at %s, before ferryd restarted)", rec.Detected.UTC().Format(time.RFC3339))
+	}
+	t.finish(j, PhasePostCopyFailed, why, at)
+}
+
+// noteDomainState records the state an input implies, so the domain list
+// (and the metrics read from it) show it before the next scan.
+func (t *Tracker) noteDomainState(socket string, ref libvirt.Domain, st libvirtx.State, reason int32) {
+	doms := t.domains[socket]
+	if doms == nil {
+		doms = map[string]libvirtx.Domain{}
+		t.domains[socket] = doms
+	}
+	if st == libvirtx.StateShutoff || st == libvirtx.StateCrashed {
+		delete(doms, ref.Name) // the listing holds active domains only
+		return
+	}
+	doms[ref.Name] = libvirtx.Domain{Ref: ref, Name: ref.Name, UUID: libvirtx.UUIDString(ref.UUID), State: st, Reason: reason}
+}
+
+func withMsg(m string) string {
+	if m == "" {
+		return ""
+	}
+	return ": " + m
+}

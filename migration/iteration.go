@@ -1,0 +1,23 @@
+package migration
+
+import "time"
+
+// startIteration opens iteration n (and closes the previous one).
+func (t *Tracker) startIteration(j *job, n uint64, tm time.Time) {
+	if k := len(j.iters); k > 0 {
+		last := &j.iters[k-1]
+		if last.Number >= n {
+			return
+		}
+		if last.End == nil {
+			last.End = &tm
+		}
+	}
+	j.iters = append(j.iters, Iteration{Number: n, Start: tm})
+	if len(j.iters) > t.cfg.MaxIterations {
+		j.iters = append(j.iters[:0], j.iters[len(j.iters)-t.cfg.MaxIterations:]...)
+	}
+	if n > j.view.Iteration {
+		j.view.Iteration = n
+	}
+}

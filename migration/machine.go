@@ -1,0 +1,177 @@
+package migration
+
+import (
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// An input is one thing the tracker learned about a domain on a libvirt
+// socket. Every input (lifecycle and iteration events, job statistics
+// readings, domain listings, the outcome of an ended libvirt job, a socket
+// that went away, a record found after a restart) goes through apply, under
+// one lock, and every domain state is read through one table (transitions),
+// so an outcome such as post-copy-failed is decided in one place.
+type input struct {
+	kind   inputKind
+	socket string
+	dom    libvirt.Domain
+	// at is when the input was true: an event's arrival, or the moment a
+	// reading was requested (its reply proves nothing about earlier times).
+	at time.Time
+	// got is when a reading's reply arrived.
+	got time.Time
+
+	state  libvirtx.State
+	reason int32
+	event  libvirtx.Event
+	stats  libvirtx.JobStats
+	err    error
+	// serr is the error of the domain state read that goes with an ended
+	// job's completed statistics.
+	serr error
+	cpu  *libvirtx.QEMUCPU
+	list []libvirtx.Domain
+	why  string
+}
+
+type inputKind int
+
+const (
+	inLifecycle  inputKind = iota // a lifecycle event
+	inIteration                   // a migration-iteration event
+	inList                        // every active domain of a socket with its state
+	inStats                       // an active job statistics reading (or its error)
+	inEnded                       // completed-job statistics and state, after the libvirt job went away
+	inFinal                       // completed-job statistics of a completed target job
+	inSocketGone                  // the libvirt socket itself was removed
+)
+
+// followUp is what the caller of apply must read from libvirt next.
+type followUp int
+
+const (
+	nothing followUp = iota
+	// sample: read the domain's job statistics now (an event said
+	// something changed, or needs confirming before a job is opened).
+	sample
+	// settle: read how the domain's ended libvirt job ended.
+	settle
+	// settleLater: the domain vanished; give libvirt's lifecycle event a
+	// moment to say why before settling from what is left.
+	settleLater
+)
+
+// transition is one row of the table: what a domain in a state means for a
+// job of a role. end ends the job; mode changes how memory moves.
+type transition struct {
+	role   Role
+	state  libvirtx.State
+	reason int32 // anyReason matches every reason
+	from   Mode  // "" matches every mode
+	end    Phase
+	mode   Mode
+	why    string // %s is the state/reason
+}
+
+const anyReason int32 = -1
+
+var transitions = []transition{
+	{role: RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopyFailed, end: PhasePostCopyFailed,
+		why: "post-copy failed: source paused (%s); the guest's memory is split across two hosts"},
+	// Normal post-copy keeps the source paused: running here means the
+	// source QEMU resumed its own vCPUs after post-copy failed.
+	{role: RoleSource, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopy, end: PhasePostCopyFailed,
+		why: "post-copy failed: the source resumed its own vCPUs (%s), split brain with the target"},
+	{role: RoleSource, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopyFailed, end: PhasePostCopyFailed,
+		why: "post-copy failed: the source resumed its own vCPUs (%s), split brain with the target"},
+	{role: RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopy, mode: ModePostCopy},
+	// A guest paused by a client mid pre-copy migrates as a paused guest:
+	// nothing dirties memory any more, so it will converge.
+	{role: RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedUser, from: ModePreCopy, mode: ModePaused,
+		why: "guest paused by a client (%s): migrating a paused guest"},
+	{role: RoleSource, state: libvirtx.StateRunning, reason: anyReason, from: ModePaused, mode: ModePreCopy,
+		why: "guest resumed (%s): back to pre-copy"},
+	{role: RoleSource, state: libvirtx.StateShutoff, reason: libvirtx.ShutoffMigrated, end: PhaseCompleted},
+	{role: RoleSource, state: libvirtx.StateShutoff, reason: anyReason, end: PhaseFailed,
+		why: "the domain stopped during the migration (%s)"},
+	{role: RoleSource, state: libvirtx.StateCrashed, reason: anyReason, end: PhaseFailed,
+		why: "the domain crashed during the migration (%s)"},
+
+	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopyFailed, end: PhasePostCopyFailed,
+		why: "post-copy failed: target running without the pages left on the source (%s)"},
+	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningMigrated, end: PhaseCompleted},
+	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopy, mode: ModePostCopy},
+	{role: RoleTarget, state: libvirtx.StateShutoff, reason: libvirtx.ShutoffFailed, end: PhaseFailed,
+		why: "incoming migration failed: the target domain was stopped (%s); the source aborted or the migration stream broke"},
+	{role: RoleTarget, state: libvirtx.StateShutoff, reason: anyReason, end: PhaseFailed,
+		why: "the target domain stopped during the migration (%s)"},
+	{role: RoleTarget, state: libvirtx.StateCrashed, reason: anyReason, end: PhaseFailed,
+		why: "the target domain crashed during the migration (%s)"},
+}
+
+// lookup finds the first row that matches; ok=false means the state says
+// nothing about the job.
+func lookup(role Role, mode Mode, st libvirtx.State, reason int32) (transition, bool) {
+	for _, tr := range transitions {
+		if tr.role == role && tr.state == st && (tr.reason == anyReason || tr.reason == reason) &&
+			(tr.from == "" || tr.from == mode) {
+			return tr, true
+		}
+	}
+	return transition{}, false
+}
+
+// postCopyFailedState reports a state that only a failed post-copy
+// migration leaves, and which side it marks.
+func postCopyFailedState(st libvirtx.State, reason int32) (Role, bool) {
+	switch {
+	case st == libvirtx.StatePaused && reason == libvirtx.PausedPostCopyFailed:
+		return RoleSource, true
+	case st == libvirtx.StateRunning && reason == libvirtx.RunningPostCopyFailed:
+		return RoleTarget, true
+	}
+	return "", false
+}
+
+// eventState is the domain state a lifecycle event puts the domain in, as
+// far as the table cares; ok=false for events that imply none of them.
+func eventState(event, detail int32) (libvirtx.State, int32, bool) {
+	switch event {
+	case libvirtx.EventSuspended:
+		switch detail {
+		case libvirtx.SuspendedPaused:
+			return libvirtx.StatePaused, libvirtx.PausedUser, true
+		case libvirtx.SuspendedMigrated:
+			return libvirtx.StatePaused, libvirtx.PausedMigration, true
+		case libvirtx.SuspendedPostCopy:
+			return libvirtx.StatePaused, libvirtx.PausedPostCopy, true
+		case libvirtx.SuspendedPostCopyFailed:
+			return libvirtx.StatePaused, libvirtx.PausedPostCopyFailed, true
+		}
+	case libvirtx.EventResumed:
+		switch detail {
+		case libvirtx.ResumedUnpaused:
+			return libvirtx.StateRunning, libvirtx.RunningUnpaused, true
+		case libvirtx.ResumedMigrated:
+			return libvirtx.StateRunning, libvirtx.RunningMigrated, true
+		case libvirtx.ResumedPostCopy:
+			return libvirtx.StateRunning, libvirtx.RunningPostCopy, true
+		case libvirtx.ResumedPostCopyFailed:
+			return libvirtx.StateRunning, libvirtx.RunningPostCopyFailed, true
+		}
+	case libvirtx.EventStopped:
+		// Stopped details are the shutoff reasons shifted by one (the
+		// reasons start with "unknown").
+		return libvirtx.StateShutoff, detail + 1, true
+	case libvirtx.EventCrashed:
+		return libvirtx.StateCrashed, detail + 1, true
+	}
+	return 0, 0, false
+}
+
+func stateName(st libvirtx.State, reason int32) string {
+	return st.String() + "/" + libvirtx.ReasonName(st, reason)
+}
