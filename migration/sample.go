@@ -254,7 +254,8 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 			md = DefaultMaxDowntime
 		}
 		a := Assess(j.iters, Figures{RemainingBytes: s.MemoryRemaining, MemoryTotalBytes: s.MemoryTotal,
-			TransferBps: s.MemoryBps, DirtyBps: s.MemoryDirtyRate, MaxDowntime: md})
+			TransferBps: s.MemoryBps, DirtyBps: s.MemoryDirtyRate, MaxDowntime: md,
+			ExpectedDowntime: time.Duration(s.DowntimeMs) * time.Millisecond})
 		if a.Verdict != v.Convergence {
 			t.addEvent(j, now, "convergence", string(a.Verdict)+": "+a.Reason)
 		}
