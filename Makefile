@@ -27,7 +27,7 @@ lint:
 	$(GO) vet -tags testbed_live ./test/testbed/
 
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -race -count=1 ./...
 
 # Real libvirt daemons and QEMU guests in two network namespaces, and a real
 # etcd + kube-apiserver on loopback (built from the Go module proxy on first

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
@@ -62,7 +61,7 @@ func (d *Daemon) apiHandler() http.Handler {
 
 func (d *Daemon) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(d.log)}))
+	mux.Handle("GET /metrics", metricsHandler(d.reg, d.log))
 	mux.HandleFunc("GET /healthz", d.healthz)
 	mux.HandleFunc("GET /readyz", d.readyz)
 	return mux

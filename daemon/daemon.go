@@ -51,6 +51,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		CPU:            &libvirtx.QEMUCgroups{},
 		Log:            log.Named("tracker"),
 		OnFinish:       d.jobFinished,
+		StateDir:       cfg.StateDir,
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
 		Sockets:     cfg.LibvirtSockets,

@@ -2,15 +2,21 @@ package daemon
 
 import (
 	"fmt"
+	"net/http"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 )
 
-var jobLabels = []string{"node", "domain", "role", "namespace", "name"}
+// socket is part of a job's identity: the same domain name can be on two
+// libvirt sockets of a node (two launcher pods), and two series with the
+// same labels would fail the whole scrape.
+var jobLabels = []string{"node", "socket", "domain", "role", "namespace", "name"}
 
 func jobDesc(name, help string, extra ...string) *prometheus.Desc {
 	return prometheus.NewDesc("ferry_migration_"+name, help, append(append([]string{}, jobLabels...), extra...), nil)
@@ -38,7 +44,7 @@ var (
 	descLibvirtUp = prometheus.NewDesc("ferry_libvirt_up", "Whether ferryd is connected to the libvirt socket.",
 		[]string{"node", "socket"}, nil)
 	descAttention = prometheus.NewDesc("ferry_domain_attention", "Domains in a state an operator must act on (1 while it lasts).",
-		[]string{"node", "domain", "namespace", "name", "reason"}, nil)
+		[]string{"node", "socket", "domain", "namespace", "name", "reason"}, nil)
 	descBuild = prometheus.NewDesc("ferry_build_info", "ferryd build information; always 1.", []string{"version", "goversion"}, nil)
 	descVMI   = jobDesc("vmi_info", "The KubeVirt VMI of a migrating domain as the API server shows it; always 1.",
 		"uid", "migration_uid", "evacuation_node", "eviction_requested")
@@ -47,6 +53,12 @@ var (
 	descMarksDone = prometheus.NewDesc("ferry_vmi_marks_total", "VMI marks done, by outcome: marked, already_marked (by the other node), event, vmi_gone, uid_mismatch.",
 		[]string{"node", "outcome"}, nil)
 )
+
+// metricsHandler serves the registry; one bad series must not blank the
+// page, since alerts on every other series would go quiet with it.
+func metricsHandler(reg *prometheus.Registry, log *zap.Logger) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(log), ErrorHandling: promhttp.ContinueOnError})
+}
 
 // Collector serves Ferry's metrics from the tracker's in-memory snapshot;
 // a scrape never calls libvirt, so a migration holding libvirt's state lock
@@ -80,7 +92,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	for _, j := range snap.Jobs {
-		l := []string{c.node, j.Domain, string(j.Role), j.Namespace, j.Name}
+		l := []string{c.node, j.Socket, j.Domain, string(j.Role), j.Namespace, j.Name}
 		g(descInfo, 1, append(l, string(j.Mode), string(j.Phase), string(j.Convergence))...)
 		g(descElapsed, float64(j.ElapsedMs)/1000, l...)
 		if c.vmi != nil && j.Namespace != "" {
@@ -120,7 +132,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, d := range snap.Domains {
 		if d.Attention != "" {
-			g(descAttention, 1, c.node, d.Name, d.Namespace, d.VMI, d.AttentionReason)
+			g(descAttention, 1, c.node, d.Socket, d.Name, d.Namespace, d.VMI, d.AttentionReason)
 		}
 	}
 	if c.pool != nil {

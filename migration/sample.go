@@ -292,9 +292,31 @@ func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 	return f
 }
 
-// ApplyStats feeds one job stats reading for a domain exactly as the
-// sampler does after reading it from libvirt. It lets benchmarks and
-// replays drive the tracker without a libvirt daemon.
+// ApplyStats, ApplyEvent, ApplyDomains and ApplyEnded feed recorded inputs
+// exactly as the sampler and the event loop feed what they read from
+// libvirt. They let benchmarks, replays and tests outside this package
+// drive the tracker without a libvirt daemon; the reads they would ask for
+// next are not made.
 func (t *Tracker) ApplyStats(socket string, d libvirtx.Domain, s libvirtx.JobStats, at time.Time) {
 	t.apply(input{kind: inStats, socket: socket, dom: d.Ref, at: at, got: at, stats: s})
+}
+
+// ApplyEvent feeds one libvirt event (see ApplyStats).
+func (t *Tracker) ApplyEvent(ev libvirtx.Event) {
+	in := input{kind: inLifecycle, socket: ev.Socket, dom: ev.Domain, at: ev.Time, event: ev}
+	if ev.Kind == libvirtx.KindIteration {
+		in.kind = inIteration
+	}
+	t.apply(in)
+}
+
+// ApplyDomains feeds one listing of a socket's active domains (see ApplyStats).
+func (t *Tracker) ApplyDomains(socket string, doms []libvirtx.Domain, at time.Time) {
+	t.apply(input{kind: inList, socket: socket, at: at, got: at, list: doms})
+}
+
+// ApplyEnded feeds the completed-job statistics and state read after a
+// domain's libvirt job went away (see ApplyStats).
+func (t *Tracker) ApplyEnded(socket string, d libvirtx.Domain, done libvirtx.JobStats, at time.Time) {
+	t.apply(input{kind: inEnded, socket: socket, dom: d.Ref, at: at, got: at, stats: done, state: d.State, reason: d.Reason})
 }
