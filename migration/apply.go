@@ -123,6 +123,7 @@ func (t *Tracker) applyList(in input) []action {
 			}
 			continue
 		}
+		j.vanished = time.Time{}
 		t.applyState(j, d.State, d.Reason, in.at, "listing")
 	}
 	for _, d := range in.list {
@@ -166,6 +167,8 @@ func (t *Tracker) applyStats(in input) []action {
 			if j = t.openTarget(in, "incoming migration job in libvirt"); j != nil {
 				t.applyKnownState(j, in.at)
 			}
+		} else {
+			j.vanished = time.Time{}
 		}
 	case err != nil && libvirtx.IsNoDomain(err):
 		if j != nil && !in.at.Before(j.opened) && t.vanish(j, in.at, "libvirt says the domain no longer exists") {
