@@ -212,16 +212,13 @@ func (c *Conn) JobStats(ctx context.Context, dom libvirt.Domain, completed bool)
 	if completed {
 		flags = libvirt.DomainJobStatsCompleted
 	}
-	var s JobStats
-	err := c.run(ctx, "job stats", func(l *libvirt.Libvirt) error {
+	return call(ctx, c, "job stats", func(l *libvirt.Libvirt) (JobStats, error) {
 		typ, params, err := l.DomainGetJobStats(dom, flags)
 		if err != nil {
-			return err
+			return JobStats{}, err
 		}
-		s = DecodeJobStats(typ, params)
-		return nil
+		return DecodeJobStats(typ, params), nil
 	})
-	return s, err
 }
 
 // IsTargetOnly reports libvirt's refusal to give job statistics on the
