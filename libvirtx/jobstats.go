@@ -206,11 +206,14 @@ func paramUint(v any) (uint64, bool) {
 }
 
 // JobStats fetches the active job's statistics, or with completed=true the
-// statistics libvirt kept of the last finished job.
+// statistics libvirt kept of the last finished job. Those are read without
+// removing them: libvirt deletes completed statistics on read unless asked
+// to keep them, and then neither a later Ferry read (after a reconnect or a
+// restart) nor an operator's "virsh domjobinfo --completed" would find them.
 func (c *Conn) JobStats(ctx context.Context, dom libvirt.Domain, completed bool) (JobStats, error) {
 	var flags libvirt.DomainGetJobStatsFlags
 	if completed {
-		flags = libvirt.DomainJobStatsCompleted
+		flags = libvirt.DomainJobStatsCompleted | libvirt.DomainJobStatsKeepCompleted
 	}
 	return call(ctx, c, "job stats", func(l *libvirt.Libvirt) (JobStats, error) {
 		typ, params, err := l.DomainGetJobStats(dom, flags)
