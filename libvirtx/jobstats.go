@@ -2,7 +2,7 @@ package libvirtx
 
 import (
 	"context"
-	"strings"
+	"errors"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 )
@@ -215,7 +215,7 @@ func (c *Conn) JobStats(ctx context.Context, dom libvirt.Domain, completed bool)
 	if completed {
 		flags = libvirt.DomainJobStatsCompleted | libvirt.DomainJobStatsKeepCompleted
 	}
-	return call(ctx, c, "job stats", func(l *libvirt.Libvirt) (JobStats, error) {
+	return call(ctx, c, opJobStats, func(l *libvirt.Libvirt) (JobStats, error) {
 		typ, params, err := l.DomainGetJobStats(dom, flags)
 		if err != nil {
 			return JobStats{}, err
@@ -224,8 +224,19 @@ func (c *Conn) JobStats(ctx context.Context, dom libvirt.Domain, completed bool)
 	})
 }
 
+const opJobStats = "job stats"
+
 // IsTargetOnly reports libvirt's refusal to give job statistics on the
 // destination of a migration: the job exists but is the incoming side.
+// libvirt's QEMU driver refuses with VIR_ERR_OPERATION_UNSUPPORTED; its
+// message is translated under other locales, so the code is what is
+// matched. go-libvirt does not pass on the error's domain, and the code is
+// a general one, so an error that names its call must name JobStats.
 func IsTargetOnly(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "only on the source host")
+	var le libvirt.Error
+	if !errors.As(err, &le) || le.Code != uint32(libvirt.ErrOperationUnsupported) {
+		return false
+	}
+	var ce *CallError
+	return !errors.As(err, &ce) || ce.Op == opJobStats
 }
