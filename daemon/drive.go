@@ -121,6 +121,11 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if err != nil {
 		return MigrateResponse{}, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
+	mem, err := conn.MemoryBytes(ctx, dom)
+	if err != nil {
+		return MigrateResponse{}, fmt.Errorf("reading the guest's memory size, which sets the migration's deadline: %w", err)
+	}
+	deadline := libvirtx.MigrationDeadline(mem, req.BandwidthMiBs)
 	if d.Tracker.InFlight(req.Domain) {
 		return MigrateResponse{}, fmt.Errorf("%w: %s is already migrating", errConflict, req.Domain)
 	}
@@ -145,7 +150,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	d.Tracker.Drive(req.Domain, info)
 	go func() {
 		defer d.drives.end(req.Domain)
-		d.drive(req, id, conn, dom, src, info)
+		d.drive(req, id, conn, dom, src, info, deadline)
 	}()
 	msg := "migration started through the Ferry proxy"
 	if !d.Proxy.TLS() {
@@ -156,7 +161,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 
 // drive runs libvirt's migration to its end, then tears down both ends and
 // leaves the whole account on the job.
-func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration, info migration.ProxyInfo) {
+func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration, info migration.ProxyInfo, deadline time.Duration) {
 	log := d.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target))
 	start := time.Now()
 	flags := libvirt.MigrateLive | libvirt.MigratePeer2peer
@@ -178,7 +183,7 @@ func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom l
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(req.Parallel))})
 	}
 	dconnuri := "qemu+unix:///system?socket=" + src.Paths[proxy.KindLibvirt]
-	log.Info("starting a Ferry-driven migration", zap.Bool("postCopy", flags&libvirt.MigratePostcopy != 0), zap.Int("parallel", req.Parallel))
+	log.Info("starting a Ferry-driven migration", zap.Bool("postCopy", flags&libvirt.MigratePostcopy != 0), zap.Int("parallel", req.Parallel), zap.Duration("deadline", deadline))
 
 	finished := make(chan struct{})
 	if req.PostCopyAfterSeconds > 0 {
@@ -194,10 +199,11 @@ func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom l
 			}
 		}()
 	}
-	// The migrate call blocks for the whole migration: it runs without a
-	// deadline on the raw client, while the tracker keeps sampling on the
-	// same connection.
-	_, err := conn.Raw().DomainMigratePerform3Params(dom, libvirt.OptString{dconnuri}, params, nil, flags)
+	// The migrate call blocks for the whole migration, while the tracker
+	// keeps sampling on the same connection. Past its deadline (KubeVirt's
+	// 150 s per GiB of guest memory, see MigrationDeadline) libvirt's job
+	// is aborted, not just abandoned.
+	err := conn.Migrate(context.Background(), dom, dconnuri, params, flags, deadline)
 	close(finished)
 
 	src.Close("migration ended")

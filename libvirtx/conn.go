@@ -69,7 +69,7 @@ func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, e
 	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a
 	// remote-driver connection back to itself, and its main loop then
 	// deadlocks deregistering that connection's events when a client leaves.
-	err := c.run(ctx, "connect", func(l *libvirt.Libvirt) error {
+	err := do(ctx, c, "connect", func(l *libvirt.Libvirt) error {
 		return l.ConnectToURI(libvirt.QEMUSystem)
 	})
 	if err != nil {
@@ -91,7 +91,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 func (c *Conn) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	err := c.run(ctx, "disconnect", func(l *libvirt.Libvirt) error { return l.Disconnect() })
+	err := do(ctx, c, "disconnect", (*libvirt.Libvirt).Disconnect)
 	c.dialer.cut()
 	return err
 }
@@ -99,40 +99,12 @@ func (c *Conn) Close() error {
 // Ping asks libvirt for its version: the cheapest round trip that proves the
 // daemon's RPC loop is alive.
 func (c *Conn) Ping(ctx context.Context) (uint64, error) {
-	var v uint64
-	err := c.run(ctx, "ping", func(l *libvirt.Libvirt) (err error) {
-		v, err = l.ConnectGetLibVersion()
-		return err
-	})
-	return v, err
+	return call(ctx, c, "ping", (*libvirt.Libvirt).ConnectGetLibVersion)
 }
 
 // Raw exposes the underlying go-libvirt client for calls this package does
 // not wrap; callers are responsible for their own deadlines.
 func (c *Conn) Raw() *libvirt.Libvirt { return c.l }
-
-// run executes fn with the connection's deadline. On timeout fn keeps running
-// in its goroutine until libvirt answers or the socket closes; the caller is
-// released either way.
-func (c *Conn) run(ctx context.Context, op string, fn func(*libvirt.Libvirt) error) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	res := make(chan error, 1)
-	go func() { res <- fn(c.l) }()
-	select {
-	case err := <-res:
-		if err != nil {
-			return &CallError{Op: op, Socket: c.socket, Err: err}
-		}
-		return nil
-	case <-ctx.Done():
-		err := ctx.Err()
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = ErrTimeout
-		}
-		return &CallError{Op: op, Socket: c.socket, Err: err}
-	}
-}
 
 // CallError names the libvirt call and socket that failed.
 type CallError struct {

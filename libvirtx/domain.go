@@ -26,14 +26,13 @@ func UUIDString(u libvirt.UUID) string {
 // (the "state" group of virConnectGetAllDomainStats needs no domain job, so
 // it does not wait on a migrating domain's state-change lock).
 func (c *Conn) Domains(ctx context.Context) ([]Domain, error) {
-	var out []Domain
-	err := c.run(ctx, "list domains", func(l *libvirt.Libvirt) error {
+	return call(ctx, c, "list domains", func(l *libvirt.Libvirt) ([]Domain, error) {
 		recs, err := l.ConnectGetAllDomainStats(nil, uint32(libvirt.DomainStatsState),
 			uint32(libvirt.ConnectGetAllDomainsStatsActive))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		out = make([]Domain, 0, len(recs))
+		out := make([]Domain, 0, len(recs))
 		for _, r := range recs {
 			d := Domain{Ref: r.Dom, Name: r.Dom.Name, UUID: UUIDString(r.Dom.UUID)}
 			for _, p := range r.Params {
@@ -47,46 +46,43 @@ func (c *Conn) Domains(ctx context.Context) ([]Domain, error) {
 			}
 			out = append(out, d)
 		}
-		return nil
+		return out, nil
 	})
-	return out, err
+}
+
+type stateReason struct {
+	state  State
+	reason int32
 }
 
 // DomainState returns the state and reason of one domain.
 func (c *Conn) DomainState(ctx context.Context, dom libvirt.Domain) (State, int32, error) {
-	var st, rs int32
-	err := c.run(ctx, "domain state", func(l *libvirt.Libvirt) (err error) {
-		st, rs, err = l.DomainGetState(dom, 0)
-		return err
+	sr, err := call(ctx, c, "domain state", func(l *libvirt.Libvirt) (stateReason, error) {
+		st, rs, err := l.DomainGetState(dom, 0)
+		return stateReason{State(st), rs}, err
 	})
-	return State(st), rs, err
+	return sr.state, sr.reason, err
 }
 
 // LookupDomain finds an active or defined domain by name.
 func (c *Conn) LookupDomain(ctx context.Context, name string) (libvirt.Domain, error) {
-	var d libvirt.Domain
-	err := c.run(ctx, "lookup domain", func(l *libvirt.Libvirt) (err error) {
-		d, err = l.DomainLookupByName(name)
-		return err
+	return call(ctx, c, "lookup domain", func(l *libvirt.Libvirt) (libvirt.Domain, error) {
+		return l.DomainLookupByName(name)
 	})
-	return d, err
 }
 
 // DomainXML returns the live domain XML.
 func (c *Conn) DomainXML(ctx context.Context, dom libvirt.Domain) (string, error) {
-	var x string
-	err := c.run(ctx, "domain xml", func(l *libvirt.Libvirt) (err error) {
-		x, err = l.DomainGetXMLDesc(dom, 0)
-		return err
+	return call(ctx, c, "domain xml", func(l *libvirt.Libvirt) (string, error) {
+		return l.DomainGetXMLDesc(dom, 0)
 	})
-	return x, err
 }
 
 // AbortJob cancels the domain's job. In post-copy a plain abort is refused by
 // libvirt; postCopy=true asks for the post-copy pause instead, which leaves
 // both sides paused in post-copy-failed (the only "abort" post-copy has).
 func (c *Conn) AbortJob(ctx context.Context, dom libvirt.Domain, postCopy bool) error {
-	return c.run(ctx, "abort job", func(l *libvirt.Libvirt) error {
+	return do(ctx, c, "abort job", func(l *libvirt.Libvirt) error {
 		if postCopy {
 			return l.DomainAbortJobFlags(dom, uint32(libvirt.DomainAbortJobPostcopy))
 		}
@@ -96,7 +92,7 @@ func (c *Conn) AbortJob(ctx context.Context, dom libvirt.Domain, postCopy bool) 
 
 // StartPostCopy switches a running pre-copy migration to post-copy.
 func (c *Conn) StartPostCopy(ctx context.Context, dom libvirt.Domain) error {
-	return c.run(ctx, "start post-copy", func(l *libvirt.Libvirt) error {
+	return do(ctx, c, "start post-copy", func(l *libvirt.Libvirt) error {
 		return l.DomainMigrateStartPostCopy(dom, 0)
 	})
 }
@@ -104,10 +100,8 @@ func (c *Conn) StartPostCopy(ctx context.Context, dom libvirt.Domain) error {
 // MaxDowntime returns the downtime a migration may take for its final
 // stop-and-copy: pre-copy switches over once what is left fits in it.
 func (c *Conn) MaxDowntime(ctx context.Context, dom libvirt.Domain) (time.Duration, error) {
-	var ms uint64
-	err := c.run(ctx, "max downtime", func(l *libvirt.Libvirt) (err error) {
-		ms, err = l.DomainMigrateGetMaxDowntime(dom, 0)
-		return err
+	ms, err := call(ctx, c, "max downtime", func(l *libvirt.Libvirt) (uint64, error) {
+		return l.DomainMigrateGetMaxDowntime(dom, 0)
 	})
 	return time.Duration(ms) * time.Millisecond, err
 }

@@ -45,12 +45,13 @@ func (c *Conn) Subscribe(ctx context.Context, buffer int) (<-chan Event, error) 
 	kinds := []libvirt.DomainEventID{libvirt.DomainEventIDLifecycle, libvirt.DomainEventIDMigrationIteration}
 	srcs := make([]<-chan any, 0, len(kinds))
 	for _, id := range kinds {
-		var ch <-chan any
-		err := c.run(ctx, "subscribe events", func(l *libvirt.Libvirt) (err error) {
-			ch, err = l.SubscribeEvents(ctx, id, libvirt.OptDomain{})
-			return err
-		})
+		ch, err := callWithin(ctx, c, "subscribe events", c.timeout, func(l *libvirt.Libvirt) (<-chan any, error) {
+			return l.SubscribeEvents(ctx, id, libvirt.OptDomain{})
+		}, drainLate)
 		if err != nil {
+			for _, src := range srcs {
+				drainLate(src, nil)
+			}
 			return nil, err
 		}
 		srcs = append(srcs, ch)
@@ -80,6 +81,19 @@ func (c *Conn) Subscribe(ctx context.Context, buffer int) (<-chan Event, error) 
 		close(out)
 	}()
 	return out, nil
+}
+
+// drainLate empties a subscription that libvirt granted after Subscribe gave
+// up on it: go-libvirt blocks its reader on an unread subscriber, which would
+// stall every other call on the connection. The channel closes with ctx or
+// the connection.
+func drainLate(ch <-chan any, err error) {
+	if err == nil {
+		go func() {
+			for range ch {
+			}
+		}()
+	}
 }
 
 func (c *Conn) convert(raw any) (Event, bool) {

@@ -2,7 +2,7 @@ package libvirtx
 
 import (
 	"context"
-	"strings"
+	"errors"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 )
@@ -206,26 +206,37 @@ func paramUint(v any) (uint64, bool) {
 }
 
 // JobStats fetches the active job's statistics, or with completed=true the
-// statistics libvirt kept of the last finished job.
+// statistics libvirt kept of the last finished job. Those are read without
+// removing them: libvirt deletes completed statistics on read unless asked
+// to keep them, and then neither a later Ferry read (after a reconnect or a
+// restart) nor an operator's "virsh domjobinfo --completed" would find them.
 func (c *Conn) JobStats(ctx context.Context, dom libvirt.Domain, completed bool) (JobStats, error) {
 	var flags libvirt.DomainGetJobStatsFlags
 	if completed {
-		flags = libvirt.DomainJobStatsCompleted
+		flags = libvirt.DomainJobStatsCompleted | libvirt.DomainJobStatsKeepCompleted
 	}
-	var s JobStats
-	err := c.run(ctx, "job stats", func(l *libvirt.Libvirt) error {
+	return call(ctx, c, opJobStats, func(l *libvirt.Libvirt) (JobStats, error) {
 		typ, params, err := l.DomainGetJobStats(dom, flags)
 		if err != nil {
-			return err
+			return JobStats{}, err
 		}
-		s = DecodeJobStats(typ, params)
-		return nil
+		return DecodeJobStats(typ, params), nil
 	})
-	return s, err
 }
+
+const opJobStats = "job stats"
 
 // IsTargetOnly reports libvirt's refusal to give job statistics on the
 // destination of a migration: the job exists but is the incoming side.
+// libvirt's QEMU driver refuses with VIR_ERR_OPERATION_UNSUPPORTED; its
+// message is translated under other locales, so the code is what is
+// matched. go-libvirt does not pass on the error's domain, and the code is
+// a general one, so an error that names its call must name JobStats.
 func IsTargetOnly(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "only on the source host")
+	var le libvirt.Error
+	if !errors.As(err, &le) || le.Code != uint32(libvirt.ErrOperationUnsupported) {
+		return false
+	}
+	var ce *CallError
+	return !errors.As(err, &ce) || ce.Op == opJobStats
 }

@@ -2,6 +2,7 @@ package libvirtx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -11,11 +12,23 @@ import (
 	"go.uber.org/zap"
 )
 
+// ErrSocketGone is the reason a connection ended when its socket, matched
+// by PoolConfig.Glob, no longer exists: in KubeVirt the launcher pod and its
+// domain went away, and the pool stops watching the socket.
+var ErrSocketGone = errors.New("libvirt socket removed; no longer watched")
+
 // Handler consumes one live connection. Serve runs until events closes (the
 // connection was lost or the pool is stopping); the pool then reconnects.
 type Handler interface {
 	Serve(ctx context.Context, c *Conn, events <-chan Event)
-	// Lost is called after Serve returns with the reason the connection ended.
+	// Lost is called after Serve returns with the reason the connection
+	// ended. errors.Is(err, ErrSocketGone) holds exactly when the pool
+	// ended it because the socket was removed: nothing will come back on
+	// that socket. Any other reason (the pool's context's cause when
+	// ferryd is stopping, a broken or hung connection) says nothing of
+	// the domains behind it, and the pool reconnects unless it is
+	// stopping. A connection that broke before its socket was removed is
+	// reported once, as broken.
 	Lost(socket string, err error)
 }
 
@@ -71,7 +84,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	status  map[string]*SocketStatus
-	running map[string]context.CancelFunc
+	running map[string]context.CancelCauseFunc
 	started bool
 	wg      sync.WaitGroup
 }
@@ -79,7 +92,7 @@ type Pool struct {
 // NewPool makes a pool; Run starts it.
 func NewPool(cfg PoolConfig, h Handler, log *zap.Logger) *Pool {
 	cfg.defaults()
-	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, running: map[string]context.CancelFunc{}}
+	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, running: map[string]context.CancelCauseFunc{}}
 }
 
 // Run watches sockets until ctx ends, then waits for every connection to close.
@@ -155,7 +168,7 @@ func (p *Pool) rescan(ctx context.Context) {
 		if _, ok := p.running[s]; ok {
 			continue
 		}
-		sctx, cancel := context.WithCancel(ctx)
+		sctx, cancel := context.WithCancelCause(ctx)
 		p.running[s] = cancel
 		p.status[s] = &SocketStatus{Socket: s, Since: time.Now()}
 		p.wg.Add(1)
@@ -168,7 +181,7 @@ func (p *Pool) rescan(ctx context.Context) {
 	// retrying it. Explicitly configured sockets are retried forever.
 	for s, cancel := range p.running {
 		if !want[s] {
-			cancel()
+			cancel(ErrSocketGone)
 			delete(p.running, s)
 			delete(p.status, s)
 			p.log.Info("libvirt socket gone, no longer watched", zap.String("socket", s))
@@ -256,7 +269,9 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 	c.Close()
 	<-served
 	if ctx.Err() != nil {
-		reason = ctx.Err()
+		// The socket's own cause: ErrSocketGone if rescan dropped it, the
+		// pool's context's cause if ferryd is stopping.
+		reason = context.Cause(ctx)
 	}
 	p.setStatus(socket, func(s *SocketStatus) {
 		s.Up, s.Since = false, time.Now()

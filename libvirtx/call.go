@@ -1,0 +1,63 @@
+package libvirtx
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// call runs fn within the connection's call timeout. go-libvirt cannot
+// cancel a call, so on timeout fn keeps running until libvirt answers or the
+// socket closes. Its result therefore comes back only through a channel the
+// abandoned goroutine owns: were fn to write variables of its caller, a late
+// answer would write them after the caller had returned them.
+func call[T any](ctx context.Context, c *Conn, op string, fn func(*libvirt.Libvirt) (T, error)) (T, error) {
+	return callWithin(ctx, c, op, c.timeout, fn, nil)
+}
+
+// do is call for procedures that return nothing but an error.
+func do(ctx context.Context, c *Conn, op string, fn func(*libvirt.Libvirt) error) error {
+	_, err := call(ctx, c, op, func(l *libvirt.Libvirt) (struct{}, error) { return struct{}{}, fn(l) })
+	return err
+}
+
+// callWithin is call with its own timeout. late, when set, is handed what fn
+// returns if the caller gave up first, so a result that holds a resource
+// (a subscription, a running job) can still be released.
+func callWithin[T any](ctx context.Context, c *Conn, op string, timeout time.Duration,
+	fn func(*libvirt.Libvirt) (T, error), late func(T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res := make(chan result[T], 1)
+	go func() {
+		v, err := fn(c.l)
+		res <- result[T]{v, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return r.v, &CallError{Op: op, Socket: c.socket, Err: r.err}
+		}
+		return r.v, nil
+	case <-ctx.Done():
+		if late != nil {
+			go func() {
+				r := <-res
+				late(r.v, r.err)
+			}()
+		}
+		err := ctx.Err()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = ErrTimeout
+		}
+		var zero T
+		return zero, &CallError{Op: op, Socket: c.socket, Err: err}
+	}
+}

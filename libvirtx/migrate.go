@@ -1,0 +1,108 @@
+package libvirtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// MigrationTimeoutPerGiB is how long a migration may run per GiB of guest
+// memory: KubeVirt's default completionTimeoutPerGiB. A migration that needs
+// longer is not converging (the guest dirties memory about as fast as it is
+// sent), and going on only prolongs the load on both hosts and the link.
+const MigrationTimeoutPerGiB = 150 * time.Second
+
+// MigrationTimeoutFloor is the least any migration is given: for a small
+// guest, connection setup, a target libvirtd probing QEMU's capabilities
+// from a cold cache (16 s on the test bed) and the final handshake weigh
+// more than its memory.
+const MigrationTimeoutFloor = 5 * time.Minute
+
+// cappedPasses is how many passes over all of memory a bandwidth-capped
+// migration is allowed at its cap: pre-copy's first pass sends everything
+// and later ones send what was dirtied meanwhile.
+const cappedPasses = 3
+
+// MigrationDeadline is how long the migration of a guest with memBytes of
+// memory may run. bandwidthMiBs is the migration's bandwidth cap in MiB/s,
+// 0 for none: a capped migration is not aborted for being as slow as it
+// was asked to be.
+func MigrationDeadline(memBytes uint64, bandwidthMiBs int) time.Duration {
+	d := time.Duration(float64(memBytes) / (1 << 30) * float64(MigrationTimeoutPerGiB))
+	if bandwidthMiBs > 0 {
+		secs := cappedPasses * float64(memBytes) / (float64(bandwidthMiBs) * (1 << 20))
+		d = max(d, time.Duration(secs*float64(time.Second)))
+	}
+	return max(d, MigrationTimeoutFloor)
+}
+
+// MemoryBytes is the guest's memory size (its maximum balloon, all the
+// memory QEMU holds for it), the most a migration has to send.
+func (c *Conn) MemoryBytes(ctx context.Context, dom libvirt.Domain) (uint64, error) {
+	kib, err := call(ctx, c, "max memory", func(l *libvirt.Libvirt) (uint64, error) {
+		return l.DomainGetMaxMemory(dom)
+	})
+	return kib << 10, err
+}
+
+// ErrMigrationDeadline marks a migration that ran past its deadline.
+var ErrMigrationDeadline = errors.New("migration ran past its deadline")
+
+// abortGrace bounds the wait for libvirt to end the migrate call once its
+// job is aborted: it cancels QEMU's migration and tears down the target
+// first (about a second on the test bed).
+const abortGrace = 30 * time.Second
+
+// Migrate runs a peer-to-peer migration (virDomainMigratePerform3Params,
+// which returns only when the migration has ended) to the libvirt at
+// dconnuri, for at most deadline; ctx ending counts as the deadline
+// passing. Past it, the libvirt job is aborted, so that libvirt and QEMU
+// stop migrating rather than only Ferry waiting, the guest keeps running on
+// the source, and the error wraps ErrMigrationDeadline and says so.
+//
+// A migration in post-copy cannot be aborted: libvirt refuses, and its
+// post-copy "abort" pauses the guest on both sides. The guest already runs
+// on the target then, so Migrate waits for the migration to end rather than
+// walk away from it (its callers cut the migration's relay once it
+// returns). Every other refusal ends the call soon too: the job just ended,
+// or the connection is cut as hung.
+func (c *Conn) Migrate(ctx context.Context, dom libvirt.Domain, dconnuri string, params []libvirt.TypedParam,
+	flags libvirt.DomainMigrateFlags, deadline time.Duration) error {
+	res := make(chan error, 1)
+	go func() {
+		_, err := c.l.DomainMigratePerform3Params(dom, libvirt.OptString{dconnuri}, params, nil, flags)
+		if err != nil {
+			err = &CallError{Op: "migrate", Socket: c.socket, Err: err}
+		}
+		res <- err
+	}()
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	why := fmt.Errorf("%w of %v", ErrMigrationDeadline, deadline)
+	select {
+	case err := <-res:
+		return err
+	case <-timer.C:
+	case <-ctx.Done():
+		why = fmt.Errorf("%w: %w", ErrMigrationDeadline, context.Cause(ctx))
+	}
+	if aerr := c.AbortJob(context.Background(), dom, false); aerr != nil {
+		if err := <-res; err != nil {
+			return fmt.Errorf("%w; libvirt refused to abort the job (%v), and the migration then failed: %w", why, aerr, err)
+		}
+		return nil
+	}
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("%w; libvirt job aborted: %w", why, err)
+		}
+		// It completed before the abort reached QEMU.
+		return nil
+	case <-time.After(abortGrace):
+		return fmt.Errorf("%w; libvirt job aborted, but the migrate call had not returned %v later", why, abortGrace)
+	}
+}

@@ -1,0 +1,99 @@
+package libvirtx
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+type lostCall struct {
+	socket string
+	err    error
+}
+
+// recordingHandler serves until its connection ends and reports what the
+// pool told it.
+type recordingHandler struct {
+	served chan string
+	lost   chan lostCall
+}
+
+func (h *recordingHandler) Serve(ctx context.Context, c *Conn, events <-chan Event) {
+	h.served <- c.Socket()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+func (h *recordingHandler) Lost(socket string, err error) { h.lost <- lostCall{socket, err} }
+
+func (h *recordingHandler) waitServed(t *testing.T, socket string) {
+	t.Helper()
+	select {
+	case s := <-h.served:
+		if s != socket {
+			t.Fatalf("serving %s, want %s", s, socket)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s never served", socket)
+	}
+}
+
+func (h *recordingHandler) waitLost(t *testing.T, socket string) error {
+	t.Helper()
+	select {
+	case l := <-h.lost:
+		if l.socket != socket {
+			t.Fatalf("lost %s (%v), want %s", l.socket, l.err, socket)
+		}
+		return l.err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s never reported lost", socket)
+	}
+	return nil
+}
+
+func TestLostSaysWhetherTheSocketWentAway(t *testing.T) {
+	dir := t.TempDir()
+	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
+	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second}, h, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		p.Run(ctx)
+		close(stopped)
+	}()
+	defer func() {
+		cancel()
+		<-stopped
+	}()
+
+	gone := newFakeLibvirt(t, filepath.Join(dir, "launcher-a.sock"))
+	h.waitServed(t, gone.path)
+	if err := os.Remove(gone.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.waitLost(t, gone.path); !errors.Is(err, ErrSocketGone) {
+		t.Fatalf("socket removed: Lost got %v, want ErrSocketGone", err)
+	}
+
+	stays := newFakeLibvirt(t, filepath.Join(dir, "launcher-b.sock"))
+	h.waitServed(t, stays.path)
+	cancel()
+	<-stopped
+	if err := h.waitLost(t, stays.path); errors.Is(err, ErrSocketGone) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("pool stopping: Lost got %v, want context.Canceled and not ErrSocketGone", err)
+	}
+}
