@@ -201,9 +201,20 @@ func (p *Pool) setStatus(socket string, f func(*SocketStatus)) {
 func (p *Pool) keep(ctx context.Context, socket string) {
 	backoff := p.cfg.BackoffMin
 	logged := false
+	// A socket removed while its daemon was already gone (a launcher pod's
+	// usual end: libvirt exits, then the socket goes) was last reported as a
+	// lost connection; its handler must still hear that it is gone for good.
+	gone := func() {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrSocketGone) {
+			p.h.Lost(socket, cause)
+		}
+	}
 	for ctx.Err() == nil {
 		err := p.once(ctx, socket)
 		if ctx.Err() != nil {
+			if err != nil {
+				gone() // never served, so never said
+			}
 			return
 		}
 		if err != nil {
@@ -218,6 +229,7 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 		}
 		select {
 		case <-ctx.Done():
+			gone()
 			return
 		case <-time.After(backoff):
 		}

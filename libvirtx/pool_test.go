@@ -97,3 +97,34 @@ func TestLostSaysWhetherTheSocketWentAway(t *testing.T) {
 		t.Fatalf("pool stopping: Lost got %v, want context.Canceled and not ErrSocketGone", err)
 	}
 }
+
+// A launcher pod usually ends with its libvirt exiting first and its socket
+// removed after: the handler must still hear that the socket is gone.
+func TestLostSaysGoneWhenTheDaemonDiedFirst(t *testing.T) {
+	dir := t.TempDir()
+	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
+	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, h, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		p.Run(ctx)
+		close(stopped)
+	}()
+	defer func() {
+		cancel()
+		<-stopped
+	}()
+	f := newFakeLibvirt(t, filepath.Join(dir, "launcher.sock"))
+	h.waitServed(t, f.path)
+	f.Close() // the daemon exits; its socket file stays for a moment
+	if err := h.waitLost(t, f.path); errors.Is(err, ErrSocketGone) {
+		t.Fatalf("daemon gone, socket still there: Lost got %v, want a lost connection", err)
+	}
+	if err := os.Remove(f.path); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if err := h.waitLost(t, f.path); !errors.Is(err, ErrSocketGone) {
+		t.Fatalf("socket removed after its daemon died: Lost got %v, want ErrSocketGone", err)
+	}
+}
