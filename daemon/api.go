@@ -151,19 +151,37 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	res, err := d.Tracker.Abort(ctx, r.PathValue("domain"))
-	switch {
-	case err == nil:
-		d.log.Info("abort requested", zap.String("domain", res.Job.Domain), zap.String("mode", string(res.Job.Mode)))
-		writeJSON(w, http.StatusAccepted, res)
-	case errors.Is(err, migration.ErrNoJob):
-		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, migration.ErrNotSource):
-		writeError(w, http.StatusConflict, err.Error())
-	default:
-		writeError(w, http.StatusBadGateway, err.Error())
+	abortHandler(d.Tracker.Abort, d.log)(w, r)
+}
+
+// abortFunc is Tracker.Abort, or a stand-in where no libvirt can put a job
+// in post-copy.
+type abortFunc func(ctx context.Context, domain string, force bool) (migration.AbortResult, error)
+
+// abortHandler serves POST /v1/jobs/{domain}/abort[?force=1]. Force is a
+// query parameter rather than a body so the bodiless request that aborts a
+// pre-copy migration stays as it was.
+func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		force, err := boolParam(r, "force")
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		res, err := abort(ctx, r.PathValue("domain"), force)
+		switch {
+		case err == nil:
+			log.Info("abort requested", zap.String("domain", res.Job.Domain), zap.String("mode", string(res.Job.Mode)), zap.Bool("force", force))
+			writeJSON(w, http.StatusAccepted, res)
+		case errors.Is(err, migration.ErrNoJob):
+			writeError(w, http.StatusNotFound, err.Error())
+		case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrPostCopyNeedsForce):
+			writeError(w, http.StatusConflict, err.Error())
+		default:
+			writeError(w, http.StatusBadGateway, err.Error())
+		}
 	}
 }
 

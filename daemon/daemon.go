@@ -33,7 +33,27 @@ type Daemon struct {
 
 	reporter *kubevirt.Reporter
 	vmis     *kubevirt.Watcher
+
+	// ShutdownGrace is how long Run, once its context ends, lets the
+	// migrations going through the proxy finish before cutting them; New
+	// sets DefaultShutdownGrace.
+	ShutdownGrace time.Duration
 }
+
+// DefaultShutdownGrace lets a migration that is converging, or already in
+// post-copy, finish when ferryd is stopped: a minute moves some 70 GiB on a
+// 10 Gb/s migration network, while a node drain or a rollout of ferryd is
+// held up by a minute at most. It must fit in the pod's
+// terminationGracePeriodSeconds with room for the rest of the shutdown (up
+// to driveSettle, then the HTTP servers' 5 s): past it the kubelet sends
+// SIGKILL, which cuts the migrations with nobody reporting them, and
+// Kubernetes' default of 30 s is short of even the grace. The DaemonSet
+// needs the grace plus 20 s: 80 s or more for this default.
+const DefaultShutdownGrace = 60 * time.Second
+
+// driveSettle bounds the wait, once the proxy has stopped, for driven
+// migrations to record how they ended.
+const driveSettle = 10 * time.Second
 
 // New builds a daemon from a validated config.
 func New(cfg Config, log *zap.Logger) (*Daemon, error) {
@@ -43,7 +63,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if len(cfg.LibvirtSockets) == 0 && cfg.LibvirtGlob == "" {
 		cfg.LibvirtSockets = []string{DefaultLibvirtSocket}
 	}
-	d := &Daemon{cfg: cfg, log: log}
+	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace}
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,
 		SampleInterval: cfg.SampleInterval,
@@ -71,7 +91,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	}
 	d.reg.MustRegister(col)
 	if cfg.ProxyListen != "" {
-		p, err := newProxy(cfg, log.Named("proxy"), d.reg)
+		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +101,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 }
 
 // newProxy builds the migration proxy on the migration network's address.
-func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*proxy.Proxy, error) {
+func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string) (*proxy.Proxy, error) {
 	host, port, err := net.SplitHostPort(cfg.ProxyListen)
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-listen %q: %w (want HOST:PORT or :PORT)", cfg.ProxyListen, err)
@@ -100,10 +120,12 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*proxy.Pr
 		}
 	}
 	pc := proxy.Config{
-		Listen:     net.JoinHostPort(host, port),
-		SocketDir:  cfg.ProxySocketDir,
-		Log:        log,
-		Registerer: reg,
+		Listen:       net.JoinHostPort(host, port),
+		SocketDir:    cfg.ProxySocketDir,
+		Node:         cfg.NodeName,
+		SourceDomain: sourceDomain,
+		Log:          log,
+		Registerer:   reg,
 	}
 	if len(cfg.LibvirtSockets) > 0 {
 		pc.LibvirtSocket = cfg.LibvirtSockets[0]
@@ -117,6 +139,17 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*proxy.Pr
 			PeerName: cfg.ProxyTLSPeerName, MinVersion: minV}
 	}
 	return proxy.New(pc)
+}
+
+// drivenDomain names the domain of a migration Ferry drives from this node,
+// for the proxy's shutdown report.
+func (d *Daemon) drivenDomain(migrationID string) string {
+	for _, j := range d.Tracker.Jobs(false) {
+		if j.Proxy != nil && j.Proxy.MigrationID == migrationID {
+			return j.Domain
+		}
+	}
+	return ""
 }
 
 // Registry exposes the metrics registry (for tests and linting).
@@ -169,14 +202,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
-	if d.Proxy != nil {
-		wg.Add(2)
+	proxyDone := make(chan struct{})
+	if d.Proxy == nil {
+		close(proxyDone)
+	} else {
 		go func() {
-			defer wg.Done()
+			defer close(proxyDone)
 			if err := d.Proxy.Serve(poolCtx); err != nil {
 				d.log.Error("migration proxy stopped", zap.Error(err))
 			}
 		}()
+		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			watchLink(poolCtx, d.cfg.MigrationInterface, d.log, d.linkChanged)
@@ -196,7 +232,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
-	d.log.Info("ferryd shutting down")
+	d.log.Info("ferryd shutting down", zap.Duration("shutdownGrace", d.ShutdownGrace))
+	// The debug API, libvirt and the tracker stay up while migrations
+	// finish: operators can watch or abort them, and a failure the cut
+	// causes is still seen and reported on the VMI.
+	d.stopProxy()
+	<-proxyDone
+	settleDrives(d.drives, driveSettle)
 	cancelStreams()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -205,11 +247,37 @@ func (d *Daemon) Run(ctx context.Context) error {
 			s.Close()
 		}
 	}
-	d.drives.stopAll()
 	stopPool()
 	wg.Wait()
 	d.log.Info("ferryd stopped")
 	return runErr
+}
+
+// stopProxy refuses new migrations and lets those in flight finish within
+// the shutdown grace; the proxy logs what it had to cut.
+func (d *Daemon) stopProxy() {
+	if d.Proxy == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.ShutdownGrace)
+	defer cancel()
+	if err := d.Proxy.Shutdown(ctx); err != nil {
+		d.log.Warn("migrations in flight were cut at shutdown", zap.Error(err))
+	}
+}
+
+// settleDrives waits, at most limit, for driven migrations to record their
+// end: their proxy is gone by now, so libvirt's calls return soon.
+func settleDrives(ds *drives, limit time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ds.stopAll()
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+	}
 }
 
 // listenUnix listens on path with the given mode, replacing a stale socket

@@ -15,6 +15,9 @@ var (
 	ErrAbortFailed = errors.New("libvirt refused the abort")
 	// ErrAlreadyPostCopy: a second switch to post-copy is meaningless.
 	ErrAlreadyPostCopy = errors.New("already in post-copy")
+	// ErrPostCopyNeedsForce: an abort in post-copy cannot be undone and
+	// costs the guest, so it is done only when asked for by name.
+	ErrPostCopyNeedsForce = errors.New("post-copy cannot be cancelled")
 )
 
 // AbortResult says what an abort request did.
@@ -25,19 +28,25 @@ type AbortResult struct {
 
 // Abort asks libvirt to abort the domain's in-flight migration. Pre-copy is
 // cancelled and the guest keeps running on the source. Post-copy cannot be
-// cancelled: it is paused instead, which leaves both sides post-copy-failed,
-// and the result says so. The job's abortStatus is Aborting until the job
-// ends, then Succeeded, or Failed if libvirt refused or the migration
-// completed first.
-func (t *Tracker) Abort(ctx context.Context, domain string) (AbortResult, error) {
+// cancelled, only paused, which leaves both sides post-copy-failed: without
+// force Abort refuses with ErrPostCopyNeedsForce, whose message says what
+// the pause would cost; with force it pauses and the result says so. The
+// job's abortStatus is Aborting until the job ends, then Succeeded, or
+// Failed if libvirt refused or the migration completed first.
+func (t *Tracker) Abort(ctx context.Context, domain string, force bool) (AbortResult, error) {
 	t.mu.Lock()
 	j, err := t.sourceJob(domain, "abort")
 	if err != nil {
 		t.mu.Unlock()
 		return AbortResult{}, err
 	}
-	c := t.conns[j.view.Socket]
 	postCopy := j.view.Mode == ModePostCopy
+	if postCopy && !force {
+		t.addEvent(j, time.Now(), "abort", "abort refused: the migration is in post-copy and the abort was not forced")
+		t.mu.Unlock()
+		return AbortResult{}, postCopyRefusal(domain)
+	}
+	c := t.conns[j.view.Socket]
 	ref := j.ref
 	if c == nil {
 		t.mu.Unlock()
@@ -47,7 +56,7 @@ func (t *Tracker) Abort(ctx context.Context, domain string) (AbortResult, error)
 	j.view.AbortStatus = AbortAborting
 	msg := "abort requested: pre-copy is being cancelled; the guest keeps running on the source"
 	if postCopy {
-		msg = "post-copy cannot be cancelled: pausing it instead (libvirt's post-copy abort); both sides will be post-copy-failed and the guest cannot run until recovered"
+		msg = "forced abort in post-copy: the migration is being paused (libvirt's post-copy abort); the guest stops on both nodes, its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual"
 	}
 	t.addEvent(j, now, "abort", msg)
 	t.publish(j)
@@ -66,6 +75,16 @@ func (t *Tracker) Abort(ctx context.Context, domain string) (AbortResult, error)
 		return AbortResult{Job: j.view, Message: "abort failed"}, fmt.Errorf("%w: %v", ErrAbortFailed, err)
 	}
 	return AbortResult{Job: j.view, Message: msg}, nil
+}
+
+// postCopyRefusal spells out the cost of a post-copy abort, since the
+// operator reading it decides whether to pay it.
+func postCopyRefusal(domain string) error {
+	return fmt.Errorf("%w: %s's migration is in post-copy, so an abort would not cancel it but pause it: "+
+		"the guest stops on both nodes (the source stays paused, the target's copy stalls on the first page it lacks), "+
+		"its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual. "+
+		"Letting post-copy finish keeps the guest. To pause it anyway: ferryctl abort %s --force (API: POST /v1/jobs/%s/abort?force=1)",
+		ErrPostCopyNeedsForce, domain, domain, domain)
 }
 
 // sourceJob finds the domain's in-flight job that this node is the source

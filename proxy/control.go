@@ -50,11 +50,11 @@ func (p *Proxy) serveControl(c net.Conn) {
 		p.reject(c, "malformed_header", "control request: "+err.Error())
 		return
 	}
-	resp := p.control(req)
+	resp := p.control(c, req)
 	json.NewEncoder(c).Encode(resp)
 }
 
-func (p *Proxy) control(req ControlRequest) ControlResponse {
+func (p *Proxy) control(c net.Conn, req ControlRequest) ControlResponse {
 	switch req.Op {
 	case "register":
 		if req.SocketDir != p.cfg.SocketDir {
@@ -69,6 +69,9 @@ func (p *Proxy) control(req ControlRequest) ControlResponse {
 			kinds = append(kinds, k)
 		}
 		m, err := p.Register(req.Migration, req.Domain, kinds)
+		if errors.Is(err, ErrShuttingDown) {
+			p.reject(c, reasonShuttingDown, err.Error())
+		}
 		if err != nil {
 			return ControlResponse{Error: err.Error()}
 		}

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"stream", "side"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_proxy_rejected_total",
-			Help: "Connections the proxy refused, by reason.",
+			Help: "Connections and migrations the proxy refused, by reason.",
 		}, []string{"reason"}),
 		dial: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ferry_proxy_dial_duration_seconds",
@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"leg"}),
 	}
 	for _, r := range []string{"malformed_header", "unsupported_version", "header_timeout", "tls_handshake",
-		"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed"} {
+		"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown} {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -25,9 +25,17 @@ type node struct {
 
 func startNode(t *testing.T, files *TLSFiles, libvirtSock string) *node {
 	t.Helper()
+	return startNodeWith(t, Config{TLS: files, LibvirtSocket: libvirtSock})
+}
+
+// startNodeWith starts a node from cfg, on loopback in a temporary socket
+// dir with short timeouts.
+func startNodeWith(t *testing.T, cfg Config) *node {
+	t.Helper()
 	dir := t.TempDir()
-	p, err := New(Config{Listen: "127.0.0.1:0", TLS: files, SocketDir: dir, LibvirtSocket: libvirtSock,
-		HeaderTimeout: 500 * time.Millisecond, DialTimeout: 2 * time.Second, Registerer: prometheus.NewRegistry()})
+	cfg.Listen, cfg.SocketDir = "127.0.0.1:0", dir
+	cfg.HeaderTimeout, cfg.DialTimeout, cfg.Registerer = 500*time.Millisecond, 2*time.Second, prometheus.NewRegistry()
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

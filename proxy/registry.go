@@ -41,9 +41,12 @@ func (c *Counters) Snapshot() map[string]map[string]uint64 {
 type entry struct {
 	m        Migration
 	counters *Counters
-	conns    map[net.Conn]struct{}
-	ended    string // why it is gone, for refusals after the end
-	endedAt  time.Time
+	conns    map[net.Conn]Kind
+	// started: a stream of it was relayed, so once the node is shutting
+	// down it is a migration in flight to let finish, not a new one.
+	started bool
+	ended   string // why it is gone, for refusals after the end
+	endedAt time.Time
 }
 
 // registry holds the target side's registered migrations, and for a while
@@ -52,6 +55,9 @@ type registry struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	keep    time.Duration
+	// closing is why new migrations are refused once the node is shutting
+	// down: registrations, and streams of migrations that had not started.
+	closing string
 }
 
 func newRegistry() *registry {
@@ -67,10 +73,13 @@ func (r *registry) add(m Migration) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closing != "" {
+		return shutdownRefusal(fmt.Sprintf("%s: migration %s is not registered", r.closing, m.ID))
+	}
 	if e, ok := r.entries[m.ID]; ok && e.ended == "" {
 		return fmt.Errorf("migration %s is already registered", m.ID)
 	}
-	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]struct{}{}}
+	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}}
 	return nil
 }
 
@@ -85,6 +94,8 @@ func (r *registry) lookup(h Header, now time.Time) (string, *entry, string, stri
 		return "", nil, "unknown_migration", fmt.Sprintf("migration %s is not registered on this node", h.ID)
 	case e.ended != "":
 		return "", nil, "expired_migration", fmt.Sprintf("migration %s has ended (%s)", h.ID, e.ended)
+	case r.closing != "" && !e.started:
+		return "", nil, reasonShuttingDown, fmt.Sprintf("%s: migration %s had not started and is not let in", r.closing, h.ID)
 	}
 	target, ok := e.m.Targets[h.Kind]
 	if !ok {
@@ -93,13 +104,14 @@ func (r *registry) lookup(h Header, now time.Time) (string, *entry, string, stri
 	return target, e, "", ""
 }
 
-func (r *registry) track(e *entry, c net.Conn) bool {
+func (r *registry) track(e *entry, c net.Conn, k Kind) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e.ended != "" {
 		return false
 	}
-	e.conns[c] = struct{}{}
+	e.conns[c] = k
+	e.started = true
 	return true
 }
 
@@ -155,5 +167,30 @@ func (r *registry) active() []Migration {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// close refuses new migrations from now on, for the reason given.
+func (r *registry) close(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closing = why
+}
+
+// inFlight lists the live registrations with streams open.
+func (r *registry) inFlight() []inFlight {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []inFlight
+	for _, e := range r.entries {
+		if e.ended != "" || len(e.conns) == 0 {
+			continue
+		}
+		f := inFlight{id: e.m.ID, domain: e.m.Domain, side: "target", counters: e.counters}
+		for _, k := range e.conns {
+			f.streams[k]++
+		}
+		out = append(out, f)
+	}
 	return out
 }

@@ -35,8 +35,14 @@ type Config struct {
 	// RegistrationTTL bounds how long a registered migration may go on
 	// before the target forgets it; default 24h.
 	RegistrationTTL time.Duration
-	Log             *zap.Logger
-	Registerer      prometheus.Registerer
+	// Node names this node in the refusals of a proxy shutting down;
+	// default the hostname.
+	Node string
+	// SourceDomain names the domain of an outgoing migration for the
+	// shutdown report, since OpenSource is not told it; optional.
+	SourceDomain func(migrationID string) string
+	Log          *zap.Logger
+	Registerer   prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -58,6 +64,9 @@ func (c *Config) defaults() {
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
+	}
 }
 
 // Proxy is one node's migration proxy: the listening port (target side and
@@ -72,13 +81,21 @@ type Proxy struct {
 	mu      sync.Mutex
 	ln      net.Listener
 	sources map[string]*SourceMigration
+	// closing is why new outgoing migrations are refused once the proxy
+	// is shutting down.
+	closing string
 	wg      sync.WaitGroup
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed once everything is cut and the port closed
+	stopErr  error
 }
 
 // New validates the configuration and loads the TLS files.
 func New(cfg Config) (*Proxy, error) {
 	cfg.defaults()
-	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{}}
+	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{},
+		stopped: make(chan struct{})}
 	if cfg.TLS != nil {
 		s, err := newTLSSource(*cfg.TLS)
 		if err != nil {
@@ -109,8 +126,18 @@ func (p *Proxy) Listen() (net.Addr, error) {
 	return ln.Addr(), nil
 }
 
-// Serve accepts connections until ctx ends, then closes every relay and
-// source socket.
+// Addr is the proxy port's address once Listen has opened it, else nil.
+func (p *Proxy) Addr() net.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		return nil
+	}
+	return p.ln.Addr()
+}
+
+// Serve accepts connections until Shutdown, or until ctx ends, which cuts
+// every relay and source socket at once (and reports the migrations cut).
 func (p *Proxy) Serve(ctx context.Context) error {
 	p.mu.Lock()
 	ln := p.ln
@@ -118,23 +145,30 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	if ln == nil {
 		return errors.New("proxy: Serve before Listen")
 	}
+	served := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		ln.Close()
+		select {
+		case <-ctx.Done():
+			p.stop(ctx)
+		case <-served:
+		}
 	}()
 	go p.janitor(ctx)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() != nil {
-				p.shutdown()
-				return nil
-			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			p.shutdown()
+			close(served)
+			if p.closingReason() == "" {
+				p.cut("proxy listener failed: " + err.Error())
+			} else {
+				err = nil
+				<-p.stopped
+			}
+			p.wg.Wait()
 			return err
 		}
 		p.wg.Add(1)
@@ -143,22 +177,6 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			p.handle(ctx, c)
 		}()
 	}
-}
-
-func (p *Proxy) shutdown() {
-	p.mu.Lock()
-	srcs := make([]*SourceMigration, 0, len(p.sources))
-	for _, s := range p.sources {
-		srcs = append(srcs, s)
-	}
-	p.mu.Unlock()
-	for _, s := range srcs {
-		s.Close("ferryd shutting down")
-	}
-	for _, m := range p.reg.active() {
-		p.reg.end(m.ID, "ferryd shutting down")
-	}
-	p.wg.Wait()
 }
 
 func (p *Proxy) reject(c net.Conn, reason, detail string) {
@@ -217,7 +235,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		return
 	}
 	p.metrics.dial.WithLabelValues("local").Observe(time.Since(start).Seconds())
-	if !p.reg.track(e, c) {
+	if !p.reg.track(e, c, h.Kind) {
 		local.Close()
 		c.Close()
 		return

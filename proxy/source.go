@@ -24,15 +24,23 @@ type SourceMigration struct {
 	listeners map[Kind]net.Listener
 	mu        sync.Mutex
 	conns     map[net.Conn]struct{}
-	closed    string
-	wg        sync.WaitGroup
-	errs      []string
+	// open counts the relays open per stream; started says one was, so
+	// once the node is shutting down this is a migration in flight to let
+	// finish, not a new one.
+	open    [4]int
+	started bool
+	closed  string
+	wg      sync.WaitGroup
+	errs    []string
 }
 
 // OpenSource creates the source-side sockets of a migration.
 func (p *Proxy) OpenSource(id, target string, kinds []Kind) (*SourceMigration, error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
+	}
+	if why := p.closingReason(); why != "" {
+		return nil, p.refuseSource(id, why)
 	}
 	s := &SourceMigration{ID: id, Target: target, Paths: map[Kind]string{}, Counters: &Counters{},
 		p: p, listeners: map[Kind]net.Listener{}, conns: map[net.Conn]struct{}{}}
@@ -49,6 +57,11 @@ func (p *Proxy) OpenSource(id, target string, kinds []Kind) (*SourceMigration, e
 		s.listeners[k] = ln
 	}
 	p.mu.Lock()
+	if why := p.closing; why != "" {
+		p.mu.Unlock()
+		s.Close(why)
+		return nil, p.refuseSource(id, why)
+	}
 	if _, dup := p.sources[id]; dup {
 		p.mu.Unlock()
 		s.Close("duplicate")
@@ -84,11 +97,16 @@ func (s *SourceMigration) accept(k Kind, ln net.Listener) {
 // relays it.
 func (s *SourceMigration) forward(k Kind, local net.Conn) {
 	p := s.p
-	if !s.track(local) {
+	ok, refusal := s.begin(k, local)
+	if refusal != "" {
+		s.fail(fmt.Sprintf("%s stream: %s", k, refusal))
+		p.refuse(reasonShuttingDown, refusal, "local "+k.String()+" socket")
+	}
+	if !ok {
 		local.Close()
 		return
 	}
-	defer s.untrack(local)
+	defer s.finish(k, local)
 	start := time.Now()
 	remote, err := p.dialPeer(context.Background(), s.Target, Header{Kind: k, ID: s.ID})
 	if err != nil {
@@ -153,6 +171,31 @@ func (p *Proxy) dialPeer(ctx context.Context, addr string, h Header) (net.Conn, 
 	}
 	raw.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// begin records a relay of stream k; once the node is shutting down it
+// refuses the first relay of a migration, which would start a new one.
+func (s *SourceMigration) begin(k Kind, local net.Conn) (bool, string) {
+	closing := s.p.closingReason()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed != "":
+		return false, ""
+	case closing != "" && !s.started:
+		return false, fmt.Sprintf("%s: migration %s had not started and is not let out", closing, s.ID)
+	}
+	s.conns[local] = struct{}{}
+	s.open[k]++
+	s.started = true
+	return true, ""
+}
+
+func (s *SourceMigration) finish(k Kind, local net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, local)
+	s.open[k]--
 }
 
 func (s *SourceMigration) track(c net.Conn) bool {

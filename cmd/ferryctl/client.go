@@ -44,11 +44,21 @@ func (c *client) post(ctx context.Context, path string, v any) error {
 	return c.postJSON(ctx, path, nil, v)
 }
 
+// postQuery sends a bodiless POST with query parameters and decodes the
+// JSON answer into v.
+func (c *client) postQuery(ctx context.Context, path string, q url.Values, v any) error {
+	return c.send(ctx, path, q, nil, v)
+}
+
 // postJSON sends body as JSON and decodes the JSON answer into v.
 func (c *client) postJSON(ctx context.Context, path string, body []byte, v any) error {
+	return c.send(ctx, path, nil, body, v)
+}
+
+func (c *client) send(ctx context.Context, path string, q url.Values, body []byte, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
-	resp, err := c.request(ctx, http.MethodPost, path, nil, body)
+	resp, err := c.request(ctx, http.MethodPost, path, q, body)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,12 @@ Commands:
                    [--bandwidth-mibs N] [--parallel N]
                    live-migrate NAME through Ferry's proxy to the target node's proxy
                    address, showing progress until it ends (run on the source node)
-  abort NAME       abort NAME's migration (run on the source node) and wait for the outcome
+  abort NAME [--force]
+                   abort NAME's migration (run on the source node) and wait for the outcome;
+                   pre-copy is cancelled and the guest stays on the source. In post-copy an
+                   abort can only pause the migration, stopping the guest on both nodes with
+                   its memory split between them: without --force ferryctl says so and exits 1,
+                   with --force it pauses it
   proxy            the migration proxy: TLS or plain, migrations registered on this node
   postcopy NAME    switch NAME's running migration to post-copy
   version          ferryctl's version
@@ -210,47 +215,6 @@ func cmdDomains(ctx context.Context, c *client, g globals, args []string) error 
 	}
 	printDomains(g.out, resp.Node, resp.Domains, resp.Libvirt)
 	return nil
-}
-
-// cmdAbort requests the abort, then follows the job until it ends (or 60 s),
-// so the operator sees the outcome, not just that a request was sent.
-func cmdAbort(ctx context.Context, c *client, g globals, args []string) error {
-	if len(args) != 1 || args[0] == "" {
-		return usageError("abort needs exactly one domain name (usage: abort NAME)")
-	}
-	name := args[0]
-	var res migration.AbortResult
-	if err := c.post(ctx, "/v1/jobs/"+url.PathEscape(name)+"/abort", &res); err != nil {
-		return err
-	}
-	if g.output == "table" {
-		fmt.Fprintf(g.out, "%s: %s\n", name, res.Message)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var j migration.Job
-		if err := c.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
-			return err
-		}
-		if j.Phase.Finished() {
-			if g.output == "json" {
-				return printJSON(g.out, j)
-			}
-			fmt.Fprintf(g.out, "abort %s\n%s\n", j.AbortStatus, summaryLine(j))
-			if j.AbortStatus != migration.AbortSucceeded {
-				return failedJob{j.Phase}
-			}
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s's migration has not ended 60s after the abort (abortStatus %s, phase %s)", name, j.AbortStatus, j.Phase)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 func cmdProxy(ctx context.Context, c *client, g globals, args []string) error {

@@ -44,6 +44,7 @@ func run(args []string) int {
 		mode     string
 		logLevel string
 		showVer  bool
+		grace    time.Duration
 	)
 	fs.Var(&sockets, "libvirt-socket", "libvirt socket to watch; repeatable (env FERRY_LIBVIRT_SOCKETS, comma-separated; default "+daemon.DefaultLibvirtSocket+" when no glob is set)")
 	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, re-read every 5s (one per virt-launcher pod under KubeVirt)")
@@ -67,6 +68,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
 	fs.StringVar(&cfg.StateDir, "state-dir", env("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, across restarts")
 	fs.BoolVar(&cfg.MarkPhaseFailed, "mark-phase-failed", envBool("FERRY_MARK_PHASE_FAILED", true), "set a VMI's status.phase to Failed when its post-copy migration fails")
+	fs.DurationVar(&grace, "shutdown-grace", envDuration("FERRY_SHUTDOWN_GRACE", daemon.DefaultShutdownGrace), "on SIGTERM, how long migrations in flight through the proxy may go on (new ones are refused) before they are cut; the pod's terminationGracePeriodSeconds must be larger")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -94,6 +96,10 @@ func run(args []string) int {
 		return 2
 	}
 	cfg.DebugSocketMode = uint32(m)
+	if grace < 0 {
+		fmt.Fprintf(os.Stderr, "ferryd: --shutdown-grace %v is negative (0 cuts migrations in flight at once)\n", grace)
+		return 2
+	}
 	cfg.Version = version.Version
 
 	var lvl zapcore.Level
@@ -117,6 +123,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ferryd: invalid configuration:", err)
 		return 2
 	}
+	d.ShutdownGrace = grace
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := d.Run(ctx); err != nil {

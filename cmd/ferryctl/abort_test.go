@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/migration"
+)
+
+// postCopyFerryd answers an abort of a post-copy migration as ferryd does:
+// 409 with the refusal unless forced, then a job ended by the pause.
+func postCopyFerryd(t *testing.T, forced *[]string) string {
+	const refusal = "post-copy cannot be cancelled: vm1's migration is in post-copy, so an abort would not cancel it but pause it: the guest stops on both nodes ... To pause it anyway: ferryctl abort vm1 --force"
+	return fakeFerryd(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/jobs/vm1/abort":
+			*forced = append(*forced, r.URL.Query().Get("force"))
+			if r.URL.Query().Get("force") != "1" {
+				w.WriteHeader(http.StatusConflict)
+				json.NewEncoder(w).Encode(map[string]string{"error": refusal})
+				return
+			}
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, `{"job":{"domain":"vm1","mode":"PostCopy"},"message":"forced abort in post-copy: the migration is being paused"}`)
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/jobs/vm1":
+			end := time.Now()
+			json.NewEncoder(w).Encode(migration.Job{Domain: "vm1", Role: migration.RoleSource, Mode: migration.ModePostCopy,
+				Phase: migration.PhasePostCopyFailed, AbortStatus: migration.AbortSucceeded, StartTime: end.Add(-time.Second), EndTime: &end})
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+func TestAbortInPostCopyNeedsForce(t *testing.T) {
+	var forced []string
+	sock := postCopyFerryd(t, &forced)
+
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"--socket", sock, "abort", "vm1"}, &out, &errOut); code != 1 {
+		t.Fatalf("without --force: exit %d, want 1 (stderr %q)", code, errOut.String())
+	}
+	for _, want := range []string{"stops on both nodes", "--force"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("without --force: stderr %q does not say %q", errOut.String(), want)
+		}
+	}
+
+	for _, args := range [][]string{{"abort", "vm1", "--force"}, {"abort", "--force", "vm1"}} {
+		out.Reset()
+		errOut.Reset()
+		if code := run(context.Background(), append([]string{"--socket", sock}, args...), &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d (stderr %q)", args, code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "being paused") || !strings.Contains(out.String(), "PostCopyFailed") {
+			t.Errorf("%v: output %q does not say what was done and how it ended", args, out.String())
+		}
+	}
+	if want := []string{"", "1", "1"}; strings.Join(forced, ",") != strings.Join(want, ",") {
+		t.Errorf("force sent as %q, want %q", forced, want)
+	}
+}
+
+func TestAbortUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"abort"}, "exactly one domain"},
+		{[]string{"abort", "vm1", "vm2"}, "exactly one domain"},
+		{[]string{"abort", "vm1", "--forse"}, "--force"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), append([]string{"--socket", "/nonexistent"}, c.args...), &out, &errOut); code != 2 {
+			t.Errorf("%v: exit %d, want 2", c.args, code)
+		}
+		if !strings.Contains(errOut.String(), c.says) {
+			t.Errorf("%v: %q does not say %q", c.args, errOut.String(), c.says)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// TestShutdownWaitsForMigrationsInFlight stops a ferryd that is the target
+// of a migration with a stream open: Run must keep relaying (and serving
+// the debug API) until the stream ends, and refuse new registrations.
+func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
+	dir := t.TempDir()
+	d, err := New(Config{
+		NodeName: "node-b", DebugSocket: filepath.Join(dir, "ferry.sock"), DebugSocketMode: 0o600,
+		LibvirtSockets: []string{filepath.Join(dir, "no-libvirt-here")}, SampleInterval: time.Second,
+		ProxyListen: "127.0.0.1:0", ProxySocketDir: filepath.Join(dir, "proxy"),
+	}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.ShutdownGrace = 20 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.cfg.DebugSocket)
+	}}}
+	healthy := func() bool {
+		resp, err := hc.Get("http://ferryd/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	for i := 0; i < 100 && (d.Proxy.Addr() == nil || !healthy()); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	target := d.Proxy.Addr().String()
+
+	src, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", SocketDir: t.TempDir(), Node: "node-a", Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(id string) error {
+		_, err := src.Control(context.Background(), target, proxy.ControlRequest{Op: "register", Migration: id, Domain: "vm",
+			Streams: []string{"memory"}, SocketDir: d.cfg.ProxySocketDir})
+		return err
+	}
+	if err := register("m1"); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", proxy.SocketPath(d.cfg.ProxySocketDir, "m1", proxy.KindMemory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	sm, err := src.OpenSource("m1", target, []proxy.Kind{proxy.KindMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Close("test done")
+	stream, err := net.Dial("unix", sm.Paths[proxy.KindMemory])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	echo := func() error {
+		stream.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := stream.Write([]byte("page")); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(stream, make([]byte, 4))
+		return err
+	}
+	if err := echo(); err != nil {
+		t.Fatal(err)
+	}
+
+	cancel()
+	var refusal error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if refusal = register("m2"); refusal != nil {
+			break
+		}
+	}
+	if refusal == nil || !strings.Contains(refusal.Error(), "ferryd on node-b is shutting down") {
+		t.Fatalf("registration after SIGTERM: %v, want a refusal naming the shutdown", refusal)
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("the stream in flight was cut at shutdown: %v", err)
+	}
+	if !healthy() {
+		t.Error("the debug API went away while a migration was still finishing")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) with a migration in flight", err)
+	default:
+	}
+	stream.(*net.UnixConn).CloseWrite()
+	io.ReadAll(stream)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still waiting after the migration ended")
+	}
+}
