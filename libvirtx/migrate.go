@@ -71,38 +71,59 @@ const abortGrace = 30 * time.Second
 // or the connection is cut as hung.
 func (c *Conn) Migrate(ctx context.Context, dom libvirt.Domain, dconnuri string, params []libvirt.TypedParam,
 	flags libvirt.DomainMigrateFlags, deadline time.Duration) error {
-	res := make(chan error, 1)
+	_, err := c.perform(ctx, dom, libvirt.OptString{dconnuri}, params, nil, flags, deadline)
+	return err
+}
+
+// Perform runs the source's Perform step of a migration that Ferry drives
+// step by step (no peer-to-peer: dconnuri is empty and libvirt never talks
+// to the target's libvirt), with cookie from the target's Prepare. It has
+// Migrate's deadline and abort rules and returns libvirt's cookie for the
+// target's Finish. In post-copy libvirt returns once the switch is made.
+func (c *Conn) Perform(ctx context.Context, dom libvirt.Domain, params []libvirt.TypedParam, cookie []byte,
+	flags libvirt.DomainMigrateFlags, deadline time.Duration) ([]byte, error) {
+	return c.perform(ctx, dom, libvirt.OptString{}, params, cookie, flags, deadline)
+}
+
+func (c *Conn) perform(ctx context.Context, dom libvirt.Domain, dconnuri libvirt.OptString, params []libvirt.TypedParam,
+	cookie []byte, flags libvirt.DomainMigrateFlags, deadline time.Duration) ([]byte, error) {
+	type out struct {
+		cookie []byte
+		err    error
+	}
+	res := make(chan out, 1)
 	go func() {
-		_, err := c.l.DomainMigratePerform3Params(dom, libvirt.OptString{dconnuri}, params, nil, flags)
+		ck, err := c.l.DomainMigratePerform3Params(dom, dconnuri, params, cookie, flags)
 		if err != nil {
 			err = &CallError{Op: "migrate", Socket: c.socket, Err: err}
 		}
-		res <- err
+		res <- out{ck, err}
 	}()
 	timer := time.NewTimer(deadline)
 	defer timer.Stop()
 	why := fmt.Errorf("%w of %v", ErrMigrationDeadline, deadline)
 	select {
-	case err := <-res:
-		return err
+	case r := <-res:
+		return r.cookie, r.err
 	case <-timer.C:
 	case <-ctx.Done():
 		why = fmt.Errorf("%w: %w", ErrMigrationDeadline, context.Cause(ctx))
 	}
 	if aerr := c.AbortJob(context.Background(), dom, false); aerr != nil {
-		if err := <-res; err != nil {
-			return fmt.Errorf("%w; libvirt refused to abort the job (%v), and the migration then failed: %w", why, aerr, err)
+		r := <-res
+		if r.err != nil {
+			return nil, fmt.Errorf("%w; libvirt refused to abort the job (%v), and the migration then failed: %w", why, aerr, r.err)
 		}
-		return nil
+		return r.cookie, nil
 	}
 	select {
-	case err := <-res:
-		if err != nil {
-			return fmt.Errorf("%w; libvirt job aborted: %w", why, err)
+	case r := <-res:
+		if r.err != nil {
+			return nil, fmt.Errorf("%w; libvirt job aborted: %w", why, r.err)
 		}
 		// It completed before the abort reached QEMU.
-		return nil
+		return r.cookie, nil
 	case <-time.After(abortGrace):
-		return fmt.Errorf("%w; libvirt job aborted, but the migrate call had not returned %v later", why, abortGrace)
+		return nil, fmt.Errorf("%w; libvirt job aborted, but the migrate call had not returned %v later", why, abortGrace)
 	}
 }
