@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 )
 
@@ -33,6 +34,10 @@ type Config struct {
 	ProxySocketDir     string
 	MigrationInterface string
 	NodeIP             string
+	// MigrationAllowedPaths are the directories under which the domain XML
+	// of an incoming migration may name local files; empty means
+	// libvirtx.DefaultMigrationAllowedPaths.
+	MigrationAllowedPaths []string
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.
@@ -58,6 +63,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ProxyTLSMinVersion != "" && c.ProxyTLSMinVersion != "1.2" && c.ProxyTLSMinVersion != "1.3" {
 		errs = append(errs, fmt.Errorf("--proxy-tls-min-version %q: use 1.2 or 1.3", c.ProxyTLSMinVersion))
+	}
+	for _, p := range c.MigrationAllowedPaths {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			errs = append(errs, fmt.Errorf("--migration-allowed-path %q is not a clean absolute path", p))
+		}
 	}
 	if c.DebugSocketMode&^0o777 != 0 {
 		errs = append(errs, fmt.Errorf("--debug-socket-mode %o is not a permission mode", c.DebugSocketMode))

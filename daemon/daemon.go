@@ -91,7 +91,15 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	}
 	d.reg.MustRegister(col)
 	if cfg.ProxyListen != "" {
-		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain)
+		var in proxy.Incoming
+		if len(cfg.LibvirtSockets) > 0 {
+			allowed := cfg.MigrationAllowedPaths
+			if len(allowed) == 0 {
+				allowed = libvirtx.DefaultMigrationAllowedPaths
+			}
+			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], allowed: allowed, log: log.Named("incoming")}
+		}
+		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in)
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +109,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 }
 
 // newProxy builds the migration proxy on the migration network's address.
-func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string) (*proxy.Proxy, error) {
+func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string, in proxy.Incoming) (*proxy.Proxy, error) {
 	host, port, err := net.SplitHostPort(cfg.ProxyListen)
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-listen %q: %w (want HOST:PORT or :PORT)", cfg.ProxyListen, err)
@@ -124,11 +132,13 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		SocketDir:    cfg.ProxySocketDir,
 		Node:         cfg.NodeName,
 		SourceDomain: sourceDomain,
+		Incoming:     in,
+		Private:      append([]string{cfg.StateDir}, cfg.LibvirtSockets...),
 		Log:          log,
 		Registerer:   reg,
 	}
-	if len(cfg.LibvirtSockets) > 0 {
-		pc.LibvirtSocket = cfg.LibvirtSockets[0]
+	if cfg.LibvirtGlob != "" {
+		pc.Private = append(pc.Private, filepath.Dir(cfg.LibvirtGlob))
 	}
 	if cfg.ProxyTLS {
 		minV := uint16(tls.VersionTLS13)

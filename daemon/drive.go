@@ -107,9 +107,47 @@ func newMigrationID() string {
 	return "m-" + hex.EncodeToString(b)
 }
 
-// startMigration registers the migration on the target, opens the source
-// sockets and starts libvirt's migration; it returns once libvirt has been
-// asked, and the migration goes on in the background.
+// Bounds of the protocol steps around Perform, whose own bound is the
+// migration deadline.
+const (
+	// finishMargin is added to what is left of the deadline for the
+	// target's Finish: in post-copy Perform returns at the switch and
+	// Finish waits for the last page.
+	finishMargin   = 2 * time.Minute
+	confirmTimeout = 2 * time.Minute
+	cancelTimeout  = 30 * time.Second
+)
+
+// migrateFlags are libvirt's flags and parameters for the request, the
+// same for every step; Perform adds its URI. No PEER2PEER: this ferryd
+// runs the protocol itself and libvirt never talks to the target's libvirt.
+// No CHANGE_PROTECTION either: Perform starts libvirt's job, so a prepare
+// that fails leaves nothing to undo on the source.
+func migrateFlags(req MigrateRequest) (libvirt.DomainMigrateFlags, []libvirt.TypedParam) {
+	flags := libvirt.MigrateLive
+	var params []libvirt.TypedParam
+	if req.PostCopy || req.PostCopyAfterSeconds > 0 {
+		flags |= libvirt.MigratePostcopy
+	}
+	if req.AutoConverge {
+		flags |= libvirt.MigrateAutoConverge
+	}
+	if req.BandwidthMiBs > 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(uint64(req.BandwidthMiBs))})
+	}
+	if req.PostCopyBandwidthMiBs > 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidthPostcopy, Value: *libvirt.NewTypedParamValueUllong(uint64(req.PostCopyBandwidthMiBs))})
+	}
+	if req.Parallel > 0 {
+		flags |= libvirt.MigrateParallel
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(req.Parallel))})
+	}
+	return flags, params
+}
+
+// startMigration runs libvirt's Begin here, has the target prepare the
+// migration on its own libvirt, and opens the source sockets; it returns
+// once the target is ready, and the migration goes on in the background.
 func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (MigrateResponse, error) {
 	if d.Proxy == nil {
 		return MigrateResponse{}, fmt.Errorf("%w: this ferryd runs without a migration proxy (--proxy-listen is empty)", errConflict)
@@ -133,16 +171,21 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", errConflict, req.Domain)
 	}
 	id := newMigrationID()
-	kinds := []proxy.Kind{proxy.KindLibvirt, proxy.KindMemory}
-	streams := []string{"libvirt", "memory"}
-	if _, err := d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: "register", Migration: id, Domain: req.Domain,
-		Streams: streams, SocketDir: d.Proxy.SocketDir()}); err != nil {
-		d.drives.end(req.Domain)
-		return MigrateResponse{}, fmt.Errorf("registering the migration on the target: %w", err)
-	}
-	src, err := d.Proxy.OpenSource(id, req.Target, kinds)
+	flags, params := migrateFlags(req)
+	domXML, cookie, err := conn.Begin(ctx, dom, params, flags)
 	if err != nil {
-		d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: "unregister", Migration: id, Reason: "source setup failed"})
+		d.drives.end(req.Domain)
+		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
+	}
+	prep, err := d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
+		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, DeadlineSeconds: deadline.Seconds()})
+	if err != nil {
+		d.drives.end(req.Domain)
+		return MigrateResponse{}, fmt.Errorf("preparing the migration on the target: %w", err)
+	}
+	src, err := d.Proxy.OpenSource(id, req.Target, []proxy.Kind{proxy.KindMemory})
+	if err != nil {
+		d.cancelTarget(req, id, err)
 		d.drives.end(req.Domain)
 		return MigrateResponse{}, err
 	}
@@ -150,7 +193,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	d.Tracker.Drive(req.Domain, info)
 	go func() {
 		defer d.drives.end(req.Domain)
-		d.drive(req, id, conn, dom, src, info, deadline)
+		d.drive(req, id, conn, dom, src, info, flags, params, prep.Cookie, deadline)
 	}()
 	msg := "migration started through the Ferry proxy"
 	if !d.Proxy.TLS() {
@@ -159,30 +202,25 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: d.Proxy.TLS(), Message: msg}, nil
 }
 
-// drive runs libvirt's migration to its end, then tears down both ends and
-// leaves the whole account on the job.
-func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration, info migration.ProxyInfo, deadline time.Duration) {
+// cancelTarget tells the target to drop a migration it prepared that this
+// node will not perform; the target also drops it by itself if no stream
+// comes.
+func (d *Daemon) cancelTarget(req MigrateRequest, id string, why error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	if _, err := d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: proxy.OpCancel, Migration: id, Domain: req.Domain}); err != nil {
+		d.log.Warn("the target did not take the cancel of a migration this node will not perform", zap.String("domain", req.Domain),
+			zap.String("migration", id), zap.NamedError("why", why), zap.Error(err))
+	}
+}
+
+// drive runs Perform here, Finish on the target and Confirm here, then
+// tears down the source sockets and leaves the whole account on the job.
+func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
+	info migration.ProxyInfo, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) {
 	log := d.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target))
 	start := time.Now()
-	flags := libvirt.MigrateLive | libvirt.MigratePeer2peer
-	params := []libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[proxy.KindMemory])}}
-	if req.PostCopy || req.PostCopyAfterSeconds > 0 {
-		flags |= libvirt.MigratePostcopy
-	}
-	if req.AutoConverge {
-		flags |= libvirt.MigrateAutoConverge
-	}
-	if req.BandwidthMiBs > 0 {
-		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(uint64(req.BandwidthMiBs))})
-	}
-	if req.PostCopyBandwidthMiBs > 0 {
-		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidthPostcopy, Value: *libvirt.NewTypedParamValueUllong(uint64(req.PostCopyBandwidthMiBs))})
-	}
-	if req.Parallel > 0 {
-		flags |= libvirt.MigrateParallel
-		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(req.Parallel))})
-	}
-	dconnuri := "qemu+unix:///system?socket=" + src.Paths[proxy.KindLibvirt]
+	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[proxy.KindMemory])}}, params...)
 	log.Info("starting a Ferry-driven migration", zap.Bool("postCopy", flags&libvirt.MigratePostcopy != 0), zap.Int("parallel", req.Parallel), zap.Duration("deadline", deadline))
 
 	finished := make(chan struct{})
@@ -199,18 +237,37 @@ func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom l
 			}
 		}()
 	}
-	// The migrate call blocks for the whole migration, while the tracker
-	// keeps sampling on the same connection. Past its deadline (KubeVirt's
-	// 150 s per GiB of guest memory, see MigrationDeadline) libvirt's job
-	// is aborted, not just abandoned.
-	err := conn.Migrate(context.Background(), dom, dconnuri, params, flags, deadline)
+	// Perform blocks until the migration ends, or in post-copy until the
+	// switch, while the tracker keeps sampling on the same connection. Past
+	// its deadline (KubeVirt's 150 s per GiB of guest memory, see
+	// MigrationDeadline) libvirt's job is aborted, not just abandoned.
+	performCookie, perr := conn.Perform(context.Background(), dom, perform, cookie, flags, deadline)
 	close(finished)
 
+	// The streams keep relaying until the target's Finish has returned:
+	// in post-copy the guest runs there and pulls its last pages through
+	// them.
+	fctx, cancel := context.WithTimeout(context.Background(), max(time.Until(start.Add(deadline)), 0)+finishMargin)
+	fin, ferr := d.Proxy.Control(fctx, req.Target, proxy.ControlRequest{Op: proxy.OpFinish, Migration: id, Domain: req.Domain,
+		Cookie: performCookie, Cancelled: perr != nil})
+	cancel()
+	cancelled := perr != nil || ferr != nil
+	cerr := conn.Confirm(context.Background(), dom, params, fin.Cookie, flags, cancelled, confirmTimeout)
+	if cerr != nil {
+		// After a failed Perform libvirt has ended its job already and
+		// Confirm has nothing to do.
+		log.Info("libvirt's Confirm", zap.Bool("cancelled", cancelled), zap.Error(cerr))
+	}
 	src.Close("migration ended")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, uerr := d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: "unregister", Migration: id, Reason: "migration ended"}); uerr != nil {
-		log.Info("target did not take the unregister (it also ends the registration when its side of the job ends)", zap.Error(uerr))
+
+	var err error
+	switch {
+	case perr != nil:
+		err = perr
+	case ferr != nil:
+		err = fmt.Errorf("the target did not finish it: %w", ferr)
+	case cerr != nil:
+		err = fmt.Errorf("libvirt's Confirm on this node: %w", cerr)
 	}
 	info.Bytes = src.Counters.Snapshot()
 	info.Errors = src.Errors()
@@ -258,22 +315,22 @@ func (d *Daemon) linkEvents(domain string, since time.Time) []string {
 	return out
 }
 
-// targetGrace is how long a target keeps relaying after its side of the
-// job ended: libvirt's source still talks to the target over the RPC stream
-// to confirm or clean up, and normally unregisters right after.
+// targetGrace is how long a target waits, once its side of the job has
+// ended, for the source's finish or cancel before it drops the migration
+// itself.
 const targetGrace = 30 * time.Second
 
-// jobFinished ends the target side's registration some time after its job
-// ends, so a source that cannot reach the target any more (link down, source
-// crashed) does not leave it registered.
+// jobFinished drops the target side's prepared migration some time after
+// its job ends, so a source that cannot reach the target any more (link
+// down, source crashed) does not leave it waiting for a finish.
 func (d *Daemon) jobFinished(j migration.Job) {
 	d.reportVMI(j)
 	if d.Proxy == nil || j.Role != migration.RoleTarget {
 		return
 	}
 	time.AfterFunc(targetGrace, func() {
-		if ids := d.Proxy.UnregisterDomain(j.Domain, "target job ended "+string(j.Phase)); len(ids) > 0 {
-			d.log.Info("target registrations ended after the job", zap.String("domain", j.Domain), zap.Strings("migrations", ids))
+		if ids := d.Proxy.AbandonDomain(j.Domain, "target job ended "+string(j.Phase)+" with no word from the source"); len(ids) > 0 {
+			d.log.Info("incoming migrations dropped after the job", zap.String("domain", j.Domain), zap.Strings("migrations", ids))
 		}
 	})
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -18,7 +19,7 @@ import (
 
 // TestShutdownWaitsForMigrationsInFlight stops a ferryd that is the target
 // of a migration with a stream open: Run must keep relaying (and serving
-// the debug API) until the stream ends, and refuse new registrations.
+// the debug API) until the stream ends, and refuse new migrations.
 func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 	dir := t.TempDir()
 	d, err := New(Config{
@@ -54,15 +55,16 @@ func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	register := func(id string) error {
-		_, err := src.Control(context.Background(), target, proxy.ControlRequest{Op: "register", Migration: id, Domain: "vm",
-			Streams: []string{"memory"}, SocketDir: d.cfg.ProxySocketDir})
-		return err
-	}
-	if err := register("m1"); err != nil {
+	// Registered by hand: this node has no libvirt to prepare with.
+	if _, err := d.Proxy.Register("m1", "vm", 0, false); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("unix", proxy.SocketPath(d.cfg.ProxySocketDir, "m1", proxy.KindMemory))
+	prepare := func(id string) error {
+		_, err := src.Control(context.Background(), target, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: "vm2",
+			XML: "<domain><name>vm2</name></domain>"})
+		return err
+	}
+	ln, err := net.Listen("unix", proxy.TargetSocketPath(d.cfg.ProxySocketDir, "m1", proxy.KindMemory))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +106,13 @@ func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 	cancel()
 	var refusal error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if refusal = register("m2"); refusal != nil {
+		// Refused before too (no libvirt here), but not for the shutdown.
+		if refusal = prepare("m2"); errors.Is(refusal, proxy.ErrShuttingDown) {
 			break
 		}
 	}
 	if refusal == nil || !strings.Contains(refusal.Error(), "ferryd on node-b is shutting down") {
-		t.Fatalf("registration after SIGTERM: %v, want a refusal naming the shutdown", refusal)
+		t.Fatalf("prepare after SIGTERM: %v, want a refusal naming the shutdown", refusal)
 	}
 	if err := echo(); err != nil {
 		t.Fatalf("the stream in flight was cut at shutdown: %v", err)

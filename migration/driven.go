@@ -24,6 +24,18 @@ func (t *Tracker) ConnFor(domain string) (*libvirtx.Conn, libvirt.Domain, error)
 	return nil, libvirt.Domain{}, fmt.Errorf("no running domain %q on node %s", domain, t.cfg.Node)
 }
 
+// ConnForSocket is the live connection to a libvirt socket this tracker
+// serves. The target of a Ferry-driven migration prepares a domain that
+// does not exist on it yet, so it cannot be found through a domain.
+func (t *Tracker) ConnForSocket(socket string) (*libvirtx.Conn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.conns[socket]; c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w (%s)", ErrNoLibvirt, socket)
+}
+
 // InFlight reports whether the domain has a migration job in flight.
 func (t *Tracker) InFlight(domain string) bool {
 	t.mu.Lock()

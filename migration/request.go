@@ -1,7 +1,8 @@
 package migration
 
 // MigrateRequest asks ferryd (POST /v1/migrations) for a live migration
-// Ferry drives itself, peer to peer through its proxy, KubeVirt-style.
+// Ferry drives itself: its ferryds run libvirt's migration protocol step by
+// step, each on its own libvirt, and QEMU's streams cross its proxy.
 type MigrateRequest struct {
 	Domain string `json:"domain"`
 	// Target is the target node's proxy address, HOST:PORT.

@@ -1,109 +1,205 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"regexp"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-var errControl = errors.New("control request failed")
+// The only requests one ferryd may make of another: run the target's side
+// of one incoming migration of a named domain.
+const (
+	OpPrepare = "prepare" // validate the domain XML, register the streams, libvirt's Prepare
+	OpFinish  = "finish"  // libvirt's Finish, then end the migration
+	OpCancel  = "cancel"  // drop a prepared migration the source will not perform
+)
+
+// Bounds of what a peer may send: the whole request is read through a
+// limit, and the domain XML, the bulk of it, has its own cap.
+const (
+	MaxControlRequest = 4 << 20
+	MaxDomainXML      = 2 << 20
+	MaxCookie         = 256 << 10
+	MaxParallel       = 64
+	maxControlAnswer  = 1 << 20
+)
 
 // ControlRequest is what one ferryd asks of another over the proxy port.
 type ControlRequest struct {
-	Op        string   `json:"op"` // "register" or "unregister"
-	Migration string   `json:"migration"`
-	Domain    string   `json:"domain,omitempty"`
-	Streams   []string `json:"streams,omitempty"`
-	Reason    string   `json:"reason,omitempty"`
-	// SocketDir is the source's socket dir: the target QEMU will listen at
-	// the same paths, so both nodes must use the same one.
-	SocketDir string `json:"socketDir,omitempty"`
+	Op        string `json:"op"`
+	Migration string `json:"migration"`
+	Domain    string `json:"domain"`
+	// Prepare: libvirt's domain XML and cookie from the source's Begin,
+	// the migration flags, the multifd connection count and whether a disk
+	// stream comes too; DeadlineSeconds is how long the source gives the
+	// whole migration (the target caps it).
+	XML             string  `json:"xml,omitempty"`
+	Cookie          []byte  `json:"cookie,omitempty"`
+	Flags           uint32  `json:"flags,omitempty"`
+	Parallel        int     `json:"parallel,omitempty"`
+	Disk            bool    `json:"disk,omitempty"`
+	DeadlineSeconds float64 `json:"deadlineSeconds,omitempty"`
+	// Finish: the Perform cookie rides in Cookie; Cancelled says Perform
+	// failed.
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
-// ControlResponse answers a ControlRequest.
+// ControlResponse answers a ControlRequest. A refusal has a Reason (the
+// ferry_proxy_rejected_total label); a libvirt step that failed has only
+// an Error.
 type ControlResponse struct {
-	Error     string                       `json:"error,omitempty"`
-	Migration *Migration                   `json:"registration,omitempty"`
-	Counters  map[string]map[string]uint64 `json:"counters,omitempty"`
+	Error    string                       `json:"error,omitempty"`
+	Reason   string                       `json:"reason,omitempty"`
+	Cookie   []byte                       `json:"cookie,omitempty"`
+	Counters map[string]map[string]uint64 `json:"counters,omitempty"`
 }
 
-func kindByName(name string) (Kind, bool) {
-	for _, k := range DataKinds {
-		if k.String() == name {
-			return k, true
-		}
+// ControlError is a target's negative answer.
+type ControlError struct {
+	Target string
+	Reason string // empty when a libvirt step failed rather than a refusal
+	Msg    string
+}
+
+func (e *ControlError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("target %s refused (%s): %s", e.Target, e.Reason, e.Msg)
 	}
-	return 0, false
+	return fmt.Sprintf("target %s: %s", e.Target, e.Msg)
 }
 
-func (p *Proxy) serveControl(c net.Conn) {
+// Is lets a shutdown refusal match ErrShuttingDown on the source too.
+func (e *ControlError) Is(target error) bool {
+	return target == ErrShuttingDown && e.Reason == reasonShuttingDown
+}
+
+var domainName = regexp.MustCompile(`^[^/\x00-\x1f]{1,255}$`)
+
+// limitedReader is io.LimitedReader that remembers hitting its limit, so
+// an oversized request is told apart from a malformed one.
+type limitedReader struct {
+	r   io.Reader
+	n   int64
+	hit bool
+}
+
+func (l *limitedReader) Read(b []byte) (int, error) {
+	if l.n <= 0 {
+		l.hit = true
+		return 0, io.EOF
+	}
+	if int64(len(b)) > l.n {
+		b = b[:l.n]
+	}
+	n, err := l.r.Read(b)
+	l.n -= int64(n)
+	return n, err
+}
+
+// serveControl reads one request within the header timeout, runs it (a
+// finish may take as long as a post-copy migration: its own deadline
+// bounds it) and answers.
+func (p *Proxy) serveControl(raw, c net.Conn) {
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	lr := &limitedReader{r: c, n: MaxControlRequest}
+	dec := json.NewDecoder(lr)
+	dec.DisallowUnknownFields()
 	var req ControlRequest
-	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&req); err != nil {
-		p.reject(c, "malformed_header", "control request: "+err.Error())
-		return
+	var resp ControlResponse
+	if err := dec.Decode(&req); err != nil {
+		reason := reasonMalformedRequest
+		var ne net.Error
+		switch {
+		case lr.hit:
+			reason = reasonTooLarge
+			err = fmt.Errorf("control request larger than %d bytes", MaxControlRequest)
+		case errors.As(err, &ne) && ne.Timeout():
+			reason = "header_timeout"
+		}
+		resp = p.refuseControl(raw, req, reason, "control request: "+err.Error())
+	} else {
+		c.SetReadDeadline(time.Time{})
+		resp = p.control(raw, c, req)
 	}
-	resp := p.control(c, req)
-	json.NewEncoder(c).Encode(resp)
+	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	if err := json.NewEncoder(c).Encode(resp); err != nil && req.Op == OpPrepare && resp.Error == "" {
+		// The source never hears that the target is ready; it will not
+		// perform, so nothing would ever finish this one.
+		p.dropIncoming(req.Migration, "the source did not take the prepare answer: "+err.Error())
+	}
 }
 
-func (p *Proxy) control(c net.Conn, req ControlRequest) ControlResponse {
+func (p *Proxy) control(raw, c net.Conn, req ControlRequest) ControlResponse {
 	switch req.Op {
-	case "register":
-		if req.SocketDir != p.cfg.SocketDir {
-			return ControlResponse{Error: fmt.Sprintf("proxy socket dirs differ: source uses %s, this node %s (the target QEMU listens at the source's paths; set the same --proxy-socket-dir on every node)", req.SocketDir, p.cfg.SocketDir)}
-		}
-		var kinds []Kind
-		for _, s := range req.Streams {
-			k, ok := kindByName(s)
-			if !ok {
-				return ControlResponse{Error: fmt.Sprintf("unknown stream %q", s)}
-			}
-			kinds = append(kinds, k)
-		}
-		m, err := p.Register(req.Migration, req.Domain, kinds)
-		if errors.Is(err, ErrShuttingDown) {
-			p.reject(c, reasonShuttingDown, err.Error())
-		}
-		if err != nil {
-			return ControlResponse{Error: err.Error()}
-		}
-		return ControlResponse{Migration: &m}
-	case "unregister":
-		c := p.Unregister(req.Migration, req.Reason)
-		if c == nil {
-			return ControlResponse{Error: fmt.Sprintf("migration %s is not registered here", req.Migration)}
-		}
-		return ControlResponse{Counters: c.Snapshot()}
+	case OpPrepare, OpFinish, OpCancel:
+	default:
+		return p.refuseControl(raw, req, reasonUnknownOp, fmt.Sprintf("unknown control op %q (prepare, finish or cancel)", req.Op))
 	}
-	p.log.Warn("unknown control request", zap.String("op", req.Op))
-	return ControlResponse{Error: fmt.Sprintf("unknown control op %q", req.Op)}
+	if err := ValidID(req.Migration); err != nil {
+		return p.refuseControl(raw, req, reasonInvalidID, err.Error())
+	}
+	if !domainName.MatchString(req.Domain) {
+		return p.refuseControl(raw, req, reasonInvalidDomain, fmt.Sprintf("domain name %q is empty, too long or has a slash or control character", req.Domain))
+	}
+	if len(req.Cookie) > MaxCookie {
+		return p.refuseControl(raw, req, reasonMalformedRequest, fmt.Sprintf("cookie of %d bytes is over %d", len(req.Cookie), MaxCookie))
+	}
+	switch req.Op {
+	case OpPrepare:
+		return p.prepare(raw, c, req)
+	case OpFinish:
+		return p.finish(raw, c, req)
+	default:
+		return p.cancel(raw, req)
+	}
+}
+
+// refuseControl counts, logs and words a refusal; what goes back to the
+// peer never names a local path.
+func (p *Proxy) refuseControl(raw net.Conn, req ControlRequest, reason, detail string) ControlResponse {
+	p.metrics.rejected.WithLabelValues(reason).Inc()
+	p.log.Warn("proxy refused a control request", zap.String("reason", reason), zap.String("detail", detail),
+		zap.String("op", req.Op), zap.String("migration", req.Migration), zap.String("domain", req.Domain),
+		zap.String("peer", raw.RemoteAddr().String()))
+	return ControlResponse{Error: p.scrub(detail), Reason: reason}
 }
 
 // Control sends one request to the proxy at addr and returns its answer.
+// ctx bounds the whole exchange (the header timeout when it has no
+// deadline) and cutting it closes the connection.
 func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (ControlResponse, error) {
 	c, err := p.dialPeer(ctx, addr, Header{Kind: KindControl})
 	if err != nil {
 		return ControlResponse{}, err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(p.cfg.HeaderTimeout)
+	}
+	c.SetDeadline(deadline)
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		return ControlResponse{}, fmt.Errorf("control request to %s: %w", addr, err)
 	}
 	var resp ControlResponse
-	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+	if err := json.NewDecoder(io.LimitReader(c, maxControlAnswer)).Decode(&resp); err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
 	if resp.Error != "" {
-		return resp, fmt.Errorf("%w: target %s: %s", errControl, addr, resp.Error)
+		return resp, &ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
 	}
 	return resp, nil
 }

@@ -48,15 +48,16 @@ func (f inFlight) streamList() []string {
 }
 
 // Shutdown stops the proxy without killing the migrations going through
-// it: new migrations are refused at once (registrations on this node,
-// outgoing migrations, and streams of registered migrations that had not
-// started), while those in flight keep relaying, new streams included,
+// it: new migrations are refused at once (prepares on this node, outgoing
+// migrations, and streams of prepared migrations that had not started),
+// while those in flight keep relaying, new streams included,
 // until they end or ctx is done. Whatever is still in flight then is cut
 // and logged, and the returned error names it. Serve returns afterwards.
 //
 // A migration cut in post-copy fails for good (the guest's memory is split
 // across the two hosts), which is why the caller's grace should let one
-// finish.
+// finish. Prepared migrations that never started are dropped in libvirt
+// too, so no target QEMU is left waiting.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	return p.stop(ctx)
 }
@@ -152,7 +153,7 @@ func ids(fs []inFlight) []string {
 	return out
 }
 
-// cut ends every source socket and registration, and their relays.
+// cut ends every source socket and incoming migration, and their relays.
 func (p *Proxy) cut(why string) {
 	p.mu.Lock()
 	srcs := make([]*SourceMigration, 0, len(p.sources))
@@ -163,8 +164,11 @@ func (p *Proxy) cut(why string) {
 	for _, s := range srcs {
 		s.Close(why)
 	}
+	// A prepared migration nobody will relay any more would leave its
+	// target QEMU waiting; one finishing is libvirt's to end.
+	p.dropAllPrepared(why)
 	for _, m := range p.reg.active() {
-		p.reg.end(m.ID, why)
+		p.Unregister(m.ID, why)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -95,28 +94,25 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 				a, b, c := ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry")
 				srcFiles, dstFiles, otherFiles = &a, &b, &c
 			}
-			libvirtSock := filepath.Join(t.TempDir(), "libvirt-sock")
 			src := startNodeWith(t, Config{Node: "node-a", TLS: srcFiles})
-			dst := startNodeWith(t, Config{Node: "node-b", TLS: dstFiles, LibvirtSocket: libvirtSock})
+			dst := startNodeWith(t, Config{Node: "node-b", TLS: dstFiles})
 			other := startNodeWith(t, Config{Node: "node-c", TLS: otherFiles})
-			echoServer(t, libvirtSock)
-			echoServer(t, SocketPath(dst.dir, "m1", KindMemory))
-			register(t, src, dst, "m1", "libvirt", "memory")
-			sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindLibvirt, KindMemory})
+			prepare(t, src, dst, "m1", 2, false)
+			sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sm.Close("test done")
-			// Registered and given sockets, but not started when the
+			// Prepared and given sockets, but not started when the
 			// shutdown begins: new migrations, to be refused.
-			register(t, src, dst, "m4", "memory")
+			prepareAs(t, src, dst, "m4", "vm4", 0, false)
 			notStarted, err := src.p.OpenSource("m5", dst.addr, []Kind{KindMemory})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer notStarted.Close("test done")
 
-			rpc := openStream(t, sm.Paths[KindLibvirt])
+			rpc := openStream(t, sm.Paths[KindMemory])
 			defer rpc.Close()
 			const grace = 20 * time.Second
 			srcDone, dstDone := shutdownAsync(src.p, grace), shutdownAsync(dst.p, grace)
@@ -132,9 +128,9 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 				return testutil.ToFloat64(n.p.metrics.rejected.WithLabelValues("shutting_down"))
 			}
 			dstBefore := refusedOn(dst)
-			_, err = other.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: "m2", Domain: "vm2", Streams: []string{"memory"}, SocketDir: dst.dir})
-			if err == nil || !strings.Contains(err.Error(), "ferryd on node-b is shutting down") {
-				t.Fatalf("registration during the shutdown: %v, want a refusal naming node-b's shutdown", err)
+			_, err = other.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m2", Domain: "vm2", XML: testXML})
+			if err == nil || !strings.Contains(err.Error(), "ferryd on node-b is shutting down") || !errors.Is(err, ErrShuttingDown) {
+				t.Fatalf("prepare during the shutdown: %v, want a refusal naming node-b's shutdown", err)
 			}
 			_, err = src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: "m4"})
 			var refused *RefusedError
@@ -168,10 +164,18 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 				t.Fatalf("target shutdown returned (%v) with a migration in flight", r.err)
 			default:
 			}
-			// The migration ends: the RPC stream closes.
+			// The migration ends: its streams close, and the source
+			// finishes it, which the target waits for.
 			rpc.(*net.UnixConn).CloseWrite()
 			io.ReadAll(rpc)
 			rpc.Close()
+			time.Sleep(3 * drainPoll)
+			select {
+			case r := <-dstDone:
+				t.Fatalf("target shutdown returned (%v) before the finish of a migration whose streams had ended", r.err)
+			default:
+			}
+			finish(t, src, dst, "m1", false)
 			for side, done := range map[string]<-chan shutdownResult{"source": srcDone, "target": dstDone} {
 				select {
 				case r := <-done:
@@ -190,24 +194,21 @@ func TestShutdownCutsAndReportsWhatOutlivesTheGrace(t *testing.T) {
 	for _, side := range []string{"source", "target"} {
 		t.Run(side, func(t *testing.T) {
 			core, logs := observer.New(zap.WarnLevel)
-			libvirtSock := filepath.Join(t.TempDir(), "libvirt-sock")
 			srcCfg := Config{Node: "node-a", SourceDomain: func(id string) string { return "vm-of-" + id }}
-			dstCfg := Config{Node: "node-b", LibvirtSocket: libvirtSock}
+			dstCfg := Config{Node: "node-b"}
 			if side == "source" {
 				srcCfg.Log = zap.New(core)
 			} else {
 				dstCfg.Log = zap.New(core)
 			}
 			src, dst := startNodeWith(t, srcCfg), startNodeWith(t, dstCfg)
-			echoServer(t, libvirtSock)
-			echoServer(t, SocketPath(dst.dir, "m9", KindMemory))
-			register(t, src, dst, "m9", "libvirt", "memory")
-			sm, err := src.p.OpenSource("m9", dst.addr, []Kind{KindLibvirt, KindMemory})
+			prepare(t, src, dst, "m9", 2, false)
+			sm, err := src.p.OpenSource("m9", dst.addr, []Kind{KindMemory})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sm.Close("test done")
-			held := []net.Conn{openStream(t, sm.Paths[KindLibvirt]), openStream(t, sm.Paths[KindMemory]), openStream(t, sm.Paths[KindMemory])}
+			held := []net.Conn{openStream(t, sm.Paths[KindMemory]), openStream(t, sm.Paths[KindMemory]), openStream(t, sm.Paths[KindMemory])}
 			defer func() {
 				for _, c := range held {
 					c.Close()
@@ -233,7 +234,7 @@ func TestShutdownCutsAndReportsWhatOutlivesTheGrace(t *testing.T) {
 				f := e.ContextMap()
 				streams, _ := f["streams"].([]interface{})
 				if e.Level == zap.WarnLevel && f["migration"] == "m9" && f["domain"] == wantDomain && f["side"] == side &&
-					len(streams) == 2 && streams[0] == "libvirt=1" && streams[1] == "memory=2" {
+					len(streams) == 1 && streams[0] == "memory=3" {
 					found = true
 				}
 			}

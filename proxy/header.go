@@ -11,18 +11,19 @@ import (
 type Kind byte
 
 const (
-	KindControl Kind = 0 // ferryd to ferryd: register and unregister migrations
-	KindLibvirt Kind = 1 // libvirt's peer-to-peer RPC connection
-	KindMemory  Kind = 2 // QEMU's memory stream (KubeVirt's port 49152), multifd included
-	KindDisk    Kind = 3 // QEMU's block migration stream (KubeVirt's port 49153)
+	// KindControl carries one request of one ferryd to another: prepare,
+	// finish or cancel an incoming migration.
+	KindControl Kind = 0
+	// 1 was libvirt's RPC stream in header version 1. It is not reused, so
+	// a peer still sending it is told its header is malformed.
+	KindMemory Kind = 2 // QEMU's memory stream (KubeVirt's port 49152), multifd included
+	KindDisk   Kind = 3 // QEMU's block migration stream (KubeVirt's port 49153)
 )
 
 func (k Kind) String() string {
 	switch k {
 	case KindControl:
 		return "control"
-	case KindLibvirt:
-		return "libvirt"
 	case KindMemory:
 		return "memory"
 	case KindDisk:
@@ -31,8 +32,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
 
-// DataKinds are the streams a migration may carry.
-var DataKinds = []Kind{KindLibvirt, KindMemory, KindDisk}
+// DataKinds are the streams a migration may carry: QEMU's own data, never
+// a libvirt connection.
+var DataKinds = []Kind{KindMemory, KindDisk}
 
 // The header every connection to the proxy port opens with:
 //
@@ -42,8 +44,10 @@ var DataKinds = []Kind{KindLibvirt, KindMemory, KindDisk}
 // on refusal, a length-prefixed reason, so the source learns why before it
 // relays anything.
 const (
-	magic         = "FRY"
-	Version       = 1
+	magic = "FRY"
+	// Version 2 carries QEMU's data streams only; the libvirt stream of
+	// version 1 is gone, so a version 1 peer is refused as unsupported.
+	Version       = 2
 	MaxIDLength   = 64
 	statusOK      = 0
 	statusRefused = 1
@@ -97,7 +101,7 @@ func ReadHeader(r io.Reader) (Header, error) {
 		return Header{}, fmt.Errorf("%w %d (this ferryd speaks %d)", ErrVersion, fixed[3], Version)
 	}
 	h := Header{Kind: Kind(fixed[4])}
-	if h.Kind > KindDisk {
+	if h.Kind != KindControl && h.Kind != KindMemory && h.Kind != KindDisk {
 		return Header{}, fmt.Errorf("%w: unknown stream kind %d", ErrMalformed, fixed[4])
 	}
 	n := int(fixed[5])

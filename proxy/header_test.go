@@ -9,7 +9,7 @@ import (
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
-	for _, h := range []Header{{KindLibvirt, "mig-1"}, {KindMemory, "0123456789abcdef"}, {KindDisk, "a.b_c-d"}, {KindControl, ""}} {
+	for _, h := range []Header{{KindMemory, "0123456789abcdef"}, {KindDisk, "a.b_c-d"}, {KindControl, ""}} {
 		b, err := h.Encode()
 		if err != nil {
 			t.Fatal(err)
@@ -27,12 +27,14 @@ func TestHeaderRejects(t *testing.T) {
 		want error
 	}{
 		"garbage":         {[]byte("GET / HTTP/1.1\r\n"), ErrMalformed},
-		"newer version":   {[]byte("FRY\x09\x01\x01a"), ErrVersion},
-		"unknown kind":    {[]byte("FRY\x01\x07\x01a"), ErrMalformed},
-		"empty id":        {[]byte("FRY\x01\x02\x00"), ErrMalformed},
-		"id too long":     {append([]byte("FRY\x01\x02\x41"), bytes.Repeat([]byte("a"), 65)...), ErrMalformed},
-		"id with a slash": {[]byte("FRY\x01\x02\x05../ab"), ErrMalformed},
-		"truncated":       {[]byte("FRY\x01\x02\x05ab"), io.ErrUnexpectedEOF},
+		"newer version":   {[]byte("FRY\x09\x02\x01a"), ErrVersion},
+		"version 1":       {[]byte("FRY\x01\x02\x01a"), ErrVersion},
+		"libvirt stream":  {[]byte("FRY\x02\x01\x01a"), ErrMalformed},
+		"unknown kind":    {[]byte("FRY\x02\x07\x01a"), ErrMalformed},
+		"empty id":        {[]byte("FRY\x02\x02\x00"), ErrMalformed},
+		"id too long":     {append([]byte("FRY\x02\x02\x41"), bytes.Repeat([]byte("a"), 65)...), ErrMalformed},
+		"id with a slash": {[]byte("FRY\x02\x02\x05../ab"), ErrMalformed},
+		"truncated":       {[]byte("FRY\x02\x02\x05ab"), io.ErrUnexpectedEOF},
 	}
 	for name, c := range cases {
 		if _, err := ReadHeader(bytes.NewReader(c.in)); !errors.Is(err, c.want) {
@@ -45,8 +47,8 @@ func TestHeaderRejects(t *testing.T) {
 }
 
 func FuzzReadHeader(f *testing.F) {
-	f.Add([]byte("FRY\x01\x02\x03abc"))
-	f.Add([]byte("FRY\x01\x00\x00"))
+	f.Add([]byte("FRY\x02\x02\x03abc"))
+	f.Add([]byte("FRY\x02\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ReadHeader(bytes.NewReader(b))
 		if err != nil {

@@ -1,11 +1,140 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
+	"strings"
+	"sync"
+	"testing"
 )
 
 func tlsClient(raw net.Conn, p *Proxy) *tls.Conn { return tls.Client(raw, p.tls.clientConfig()) }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// fakeIncoming stands in for the target's libvirt: Prepare listens where
+// the target QEMU would, echoing every connection, and each step is
+// recorded.
+type fakeIncoming struct {
+	mu         sync.Mutex
+	prepared   []IncomingMigration
+	xml        []string
+	cookies    [][]byte
+	finished   []bool // cancelled flag of each Finish
+	cancelled  []string
+	prepareErr error
+	finishErr  error
+	// finishHold, when set, holds Finish until it is closed, as libvirt
+	// holds it in post-copy.
+	finishHold chan struct{}
+	listeners  map[string][]net.Listener
+}
+
+func newFakeIncoming() *fakeIncoming { return &fakeIncoming{listeners: map[string][]net.Listener{}} }
+
+func (f *fakeIncoming) Prepare(_ context.Context, m IncomingMigration, xml string, cookie []byte) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prepared = append(f.prepared, m)
+	f.xml = append(f.xml, xml)
+	f.cookies = append(f.cookies, cookie)
+	if f.prepareErr != nil {
+		return nil, f.prepareErr
+	}
+	for _, uri := range []string{m.MemoryURI, m.DiskURI} {
+		if uri == "" {
+			continue
+		}
+		ln, err := net.Listen("unix", strings.TrimPrefix(uri, "unix://"))
+		if err != nil {
+			return nil, err
+		}
+		f.listeners[m.ID] = append(f.listeners[m.ID], ln)
+		go echoAll(ln)
+	}
+	return []byte("prepared:" + m.ID), nil
+}
+
+func (f *fakeIncoming) Finish(_ context.Context, m IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
+	f.mu.Lock()
+	f.finished = append(f.finished, cancelled)
+	f.cookies = append(f.cookies, cookie)
+	hold := f.finishHold
+	f.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	f.stop(m.ID)
+	if f.finishErr != nil {
+		return nil, f.finishErr
+	}
+	return []byte("finished:" + m.ID), nil
+}
+
+func (f *fakeIncoming) Cancel(_ context.Context, m IncomingMigration) error {
+	f.mu.Lock()
+	f.cancelled = append(f.cancelled, m.ID)
+	f.mu.Unlock()
+	f.stop(m.ID)
+	return nil
+}
+
+func (f *fakeIncoming) stop(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ln := range f.listeners[id] {
+		ln.Close()
+	}
+	delete(f.listeners, id)
+}
+
+func (f *fakeIncoming) cancels() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.cancelled...)
+}
+
+func echoAll(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+	}
+}
+
+const testXML = "<domain><name>vm</name></domain>"
+
+// prepare asks dst, from src, to prepare migration id of domain vm for
+// 1+parallel memory connections (and a disk stream if disk).
+func prepare(t *testing.T, src, dst *node, id string, parallel int, disk bool) ControlResponse {
+	t.Helper()
+	return prepareAs(t, src, dst, id, "vm", parallel, disk)
+}
+
+func prepareAs(t *testing.T, src, dst *node, id, domain string, parallel int, disk bool) ControlResponse {
+	t.Helper()
+	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: domain,
+		XML: testXML, Cookie: []byte("begin"), Flags: 1, Parallel: parallel, Disk: disk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func finish(t *testing.T, src, dst *node, id string, cancelled bool) ControlResponse {
+	t.Helper()
+	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: id, Domain: "vm",
+		Cookie: []byte("perform"), Cancelled: cancelled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}

@@ -2,6 +2,29 @@ package proxy
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// Reasons of ferry_proxy_rejected_total beyond the header and stream ones.
+const (
+	reasonMalformedRequest = "malformed_request"
+	reasonTooLarge         = "request_too_large"
+	reasonUnknownOp        = "unknown_op"
+	reasonInvalidID        = "invalid_id"
+	reasonInvalidDomain    = "invalid_domain"
+	reasonDuplicate        = "duplicate_migration"
+	reasonWrongState       = "wrong_state"
+	reasonTooManyStreams   = "too_many_streams"
+	reasonIncomingDisabled = "incoming_disabled"
+	reasonPrepareFailed    = "prepare_failed"
+)
+
+// rejectReasons are exported at zero from the start, so a rate over them
+// has a series to work on before the first refusal. Refusals an Incoming
+// returns with reasons of its own add theirs when they happen.
+var rejectReasons = []string{"malformed_header", "unsupported_version", "header_timeout", "tls_handshake",
+	"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
+	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
+	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed,
+	"invalid_domain_xml", "flags_not_allowed", "domain_exists"}
+
 type metrics struct {
 	bytes    *prometheus.CounterVec
 	conns    *prometheus.GaugeVec
@@ -29,8 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"leg"}),
 	}
-	for _, r := range []string{"malformed_header", "unsupported_version", "header_timeout", "tls_handshake",
-		"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown} {
+	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -53,4 +75,10 @@ func (m *metrics) counter(k Kind, toTarget bool, own *Counters) func(int64) {
 		c.Add(float64(n))
 		slot.Add(uint64(n))
 	}
+}
+
+// RejectedCounter is ferry_proxy_rejected_total for one reason, for tests
+// outside this package.
+func (p *Proxy) RejectedCounter(reason string) prometheus.Counter {
+	return p.metrics.rejected.WithLabelValues(reason)
 }

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,16 +15,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// node is one proxy on loopback with its own socket dir.
+// node is one proxy on loopback with its own socket dir and a fake
+// libvirt for its incoming migrations.
 type node struct {
 	p    *Proxy
 	addr string
 	dir  string
+	in   *fakeIncoming
 }
 
-func startNode(t *testing.T, files *TLSFiles, libvirtSock string) *node {
+func startNode(t *testing.T, files *TLSFiles) *node {
 	t.Helper()
-	return startNodeWith(t, Config{TLS: files, LibvirtSocket: libvirtSock})
+	return startNodeWith(t, Config{TLS: files})
 }
 
 // startNodeWith starts a node from cfg, on loopback in a temporary socket
@@ -33,6 +34,10 @@ func startNode(t *testing.T, files *TLSFiles, libvirtSock string) *node {
 func startNodeWith(t *testing.T, cfg Config) *node {
 	t.Helper()
 	dir := t.TempDir()
+	in := newFakeIncoming()
+	if cfg.Incoming == nil {
+		cfg.Incoming = in
+	}
 	cfg.Listen, cfg.SocketDir = "127.0.0.1:0", dir
 	cfg.HeaderTimeout, cfg.DialTimeout, cfg.Registerer = 500*time.Millisecond, 2*time.Second, prometheus.NewRegistry()
 	p, err := New(cfg)
@@ -53,7 +58,7 @@ func startNodeWith(t *testing.T, cfg Config) *node {
 		cancel()
 		<-done
 	})
-	return &node{p: p, addr: addr.String(), dir: dir}
+	return &node{p: p, addr: addr.String(), dir: dir, in: in}
 }
 
 // echoServer accepts on path and echoes each connection until EOF, then
@@ -77,15 +82,6 @@ func echoServer(t *testing.T, path string) {
 			}()
 		}
 	}()
-}
-
-// register registers id on dst from src over the control stream.
-func register(t *testing.T, src, dst *node, id string, streams ...string) {
-	t.Helper()
-	_, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: id, Domain: "vm", Streams: streams, SocketDir: dst.dir})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // roundTrip sends n random bytes through the source socket and checks the
@@ -127,22 +123,19 @@ func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
 				a, b := ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry")
 				srcFiles, dstFiles = &a, &b
 			}
-			libvirtSock := filepath.Join(t.TempDir(), "libvirt-sock")
-			src := startNode(t, srcFiles, "")
-			dst := startNode(t, dstFiles, libvirtSock)
+			src := startNode(t, srcFiles)
+			dst := startNode(t, dstFiles)
 			const id = "m1"
-			register(t, src, dst, id, "libvirt", "memory", "disk")
-			echoServer(t, libvirtSock)
-			echoServer(t, SocketPath(dst.dir, id, KindMemory))
-			echoServer(t, SocketPath(dst.dir, id, KindDisk))
-			sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindLibvirt, KindMemory, KindDisk})
+			prepare(t, src, dst, id, 3, true)
+			sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory, KindDisk})
 			if err != nil {
 				t.Fatal(err)
 			}
 			const size = 8 << 20
 			var wg sync.WaitGroup
-			// Four parallel memory connections, as multifd opens them.
-			for _, k := range []Kind{KindLibvirt, KindMemory, KindMemory, KindMemory, KindMemory, KindDisk} {
+			// Four memory connections, as multifd opens them with
+			// three channels.
+			for _, k := range []Kind{KindMemory, KindMemory, KindMemory, KindMemory, KindDisk} {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -156,8 +149,8 @@ func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
 			if got := sm.Counters.Conns[KindMemory].Load(); got != 4 {
 				t.Errorf("%d memory connections counted, want 4", got)
 			}
-			counters := dst.p.Unregister(id, "test done")
-			if got := counters.FromTarget[KindDisk].Load(); got != size {
+			fin := finish(t, src, dst, id, false)
+			if got := fin.Counters["disk"]["fromTarget"]; got != size {
 				t.Errorf("target counted %d bytes back on disk, want %d", got, size)
 			}
 			sm.Close("test done")
@@ -173,27 +166,27 @@ func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
 func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	ca := newTestCA(t, "ferry-test-ca")
 	srcFiles, dstFiles := ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry")
-	src := startNode(t, &srcFiles, "")
-	dst := startNode(t, &dstFiles, "")
+	src := startNode(t, &srcFiles)
+	dst := startNode(t, &dstFiles)
 	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.rejected.WithLabelValues(reason)) }
 
 	t.Run("certificate from another CA", func(t *testing.T) {
 		other := newTestCA(t, "someone-else")
 		f := other.issue(t, t.TempDir(), "ferry")
-		stranger := startNode(t, &f, "")
+		stranger := startNode(t, &f)
 		before := rejected("tls_handshake")
-		if _, err := stranger.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: "x", Streams: []string{"memory"}, SocketDir: dst.dir}); err == nil {
-			t.Fatal("a peer with a foreign certificate registered a migration")
+		if _, err := stranger.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "x", Domain: "vm", XML: testXML}); err == nil {
+			t.Fatal("a peer with a foreign certificate prepared a migration")
 		}
 		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
 	})
 	t.Run("certificate for another name", func(t *testing.T) {
 		f := ca.issue(t, t.TempDir(), "not-ferry")
 		f.PeerName = "ferry"
-		impostor := startNode(t, &f, "")
+		impostor := startNode(t, &f)
 		before := rejected("tls_handshake")
-		if _, err := impostor.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: "x", Streams: []string{"memory"}, SocketDir: dst.dir}); err == nil {
-			t.Fatal("a certificate without the peer name registered a migration")
+		if _, err := impostor.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "x", Domain: "vm", XML: testXML}); err == nil {
+			t.Fatal("a certificate without the peer name prepared a migration")
 		}
 		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
 	})
@@ -213,7 +206,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 		before := rejected("unknown_migration")
 		_, err := src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: "never-registered"})
 		var refused *RefusedError
-		if !errorsAs(err, &refused) || !bytes.Contains([]byte(refused.Reason), []byte("not registered")) {
+		if !errorsAs(err, &refused) || !bytes.Contains([]byte(refused.Reason), []byte("not prepared")) {
 			t.Fatalf("error %v, want a refusal naming the unregistered migration", err)
 		}
 		waitMetric(t, func() bool { return rejected("unknown_migration") == before+1 })
@@ -229,7 +222,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	t.Run("header that never completes", func(t *testing.T) {
 		before := rejected("header_timeout")
 		c := tlsDial(t, src, dst)
-		c.Write([]byte("FRY\x01"))
+		c.Write([]byte("FRY\x02"))
 		start := time.Now()
 		io.ReadAll(c) // the proxy hangs up at its header deadline
 		c.Close()
@@ -238,9 +231,8 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 		}
 		waitMetric(t, func() bool { return rejected("header_timeout") == before+1 })
 	})
-	t.Run("still serving a registered migration", func(t *testing.T) {
-		register(t, src, dst, "ok1", "memory")
-		echoServer(t, SocketPath(dst.dir, "ok1", KindMemory))
+	t.Run("still serving a prepared migration", func(t *testing.T) {
+		prepare(t, src, dst, "ok1", 0, false)
 		sm, err := src.p.OpenSource("ok1", dst.addr, []Kind{KindMemory})
 		if err != nil {
 			t.Fatal(err)
@@ -249,7 +241,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 		roundTrip(t, sm.Paths[KindMemory], 1<<20)
 	})
 	t.Run("ended migration", func(t *testing.T) {
-		dst.p.Unregister("ok1", "completed")
+		finish(t, src, dst, "ok1", false)
 		before := rejected("expired_migration")
 		if _, err := src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: "ok1"}); err == nil {
 			t.Fatal("relay of an ended migration accepted")

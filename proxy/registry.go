@@ -9,14 +9,26 @@ import (
 	"time"
 )
 
-// Migration is one migration registered on the target side: the only
-// streams the proxy will relay, and the only sockets it will relay them to.
+// Migration is one incoming migration on the target side: the only
+// streams the proxy will relay, the only sockets it will relay them to, and
+// how many connections each stream may open.
 type Migration struct {
 	ID      string          `json:"id"`
 	Domain  string          `json:"domain"`
 	Targets map[Kind]string `json:"targets"` // stream -> local unix socket
+	Limits  map[Kind]int    `json:"limits"`  // stream -> connections allowed
 	Expires time.Time       `json:"expires"`
+	State   string          `json:"state"`
 }
+
+// States of an incoming migration. Data streams are relayed only once
+// libvirt's Prepare has made the target QEMU listen, and until its Finish
+// has returned.
+const (
+	statePreparing = "preparing"
+	statePrepared  = "prepared"
+	stateFinishing = "finishing"
+)
 
 // Counters are one migration's relayed bytes per stream and direction.
 type Counters struct {
@@ -42,21 +54,29 @@ type entry struct {
 	m        Migration
 	counters *Counters
 	conns    map[net.Conn]Kind
+	// accepted counts the connections let in per stream, open or not: QEMU
+	// opens each of its connections once, so one more than prepared for is
+	// not QEMU's.
+	accepted [4]int
 	// started: a stream of it was relayed, so once the node is shutting
 	// down it is a migration in flight to let finish, not a new one.
 	started bool
+	// in is what libvirt was prepared with, to finish or cancel it; nil
+	// for a migration whose libvirt side the caller of Register runs.
+	in      *IncomingMigration
+	timers  []*time.Timer
 	ended   string // why it is gone, for refusals after the end
 	endedAt time.Time
 }
 
-// registry holds the target side's registered migrations, and for a while
-// the ended ones, so a late connection is told "ended" rather than "unknown".
+// registry holds the target side's migrations, and for a while the ended
+// ones, so a late connection is told "ended" rather than "unknown".
 type registry struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	keep    time.Duration
 	// closing is why new migrations are refused once the node is shutting
-	// down: registrations, and streams of migrations that had not started.
+	// down: prepares, and streams of migrations that had not started.
 	closing string
 }
 
@@ -64,44 +84,92 @@ func newRegistry() *registry {
 	return &registry{entries: map[string]*entry{}, keep: 10 * time.Minute}
 }
 
-func (r *registry) add(m Migration) error {
+// regError is a registry refusal with its ferry_proxy_rejected_total reason.
+type regError struct{ reason, msg string }
+
+func (e *regError) Error() string { return e.msg }
+
+func (r *registry) add(m Migration, in *IncomingMigration) error {
 	if err := ValidID(m.ID); err != nil {
-		return err
+		return &regError{reasonInvalidID, err.Error()}
 	}
 	if len(m.Targets) == 0 {
-		return fmt.Errorf("migration %s names no streams", m.ID)
+		return &regError{reasonMalformedRequest, fmt.Sprintf("migration %s names no streams", m.ID)}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.gcLocked(time.Now())
 	if r.closing != "" {
-		return shutdownRefusal(fmt.Sprintf("%s: migration %s is not registered", r.closing, m.ID))
+		return shutdownRefusal(fmt.Sprintf("%s: migration %s is not prepared", r.closing, m.ID))
 	}
-	if e, ok := r.entries[m.ID]; ok && e.ended == "" {
-		return fmt.Errorf("migration %s is already registered", m.ID)
+	if _, ok := r.entries[m.ID]; ok {
+		// An ended id is not reused either: its late streams must keep
+		// hearing "ended".
+		return &regError{reasonDuplicate, fmt.Sprintf("migration %s is already known on this node", m.ID)}
 	}
-	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}}
+	for _, e := range r.entries {
+		if e.ended == "" && e.m.Domain == m.Domain {
+			return &regError{reasonDuplicate, fmt.Sprintf("domain %s already has an incoming migration (%s) on this node", m.Domain, e.m.ID)}
+		}
+	}
+	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}, in: in}
 	return nil
 }
 
-// lookup finds the socket to relay a stream to, or says why not.
+// setState moves a live migration of domain (any if empty) from one state
+// to the next; it fails if the migration is gone, of another domain or not
+// in the state expected.
+func (r *registry) setState(id, domain, from, to string) (*entry, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	switch {
+	case !ok:
+		return nil, &regError{"unknown_migration", fmt.Sprintf("migration %s is not known on this node", id)}
+	case e.ended != "":
+		return nil, &regError{"expired_migration", fmt.Sprintf("migration %s has ended (%s)", id, e.ended)}
+	case domain != "" && e.m.Domain != domain:
+		return nil, &regError{reasonInvalidDomain, fmt.Sprintf("migration %s is not of domain %s", id, domain)}
+	case e.m.State != from:
+		return nil, &regError{reasonWrongState, fmt.Sprintf("migration %s is %s, not %s", id, e.m.State, from)}
+	}
+	e.m.State = to
+	return e, nil
+}
+
+// lookup finds the socket to relay a stream to and reserves one of the
+// stream's connections, or says why not.
 func (r *registry) lookup(h Header, now time.Time) (string, *entry, string, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.expireLocked(now)
+	r.gcLocked(now)
 	e, ok := r.entries[h.ID]
 	switch {
 	case !ok:
-		return "", nil, "unknown_migration", fmt.Sprintf("migration %s is not registered on this node", h.ID)
+		return "", nil, "unknown_migration", fmt.Sprintf("migration %s is not prepared on this node", h.ID)
 	case e.ended != "":
 		return "", nil, "expired_migration", fmt.Sprintf("migration %s has ended (%s)", h.ID, e.ended)
 	case r.closing != "" && !e.started:
 		return "", nil, reasonShuttingDown, fmt.Sprintf("%s: migration %s had not started and is not let in", r.closing, h.ID)
 	}
 	target, ok := e.m.Targets[h.Kind]
-	if !ok {
-		return "", nil, "stream_not_registered", fmt.Sprintf("migration %s has no %s stream registered", h.ID, h.Kind)
+	switch {
+	case !ok:
+		return "", nil, "stream_not_registered", fmt.Sprintf("migration %s has no %s stream", h.ID, h.Kind)
+	case e.m.State == statePreparing:
+		return "", nil, "stream_not_registered", fmt.Sprintf("migration %s is not prepared yet", h.ID)
+	case e.accepted[h.Kind] >= e.m.Limits[h.Kind]:
+		return "", nil, reasonTooManyStreams, fmt.Sprintf("migration %s was prepared for %d %s connection(s), all taken", h.ID, e.m.Limits[h.Kind], h.Kind)
 	}
+	e.accepted[h.Kind]++
 	return target, e, "", ""
+}
+
+// release gives back a connection lookup reserved but never relayed.
+func (r *registry) release(e *entry, k Kind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.accepted[k]--
 }
 
 func (r *registry) track(e *entry, c net.Conn, k Kind) bool {
@@ -115,13 +183,19 @@ func (r *registry) track(e *entry, c net.Conn, k Kind) bool {
 	return true
 }
 
+func (r *registry) hasStarted(e *entry) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return e.started
+}
+
 func (r *registry) untrack(e *entry, c net.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(e.conns, c)
 }
 
-// end unregisters a migration and cuts its connections.
+// end ends a migration, stops its timers and cuts its connections.
 func (r *registry) end(id, why string) (*entry, bool) {
 	r.mu.Lock()
 	e, ok := r.entries[id]
@@ -130,6 +204,9 @@ func (r *registry) end(id, why string) (*entry, bool) {
 		return nil, false
 	}
 	e.ended, e.endedAt = why, time.Now()
+	for _, t := range e.timers {
+		t.Stop()
+	}
 	conns := make([]net.Conn, 0, len(e.conns))
 	for c := range e.conns {
 		conns = append(conns, c)
@@ -141,25 +218,29 @@ func (r *registry) end(id, why string) (*entry, bool) {
 	return e, true
 }
 
-func (r *registry) expireLocked(now time.Time) {
+// addTimer runs f after d unless the migration has ended by then.
+func (r *registry) addTimer(e *entry, d time.Duration, f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.ended != "" {
+		return
+	}
+	e.timers = append(e.timers, time.AfterFunc(d, f))
+}
+
+// gcLocked forgets migrations that ended long ago.
+func (r *registry) gcLocked(now time.Time) {
 	for id, e := range r.entries {
-		switch {
-		case e.ended == "" && !e.m.Expires.IsZero() && now.After(e.m.Expires):
-			e.ended, e.endedAt = "registration expired", now
-			for c := range e.conns {
-				go c.Close()
-			}
-		case e.ended != "" && now.Sub(e.endedAt) > r.keep:
+		if e.ended != "" && now.Sub(e.endedAt) > r.keep {
 			delete(r.entries, id)
 		}
 	}
 }
 
-// active lists the live registrations.
+// active lists the live migrations.
 func (r *registry) active() []Migration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.expireLocked(time.Now())
 	var out []Migration
 	for _, e := range r.entries {
 		if e.ended == "" {
@@ -177,13 +258,16 @@ func (r *registry) close(why string) {
 	r.closing = why
 }
 
-// inFlight lists the live registrations with streams open.
+// inFlight lists the live migrations with streams open, and those libvirt
+// prepared that have started and not finished: once QEMU's streams close
+// at the end of pre-copy, the source's finish is still to come, and cutting
+// then would cancel a migration that succeeded.
 func (r *registry) inFlight() []inFlight {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []inFlight
 	for _, e := range r.entries {
-		if e.ended != "" || len(e.conns) == 0 {
+		if e.ended != "" || (len(e.conns) == 0 && !(e.in != nil && e.started)) {
 			continue
 		}
 		f := inFlight{id: e.m.ID, domain: e.m.Domain, side: "target", counters: e.counters}

@@ -23,18 +23,34 @@ type Config struct {
 	// TLS enables mutual TLS between nodes; nil relays plain TCP (with
 	// splice), for a trusted migration network only.
 	TLS *TLSFiles
-	// SocketDir holds the source-side unix sockets; the target QEMU listens
-	// at the same paths on the target node, so nodes must agree on it.
+	// SocketDir holds this node's migration sockets: the source side's
+	// listeners and, for incoming migrations, the target QEMU's, at paths
+	// this node chooses.
 	SocketDir string
-	// LibvirtSocket is this node's libvirt socket, the target of incoming
-	// libvirt RPC streams.
-	LibvirtSocket string
+	// Incoming runs the target's side of Ferry-driven migrations on this
+	// node's libvirt; nil refuses every prepare.
+	Incoming Incoming
+	// Private are local paths (libvirt sockets, say) never to be named in
+	// an answer to a peer; SocketDir always is one.
+	Private       []string
 	HeaderTimeout time.Duration // for the TLS handshake and the header; default 5s
 	DialTimeout   time.Duration // default 5s
 	KeepAlive     time.Duration // TCP keepalive; default 15s
-	// RegistrationTTL bounds how long a registered migration may go on
-	// before the target forgets it; default 24h.
+	// RegistrationTTL bounds how long an incoming migration may go on
+	// before the target drops it, whatever deadline its source asked for;
+	// default 24h.
 	RegistrationTTL time.Duration
+	// PrepareTimeout bounds libvirt's Prepare (a cold QEMU capabilities
+	// cache takes 16 s on the test bed); default 90s.
+	PrepareTimeout time.Duration
+	// FirstStreamWait is how long a prepared migration waits for its first
+	// data stream before it is dropped; default 2m.
+	FirstStreamWait time.Duration
+	// UserTimeout is TCP_USER_TIMEOUT on connections between proxies:
+	// with no peer to ask, a migration link cut without a reset would
+	// otherwise hold a stream for the kernel's 15 minutes of
+	// retransmissions. Default 30s; a link back within it loses nothing.
+	UserTimeout time.Duration
 	// Node names this node in the refusals of a proxy shutting down;
 	// default the hostname.
 	Node string
@@ -58,6 +74,15 @@ func (c *Config) defaults() {
 	if c.RegistrationTTL <= 0 {
 		c.RegistrationTTL = 24 * time.Hour
 	}
+	if c.PrepareTimeout <= 0 {
+		c.PrepareTimeout = 90 * time.Second
+	}
+	if c.FirstStreamWait <= 0 {
+		c.FirstStreamWait = 2 * time.Minute
+	}
+	if c.UserTimeout <= 0 {
+		c.UserTimeout = 30 * time.Second
+	}
 	if c.SocketDir == "" {
 		c.SocketDir = "/run/ferry/migrationproxy"
 	}
@@ -77,6 +102,7 @@ type Proxy struct {
 	tls     *tlsSource
 	metrics *metrics
 	reg     *registry
+	private []string // scrubbed from answers to peers
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -95,7 +121,10 @@ type Proxy struct {
 func New(cfg Config) (*Proxy, error) {
 	cfg.defaults()
 	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{},
-		stopped: make(chan struct{})}
+		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...)}
+	if abs, err := filepath.Abs(cfg.SocketDir); err == nil && abs != cfg.SocketDir {
+		p.private = append(p.private, abs)
+	}
 	if cfg.TLS != nil {
 		s, err := newTLSSource(*cfg.TLS)
 		if err != nil {
@@ -115,7 +144,7 @@ func (p *Proxy) TLS() bool { return p.tls != nil }
 
 // Listen opens the proxy port; Serve accepts on it.
 func (p *Proxy) Listen() (net.Addr, error) {
-	lc := net.ListenConfig{KeepAlive: p.cfg.KeepAlive}
+	lc := net.ListenConfig{KeepAlive: p.cfg.KeepAlive, Control: p.tcpOptions}
 	ln, err := lc.Listen(context.Background(), "tcp", p.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen %s: %w", p.cfg.Listen, err)
@@ -215,22 +244,24 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		return
 	}
 	if h.Kind == KindControl {
-		p.serveControl(c)
+		p.serveControl(raw, c)
 		return
 	}
 	target, e, reason, detail := p.reg.lookup(h, time.Now())
 	if reason != "" {
 		p.reject(raw, reason, detail)
-		writeStatus(c, detail)
+		writeStatus(c, p.scrub(detail))
 		c.Close()
 		return
 	}
 	start := time.Now()
 	local, err := net.DialTimeout("unix", target, p.cfg.DialTimeout)
 	if err != nil {
-		detail := fmt.Sprintf("cannot reach the %s socket of migration %s: %v", h.Kind, h.ID, err)
-		p.reject(raw, "dial_failed", detail)
-		writeStatus(c, detail)
+		p.reg.release(e, h.Kind)
+		p.reject(raw, "dial_failed", fmt.Sprintf("cannot reach the %s socket of migration %s: %v", h.Kind, h.ID, err))
+		// The dial error names the socket; the peer hears only that the
+		// target QEMU is not listening.
+		writeStatus(c, fmt.Sprintf("the target QEMU of migration %s does not take its %s stream", h.ID, h.Kind))
 		c.Close()
 		return
 	}
@@ -258,82 +289,22 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	}
 }
 
-// Register accepts a migration on this (target) node. The stream sockets
-// are derived here, never taken from the peer, so a registration cannot
-// point the proxy at any other socket on this host.
-func (p *Proxy) Register(id, domain string, kinds []Kind) (Migration, error) {
-	m := Migration{ID: id, Domain: domain, Targets: map[Kind]string{}, Expires: time.Now().Add(p.cfg.RegistrationTTL)}
-	if err := ValidID(id); err != nil {
-		return m, err
-	}
-	for _, k := range kinds {
-		switch k {
-		case KindLibvirt:
-			if p.cfg.LibvirtSocket == "" {
-				return m, errors.New("this node's proxy has no libvirt socket to relay to")
-			}
-			m.Targets[k] = p.cfg.LibvirtSocket
-		case KindMemory, KindDisk:
-			m.Targets[k] = SocketPath(p.cfg.SocketDir, id, k)
-		default:
-			return m, fmt.Errorf("stream %s cannot be registered", k)
-		}
-	}
-	if err := p.reg.add(m); err != nil {
-		return m, err
-	}
-	p.log.Info("migration registered", zap.String("migration", id), zap.String("domain", domain))
-	return m, nil
-}
-
-// Unregister ends a migration on the target side and cuts its connections.
-func (p *Proxy) Unregister(id, why string) *Counters {
-	e, ok := p.reg.end(id, why)
-	if !ok {
-		return nil
-	}
-	// The target QEMU's listening sockets live in this proxy's directory
-	// and outlive a failed incoming migration; they are ours to remove.
-	for k, path := range e.m.Targets {
-		if k != KindLibvirt {
-			os.Remove(path)
-		}
-	}
-	p.log.Info("migration unregistered", zap.String("migration", id), zap.String("why", why))
-	return e.counters
-}
-
 // SocketPath is KubeVirt's naming of a migration's source-side sockets:
-// <dir>/<id>-source.sock for libvirt, <dir>/<id>-<port>-source.sock for the
-// memory (49152) and disk (49153) streams.
+// <dir>/<id>-<port>-source.sock for the memory (49152) and disk (49153)
+// streams.
 func SocketPath(dir, id string, k Kind) string {
-	switch k {
-	case KindMemory:
-		return filepath.Join(dir, id+"-49152-source.sock")
-	case KindDisk:
-		return filepath.Join(dir, id+"-49153-source.sock")
+	port := "49152"
+	if k == KindDisk {
+		port = "49153"
 	}
-	return filepath.Join(dir, id+"-source.sock")
+	return filepath.Join(dir, id+"-"+port+"-source.sock")
 }
 
 func isClosed(err error) bool {
 	return errors.Is(err, net.ErrClosed)
 }
 
-// UnregisterDomain ends every registration for a domain; the target calls
-// it when its side of the migration ends, even if the source never could.
-func (p *Proxy) UnregisterDomain(domain, why string) []string {
-	var ids []string
-	for _, m := range p.reg.active() {
-		if m.Domain == domain {
-			p.Unregister(m.ID, why)
-			ids = append(ids, m.ID)
-		}
-	}
-	return ids
-}
-
-// Registered lists the live registrations on this (target) node.
+// Registered lists the incoming migrations live on this (target) node.
 func (p *Proxy) Registered() []Migration { return p.reg.active() }
 
 // janitor keeps removing sockets left by migrations that ended without

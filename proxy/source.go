@@ -142,7 +142,7 @@ func (p *Proxy) dialPeer(ctx context.Context, addr string, h Header) (net.Conn, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
-	d := net.Dialer{KeepAlive: p.cfg.KeepAlive}
+	d := net.Dialer{KeepAlive: p.cfg.KeepAlive, Control: p.tcpOptions}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial target proxy %s: %w", addr, err)

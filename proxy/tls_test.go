@@ -15,9 +15,9 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 	old := newTestCA(t, "old-ca")
 	srcDir, dstDir := t.TempDir(), t.TempDir()
 	srcFiles, dstFiles := old.issue(t, srcDir, "ferry"), old.issue(t, dstDir, "ferry")
-	src := startNode(t, &srcFiles, "")
-	dst := startNode(t, &dstFiles, "")
-	register(t, src, dst, "before", "memory")
+	src := startNode(t, &srcFiles)
+	dst := startNode(t, &dstFiles)
+	prepare(t, src, dst, "before", 0, false)
 
 	fresh := newTestCA(t, "new-ca")
 	// mtimes have whole-second granularity on some filesystems.
@@ -26,7 +26,8 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 	fresh.issue(t, dstDir, "ferry")
 	time.Sleep(1100 * time.Millisecond) // the sources re-check files at most once a second
 
-	register(t, src, dst, "after", "memory")
+	finish(t, src, dst, "before", false)
+	prepare(t, src, dst, "after", 0, false)
 	conn, err := tls.Dial("tcp", dst.addr, src.p.tls.clientConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -40,8 +41,7 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 	// A file that stops parsing keeps the last good one in use.
 	os.WriteFile(dstFiles.Cert, []byte("not a certificate"), 0o600)
 	time.Sleep(1100 * time.Millisecond)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: "register", Migration: "broken-file", Domain: "vm",
-		Streams: []string{"memory"}, SocketDir: dst.dir}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "after", Domain: "vm"}); err != nil {
 		t.Fatalf("a corrupt certificate file broke the proxy instead of keeping the last good one: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ func childProxy(dir string) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	if _, err := p.Register("zc", "vm", []Kind{KindMemory}); err != nil {
+	if _, err := p.Register("zc", "vm", 0, false); err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
@@ -66,7 +66,7 @@ func procIO(t *testing.T, pid int) map[string]int64 {
 // not carry the bytes: splice(2) moved them inside the kernel.
 func TestPlainRelayIsZeroCopy(t *testing.T) {
 	dir := t.TempDir()
-	sink, err := net.Listen("unix", SocketPath(dir, "zc", KindMemory))
+	sink, err := net.Listen("unix", TargetSocketPath(dir, "zc", KindMemory))
 	if err != nil {
 		t.Fatal(err)
 	}

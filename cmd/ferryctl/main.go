@@ -40,7 +40,7 @@ Commands:
                    abort can only pause the migration, stopping the guest on both nodes with
                    its memory split between them: without --force ferryctl says so and exits 1,
                    with --force it pauses it
-  proxy            the migration proxy: TLS or plain, migrations registered on this node
+  proxy            the migration proxy: TLS or plain, incoming migrations prepared on this node
   postcopy NAME    switch NAME's running migration to post-copy
   version          ferryctl's version
 
@@ -229,6 +229,8 @@ func cmdProxy(ctx context.Context, c *client, g globals, args []string) error {
 			ID      string            `json:"id"`
 			Domain  string            `json:"domain"`
 			Targets map[string]string `json:"targets"`
+			Limits  map[string]int    `json:"limits"`
+			State   string            `json:"state"`
 			Expires time.Time         `json:"expires"`
 		} `json:"registered"`
 	}
@@ -248,18 +250,18 @@ func cmdProxy(ctx context.Context, c *client, g globals, args []string) error {
 	}
 	fmt.Fprintf(g.out, "migration proxy: %s, sockets in %s\n", mode, resp.SocketDir)
 	if len(resp.Registered) == 0 {
-		fmt.Fprintln(g.out, "no incoming migrations registered")
+		fmt.Fprintln(g.out, "no incoming migrations prepared")
 		return nil
 	}
 	tw := table(g.out)
-	fmt.Fprintln(tw, "MIGRATION\tDOMAIN\tSTREAMS\tEXPIRES")
+	fmt.Fprintln(tw, "MIGRATION\tDOMAIN\tSTATE\tSTREAMS\tEXPIRES")
 	for _, m := range resp.Registered {
 		streams := make([]string, 0, len(m.Targets))
 		for k := range m.Targets {
-			streams = append(streams, k)
+			streams = append(streams, fmt.Sprintf("%s(%d)", k, m.Limits[k]))
 		}
 		sort.Strings(streams)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.ID, m.Domain, strings.Join(streams, ","), m.Expires.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Domain, m.State, strings.Join(streams, ","), m.Expires.Format(time.RFC3339))
 	}
 	return tw.Flush()
 }

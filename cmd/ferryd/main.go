@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferry-vm/ferry/daemon"
 	"github.com/ferry-vm/ferry/internal/version"
+	"github.com/ferry-vm/ferry/libvirtx"
 )
 
 // stringList is a repeatable flag.
@@ -26,7 +27,7 @@ type stringList []string
 func (s *stringList) String() string { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error {
 	if v == "" {
-		return fmt.Errorf("empty socket path")
+		return fmt.Errorf("empty path")
 	}
 	*s = append(*s, v)
 	return nil
@@ -41,6 +42,7 @@ func run(args []string) int {
 	var (
 		cfg      daemon.Config
 		sockets  stringList
+		allowed  stringList
 		mode     string
 		logLevel string
 		showVer  bool
@@ -64,6 +66,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.ProxyTLSMinVersion, "proxy-tls-min-version", env("FERRY_PROXY_TLS_MIN_VERSION", "1.3"), "lowest TLS version accepted between proxies: 1.3 or 1.2")
 	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets; must be the same path on every node")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
+	fs.Var(&allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated; default "+strings.Join(libvirtx.DefaultMigrationAllowedPaths, ",")+")")
 	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
 	fs.StringVar(&cfg.StateDir, "state-dir", env("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, across restarts")
@@ -87,6 +90,14 @@ func run(args []string) int {
 		for _, s := range strings.Split(os.Getenv("FERRY_LIBVIRT_SOCKETS"), ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				cfg.LibvirtSockets = append(cfg.LibvirtSockets, s)
+			}
+		}
+	}
+	cfg.MigrationAllowedPaths = allowed
+	if len(cfg.MigrationAllowedPaths) == 0 {
+		for _, p := range strings.Split(os.Getenv("FERRY_MIGRATION_ALLOWED_PATHS"), ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				cfg.MigrationAllowedPaths = append(cfg.MigrationAllowedPaths, p)
 			}
 		}
 	}

@@ -104,21 +104,22 @@ func checkProxied(t *testing.T, j migration.Job, tls bool, parallel int) {
 	}
 }
 
-// assertTornDown checks that no migration sockets or registrations remain.
+// assertTornDown checks that no migration sockets or incoming migrations
+// remain.
 func assertTornDown(t *testing.T, nodes ...string) {
 	t.Helper()
 	for _, n := range nodes {
 		dir := filepath.Join(bed.Node(n).Dir, "run", "ferry", "migrationproxy")
-		// After a cut link the target keeps a registration for a grace
-		// period once its side ends (its libvirt gives up ~30s after the cut).
-		waitFor(t, "node "+n+" to drop its registrations and sockets", 90*time.Second, func() bool {
+		// After a cut link the source cannot tell the target; the target
+		// drops the migration a grace period after its side ends.
+		waitFor(t, "node "+n+" to drop its incoming migrations and sockets", 90*time.Second, func() bool {
 			var p daemon.ProxyResponse
 			if err := ferryOn(n).get("/v1/proxy", &p); err != nil || len(p.Registered) > 0 {
 				return false
 			}
 			ents, _ := os.ReadDir(dir)
 			for _, e := range ents {
-				if strings.HasSuffix(e.Name(), "-source.sock") {
+				if strings.HasSuffix(e.Name(), "-source.sock") || strings.HasSuffix(e.Name(), "-target.sock") {
 					return false
 				}
 			}

@@ -174,6 +174,10 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		"--proxy-tls-peer-name", PeerName,
 		fmt.Sprintf("--proxy-tls=%v", !b.plainProxy()),
 		"--state-dir", filepath.Join(n.Dir, "state"),
+		// The guests' kernel and initrd, and their console files in the
+		// node's own /run: the only local files their XML names.
+		"--migration-allowed-path", filepath.Clean(absPath(b.cfg.CacheDir)),
+		"--migration-allowed-path", "/run",
 	}
 	args = append(args, b.ferrydArgs()...)
 	argv, err := b.nsenter(node, args...)
@@ -241,4 +245,11 @@ func dialLibvirt(sock string, timeout time.Duration) (*libvirt.Libvirt, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return l, nil
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }

@@ -44,8 +44,8 @@ func ferryTargetMain(args []string) error {
 		return err
 	}
 	// Registered before the port opens, since the orchestrator takes an
-	// open port as "ready".
-	if _, err := p.Register(benchMigration, "bench", []proxy.Kind{proxy.KindMemory}); err != nil {
+	// open port as "ready"; as many connections as any variant opens.
+	if _, err := p.Register(benchMigration, "bench", proxy.MaxParallel, false); err != nil {
 		return err
 	}
 	if _, err := p.Listen(); err != nil {

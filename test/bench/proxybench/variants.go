@@ -109,9 +109,7 @@ func setupKubeVirt(withTLS bool) func(*bench) (plan, error) {
 	}
 }
 
-// setupFerry gives each node its own socket dir: on one filesystem the
-// source's socket and the target's registered one would otherwise share a
-// path, which on real nodes they do on different hosts.
+// setupFerry gives each node its own socket dir, as on real nodes.
 func setupFerry(withTLS bool) func(*bench) (plan, error) {
 	return func(b *bench) (plan, error) {
 		dirA, dirB := b.sock("ferry-a"), b.sock("ferry-b")
@@ -122,7 +120,7 @@ func setupFerry(withTLS bool) func(*bench) (plan, error) {
 			source = append(source, "-tls", b.tlsDir)
 		}
 		p, err := startPair(b, target, source, proxy.SocketPath(dirA, benchMigration, proxy.KindMemory))
-		p.sinkAt = "unix:" + proxy.SocketPath(dirB, benchMigration, proxy.KindMemory)
+		p.sinkAt = "unix:" + proxy.TargetSocketPath(dirB, benchMigration, proxy.KindMemory)
 		return p, err
 	}
 }

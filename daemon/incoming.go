@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// incoming runs the target's side of Ferry-driven migrations on this
+// node's libvirt: the proxy hands it the control requests of peers.
+//
+// It uses the node's first fixed --libvirt-socket: a Ferry-driven
+// migration targets the node's own libvirtd, and a domain that does not
+// exist yet cannot pick a socket for itself. A ferryd watching only a glob
+// (KubeVirt, one libvirt per pod) takes no Ferry-driven migrations.
+type incoming struct {
+	tracker *migration.Tracker
+	socket  string
+	allowed []string
+	log     *zap.Logger
+}
+
+// allowedIncomingFlags is what a peer may ask of this node's libvirt: the
+// modes Ferry drives, nothing that persists or undefines domains.
+const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | libvirt.MigrateAutoConverge | libvirt.MigrateParallel
+
+func (in *incoming) conn() (*libvirtx.Conn, error) {
+	c, err := in.tracker.ConnForSocket(in.socket)
+	if err != nil {
+		return nil, errors.New("this node's libvirt is not connected")
+	}
+	return c, nil
+}
+
+func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
+	flags := libvirt.DomainMigrateFlags(m.Flags)
+	allowed := allowedIncomingFlags
+	if m.DiskURI != "" {
+		allowed |= libvirt.MigrateNonSharedDisk
+	}
+	if extra := flags &^ allowed; extra != 0 {
+		return nil, &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel)", uint32(extra))}
+	}
+	if err := libvirtx.CheckIncomingXML(domXML, m.Domain, in.allowed); err != nil {
+		return nil, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+	}
+	c, err := in.conn()
+	if err != nil {
+		return nil, err
+	}
+	active, err := c.ActiveDomain(ctx, m.Domain)
+	if err != nil {
+		return nil, peerError(err)
+	}
+	if active {
+		return nil, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
+	}
+	params := []libvirt.TypedParam{
+		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(domXML)},
+		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
+	}
+	if flags&libvirt.MigrateParallel != 0 && m.Parallel > 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(m.Parallel))})
+	}
+	if m.DiskURI != "" {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamDisksURI, Value: *libvirt.NewTypedParamValueString(m.DiskURI)})
+	}
+	ck, err := c.Prepare(ctx, params, cookie, flags, until(ctx))
+	return ck, peerError(err)
+}
+
+func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
+	c, err := in.conn()
+	if err != nil {
+		return nil, err
+	}
+	ck, err := c.Finish(ctx, finishParams(m), cookie, libvirt.DomainMigrateFlags(m.Flags), cancelled, until(ctx))
+	return ck, peerError(err)
+}
+
+// Cancel ends a prepared migration. libvirt's Finish answers a cancel with
+// an error even when it killed the target QEMU as asked, so what counts is
+// whether the domain still runs afterwards.
+func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
+	c, err := in.conn()
+	if err != nil {
+		return err
+	}
+	_, ferr := c.Finish(ctx, finishParams(m), nil, libvirt.DomainMigrateFlags(m.Flags), true, until(ctx))
+	active, aerr := c.ActiveDomain(ctx, m.Domain)
+	switch {
+	case aerr != nil:
+		return peerError(errors.Join(ferr, aerr))
+	case active:
+		return fmt.Errorf("domain %s still runs after the cancel: %w", m.Domain, peerError(ferr))
+	}
+	if ferr != nil {
+		in.log.Debug("libvirt's Finish of a cancelled migration", zap.String("domain", m.Domain), zap.Error(ferr))
+	}
+	return nil
+}
+
+// finishParams name the domain, which is how libvirt's Finish finds it.
+func finishParams(m proxy.IncomingMigration) []libvirt.TypedParam {
+	return []libvirt.TypedParam{
+		{Field: libvirt.MigrateParamDestName, Value: *libvirt.NewTypedParamValueString(m.Domain)},
+		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
+	}
+}
+
+// until is what is left of ctx's deadline, for libvirtx's own timeouts.
+func until(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return time.Minute
+}
+
+// peerError drops the libvirt socket path a libvirtx error names: the
+// answer goes to another node.
+func peerError(err error) error {
+	var ce *libvirtx.CallError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("libvirt %s: %w", ce.Op, ce.Err)
+	}
+	return err
+}

@@ -1,0 +1,343 @@
+package libvirtx
+
+import (
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"libvirt.org/go/libvirtxml"
+)
+
+// DefaultMigrationAllowedPaths are where an incoming migration's domain XML
+// may name local files unless configured otherwise: libvirt's image dir and
+// KubeVirt's pod and private dirs.
+var DefaultMigrationAllowedPaths = []string{
+	"/var/lib/libvirt/images",
+	"/var/lib/kubelet/pods",
+	"/var/run/kubevirt-private",
+	"/var/run/kubevirt",
+}
+
+// The domain XML of an incoming migration comes from a peer, and the
+// target's libvirt acts on it as root: it opens, creates, relabels and
+// chowns the files it names (dynamic_ownership), runs the emulator and
+// scripts it names, passes host devices and raw QEMU arguments. So
+// CheckIncomingXML accepts only a domain that stays inside what a
+// migration needs: every local path under an allowed prefix, no host
+// devices, no scripts or helper binaries, no QEMU pass-through, no security
+// label chosen by the peer.
+
+const qemuNamespace = "http://libvirt.org/schemas/domain/qemu/1.0"
+
+// emulatorPath matches the QEMU binaries distributions install; the
+// emulator is run as is, so a peer cannot name any other program.
+var emulatorPath = regexp.MustCompile(`^/usr/(bin|libexec)/(qemu-system-[a-z0-9_]+|qemu-kvm)$`)
+
+// rngDevices are the host entropy sources an RNG backend may read.
+var rngDevices = []string{"/dev/urandom", "/dev/random", "/dev/hwrng"}
+
+// XMLRefusal says why a domain XML was refused, naming the element.
+type XMLRefusal struct{ Msg string }
+
+func (e *XMLRefusal) Error() string { return "domain XML refused: " + e.Msg }
+
+func refuse(format string, a ...any) error { return &XMLRefusal{Msg: fmt.Sprintf(format, a...)} }
+
+// CheckIncomingXML checks the domain XML of an incoming migration of the
+// domain name; allowed are the directories local files may be in.
+func CheckIncomingXML(domXML, name string, allowed []string) error {
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(domXML); err != nil {
+		return refuse("it does not parse: %v", err)
+	}
+	if d.Name != name {
+		return refuse("<name> is %q, not the domain being migrated, %q", d.Name, name)
+	}
+	for el, set := range map[string]bool{"commandline": d.QEMUCommandline != nil, "capabilities": d.QEMUCapabilities != nil,
+		"override": d.QEMUOverride != nil, "deprecation": d.QEMUDeprecation != nil} {
+		if set {
+			return refuse("<qemu:%s>: QEMU pass-through is not accepted", el)
+		}
+	}
+	for _, s := range d.SecLabel {
+		// type='none' model='none' only says the source host has no
+		// security driver; any other 'none' asks for an unconfined QEMU.
+		if s.Type == "static" || (s.Type == "none" && s.Model != "none") {
+			return refuse("<seclabel type='%s' model='%s'>: the target chooses its QEMU's security label", s.Type, s.Model)
+		}
+	}
+	pc := pathCheck{allowed: allowed}
+	if os := d.OS; os != nil {
+		pc.file("<os><kernel>", os.Kernel)
+		pc.file("<os><initrd>", os.Initrd)
+		pc.file("<os><dtb>", os.DTB)
+		pc.file("<os><shim>", os.Shim)
+		if os.Loader != nil {
+			pc.file("<os><loader>", os.Loader.Path)
+		}
+		if os.NVRam != nil {
+			pc.file("<os><nvram>", os.NVRam.NVRam)
+			pc.file("<os><nvram template>", os.NVRam.Template)
+			pc.diskSource("<os><nvram><source>", os.NVRam.Source)
+		}
+		if os.ACPI != nil {
+			for _, t := range os.ACPI.Tables {
+				pc.file("<os><acpi><table>", t.Path)
+			}
+		}
+	}
+	if devs := d.Devices; devs != nil {
+		checkDevices(&pc, devs)
+	}
+	if pc.err != nil {
+		return pc.err
+	}
+	// The typed checks name what they refuse best; the sweep catches what
+	// they do not know.
+	return sweepXML(domXML, allowed)
+}
+
+func checkDevices(pc *pathCheck, devs *libvirtxml.DomainDeviceList) {
+	if devs.Emulator != "" && !emulatorPath.MatchString(devs.Emulator) {
+		pc.fail(refuse("<emulator> %q is not a QEMU binary in /usr/bin or /usr/libexec", devs.Emulator))
+	}
+	if len(devs.Hostdevs) > 0 {
+		pc.fail(refuse("<hostdev>: host devices are not passed through an incoming migration"))
+	}
+	for _, disk := range devs.Disks {
+		what := "<disk>"
+		if disk.Target != nil {
+			what = fmt.Sprintf("<disk> %s", disk.Target.Dev)
+		}
+		pc.diskSource(what+" <source>", disk.Source)
+		for bs := disk.BackingStore; bs != nil; bs = bs.BackingStore {
+			pc.diskSource(what+" <backingStore><source>", bs.Source)
+		}
+		if disk.Mirror != nil {
+			pc.diskSource(what+" <mirror><source>", disk.Mirror.Source)
+		}
+	}
+	for _, fs := range devs.Filesystems {
+		if fs.Binary != nil && fs.Binary.Path != "" {
+			pc.fail(refuse("<filesystem><binary path='%s'>: a peer does not choose programs to run", fs.Binary.Path))
+		}
+		if src := fs.Source; src != nil {
+			switch {
+			case src.Mount != nil:
+				pc.file("<filesystem><source dir>", src.Mount.Dir)
+			case src.Block != nil:
+				pc.file("<filesystem><source dev>", src.Block.Dev)
+			case src.File != nil:
+				pc.file("<filesystem><source file>", src.File.File)
+			case src.Bind != nil:
+				pc.file("<filesystem><source dir>", src.Bind.Dir)
+			case src.Volume != nil:
+				pc.fail(refuse("<filesystem type='volume'>: storage pool volumes are not accepted"))
+			}
+		}
+	}
+	for _, iface := range devs.Interfaces {
+		if iface.Source != nil && iface.Source.Hostdev != nil {
+			pc.fail(refuse("<interface type='hostdev'>: host devices are not passed through an incoming migration"))
+		}
+		if iface.Script != nil || iface.DownScript != nil {
+			pc.fail(refuse("<interface><script>: a peer does not choose scripts to run"))
+		}
+	}
+	for _, s := range devs.Serials {
+		pc.chardev("<serial>", s.Source, s.Log)
+	}
+	for _, c := range devs.Consoles {
+		pc.chardev("<console>", c.Source, c.Log)
+	}
+	for _, c := range devs.Channels {
+		pc.chardev("<channel>", c.Source, c.Log)
+	}
+	for _, c := range devs.Parallels {
+		pc.chardev("<parallel>", c.Source, c.Log)
+	}
+}
+
+// pathCheck keeps the first refusal.
+type pathCheck struct {
+	allowed []string
+	err     error
+}
+
+func (pc *pathCheck) fail(err error) {
+	if pc.err == nil {
+		pc.err = err
+	}
+}
+
+// file refuses a local path that is not absolute and under an allowed
+// prefix; an empty one names nothing.
+func (pc *pathCheck) file(what, path string) {
+	if path == "" {
+		return
+	}
+	if err := allowedPath(path, pc.allowed); err != nil {
+		pc.fail(refuse("%s %q: %v", what, path, err))
+	}
+}
+
+func (pc *pathCheck) diskSource(what string, src *libvirtxml.DomainDiskSource) {
+	if src == nil {
+		return
+	}
+	switch {
+	case src.File != nil:
+		pc.file(what+" file", src.File.File)
+	case src.Block != nil:
+		pc.file(what+" dev", src.Block.Dev)
+	case src.Dir != nil:
+		pc.file(what+" dir", src.Dir.Dir)
+	case src.Volume != nil:
+		pc.fail(refuse("%s: storage pool volumes are not accepted", what))
+	case src.NVME != nil:
+		pc.fail(refuse("%s: NVMe host devices are not passed through an incoming migration", what))
+	case src.VHostUser != nil:
+		pc.chardev(what+" vhost-user", (*libvirtxml.DomainChardevSource)(src.VHostUser), nil)
+	case src.VHostVDPA != nil:
+		pc.file(what+" vhost-vdpa dev", src.VHostVDPA.Dev)
+	}
+	if src.DataStore != nil {
+		pc.diskSource(what+" <dataStore><source>", src.DataStore.Source)
+	}
+}
+
+func (pc *pathCheck) chardev(what string, src *libvirtxml.DomainChardevSource, log *libvirtxml.DomainChardevLog) {
+	if log != nil {
+		pc.file(what+" <log file>", log.File)
+	}
+	if src == nil {
+		return
+	}
+	switch {
+	case src.File != nil:
+		pc.file(what+" <source path> (file)", src.File.Path)
+	case src.Dev != nil:
+		pc.file(what+" <source path> (host device)", src.Dev.Path)
+	case src.Pipe != nil:
+		pc.file(what+" <source path> (pipe)", src.Pipe.Path)
+	case src.UNIX != nil:
+		pc.file(what+" <source path> (unix socket)", src.UNIX.Path)
+	}
+}
+
+// allowedPath says why path may not be used, or nil.
+func allowedPath(path string, allowed []string) error {
+	if !filepath.IsAbs(path) {
+		return errors.New("not an absolute path")
+	}
+	clean := filepath.Clean(path)
+	for _, a := range allowed {
+		a = filepath.Clean(a)
+		if clean == a || strings.HasPrefix(clean, a+"/") || a == "/" {
+			return nil
+		}
+	}
+	return fmt.Errorf("not under an allowed path (%s)", strings.Join(allowed, ", "))
+}
+
+// sweepXML walks every element and attribute, whatever libvirtxml knows of
+// them: anything in the QEMU namespace is refused, and so is any value
+// that is an absolute path outside the allowed prefixes, save the few
+// places where a path is not a file libvirt opens here.
+func sweepXML(domXML string, allowed []string) error {
+	dec := xml.NewDecoder(strings.NewReader(domXML))
+	type elem struct {
+		name  string
+		attrs []xml.Attr
+	}
+	var stack []elem
+	metadata := 0 // depth inside <metadata>, free-form by design
+	attr := func(e elem, name string) string {
+		for _, a := range e.attrs {
+			if a.Name.Local == name {
+				return a.Value
+			}
+		}
+		return ""
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return refuse("it does not parse: %v", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if metadata > 0 || (t.Name.Local == "metadata" && len(stack) == 1) {
+				metadata++
+				stack = append(stack, elem{t.Name.Local, nil})
+				continue
+			}
+			if t.Name.Space == qemuNamespace {
+				return refuse("<qemu:%s>: QEMU pass-through is not accepted", t.Name.Local)
+			}
+			for _, a := range t.Attr {
+				if a.Name.Space == qemuNamespace {
+					return refuse("<%s qemu:%s>: QEMU pass-through is not accepted", t.Name.Local, a.Name.Local)
+				}
+			}
+			e := elem{t.Name.Local, t.Attr}
+			parent := elem{}
+			if len(stack) > 0 {
+				parent = stack[len(stack)-1]
+			}
+			// A pty's path is the one the source got; the target opens
+			// its own.
+			pty := attr(e, "type") == "pty" || (t.Name.Local == "source" && attr(parent, "type") == "pty")
+			for _, a := range t.Attr {
+				if strings.HasPrefix(a.Value, "/") && !pty {
+					if err := allowedPath(a.Value, allowed); err != nil {
+						return refuse("<%s %s='%s'>: %v", t.Name.Local, a.Name.Local, a.Value, err)
+					}
+				}
+			}
+			stack = append(stack, e)
+		case xml.EndElement:
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+			if metadata > 0 {
+				metadata--
+			}
+		case xml.CharData:
+			if metadata > 0 || len(stack) == 0 {
+				continue
+			}
+			text := strings.TrimSpace(string(t))
+			if !strings.HasPrefix(text, "/") {
+				continue
+			}
+			cur := stack[len(stack)-1]
+			switch cur.name {
+			case "emulator": // checked against the QEMU binaries
+				continue
+			case "cmdline", "description", "title", "partition", "label", "imagelabel", "baselabel":
+				// Text for the guest or for people, and cgroup and
+				// security label names: not files.
+				continue
+			case "backend":
+				if attr(cur, "model") == "random" {
+					if !slices.Contains(rngDevices, text) {
+						return refuse("<rng><backend model='random'> %q is not one of %s", text, strings.Join(rngDevices, ", "))
+					}
+					continue
+				}
+			}
+			if err := allowedPath(text, allowed); err != nil {
+				return refuse("<%s>%s</%s>: %v", cur.name, text, cur.name, err)
+			}
+		}
+	}
+}

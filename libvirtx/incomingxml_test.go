@@ -1,0 +1,113 @@
+package libvirtx
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// guestXML is a domain as libvirt's Begin gives it, with devices spliced in.
+func guestXML(name, extraTop, devices string) string {
+	return `<domain type='kvm' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
+  <name>` + name + `</name>
+  <uuid>7c3a2c5e-2b36-4a7b-9d8e-0a4c1b2e3f40</uuid>
+  <metadata><app:info xmlns:app='http://example.com/app'><path>/etc/anything-goes-here</path></app:info></metadata>
+  <memory unit='KiB'>524288</memory>
+  <resource><partition>/machine</partition></resource>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>/var/lib/libvirt/images/vmlinuz</kernel>
+    <cmdline>console=ttyS0 root=/dev/vda</cmdline>
+  </os>
+  ` + extraTop + `
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='/var/lib/libvirt/images/vm.qcow2'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <serial type='pty'><source path='/dev/pts/3'/><target port='0'/></serial>
+    <console type='pty' tty='/dev/pts/3'><source path='/dev/pts/3'/><target type='serial' port='0'/></console>
+    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>
+    ` + devices + `
+  </devices>
+  <seclabel type='dynamic' model='dac' relabel='yes'><label>+0:+0</label><imagelabel>+0:+0</imagelabel></seclabel>
+  <seclabel type='none' model='none'/>
+</domain>`
+}
+
+var allowedForTest = []string{"/var/lib/libvirt/images", "/var/lib/kubelet/pods"}
+
+func TestIncomingXMLAcceptsOrdinaryGuests(t *testing.T) {
+	for name, x := range map[string]string{
+		"plain":             guestXML("vm", "", ""),
+		"kubevirt volumes":  guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/kubelet/pods/1234/volumes/kubernetes.io~empty-dir/disk.img'/><target dev='vdb'/></disk>`),
+		"file serial":       guestXML("vm", "", `<serial type='file'><source path='/var/lib/libvirt/images/console.log'/><target port='1'/></serial>`),
+		"network disk":      guestXML("vm", "", `<disk type='network' device='disk'><source protocol='rbd' name='pool/img'><host name='10.0.0.5' port='6789'/></source><target dev='vdc'/></disk>`),
+		"empty cdrom":       guestXML("vm", "", `<disk type='file' device='cdrom'><target dev='sda' bus='sata'/></disk>`),
+		"bridge nic":        guestXML("vm", "", `<interface type='bridge'><source bridge='br0'/><model type='virtio'/></interface>`),
+		"no emulator given": strings.Replace(guestXML("vm", "", ""), "<emulator>/usr/bin/qemu-system-x86_64</emulator>", "", 1),
+	} {
+		if err := CheckIncomingXML(x, "vm", allowedForTest); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		}
+	}
+}
+
+func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
+	cases := []struct {
+		name, xml, domain, says string
+	}{
+		{"another domain's name", guestXML("other", "", ""), "vm", "<name>"},
+		{"qemu commandline", guestXML("vm", `<qemu:commandline><qemu:arg value='-chardev'/></qemu:commandline>`, ""), "vm", "qemu:commandline"},
+		{"qemu override", guestXML("vm", `<qemu:override><qemu:device alias='x'/></qemu:override>`, ""), "vm", "qemu:override"},
+		{"hostdev", guestXML("vm", "", `<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0' bus='1' slot='0' function='0'/></source></hostdev>`), "vm", "<hostdev>"},
+		{"hostdev nic", guestXML("vm", "", `<interface type='hostdev'><source><address type='pci' domain='0' bus='2' slot='0' function='0'/></source></interface>`), "vm", "hostdev"},
+		{"disk on /etc/shadow", guestXML("vm", "", `<disk type='file' device='disk'><source file='/etc/shadow'/><target dev='vdb'/></disk>`), "vm", "/etc/shadow"},
+		{"disk escaping by ..", guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/libvirt/images/../../../../etc/shadow'/><target dev='vdb'/></disk>`), "vm", "not under an allowed path"},
+		{"host block device", guestXML("vm", "", `<disk type='block' device='disk'><source dev='/dev/sda'/><target dev='vdb'/></disk>`), "vm", "/dev/sda"},
+		{"relative disk", guestXML("vm", "", `<disk type='file' device='disk'><source file='etc/shadow'/><target dev='vdb'/></disk>`), "vm", "not an absolute path"},
+		{"backing store", guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/libvirt/images/top.qcow2'/><backingStore type='file'><format type='raw'/><source file='/root/secret.img'/></backingStore><target dev='vdb'/></disk>`), "vm", "/root/secret.img"},
+		{"pool volume", guestXML("vm", "", `<disk type='volume' device='disk'><source pool='default' volume='x'/><target dev='vdb'/></disk>`), "vm", "storage pool"},
+		{"host directory share", guestXML("vm", "", `<filesystem type='mount'><source dir='/'/><target dir='root'/></filesystem>`), "vm", "<filesystem>"},
+		{"virtiofsd binary", guestXML("vm", "", `<filesystem type='mount'><driver type='virtiofs'/><binary path='/tmp/evil'/><source dir='/var/lib/libvirt/images/share'/><target dir='share'/></filesystem>`), "vm", "<binary"},
+		{"serial to a host file", guestXML("vm", "", `<serial type='file'><source path='/etc/cron.d/x'/><target port='1'/></serial>`), "vm", "<serial>"},
+		{"console to a host tty", guestXML("vm", "", `<console type='dev'><source path='/dev/tty1'/><target type='virtio'/></console>`), "vm", "<console>"},
+		{"channel socket", guestXML("vm", "", `<channel type='unix'><source mode='bind' path='/run/libvirt/libvirt-sock'/><target type='virtio' name='x'/></channel>`), "vm", "<channel>"},
+		{"chardev log", guestXML("vm", "", `<serial type='pty'><log file='/etc/passwd' append='on'/><target port='1'/></serial>`), "vm", "<log file>"},
+		{"kernel", strings.Replace(guestXML("vm", "", ""), "/var/lib/libvirt/images/vmlinuz", "/boot/vmlinuz", 1), "vm", "<os><kernel>"},
+		{"initrd", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><initrd>/boot/initrd.img</initrd>", 1), "vm", "<os><initrd>"},
+		{"loader", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><loader readonly='yes' type='pflash'>/usr/share/evil.fd</loader>", 1), "vm", "<os><loader>"},
+		{"nvram", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><nvram>/etc/nvram.fd</nvram>", 1), "vm", "<os><nvram>"},
+		{"emulator", strings.Replace(guestXML("vm", "", ""), "/usr/bin/qemu-system-x86_64", "/bin/sh", 1), "vm", "<emulator>"},
+		{"nic script", guestXML("vm", "", `<interface type='ethernet'><script path='/tmp/x.sh'/></interface>`), "vm", "<script"},
+		{"static label", strings.Replace(guestXML("vm", "", ""), "<seclabel type='none' model='none'/>", "<seclabel type='static' model='selinux' relabel='yes'><label>system_u:system_r:unconfined_t:s0</label></seclabel>", 1), "vm", "<seclabel"},
+		{"unconfined", strings.Replace(guestXML("vm", "", ""), "<seclabel type='none' model='none'/>", "<seclabel type='none'/>", 1), "vm", "<seclabel"},
+		{"rng from a host file", strings.Replace(guestXML("vm", "", ""), "/dev/urandom", "/dev/sda", 1), "vm", "<rng>"},
+		{"graphics socket", guestXML("vm", "", `<graphics type='vnc'><listen type='socket' socket='/etc/vnc.sock'/></graphics>`), "vm", "/etc/vnc.sock"},
+		{"audio file", guestXML("vm", "", `<audio id='1' type='file' path='/etc/x.wav'/>`), "vm", "/etc/x.wav"},
+		{"not XML", "<domain><name>vm</name", "vm", "does not parse"},
+	}
+	for _, c := range cases {
+		err := CheckIncomingXML(c.xml, c.domain, allowedForTest)
+		var r *XMLRefusal
+		if !errors.As(err, &r) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want a refusal naming %q", c.name, err, c.says)
+		}
+	}
+}
+
+func TestAllowedPathIsWholeComponents(t *testing.T) {
+	for path, ok := range map[string]bool{
+		"/var/lib/libvirt/images":          true,
+		"/var/lib/libvirt/images/a/b.img":  true,
+		"/var/lib/libvirt/images-evil/x":   false,
+		"/var/lib/libvirt/images/../qemu/": false,
+		"/var/lib/libvirt/imagesx":         false,
+	} {
+		if err := allowedPath(path, allowedForTest); (err == nil) != ok {
+			t.Errorf("%s: %v, want allowed=%v", path, err, ok)
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestControlRoundTrip(t *testing.T) {
+	src, dst := startNode(t, nil), startNode(t, nil)
+	resp := prepare(t, src, dst, "rt1", 2, false)
+	if string(resp.Cookie) != "prepared:rt1" {
+		t.Fatalf("prepare answered cookie %q, want libvirt's", resp.Cookie)
+	}
+	m := dst.in.prepared[0]
+	wantURI := "unix://" + TargetSocketPath(dst.dir, "rt1", KindMemory)
+	if m.Domain != "vm" || m.Parallel != 2 || m.Flags != 1 || m.MemoryURI != wantURI || m.DiskURI != "" ||
+		dst.in.xml[0] != testXML || string(dst.in.cookies[0]) != "begin" {
+		t.Fatalf("Incoming prepared %+v with xml %q cookie %q; want vm, parallel 2, flags 1, %s", m, dst.in.xml[0], dst.in.cookies[0], wantURI)
+	}
+
+	sm, err := src.p.OpenSource("rt1", dst.addr, []Kind{KindMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Close("test done")
+	held := openStream(t, sm.Paths[KindMemory])
+	defer held.Close()
+
+	// Finish holds, as libvirt's does in post-copy: the streams must keep
+	// relaying meanwhile, new ones (multifd) included.
+	hold := make(chan struct{})
+	dst.in.mu.Lock()
+	dst.in.finishHold = hold
+	dst.in.mu.Unlock()
+	done := make(chan ControlResponse, 1)
+	go func() { done <- finish(t, src, dst, "rt1", false) }()
+	waitMetric(t, func() bool {
+		dst.in.mu.Lock()
+		defer dst.in.mu.Unlock()
+		return len(dst.in.finished) == 1
+	})
+	if err := echoBytes(held, 1<<20); err != nil {
+		t.Fatalf("a stream stopped relaying while Finish ran: %v", err)
+	}
+	roundTrip(t, sm.Paths[KindMemory], 1<<20)
+	close(hold)
+	fin := <-done
+	if string(fin.Cookie) != "finished:rt1" || string(dst.in.cookies[1]) != "perform" || dst.in.finished[0] {
+		t.Fatalf("finish: cookie %q, Incoming got cookie %q cancelled %v", fin.Cookie, dst.in.cookies[1], dst.in.finished[0])
+	}
+	if fin.Counters["memory"]["connections"] != 2 {
+		t.Errorf("finish counted %v, want 2 memory connections", fin.Counters)
+	}
+	if _, err := os.Stat(TargetSocketPath(dst.dir, "rt1", KindMemory)); !os.IsNotExist(err) {
+		t.Errorf("target socket left behind after finish: %v", err)
+	}
+	if len(dst.p.Registered()) != 0 {
+		t.Errorf("still registered after finish: %+v", dst.p.Registered())
+	}
+}
+
+func TestControlCancelAndDrop(t *testing.T) {
+	src := startNode(t, nil)
+	dst := startNodeWith(t, Config{FirstStreamWait: 300 * time.Millisecond})
+	prepareAs(t, src, dst, "c1", "vm1", 0, false)
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "c1", Domain: "vm1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dst.in.cancels(); len(got) != 1 || got[0] != "c1" {
+		t.Fatalf("libvirt cancels %v, want c1", got)
+	}
+	// A source that prepares and then never sends a stream.
+	prepareAs(t, src, dst, "c2", "vm2", 0, false)
+	waitMetric(t, func() bool { return len(dst.in.cancels()) == 2 })
+	if len(dst.p.Registered()) != 0 {
+		t.Fatalf("a migration without streams is still registered: %+v", dst.p.Registered())
+	}
+	// The domain is free again for a new migration.
+	prepareAs(t, src, dst, "c3", "vm2", 0, false)
+}
+
+// rawControl sends body on a control stream to addr and returns the
+// answer, without the client's checks.
+func rawControl(t *testing.T, addr string, body []byte) ControlResponse {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hb, _ := Header{Kind: KindControl}.Encode()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	go c.Write(append(hb, body...))
+	var resp ControlResponse
+	json.NewDecoder(c).Decode(&resp)
+	return resp
+}
+
+func rawHeader(t *testing.T, addr string, b []byte) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write(b)
+	out, _ := io.ReadAll(c)
+	return string(out)
+}
+
+func TestControlRefusals(t *testing.T) {
+	src, dst := startNode(t, nil), startNode(t, nil)
+	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.rejected.WithLabelValues(reason)) }
+	ctl := func(req ControlRequest) string {
+		_, err := src.p.Control(context.Background(), dst.addr, req)
+		if err == nil {
+			t.Fatalf("%+v accepted", req)
+		}
+		return err.Error()
+	}
+	stream := func(id string) string {
+		_, err := src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: id})
+		var refused *RefusedError
+		if !errors.As(err, &refused) {
+			t.Fatalf("stream of %s: %v, want a refusal", id, err)
+		}
+		return refused.Reason
+	}
+	prepareAs(t, src, dst, "dup", "vm-dup", 0, false)
+	prepareAs(t, src, dst, "one", "vm-one", 0, false)
+	held := openDirect(t, src, dst, "one")
+	defer held.Close()
+	prepareAs(t, src, dst, "gone", "vm-gone", 0, false)
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "gone", Domain: "vm-gone"}); err != nil {
+		t.Fatal(err)
+	}
+	big := append([]byte(`{"op":"prepare","migration":"big","domain":"vm","xml":"`), bytes.Repeat([]byte("a"), MaxControlRequest+1)...)
+
+	cases := []struct {
+		name, reason string
+		try          func() string
+	}{
+		{"unknown op", reasonUnknownOp, func() string { return ctl(ControlRequest{Op: "register", Migration: "x1", Domain: "vm"}) }},
+		{"unknown field", reasonMalformedRequest, func() string {
+			return rawControl(t, dst.addr, []byte(`{"op":"prepare","migration":"x2","domain":"vm","streams":["libvirt"]}`)).Error
+		}},
+		{"oversized body", reasonTooLarge, func() string { return rawControl(t, dst.addr, big).Error }},
+		{"bad id", reasonInvalidID, func() string {
+			return ctl(ControlRequest{Op: OpPrepare, Migration: "../x", Domain: "vm", XML: testXML})
+		}},
+		{"bad domain", reasonInvalidDomain, func() string { return ctl(ControlRequest{Op: OpPrepare, Migration: "x3", Domain: "a/b", XML: testXML}) }},
+		{"oversized XML", "invalid_domain_xml", func() string {
+			return ctl(ControlRequest{Op: OpPrepare, Migration: "x4", Domain: "vm", XML: strings.Repeat("x", MaxDomainXML+1)})
+		}},
+		{"duplicate prepare", reasonDuplicate, func() string {
+			return ctl(ControlRequest{Op: OpPrepare, Migration: "dup", Domain: "vm-dup", XML: testXML})
+		}},
+		{"second migration of a domain", reasonDuplicate, func() string {
+			return ctl(ControlRequest{Op: OpPrepare, Migration: "dup2", Domain: "vm-dup", XML: testXML})
+		}},
+		{"finish of an unknown migration", "unknown_migration", func() string { return ctl(ControlRequest{Op: OpFinish, Migration: "nope", Domain: "vm"}) }},
+		{"finish of another domain's migration", reasonInvalidDomain, func() string {
+			return ctl(ControlRequest{Op: OpFinish, Migration: "dup", Domain: "vm-other"})
+		}},
+		{"libvirt stream kind", "malformed_header", func() string { return rawHeader(t, dst.addr, []byte("FRY\x02\x01\x03dup")) }},
+		{"version 1 header", "unsupported_version", func() string { return rawHeader(t, dst.addr, []byte("FRY\x01\x02\x03dup")) }},
+		{"stream of an unprepared migration", "unknown_migration", func() string { return stream("never") }},
+		{"stream after the end", "expired_migration", func() string { return stream("gone") }},
+		{"one stream more than prepared", reasonTooManyStreams, func() string { return stream("one") }},
+	}
+	for _, c := range cases {
+		before := rejected(c.reason)
+		text := c.try()
+		waitMetric(t, func() bool { return rejected(c.reason) == before+1 })
+		if strings.Contains(text, dst.dir) {
+			t.Errorf("%s: the refusal names the socket dir: %q", c.name, text)
+		}
+	}
+}
+
+// openDirect opens a memory stream of id straight to dst's port, as the
+// source side would, and checks it relays.
+func openDirect(t *testing.T, src, dst *node, id string) net.Conn {
+	t.Helper()
+	c, err := src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := echoBytes(c, 4096); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRefusalsNeverNameLocalPaths(t *testing.T) {
+	src := startNode(t, nil)
+	in := newFakeIncoming()
+	dst := startNodeWith(t, Config{Incoming: in, Private: []string{"/run/libvirt/libvirt-sock"}})
+	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.rejected.WithLabelValues(reason)) }
+	for i, c := range []struct {
+		err    error
+		reason string
+	}{
+		{&Refusal{Reason: "invalid_domain_xml", Msg: "disk under " + dst.dir + " refused"}, "invalid_domain_xml"},
+		{fmt.Errorf("libvirt migrate prepare (/run/libvirt/libvirt-sock): cannot listen on unix:%s/x.sock", dst.dir), reasonPrepareFailed},
+	} {
+		in.mu.Lock()
+		in.prepareErr = c.err
+		in.mu.Unlock()
+		before := rejected(c.reason)
+		_, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: fmt.Sprintf("p%d", i), Domain: "vm", XML: testXML})
+		var ce *ControlError
+		if !errors.As(err, &ce) || ce.Reason != c.reason {
+			t.Fatalf("prepare: %v, want a refusal for %s", err, c.reason)
+		}
+		if strings.Contains(err.Error(), dst.dir) || strings.Contains(err.Error(), "/run/libvirt") {
+			t.Errorf("the refusal names a local path: %v", err)
+		}
+		waitMetric(t, func() bool { return rejected(c.reason) == before+1 })
+	}
+	// The failed prepares left nothing registered.
+	if len(dst.p.Registered()) != 0 {
+		t.Fatalf("registered after failed prepares: %+v", dst.p.Registered())
+	}
+	// A node without Incoming takes no migration at all.
+	bare, err := New(Config{Listen: "127.0.0.1:0", SocketDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	resp := bare.control(a, a, ControlRequest{Op: OpPrepare, Migration: "p9", Domain: "vm", XML: testXML})
+	if resp.Reason != reasonIncomingDisabled {
+		t.Fatalf("prepare on a node without Incoming: %+v", resp)
+	}
+}

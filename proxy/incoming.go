@@ -1,0 +1,292 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Incoming runs the target's side of libvirt's migration protocol on this
+// node's own libvirt. The proxy calls it for the control requests of a
+// peer; it is the only way a peer reaches libvirt here.
+type Incoming interface {
+	// Prepare validates what the peer sent and runs libvirt's Prepare,
+	// which starts the target QEMU listening at m.MemoryURI (and
+	// m.DiskURI); it returns libvirt's cookie for the source's Perform.
+	// A *Refusal error is counted under its own reason.
+	Prepare(ctx context.Context, m IncomingMigration, domainXML string, cookie []byte) ([]byte, error)
+	// Finish runs libvirt's Finish with the source's Perform cookie and
+	// returns libvirt's cookie for the source's Confirm. In post-copy it
+	// returns only when the migration has ended.
+	Finish(ctx context.Context, m IncomingMigration, cookie []byte, cancelled bool) ([]byte, error)
+	// Cancel tells libvirt a prepared migration will not happen, so it
+	// kills the target QEMU.
+	Cancel(ctx context.Context, m IncomingMigration) error
+}
+
+// IncomingMigration is one migration the target prepares, as Incoming
+// sees it. The URIs are chosen here, in this node's socket dir, never by
+// the peer.
+type IncomingMigration struct {
+	ID        string
+	Domain    string
+	Flags     uint32
+	Parallel  int
+	MemoryURI string
+	DiskURI   string // empty unless the source asked for a disk stream
+}
+
+// Refusal is an Incoming's "no" to a request, with the reason it is
+// counted under in ferry_proxy_rejected_total.
+type Refusal struct {
+	Reason string
+	Msg    string
+}
+
+func (r *Refusal) Error() string { return r.Msg }
+
+// TargetSocketPath is where the target QEMU of a migration listens for a
+// stream on this node.
+func TargetSocketPath(dir, id string, k Kind) string {
+	port := "49152"
+	if k == KindDisk {
+		port = "49153"
+	}
+	return filepath.Join(dir, id+"-"+port+"-target.sock")
+}
+
+// newIncoming describes a migration of domain whose memory comes in
+// 1+parallel connections (and disk in one, if asked) to sockets in this
+// node's socket dir.
+func (p *Proxy) newIncoming(id, domain string, parallel int, disk bool, ttl time.Duration) Migration {
+	m := Migration{ID: id, Domain: domain, State: statePreparing, Expires: time.Now().Add(ttl),
+		Targets: map[Kind]string{KindMemory: TargetSocketPath(p.cfg.SocketDir, id, KindMemory)},
+		Limits:  map[Kind]int{KindMemory: 1 + parallel}}
+	if disk {
+		m.Targets[KindDisk] = TargetSocketPath(p.cfg.SocketDir, id, KindDisk)
+		m.Limits[KindDisk] = 1
+	}
+	return m
+}
+
+func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest) ControlResponse {
+	if p.cfg.Incoming == nil {
+		return p.refuseControl(raw, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
+	}
+	if len(req.XML) == 0 || len(req.XML) > MaxDomainXML {
+		return p.refuseControl(raw, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes (1 to %d)", len(req.XML), MaxDomainXML))
+	}
+	if req.Parallel < 0 || req.Parallel > MaxParallel {
+		return p.refuseControl(raw, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
+	}
+	ttl := p.cfg.RegistrationTTL
+	if req.DeadlineSeconds > 0 {
+		ttl = min(ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
+	}
+	m := p.newIncoming(req.Migration, req.Domain, req.Parallel, req.Disk, ttl)
+	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Flags: req.Flags, Parallel: req.Parallel,
+		MemoryURI: "unix://" + m.Targets[KindMemory]}
+	if req.Disk {
+		in.DiskURI = "unix://" + m.Targets[KindDisk]
+	}
+	if err := p.reg.add(m, &in); err != nil {
+		return p.refuseControl(raw, req, refusalReason(err, reasonMalformedRequest), err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
+	defer cancel()
+	start := time.Now()
+	cookie, err := p.cfg.Incoming.Prepare(ctx, in, req.XML, req.Cookie)
+	if err != nil {
+		p.Unregister(m.ID, "prepare failed")
+		return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+	}
+	e, err := p.reg.setState(m.ID, m.Domain, statePreparing, statePrepared)
+	if err != nil {
+		// Cut meanwhile (the node is shutting down): libvirt must not
+		// keep a target QEMU nobody will finish.
+		p.cancelLibvirt(in, "cut while preparing")
+		return p.refuseControl(raw, req, refusalReason(err, reasonShuttingDown), err.Error())
+	}
+	// A source that never opens a stream, or never finishes, must not
+	// leave a target QEMU waiting: its migration is dropped.
+	p.reg.addTimer(e, p.cfg.FirstStreamWait, func() {
+		if !p.reg.hasStarted(e) {
+			p.dropIncoming(m.ID, fmt.Sprintf("no data stream within %v of the prepare", p.cfg.FirstStreamWait))
+		}
+	})
+	p.reg.addTimer(e, ttl, func() { p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl)) })
+	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("domain", m.Domain),
+		zap.Int("parallel", req.Parallel), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
+		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()))
+	return ControlResponse{Cookie: cookie}
+}
+
+// finish runs libvirt's Finish. The migration's streams stay relayable
+// until it returns: in post-copy the guest runs here and pulls its last
+// pages through them meanwhile.
+func (p *Proxy) finish(raw, c net.Conn, req ControlRequest) ControlResponse {
+	e, err := p.reg.setState(req.Migration, req.Domain, statePrepared, stateFinishing)
+	if err != nil {
+		return p.refuseControl(raw, req, refusalReason(err, reasonWrongState), err.Error())
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), e.m.Expires)
+	defer cancel()
+	// Nothing is read from the source meanwhile; the answer's write has
+	// its own deadline.
+	c.SetDeadline(time.Time{})
+	start := time.Now()
+	var cookie []byte
+	if e.in != nil {
+		cookie, err = p.cfg.Incoming.Finish(ctx, *e.in, req.Cookie, req.Cancelled)
+	}
+	counters := e.counters.Snapshot()
+	why := "finished"
+	if req.Cancelled {
+		why = "finished as cancelled by the source"
+	}
+	if err != nil {
+		why = "finish failed: " + err.Error()
+		p.log.Warn("incoming migration did not finish", zap.String("migration", req.Migration), zap.String("domain", req.Domain),
+			zap.Bool("cancelled", req.Cancelled), zap.Error(err), zap.Duration("took", time.Since(start)))
+	}
+	p.Unregister(req.Migration, why)
+	if err != nil {
+		return ControlResponse{Error: p.scrub(err.Error()), Counters: counters}
+	}
+	return ControlResponse{Cookie: cookie, Counters: counters}
+}
+
+func (p *Proxy) cancel(raw net.Conn, req ControlRequest) ControlResponse {
+	e, err := p.reg.setState(req.Migration, req.Domain, statePrepared, stateFinishing)
+	if err != nil {
+		return p.refuseControl(raw, req, refusalReason(err, reasonWrongState), err.Error())
+	}
+	if e.in != nil {
+		p.cancelLibvirt(*e.in, "cancelled by the source")
+	}
+	counters := e.counters.Snapshot()
+	p.Unregister(req.Migration, "cancelled by the source")
+	return ControlResponse{Counters: counters}
+}
+
+// dropIncoming ends a prepared migration nobody will finish, telling
+// libvirt first; one already finishing is left to its finish.
+func (p *Proxy) dropIncoming(id, why string) bool {
+	e, err := p.reg.setState(id, "", statePrepared, stateFinishing)
+	if err != nil {
+		return false
+	}
+	p.log.Warn("dropping an incoming migration", zap.String("migration", id), zap.String("domain", e.m.Domain), zap.String("why", why))
+	if e.in != nil {
+		p.cancelLibvirt(*e.in, why)
+	}
+	p.Unregister(id, why)
+	return true
+}
+
+// cancelTimeout bounds libvirt's Finish with cancelled set: it only kills
+// a QEMU.
+const cancelTimeout = 30 * time.Second
+
+func (p *Proxy) cancelLibvirt(in IncomingMigration, why string) {
+	if p.cfg.Incoming == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	if err := p.cfg.Incoming.Cancel(ctx, in); err != nil {
+		p.log.Warn("libvirt did not take the cancel of an incoming migration", zap.String("migration", in.ID),
+			zap.String("domain", in.Domain), zap.String("why", why), zap.Error(err))
+	}
+}
+
+// AbandonDomain drops the prepared migrations of a domain whose incoming
+// job has ended, in case its source can no longer say so (link down,
+// source gone). Those finishing are left to their finish.
+func (p *Proxy) AbandonDomain(domain, why string) []string {
+	var ids []string
+	for _, m := range p.reg.active() {
+		if m.Domain == domain && p.dropIncoming(m.ID, why) {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// dropAllPrepared tells libvirt to drop every prepared migration, in
+// parallel, when the proxy that would have relayed them goes away.
+func (p *Proxy) dropAllPrepared(why string) {
+	var wg sync.WaitGroup
+	for _, m := range p.reg.active() {
+		if m.State != statePrepared {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.dropIncoming(m.ID, why)
+		}()
+	}
+	wg.Wait()
+}
+
+// Register makes this node accept the streams of a migration whose
+// libvirt side its caller runs itself (tests, benchmarks): memory in
+// 1+parallel connections, disk in one if asked. Peers can only prepare.
+func (p *Proxy) Register(id, domain string, parallel int, disk bool) (Migration, error) {
+	m := p.newIncoming(id, domain, parallel, disk, p.cfg.RegistrationTTL)
+	m.State = statePrepared
+	if err := p.reg.add(m, nil); err != nil {
+		return m, err
+	}
+	p.log.Info("migration registered", zap.String("migration", id), zap.String("domain", domain))
+	return m, nil
+}
+
+// Unregister ends a migration on the target side, cuts its connections and
+// removes the target QEMU's sockets, which live in this proxy's directory
+// and outlive a failed incoming migration.
+func (p *Proxy) Unregister(id, why string) *Counters {
+	e, ok := p.reg.end(id, why)
+	if !ok {
+		return nil
+	}
+	for _, path := range e.m.Targets {
+		os.Remove(path)
+	}
+	p.log.Info("incoming migration ended", zap.String("migration", id), zap.String("domain", e.m.Domain), zap.String("why", why))
+	return e.counters
+}
+
+func refusalReason(err error, def string) string {
+	var r *Refusal
+	var re *regError
+	switch {
+	case errors.As(err, &r):
+		return r.Reason
+	case errors.As(err, &re):
+		return re.reason
+	case errors.Is(err, ErrShuttingDown):
+		return reasonShuttingDown
+	}
+	return def
+}
+
+// scrub takes this node's private paths out of text bound for a peer: a
+// peer learns why, never where.
+func (p *Proxy) scrub(s string) string {
+	for _, priv := range p.private {
+		if priv != "" {
+			s = strings.ReplaceAll(s, priv, "<local>")
+		}
+	}
+	return s
+}
