@@ -247,3 +247,26 @@ func TestRefusalsNeverNameLocalPaths(t *testing.T) {
 		t.Fatalf("prepare on a node without Incoming: %+v", resp)
 	}
 }
+
+// TestDropsAMigrationWhoseSourceWentSilent: the streams of a prepared
+// migration end and no finish comes (the source lost the link): the target
+// cancels it in libvirt rather than keep its QEMU waiting.
+func TestDropsAMigrationWhoseSourceWentSilent(t *testing.T) {
+	src := startNode(t, nil)
+	dst := startNodeWith(t, Config{FinishWait: 200 * time.Millisecond})
+	prepare(t, src, dst, "s1", 0, false)
+	c := openDirect(t, src, dst, "s1")
+	c.Close()
+	waitMetric(t, func() bool { return len(dst.in.cancels()) == 1 })
+	if len(dst.p.Registered()) != 0 {
+		t.Fatalf("still registered: %+v", dst.p.Registered())
+	}
+	// One finishing in time is not touched.
+	prepare(t, src, dst, "s2", 0, false)
+	openDirect(t, src, dst, "s2").Close()
+	finish(t, src, dst, "s2", false)
+	time.Sleep(400 * time.Millisecond)
+	if got := dst.in.cancels(); len(got) != 1 {
+		t.Fatalf("libvirt cancels %v after a finished migration", got)
+	}
+}

@@ -177,6 +177,21 @@ func (p *Proxy) cancel(raw net.Conn, req ControlRequest) ControlResponse {
 	return ControlResponse{Counters: counters}
 }
 
+// streamEnded forgets a relayed connection; when it was the migration's
+// last, the source's finish should follow at once, and if it does not the
+// migration is dropped.
+func (p *Proxy) streamEnded(e *entry, c net.Conn) {
+	p.reg.untrack(e, c)
+	if e.in == nil || !p.reg.idle(e) {
+		return
+	}
+	p.reg.addTimer(e, p.cfg.FinishWait, func() {
+		if p.reg.idle(e) {
+			p.dropIncoming(e.m.ID, fmt.Sprintf("its streams ended and no finish came within %v", p.cfg.FinishWait))
+		}
+	})
+}
+
 // dropIncoming ends a prepared migration nobody will finish, telling
 // libvirt first; one already finishing is left to its finish.
 func (p *Proxy) dropIncoming(id, why string) bool {

@@ -189,6 +189,13 @@ func (r *registry) hasStarted(e *entry) bool {
 	return e.started
 }
 
+// idle: started, still prepared, and no stream open.
+func (r *registry) idle(e *entry) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return e.ended == "" && e.started && e.m.State == statePrepared && len(e.conns) == 0
+}
+
 func (r *registry) untrack(e *entry, c net.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -46,6 +46,10 @@ type Config struct {
 	// FirstStreamWait is how long a prepared migration waits for its first
 	// data stream before it is dropped; default 2m.
 	FirstStreamWait time.Duration
+	// FinishWait is how long a prepared migration whose streams have all
+	// closed waits for its source's finish before it is dropped: a source
+	// cut off by the link cannot send it. Default 30s.
+	FinishWait time.Duration
 	// UserTimeout is TCP_USER_TIMEOUT on connections between proxies:
 	// with no peer to ask, a migration link cut without a reset would
 	// otherwise hold a stream for the kernel's 15 minutes of
@@ -79,6 +83,9 @@ func (c *Config) defaults() {
 	}
 	if c.FirstStreamWait <= 0 {
 		c.FirstStreamWait = 2 * time.Minute
+	}
+	if c.FinishWait <= 0 {
+		c.FinishWait = 30 * time.Second
 	}
 	if c.UserTimeout <= 0 {
 		c.UserTimeout = 30 * time.Second
@@ -271,7 +278,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		c.Close()
 		return
 	}
-	defer p.reg.untrack(e, c)
+	defer p.streamEnded(e, c)
 	if err := writeStatus(c, ""); err != nil {
 		local.Close()
 		c.Close()
