@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	libvirt "github.com/digitalocean/go-libvirt"
+
 	"github.com/ferry-vm/ferry/daemon"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -220,4 +222,40 @@ func TestProxyRefusesStrangersAndKeepsServing(t *testing.T) {
 	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: "after-refusal", From: "a", To: "b"}); err != nil {
 		t.Fatalf("migration after the refusal: %v", err)
 	}
+}
+
+// TestProxyRefusesToPrepareADomainTheTargetRuns: a prepare for a domain name
+// that already runs on the target is refused there, before its libvirt is
+// asked to prepare, counted, and leaves the guest running on the source and
+// nothing behind on either node.
+func TestProxyRefusesToPrepareADomainTheTargetRuns(t *testing.T) {
+	guest(t, testbed.GuestSpec{Name: "twin", MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: -1})
+	l, err := bed.Libvirt("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Disconnect()
+	// A paused namesake on b: no guest kernel needed.
+	dom, err := l.DomainCreateXML(`<domain type='qemu'><name>twin</name><memory unit='MiB'>64</memory>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os>
+  <devices><emulator>/usr/bin/qemu-system-x86_64</emulator><memballoon model='none'/></devices></domain>`, libvirt.DomainStartPaused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.DomainDestroy(dom)
+	before, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="domain_exists"`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = bed.Migrate(ctx, testbed.MigrateSpec{Name: "twin", From: "a", To: "b"})
+	if err == nil || !strings.Contains(err.Error(), "already runs on this node") {
+		t.Fatalf("migrating onto a node that runs the same domain: %v, want a domain_exists refusal", err)
+	}
+	t.Logf("refused: %v", err)
+	if v, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="domain_exists"`); v != before+1 {
+		t.Errorf("ferry_proxy_rejected_total{reason=domain_exists} on b = %v, want %v", v, before+1)
+	}
+	if st, _ := domainState(t, "a", "twin"); st != 1 {
+		t.Errorf("guest not running on a after the refusal (state %d)", st)
+	}
+	assertTornDown(t, "a", "b")
 }
