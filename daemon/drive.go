@@ -178,7 +178,8 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
 	}
 	prep, err := d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
-		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, DeadlineSeconds: deadline.Seconds()})
+		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
+		DeadlineSeconds: deadline.Seconds()})
 	if err != nil {
 		d.drives.end(req.Domain)
 		return MigrateResponse{}, fmt.Errorf("preparing the migration on the target: %w", err)

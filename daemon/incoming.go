@@ -49,6 +49,11 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	if extra := flags &^ allowed; extra != 0 {
 		return nil, &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel)", uint32(extra))}
 	}
+	if m.PostCopy != (flags&libvirt.MigratePostcopy != 0) {
+		// The streams were counted for one mode; libvirt would run the
+		// other.
+		return nil, &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("postCopy %v does not match the migration flags %#x", m.PostCopy, uint32(flags))}
+	}
 	if err := libvirtx.CheckIncomingXML(domXML, m.Domain, in.allowed); err != nil {
 		return nil, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}

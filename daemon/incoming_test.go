@@ -38,6 +38,7 @@ func TestPrepareRefusalsFromThisNode(t *testing.T) {
 		{"another name", "vm", "<domain type='qemu'><name>other</name></domain>", 1, "invalid_domain_xml", "<name>"},
 		{"peer to peer", "vm", good, 1 | 2, "flags_not_allowed", "0x2"},
 		{"persist on the target", "vm", good, 1 | 8, "flags_not_allowed", "0x8"},
+		{"post-copy flag without its stream", "vm", good, 1 | 0x8000, "flags_not_allowed", "postCopy false"},
 		{"libvirt down", "vm", good, 1, "prepare_failed", "not connected"},
 	}
 	for i, c := range cases {

@@ -37,13 +37,14 @@ type ControlRequest struct {
 	Migration string `json:"migration"`
 	Domain    string `json:"domain"`
 	// Prepare: libvirt's domain XML and cookie from the source's Begin,
-	// the migration flags, the multifd connection count and whether a disk
-	// stream comes too; DeadlineSeconds is how long the source gives the
-	// whole migration (the target caps it).
+	// the migration flags, the multifd connection count, whether post-copy
+	// may be used and whether a disk stream comes too; DeadlineSeconds is
+	// how long the source gives the whole migration (the target caps it).
 	XML             string  `json:"xml,omitempty"`
 	Cookie          []byte  `json:"cookie,omitempty"`
 	Flags           uint32  `json:"flags,omitempty"`
 	Parallel        int     `json:"parallel,omitempty"`
+	PostCopy        bool    `json:"postCopy,omitempty"`
 	Disk            bool    `json:"disk,omitempty"`
 	DeadlineSeconds float64 `json:"deadlineSeconds,omitempty"`
 	// Finish: the Perform cookie rides in Cookie; Cancelled says Perform

@@ -270,3 +270,21 @@ func TestDropsAMigrationWhoseSourceWentSilent(t *testing.T) {
 		t.Fatalf("libvirt cancels %v after a finished migration", got)
 	}
 }
+
+// TestPostCopyMayOpenOneMoreMemoryConnection: QEMU opens a second channel
+// for post-copy, so a migration prepared for post-copy takes 2 + parallel.
+func TestPostCopyMayOpenOneMoreMemoryConnection(t *testing.T) {
+	src, dst := startNode(t, nil), startNode(t, nil)
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "pc1", Domain: "vm",
+		XML: testXML, Flags: 1, PostCopy: true}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := openDirect(t, src, dst, "pc1"), openDirect(t, src, dst, "pc1")
+	defer a.Close()
+	defer b.Close()
+	_, err := src.p.dialPeer(context.Background(), dst.addr, Header{Kind: KindMemory, ID: "pc1"})
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "prepared for 2 memory") {
+		t.Fatalf("third connection of a post-copy migration: %v, want refused", err)
+	}
+}

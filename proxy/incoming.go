@@ -40,6 +40,7 @@ type IncomingMigration struct {
 	Domain    string
 	Flags     uint32
 	Parallel  int
+	PostCopy  bool
 	MemoryURI string
 	DiskURI   string // empty unless the source asked for a disk stream
 }
@@ -64,12 +65,17 @@ func TargetSocketPath(dir, id string, k Kind) string {
 }
 
 // newIncoming describes a migration of domain whose memory comes in
-// 1+parallel connections (and disk in one, if asked) to sockets in this
-// node's socket dir.
-func (p *Proxy) newIncoming(id, domain string, parallel int, disk bool, ttl time.Duration) Migration {
+// 1+parallel connections, one more if post-copy may be used (QEMU opens a
+// second channel for post-copy's page requests), and disk in one, if
+// asked, to sockets in this node's socket dir.
+func (p *Proxy) newIncoming(id, domain string, parallel int, postCopy, disk bool, ttl time.Duration) Migration {
+	memory := 1 + parallel
+	if postCopy {
+		memory++
+	}
 	m := Migration{ID: id, Domain: domain, State: statePreparing, Expires: time.Now().Add(ttl),
 		Targets: map[Kind]string{KindMemory: TargetSocketPath(p.cfg.SocketDir, id, KindMemory)},
-		Limits:  map[Kind]int{KindMemory: 1 + parallel}}
+		Limits:  map[Kind]int{KindMemory: memory}}
 	if disk {
 		m.Targets[KindDisk] = TargetSocketPath(p.cfg.SocketDir, id, KindDisk)
 		m.Limits[KindDisk] = 1
@@ -91,8 +97,8 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest) ControlResponse {
 	if req.DeadlineSeconds > 0 {
 		ttl = min(ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
 	}
-	m := p.newIncoming(req.Migration, req.Domain, req.Parallel, req.Disk, ttl)
-	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Flags: req.Flags, Parallel: req.Parallel,
+	m := p.newIncoming(req.Migration, req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
+	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
 		MemoryURI: "unix://" + m.Targets[KindMemory]}
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
@@ -124,7 +130,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest) ControlResponse {
 	})
 	p.reg.addTimer(e, ttl, func() { p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl)) })
 	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("domain", m.Domain),
-		zap.Int("parallel", req.Parallel), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
+		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
 		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()))
 	return ControlResponse{Cookie: cookie}
 }
@@ -154,7 +160,12 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest) ControlResponse {
 	}
 	if err != nil {
 		why = "finish failed: " + err.Error()
-		p.log.Warn("incoming migration did not finish", zap.String("migration", req.Migration), zap.String("domain", req.Domain),
+		// libvirt answers a cancelled Finish with an error too.
+		level := zap.WarnLevel
+		if req.Cancelled {
+			level = zap.InfoLevel
+		}
+		p.log.Log(level, "incoming migration did not finish", zap.String("migration", req.Migration), zap.String("domain", req.Domain),
 			zap.Bool("cancelled", req.Cancelled), zap.Error(err), zap.Duration("took", time.Since(start)))
 	}
 	p.Unregister(req.Migration, why)
@@ -257,7 +268,7 @@ func (p *Proxy) dropAllPrepared(why string) {
 // libvirt side its caller runs itself (tests, benchmarks): memory in
 // 1+parallel connections, disk in one if asked. Peers can only prepare.
 func (p *Proxy) Register(id, domain string, parallel int, disk bool) (Migration, error) {
-	m := p.newIncoming(id, domain, parallel, disk, p.cfg.RegistrationTTL)
+	m := p.newIncoming(id, domain, parallel, false, disk, p.cfg.RegistrationTTL)
 	m.State = statePrepared
 	if err := p.reg.add(m, nil); err != nil {
 		return m, err
