@@ -3,6 +3,7 @@ package migration
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,8 +18,13 @@ import (
 // and report the same failure again.
 const ledgerFile = "postcopy-failed.json"
 
-// maxLedger bounds the file: far more domains than a node runs.
-const maxLedger = 4096
+// Bounds on what one libvirt socket (a launcher pod, which need not be
+// honest) can make the ledger hold, and on the whole file.
+const (
+	maxLedgerPerSocket = 256
+	maxLedger          = 4096
+	maxLedgerBytes     = 4 << 20
+)
 
 type ledgerRecord struct {
 	Socket   string    `json:"socket"`
@@ -26,14 +32,18 @@ type ledgerRecord struct {
 	UUID     string    `json:"uuid"`
 	Role     Role      `json:"role"`
 	Detected time.Time `json:"detected"`
+	// shown: this process has a job for it, so it is neither opened nor
+	// reported again however long the domain stays failed.
+	shown bool
 }
 
-// ledger is used under the tracker's lock. Writes are rare (one per
-// post-copy failure, one per recovery) and small.
+// ledger is used under the tracker's lock; changes are written once per
+// input (flush), not once per record.
 type ledger struct {
-	path string
-	log  *zap.Logger
-	recs []ledgerRecord
+	path  string
+	log   *zap.Logger
+	recs  []ledgerRecord
+	dirty bool
 }
 
 // openLedger loads the ledger of dir; with no dir it keeps records in
@@ -45,15 +55,15 @@ func openLedger(dir string, log *zap.Logger) *ledger {
 		return l
 	}
 	l.path = filepath.Join(dir, ledgerFile)
-	b, err := os.ReadFile(l.path)
+	b, err := readBounded(l.path, maxLedgerBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		log.Warn("post-copy failure ledger unreadable; failures still in place will be reported again", zap.String("path", l.path), zap.Error(err))
 	default:
-		if err := json.Unmarshal(b, &l.recs); err != nil {
+		if err := json.Unmarshal(b, &l.recs); err != nil || len(l.recs) > maxLedger {
 			log.Warn("post-copy failure ledger corrupt; set aside, failures still in place will be reported again",
-				zap.String("path", l.path), zap.Error(err))
+				zap.String("path", l.path), zap.Error(err), zap.Int("records", len(l.recs)))
 			l.recs = nil
 			_ = os.Rename(l.path, l.path+".corrupt")
 		}
@@ -61,24 +71,52 @@ func openLedger(dir string, log *zap.Logger) *ledger {
 	return l
 }
 
-func (l *ledger) get(uuid string, role Role) (ledgerRecord, bool) {
-	for _, r := range l.recs {
-		if r.UUID == uuid && r.Role == role {
-			return r, true
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = errors.New("larger than expected")
+	}
+	return b, err
+}
+
+func (l *ledger) get(socket, uuid string, role Role) *ledgerRecord {
+	for i := range l.recs {
+		if r := &l.recs[i]; r.Socket == socket && r.UUID == uuid && r.Role == role {
+			return r
 		}
 	}
-	return ledgerRecord{}, false
+	return nil
 }
 
 func (l *ledger) add(r ledgerRecord) {
-	if _, ok := l.get(r.UUID, r.Role); ok {
+	if l.get(r.Socket, r.UUID, r.Role) != nil {
 		return
 	}
-	l.recs = append(l.recs, r)
-	if len(l.recs) > maxLedger {
-		l.recs = l.recs[len(l.recs)-maxLedger:]
+	n, oldest := 0, -1
+	for i, x := range l.recs {
+		if x.Socket == r.Socket {
+			n++
+			if oldest < 0 {
+				oldest = i
+			}
+		}
 	}
-	l.save()
+	if n >= maxLedgerPerSocket {
+		l.recs = append(l.recs[:oldest], l.recs[oldest+1:]...)
+	}
+	if len(l.recs) >= maxLedger {
+		l.log.Warn("post-copy failure ledger full; this failure may be reported again after a restart",
+			zap.String("domain", r.Domain), zap.String("socket", r.Socket))
+		return
+	}
+	r.shown = true
+	l.recs = append(l.recs, r)
+	l.dirty = true
 }
 
 // prune drops the records of socket that keep() rejects: their domains
@@ -95,25 +133,47 @@ func (l *ledger) prune(socket string, keep func(ledgerRecord) bool) {
 	}
 	clear(l.recs[len(out):])
 	l.recs = out
-	l.save()
+	l.dirty = true
 }
 
-// save replaces the file atomically, so a crash leaves the old or the new.
-func (l *ledger) save() {
-	if l.path == "" {
+// flush writes the ledger if it changed, replacing the file atomically (a
+// fresh temporary file, synced, then renamed) so a crash leaves the old or
+// the new one.
+func (l *ledger) flush() {
+	if !l.dirty || l.path == "" {
+		l.dirty = false
 		return
 	}
-	b, err := json.Marshal(l.recs)
-	if err == nil {
-		err = os.MkdirAll(filepath.Dir(l.path), 0o700)
-	}
-	if err == nil {
-		tmp := l.path + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, l.path)
-		}
-	}
-	if err != nil {
+	l.dirty = false
+	if err := l.write(); err != nil {
 		l.log.Warn("cannot write the post-copy failure ledger; a restart may report failures again", zap.String("path", l.path), zap.Error(err))
 	}
+}
+
+func (l *ledger) write() error {
+	b, err := json.Marshal(l.recs)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(l.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ledgerFile+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // gone after the rename; removes a failed attempt
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), l.path)
 }

@@ -166,9 +166,9 @@ func eventState(event, detail int32) (libvirtx.State, int32, bool) {
 		// Stopped details are the shutoff reasons shifted by one (the
 		// reasons start with "unknown").
 		return libvirtx.StateShutoff, detail + 1, true
-	case libvirtx.EventCrashed:
-		return libvirtx.StateCrashed, detail + 1, true
 	}
+	// A crashed event implies no state: after crashloaded the guest runs
+	// on, and a guest left crashed is seen as such in the next listing.
 	return 0, 0, false
 }
 
