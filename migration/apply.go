@@ -263,7 +263,7 @@ func (t *Tracker) applyEnded(in input) {
 	}
 	// libvirt keeps the last completed record until another job completes:
 	// one that ran shorter than this job was seen running is an older job's.
-	if done := in.stats; in.err == nil && done.Operation == op && done.TimeElapsedMs+1000 >= j.view.ElapsedMs {
+	if done := in.stats; in.err == nil && done.Operation == op && (done.TimeElapsedMs == 0 || done.TimeElapsedMs+1000 >= j.view.ElapsedMs) {
 		j.view.DowntimeMs = done.DowntimeMs
 		switch done.Type {
 		case libvirtx.JobCompleted:
