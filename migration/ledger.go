@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/internal/atomicfile"
 )
 
 // ledgerFile holds the post-copy failures this node recorded whose domains
@@ -136,9 +138,7 @@ func (l *ledger) prune(socket string, keep func(ledgerRecord) bool) {
 	l.dirty = true
 }
 
-// flush writes the ledger if it changed, replacing the file atomically (a
-// fresh temporary file, synced, then renamed) so a crash leaves the old or
-// the new one.
+// flush writes the ledger if it changed.
 func (l *ledger) flush() {
 	if !l.dirty || l.path == "" {
 		l.dirty = false
@@ -155,25 +155,8 @@ func (l *ledger) write() error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(l.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ledgerFile+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // gone after the rename; removes a failed attempt
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), l.path)
+	return atomicfile.Write(l.path, b)
 }
