@@ -268,3 +268,13 @@ func percents(s string) []float64 {
 	}
 	return out
 }
+
+func TestAssessExpectedDowntimeEqualToTheLimitIsNotEvidence(t *testing.T) {
+	// Seen on the test bed: QEMU still reporting its initial figure (the
+	// limit itself) mid-migration, with far more left than fits.
+	a := Assess(nil, Figures{RemainingBytes: 436 << 20, MemoryTotalBytes: 512 << 20, TransferBps: 224 << 20,
+		DirtyBps: 196 << 20, MaxDowntime: 300 * time.Millisecond, ExpectedDowntime: 300 * time.Millisecond})
+	if a.Verdict == VerdictConverging {
+		t.Fatalf("verdict %s (%s): the limit echoed back is not an estimate", a.Verdict, a.Reason)
+	}
+}
