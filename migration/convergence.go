@@ -30,6 +30,14 @@ const (
 	maxPasses = 30
 )
 
+// A shrink ratio of at least pinnedRatio, beyond what the rates explain by
+// a margin (rates predict less than pinnedSlack of it), is a working set
+// the guest re-dirties whole within every pass.
+const (
+	pinnedRatio = 0.85
+	pinnedSlack = 0.75
+)
+
 // Assessment is the convergence verdict with its reason and an ETA.
 type Assessment struct {
 	Verdict Verdict
@@ -118,6 +126,16 @@ func Assess(iters []Iteration, f Figures) Assessment {
 			Reason: fmt.Sprintf("nothing is being sent, though each pass left %s of the previous one; %s", pct(m), figures)}
 	}
 
+	// A pass that leaves far more than the guest could dirty while it ran
+	// (dirty/transfer of what it started with) is pinned at the guest's
+	// working set: the guest re-dirties all of it within a pass, so passes
+	// stop shrinking there. Seen: passes of 429, 385, 384 ... 385 MiB at
+	// dirty 185 vs transfer 485 MiB/s, for 492 passes.
+	if r := float64(f.DirtyBps) / transfer; m >= pinnedRatio && r < m*pinnedSlack {
+		return Assessment{Verdict: VerdictStalled, Reason: fmt.Sprintf(
+			"each pass re-sends the guest's working set (~%s): it leaves %s of the previous one where the rates alone would leave %s; %s",
+			units.IEC(bytesOf(start)), pct(m), pct(r), figures)}
+	}
 	passes := math.Ceil(math.Log(threshold/start) / math.Log(m))
 	if !(passes >= 1) { // m == 0: the next pass leaves nothing
 		passes = 1
@@ -151,6 +169,9 @@ func passRatios(iters []Iteration) []float64 {
 }
 
 func pct(x float64) string {
+	if x < 0.0001 {
+		return "under 0.01 %"
+	}
 	if x < 0.01 {
 		return fmt.Sprintf("%.2g %%", x*100)
 	}

@@ -294,4 +294,11 @@ func TestAssessEarlyShrinkOfAStallIsNotConvergence(t *testing.T) {
 	if a.Verdict == VerdictConverging {
 		t.Fatalf("verdict %s (%s), want a stall", a.Verdict, a.Reason)
 	}
+	// By pass 3 one ratio (0.90) is known, far above what the rates allow
+	// (dirty/transfer 0.40): the passes are pinned at the working set.
+	a = Assess(its[:3], Figures{RemainingBytes: 385 << 20, MemoryTotalBytes: 512 << 20, TransferBps: 485 << 20,
+		DirtyBps: 194 << 20, MaxDowntime: 300 * time.Millisecond})
+	if a.Verdict != VerdictStalled || !strings.Contains(a.Reason, "working set") {
+		t.Fatalf("at pass 3: verdict %s (%s), want Stalled at the working set", a.Verdict, a.Reason)
+	}
 }
