@@ -164,6 +164,22 @@ func (p *Pool) rescan(ctx context.Context) {
 			globbed[m] = true
 		}
 	}
+	// Whether a path that left the glob is really gone is asked outside the
+	// lock: a hung mount must not stall Status and Ready.
+	p.mu.Lock()
+	var left []string
+	for s := range p.running {
+		if !want[s] {
+			left = append(left, s)
+		}
+	}
+	p.mu.Unlock()
+	gone := map[string]bool{}
+	for _, s := range left {
+		_, err := os.Lstat(s)
+		gone[s] = errors.Is(err, fs.ErrNotExist)
+	}
+
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.started = true
@@ -190,7 +206,7 @@ func (p *Pool) rescan(ctx context.Context) {
 			delete(p.misses, s)
 			continue
 		}
-		if _, err := os.Lstat(s); !errors.Is(err, fs.ErrNotExist) {
+		if !gone[s] {
 			delete(p.misses, s)
 			continue
 		}

@@ -28,8 +28,14 @@ const vanishGrace = 2 * time.Second
 // apply folds one input into the tracker and returns what to read next.
 func (t *Tracker) apply(in input) []action {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	defer t.ledger.flush()
+	acts := t.dispatch(in)
+	snap := t.ledger.snapshot()
+	t.mu.Unlock()
+	t.ledger.write(snap)
+	return acts
+}
+
+func (t *Tracker) dispatch(in input) []action {
 	switch in.kind {
 	case inLifecycle:
 		return t.applyLifecycle(in)
@@ -182,14 +188,15 @@ func (t *Tracker) applyList(in input) []action {
 // state a failed post-copy leaves, and for which side: a side this node
 // recorded, else the side the state alone implies.
 func (t *Tracker) postCopyFailedRole(socket string, d libvirtx.Domain) (Role, bool) {
+	implied, pcf := postCopyFailedState(d.State, d.Reason)
 	for _, role := range []Role{RoleSource, RoleTarget} {
-		if t.ledger.get(socket, d.UUID, role) != nil {
-			if tr, ok := lookup(role, ModePostCopy, d.State, d.Reason); ok && tr.end == PhasePostCopyFailed {
+		if t.ledger.known(ledgerKey{socket, d.UUID, role}) {
+			if tr, ok := lookup(role, ModePostCopy, d.State, d.Reason); pcf || ok && tr.end == PhasePostCopyFailed {
 				return role, true
 			}
 		}
 	}
-	return postCopyFailedState(d.State, d.Reason)
+	return implied, pcf
 }
 
 func (t *Tracker) applyStats(in input) []action {
@@ -416,9 +423,6 @@ func (t *Tracker) openTarget(in input, why string) *job {
 		// was the source (a source resuming in post-copy is no target).
 		return nil
 	}
-	if t.ledger.get(in.socket, libvirtx.UUIDString(in.dom.UUID), RoleSource) != nil {
-		return nil
-	}
 	return t.newJob(in.socket, in.dom, RoleTarget, in.at, why)
 }
 
@@ -433,7 +437,7 @@ func (t *Tracker) openSource(in input) *job {
 			return nil
 		}
 	}
-	if t.ledger.get(in.socket, libvirtx.UUIDString(in.dom.UUID), RoleSource) != nil {
+	if t.ledger.known(ledgerKey{in.socket, libvirtx.UUIDString(in.dom.UUID), RoleSource}) {
 		return nil // the failed post-copy's job, which libvirt keeps active
 	}
 	start := in.got.Add(-time.Duration(in.stats.TimeElapsedMs) * time.Millisecond)
@@ -457,8 +461,8 @@ func (t *Tracker) openSource(in input) *job {
 func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role Role, st libvirtx.State, reason int32, at time.Time, how string) {
 	key := jobKey{socket, dom.Name}
 	name := stateName(st, reason)
-	rec := t.ledger.get(socket, libvirtx.UUIDString(dom.UUID), role)
-	if rec != nil && rec.shown {
+	lk := ledgerKey{socket, libvirtx.UUIDString(dom.UUID), role}
+	if _, shown := t.ledger.shown[lk]; shown {
 		if last := t.latest[key]; last != nil && last.view.DomainState != name {
 			last.view.DomainState = name
 			t.addEvent(last, at, "state", name+" ("+how+", already recorded)")
@@ -468,12 +472,13 @@ func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role R
 	j := t.newJob(socket, dom, role, at, "domain "+name+" ("+how+")")
 	j.view.Mode = ModePostCopy
 	j.view.DomainState = name
-	tr, _ := lookup(role, ModePostCopy, st, reason)
-	why := fmt.Sprintf(tr.why, name)
-	if rec != nil {
+	why := "post-copy failed (" + name + ")"
+	if tr, ok := lookup(role, ModePostCopy, st, reason); ok && tr.why != "" {
+		why = fmt.Sprintf(tr.why, name)
+	}
+	if rec, ok := t.ledger.recorded(lk); ok {
 		// Counted when it happened, by the ferryd before this one; a counter
 		// that counted it again would page again.
-		rec.shown = true
 		j.recovered = true
 		j.view.StartTime = rec.Detected
 		why += fmt.Sprintf(" (recorded at %s, before ferryd restarted)", rec.Detected.UTC().Format(time.RFC3339))

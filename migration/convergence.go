@@ -34,9 +34,25 @@ const (
 // a margin (rates predict less than pinnedSlack of it), is a working set
 // the guest re-dirties whole within every pass.
 const (
-	pinnedRatio = 0.85
-	pinnedSlack = 0.75
+	pinnedRatio  = 0.85
+	pinnedSlack  = 0.75
+	stoppedRatio = 0.97
 )
+
+// passRates is dirty/transfer, the larger of its value at the start of the
+// latest pass (the rates the ratios were made under) and now: a pass is
+// called pinned only when no reading of the rates explains it. ok=false
+// until QEMU has measured a dirty rate at all.
+func passRates(iters []Iteration, f Figures) (float64, bool) {
+	r, ok := 0.0, false
+	if n := len(iters); n > 0 && iters[n-1].sampled && iters[n-1].DirtyRateBytesPerSecond > 0 && iters[n-1].TransferRateBytesPerSecond > 0 {
+		r, ok = float64(iters[n-1].DirtyRateBytesPerSecond)/float64(iters[n-1].TransferRateBytesPerSecond), true
+	}
+	if f.DirtyBps > 0 && f.TransferBps > 0 {
+		r, ok = max(r, float64(f.DirtyBps)/float64(f.TransferBps)), true
+	}
+	return r, ok
+}
 
 // Assessment is the convergence verdict with its reason and an ETA.
 type Assessment struct {
@@ -111,10 +127,12 @@ func Assess(iters []Iteration, f Figures) Assessment {
 		}
 		return a
 	}
-	// The latest ratio weighs as much as the median: early passes of a
-	// stall shrink by chance (429, 385, 384 MiB: a median of 0.95 would
-	// project convergence), and a guest that stops shrinking has stopped.
-	m := max(median(ratios), ratios[len(ratios)-1])
+	// The median keeps one mis-read pass start from moving the verdict; two
+	// last passes that both stopped shrinking say the guest has stopped.
+	m := median(ratios)
+	if n := len(ratios); n >= 2 && min(ratios[n-1], ratios[n-2]) >= stoppedRatio {
+		m = max(m, min(ratios[n-1], ratios[n-2]))
+	}
 	switch {
 	case m >= divergingRatio:
 		return Assessment{Verdict: VerdictDiverging, Reason: fmt.Sprintf("grows %s per pass; %s", growth(m), figures)}
@@ -131,7 +149,7 @@ func Assess(iters []Iteration, f Figures) Assessment {
 	// working set: the guest re-dirties all of it within a pass, so passes
 	// stop shrinking there. Seen: passes of 429, 385, 384 ... 385 MiB at
 	// dirty 185 vs transfer 485 MiB/s, for 492 passes.
-	if r := float64(f.DirtyBps) / transfer; m >= pinnedRatio && r < m*pinnedSlack {
+	if r, ok := passRates(iters, f); ok && m >= pinnedRatio && r < m*pinnedSlack {
 		return Assessment{Verdict: VerdictStalled, Reason: fmt.Sprintf(
 			"each pass re-sends the guest's working set (~%s): it leaves %s of the previous one where the rates alone would leave %s; %s",
 			units.IEC(bytesOf(start)), pct(m), pct(r), figures)}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,25 +35,41 @@ type ledgerRecord struct {
 	UUID     string    `json:"uuid"`
 	Role     Role      `json:"role"`
 	Detected time.Time `json:"detected"`
-	// shown: this process has a job for it, so it is neither opened nor
-	// reported again however long the domain stays failed.
-	shown bool
 }
 
-// ledger is used under the tracker's lock; changes are written once per
-// input (flush), not once per record.
+type ledgerKey struct {
+	socket, uuid string
+	role         Role
+}
+
+func (r ledgerRecord) key() ledgerKey { return ledgerKey{r.Socket, r.UUID, r.Role} }
+
+// ledger is used under the tracker's lock; the file is written outside it
+// (see snapshot and write).
 type ledger struct {
-	path  string
-	log   *zap.Logger
-	recs  []ledgerRecord
-	dirty bool
+	path string
+	log  *zap.Logger
+	// recs are the records kept in the file: the previous ferryd's and
+	// this one's, within the bounds.
+	recs []ledgerRecord
+	// shown are the failures this process has a job for, so they are
+	// neither opened nor reported again however long the domain stays
+	// failed. Unbounded by design: it never depends on the file having room,
+	// and it holds no more than the failed domains libvirt lists.
+	shown map[ledgerKey]string // -> domain name
+	// seq is bumped on every change of recs; snapped is the seq of the
+	// last snapshot taken.
+	seq, snapped uint64
+
+	wmu     sync.Mutex
+	written uint64
 }
 
 // openLedger loads the ledger of dir; with no dir it keeps records in
 // memory only. A file that cannot be read is set aside, not trusted: the
 // worst outcome is one failure reported twice.
 func openLedger(dir string, log *zap.Logger) *ledger {
-	l := &ledger{log: log}
+	l := &ledger{log: log, shown: map[ledgerKey]string{}}
 	if dir == "" {
 		return l
 	}
@@ -86,44 +103,55 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return b, err
 }
 
-func (l *ledger) get(socket, uuid string, role Role) *ledgerRecord {
-	for i := range l.recs {
-		if r := &l.recs[i]; r.Socket == socket && r.UUID == uuid && r.Role == role {
-			return r
+// recorded returns the record a previous ferryd left of this failure.
+func (l *ledger) recorded(k ledgerKey) (ledgerRecord, bool) {
+	for _, r := range l.recs {
+		if r.key() == k {
+			return r, true
 		}
 	}
-	return nil
+	return ledgerRecord{}, false
 }
 
+// known reports a failure recorded by this process or a previous one.
+func (l *ledger) known(k ledgerKey) bool {
+	_, ok := l.recorded(k)
+	_, shown := l.shown[k]
+	return ok || shown
+}
+
+// add notes a failure this process has a job for, and keeps it in the
+// file when there is room: a socket past its share, or a full file, loses
+// only the restart guarantee for it, never this process's.
 func (l *ledger) add(r ledgerRecord) {
-	if l.get(r.Socket, r.UUID, r.Role) != nil {
+	k := r.key()
+	l.shown[k] = r.Domain
+	if _, ok := l.recorded(k); ok {
 		return
 	}
-	n, oldest := 0, -1
-	for i, x := range l.recs {
+	n := 0
+	for _, x := range l.recs {
 		if x.Socket == r.Socket {
 			n++
-			if oldest < 0 {
-				oldest = i
-			}
 		}
 	}
-	if n >= maxLedgerPerSocket {
-		l.recs = append(l.recs[:oldest], l.recs[oldest+1:]...)
-	}
-	if len(l.recs) >= maxLedger {
-		l.log.Warn("post-copy failure ledger full; this failure may be reported again after a restart",
+	if n >= maxLedgerPerSocket || len(l.recs) >= maxLedger {
+		l.log.Warn("post-copy failure ledger has no room for this failure; a restart may report it again",
 			zap.String("domain", r.Domain), zap.String("socket", r.Socket))
 		return
 	}
-	r.shown = true
 	l.recs = append(l.recs, r)
-	l.dirty = true
+	l.seq++
 }
 
-// prune drops the records of socket that keep() rejects: their domains
+// prune forgets the failures of socket that keep() rejects: their domains
 // left the post-copy-failed state, so a new failure must count again.
 func (l *ledger) prune(socket string, keep func(ledgerRecord) bool) {
+	for k, domain := range l.shown {
+		if k.socket == socket && !keep(ledgerRecord{Socket: k.socket, UUID: k.uuid, Role: k.role, Domain: domain}) {
+			delete(l.shown, k)
+		}
+	}
 	out := l.recs[:0]
 	for _, r := range l.recs {
 		if r.Socket != socket || keep(r) {
@@ -135,28 +163,48 @@ func (l *ledger) prune(socket string, keep func(ledgerRecord) bool) {
 	}
 	clear(l.recs[len(out):])
 	l.recs = out
-	l.dirty = true
+	l.seq++
 }
 
-// flush writes the ledger if it changed.
-func (l *ledger) flush() {
-	if !l.dirty || l.path == "" {
-		l.dirty = false
-		return
-	}
-	l.dirty = false
-	if err := l.write(); err != nil {
-		l.log.Warn("cannot write the post-copy failure ledger; a restart may report failures again", zap.String("path", l.path), zap.Error(err))
-	}
+// ledgerSnapshot is the file's next content, taken under the tracker's lock.
+type ledgerSnapshot struct {
+	seq  uint64
+	data []byte
 }
 
-func (l *ledger) write() error {
+// snapshot returns the content to write if the records changed since the
+// last snapshot; nil otherwise.
+func (l *ledger) snapshot() *ledgerSnapshot {
+	if l.path == "" || l.seq == l.snapped {
+		return nil
+	}
+	l.snapped = l.seq
 	b, err := json.Marshal(l.recs)
 	if err != nil {
-		return err
+		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
-		return err
+	return &ledgerSnapshot{seq: l.seq, data: b}
+}
+
+// write stores a snapshot, outside the tracker's lock: a synced write must
+// not stall every other socket and every scrape. An older snapshot never
+// replaces a newer one.
+func (l *ledger) write(s *ledgerSnapshot) {
+	if s == nil {
+		return
 	}
-	return atomicfile.Write(l.path, b)
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if s.seq <= l.written {
+		return
+	}
+	err := os.MkdirAll(filepath.Dir(l.path), 0o700)
+	if err == nil {
+		err = atomicfile.Write(l.path, s.data)
+	}
+	if err != nil {
+		l.log.Warn("cannot write the post-copy failure ledger; a restart may report failures again", zap.String("path", l.path), zap.Error(err))
+		return
+	}
+	l.written = s.seq
 }

@@ -94,7 +94,7 @@ func TestSplitBrainSourceIsKeptAcrossRestarts(t *testing.T) {
 
 	second := &feed{t: t, tr: NewTracker(Config{Node: "a", StateDir: dir}), dom: dom, now: first.now}
 	second.list(running(libvirtx.RunningPostCopy))
-	second.stats(outgoing(3, 100))                                     // libvirt keeps the failed job active
+	second.stats(outgoing(3, 100))                                    // libvirt keeps the failed job active
 	second.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy) // no phantom target
 	second.wantJobs(0, 1)
 	second.wantTotal(RoleSource, "postcopy_failed", 0)

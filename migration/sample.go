@@ -46,10 +46,12 @@ func (s *sampler) follow(ctx context.Context, acts []action) {
 	for _, a := range acts {
 		if a.what == settleLater {
 			a.what = settle
+			// Dropped when the queue is full: every listing settles a
+			// job vanished past the grace again.
 			time.AfterFunc(vanishGrace, func() {
 				select {
 				case s.kick <- a:
-				case <-ctx.Done():
+				default:
 				}
 			})
 			continue
@@ -74,6 +76,11 @@ func (t *Tracker) forgetSocket(socket string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.domains, socket)
+	for k := range t.stateAt {
+		if k.socket == socket {
+			delete(t.stateAt, k)
+		}
+	}
 }
 
 // scan lists domains in one call, then reads job stats of each active

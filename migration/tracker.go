@@ -410,7 +410,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	if !j.recovered {
 		t.totals[Total{j.view.Role, resultLabel(phase)}]++
 	}
-	if phase == PhasePostCopyFailed && !j.recovered {
+	if phase == PhasePostCopyFailed {
 		t.ledger.add(ledgerRecord{Socket: j.view.Socket, Domain: j.view.Domain, UUID: j.view.UUID, Role: j.view.Role, Detected: at})
 	}
 	if phase == PhaseCompleted && j.view.Role == RoleTarget {

@@ -259,10 +259,11 @@ func TestLauncherSocketRemovedMidMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	removed := time.Now()
-	// The glob is read again every 5 s. Not fatal: what the target's
-	// ferryd and libvirt say at the end is worth seeing either way.
+	// The glob is read again every 5 s, and a socket is gone once two scans
+	// in a row miss it. Not fatal: what the target's ferryd and libvirt say
+	// at the end is worth seeing either way.
 	var src migration.Job
-	for deadline := removed.Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := removed.Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if j, ok := ferryOn("a").job("sockrm"); ok {
 			if src = j; j.Phase != migration.PhaseRunning {
 				break

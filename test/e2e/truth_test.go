@@ -25,10 +25,11 @@ const phaseLost migration.Phase = "Lost"
 
 // libvirt's numeric states and reasons, as go-libvirt returns them.
 const (
-	stRunning  = int32(libvirt.DomainRunning)
-	stPaused   = int32(libvirt.DomainPaused)
-	stShutoff  = int32(libvirt.DomainShutoff)
-	rsMigrated = int32(libvirt.DomainRunningMigrated)
+	stRunning         = int32(libvirt.DomainRunning)
+	stPaused          = int32(libvirt.DomainPaused)
+	stShutoff         = int32(libvirt.DomainShutoff)
+	rsMigrated        = int32(libvirt.DomainRunningMigrated)
+	rsShutoffMigrated = int32(libvirt.DomainShutoffMigrated)
 	// running/post-copy: normal on the target; on the source it means the
 	// source resumed its own vCPUs after post-copy failed (split brain).
 	rsRunningPostCopy       = int32(libvirt.DomainRunningPostcopy)
@@ -83,6 +84,12 @@ func (n nodeTruth) running() bool { return n.Present && n.State == stRunning }
 // migratedHere: the guest runs on this node as the product of a finished
 // migration (pre-copy or post-copy alike end as running/migrated).
 func (n nodeTruth) migratedHere() bool { return n.running() && n.Reason == rsMigrated }
+
+// migratedAway: a transient domain is gone once migrated; a persistent one
+// (KubeVirt's) stays defined, shut off as migrated.
+func (n nodeTruth) migratedAway() bool {
+	return !n.Present || (n.State == stShutoff && n.Reason == rsShutoffMigrated)
+}
 
 func (n nodeTruth) postCopyFailedSource() bool {
 	return n.Present && ((n.State == stPaused && n.Reason == rsPausedPostCopyFailed) ||
@@ -254,7 +261,7 @@ func (o outcome) violations() []string {
 		add("the target job is still Running")
 	}
 	// libvirt moved the guest: the source's copy is gone, the target's runs.
-	migrated := !s.Present && d.migratedHere()
+	migrated := s.migratedAway() && d.migratedHere()
 	if s.running() && d.running() && !d.postCopyFailedTarget() && !s.postCopyFailedSource() {
 		add("libvirt runs the guest on both nodes (%s, %s)", s, d)
 	}
