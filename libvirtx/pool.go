@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -85,6 +87,7 @@ type Pool struct {
 	mu      sync.Mutex
 	status  map[string]*SocketStatus
 	running map[string]context.CancelCauseFunc
+	misses  map[string]int
 	started bool
 	wg      sync.WaitGroup
 }
@@ -92,7 +95,7 @@ type Pool struct {
 // NewPool makes a pool; Run starts it.
 func NewPool(cfg PoolConfig, h Handler, log *zap.Logger) *Pool {
 	cfg.defaults()
-	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, running: map[string]context.CancelCauseFunc{}}
+	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, running: map[string]context.CancelCauseFunc{}, misses: map[string]int{}}
 }
 
 // Run watches sockets until ctx ends, then waits for every connection to close.
@@ -161,6 +164,22 @@ func (p *Pool) rescan(ctx context.Context) {
 			globbed[m] = true
 		}
 	}
+	// Whether a path that left the glob is really gone is asked outside the
+	// lock: a hung mount must not stall Status and Ready.
+	p.mu.Lock()
+	var left []string
+	for s := range p.running {
+		if !want[s] {
+			left = append(left, s)
+		}
+	}
+	p.mu.Unlock()
+	gone := map[string]bool{}
+	for _, s := range left {
+		_, err := os.Lstat(s)
+		gone[s] = errors.Is(err, fs.ErrNotExist)
+	}
+
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.started = true
@@ -178,9 +197,21 @@ func (p *Pool) rescan(ctx context.Context) {
 		}()
 	}
 	// A glob match that vanished is a launcher pod that went away: stop
-	// retrying it. Explicitly configured sockets are retried forever.
+	// retrying it. Explicitly configured sockets are retried forever. Its
+	// jobs end for good then, so a glob that missed it for another reason
+	// (Glob drops I/O errors) must not count: the path itself must be gone,
+	// at two scans in a row.
 	for s, cancel := range p.running {
-		if !want[s] {
+		if want[s] {
+			delete(p.misses, s)
+			continue
+		}
+		if !gone[s] {
+			delete(p.misses, s)
+			continue
+		}
+		if p.misses[s]++; p.misses[s] >= 2 {
+			delete(p.misses, s)
 			cancel(ErrSocketGone)
 			delete(p.running, s)
 			delete(p.status, s)

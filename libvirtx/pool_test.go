@@ -128,3 +128,36 @@ func TestLostSaysGoneWhenTheDaemonDiedFirst(t *testing.T) {
 		t.Fatalf("socket removed after its daemon died: Lost got %v, want ErrSocketGone", err)
 	}
 }
+
+// A socket's jobs end for good when it is declared gone, so one scan that
+// misses it is not enough.
+func TestSocketGoneOnlyAfterTwoScansMissIt(t *testing.T) {
+	dir := t.TempDir()
+	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
+	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), CallTimeout: time.Second}, h, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		p.wg.Wait()
+	}()
+	f := newFakeLibvirt(t, filepath.Join(dir, "launcher.sock"))
+	p.rescan(ctx)
+	h.waitServed(t, f.path)
+	if err := os.Remove(f.path); err != nil {
+		t.Fatal(err)
+	}
+	watched := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		_, ok := p.running[f.path]
+		return ok
+	}
+	p.rescan(ctx)
+	if !watched() {
+		t.Fatal("one scan missing the socket declared it gone")
+	}
+	p.rescan(ctx)
+	if watched() {
+		t.Fatal("two scans missed the socket and it is still watched")
+	}
+}

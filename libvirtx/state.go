@@ -28,6 +28,7 @@ const (
 	PausedPostCopy        int32 = 12
 	PausedPostCopyFailed  int32 = 13
 	ShutoffMigrated       int32 = 4
+	CrashedReasonPanicked int32 = 1
 	ShutoffFailed         int32 = 6
 )
 
@@ -79,6 +80,7 @@ const (
 	StartedMigrated         int32 = 1
 	SuspendedPaused         int32 = 0
 	ResumedUnpaused         int32 = 0
+	CrashedPanicked         int32 = 0
 	SuspendedMigrated       int32 = 1
 	SuspendedPostCopy       int32 = 7
 	SuspendedPostCopyFailed int32 = 8

@@ -28,7 +28,14 @@ const vanishGrace = 2 * time.Second
 // apply folds one input into the tracker and returns what to read next.
 func (t *Tracker) apply(in input) []action {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	acts := t.dispatch(in)
+	snap := t.ledger.snapshot()
+	t.mu.Unlock()
+	t.ledger.write(snap)
+	return acts
+}
+
+func (t *Tracker) dispatch(in input) []action {
 	switch in.kind {
 	case inLifecycle:
 		return t.applyLifecycle(in)
@@ -57,7 +64,7 @@ func (t *Tracker) applyLifecycle(in input) []action {
 	name := libvirtx.EventName(ev.Event, ev.Detail)
 	st, rs, hasState := eventState(ev.Event, ev.Detail)
 	if hasState {
-		t.noteDomainState(in.socket, in.dom, st, rs)
+		t.noteDomainState(in.socket, in.dom, st, rs, in.at)
 	}
 	incoming := (ev.Event == libvirtx.EventStarted && ev.Detail == libvirtx.StartedMigrated) ||
 		(ev.Event == libvirtx.EventResumed && ev.Detail == libvirtx.ResumedPostCopy)
@@ -65,9 +72,12 @@ func (t *Tracker) applyLifecycle(in input) []action {
 		j = t.openTarget(in, "incoming migration (libvirt event "+name+")")
 	}
 	if j == nil {
-		if role, ok := postCopyFailedState(st, rs); hasState && ok {
-			t.recordPostCopyFailed(in.socket, in.dom, role, st, rs, in.at, "libvirt event "+name)
-			return nil
+		if hasState {
+			d := libvirtx.Domain{Ref: in.dom, Name: in.dom.Name, UUID: libvirtx.UUIDString(in.dom.UUID), State: st, Reason: rs}
+			if role, ok := t.postCopyFailedRole(in.socket, d); ok {
+				t.recordPostCopyFailed(in.socket, in.dom, role, st, rs, in.at, "libvirt event "+name)
+				return nil
+			}
 		}
 		if last := t.latest[key]; last != nil {
 			t.addEvent(last, in.at, "libvirt", "lifecycle "+name+" (after the job ended)")
@@ -110,6 +120,22 @@ func (t *Tracker) applyList(in input) []action {
 	for _, d := range in.list {
 		byName[d.Name] = d
 	}
+	// A state an event told after this listing was asked is newer: keep it.
+	old := t.domains[in.socket]
+	for k, at := range t.stateAt {
+		if k.socket != in.socket {
+			continue
+		}
+		if !at.After(in.at) {
+			delete(t.stateAt, k)
+			continue
+		}
+		if d, ok := old[k.domain]; ok {
+			byName[k.domain] = d
+		} else {
+			delete(byName, k.domain)
+		}
+	}
 	t.domains[in.socket] = byName
 	var out []action
 	for k, j := range t.jobs {
@@ -117,33 +143,34 @@ func (t *Tracker) applyList(in input) []action {
 			continue
 		}
 		d, present := byName[k.domain]
-		if !present {
-			if !in.at.Before(j.opened) && t.vanish(j, in.at, "no longer in libvirt's list of active domains") {
-				out = append(out, action{dom: j.ref, what: settleLater})
-			}
-			continue
+		switch {
+		case !present && in.at.Before(j.opened):
+		case !present && t.vanish(j, in.at, "no longer in libvirt's list of active domains"):
+			out = append(out, action{dom: j.ref, what: settleLater})
+		case !present && in.at.Sub(j.vanished) >= vanishGrace:
+			// An earlier settle was lost or could not read libvirt: ask again.
+			out = append(out, action{dom: j.ref, what: settle})
+		case present:
+			j.vanished = time.Time{}
+			t.applyState(j, d.State, d.Reason, in.at, "listing")
 		}
-		j.vanished = time.Time{}
-		t.applyState(j, d.State, d.Reason, in.at, "listing")
 	}
-	for _, d := range in.list {
+	for _, d := range byName {
 		key := jobKey{in.socket, d.Name}
-		j := t.jobs[key]
-		if j == nil {
+		if t.jobs[key] == nil {
 			if last := t.latest[key]; last != nil {
 				if st := stateName(d.State, d.Reason); last.view.DomainState != st {
 					last.view.DomainState = st
 					t.addEvent(last, in.at, "state", st+" (after the job ended)")
 				}
 			}
-			if role, ok := postCopyFailedState(d.State, d.Reason); ok {
+			if role, ok := t.postCopyFailedRole(in.socket, d); ok {
 				t.recordPostCopyFailed(in.socket, d.Ref, role, d.State, d.Reason, in.at, "found in the domain listing")
 				continue
 			}
 		}
-		if j != nil && j.view.Role == RoleTarget {
-			continue // libvirt refuses job statistics on the target; its state says it all
-		}
+		// Targets too: a guest migrated paused never shows running/migrated,
+		// and only libvirt's job says its incoming migration ended.
 		out = append(out, action{dom: d.Ref, what: sample})
 	}
 	t.ledger.prune(in.socket, func(r ledgerRecord) bool {
@@ -151,10 +178,25 @@ func (t *Tracker) applyList(in input) []action {
 		if !ok || d.UUID != r.UUID {
 			return false
 		}
-		_, pcf := postCopyFailedState(d.State, d.Reason)
-		return pcf
+		tr, ok := lookup(r.Role, ModePostCopy, d.State, d.Reason)
+		return ok && tr.end == PhasePostCopyFailed
 	})
 	return out
+}
+
+// postCopyFailedRole says whether a domain with no job in flight is in a
+// state a failed post-copy leaves, and for which side: a side this node
+// recorded, else the side the state alone implies.
+func (t *Tracker) postCopyFailedRole(socket string, d libvirtx.Domain) (Role, bool) {
+	implied, pcf := postCopyFailedState(d.State, d.Reason)
+	for _, role := range []Role{RoleSource, RoleTarget} {
+		if t.ledger.known(ledgerKey{socket, d.UUID, role}) {
+			if tr, ok := lookup(role, ModePostCopy, d.State, d.Reason); pcf || ok && tr.end == PhasePostCopyFailed {
+				return role, true
+			}
+		}
+	}
+	return implied, pcf
 }
 
 func (t *Tracker) applyStats(in input) []action {
@@ -167,8 +209,8 @@ func (t *Tracker) applyStats(in input) []action {
 			if j = t.openTarget(in, "incoming migration job in libvirt"); j != nil {
 				t.applyKnownState(j, in.at)
 			}
-		} else {
-			j.vanished = time.Time{}
+		} else if !in.at.Before(j.seen) {
+			j.seen, j.vanished = in.at, time.Time{}
 		}
 	case err != nil && libvirtx.IsNoDomain(err):
 		if j != nil && !in.at.Before(j.opened) && t.vanish(j, in.at, "libvirt says the domain no longer exists") {
@@ -192,9 +234,10 @@ func (t *Tracker) applyStats(in input) []action {
 		}
 		j.seen, j.vanished = in.at, time.Time{}
 		t.applySample(j, s, in.cpu, in.got)
-	case j != nil && j.view.Role == RoleSource && !in.at.Before(j.seen):
-		// libvirt's job is gone while the tracker still has it running;
-		// a reading asked before the job was last seen active proves nothing.
+	case j != nil && !in.at.Before(j.seen):
+		// libvirt's migration job is gone while the tracker still has it
+		// running; a reading asked before the job was last seen active
+		// proves nothing.
 		return one(j.ref, settle)
 	}
 	return nil
@@ -208,7 +251,7 @@ func (t *Tracker) applyEnded(in input) {
 		return
 	}
 	if in.serr == nil {
-		t.noteDomainState(in.socket, in.dom, in.state, in.reason)
+		t.noteDomainState(in.socket, in.dom, in.state, in.reason, in.at)
 		t.applyState(j, in.state, in.reason, in.at, "state after the job ended")
 		if j.view.Phase.Finished() {
 			return
@@ -225,9 +268,17 @@ func (t *Tracker) applyEnded(in input) {
 	if j.view.Role == RoleTarget {
 		op = libvirtx.OperationMigrationIn
 	}
-	if done := in.stats; in.err == nil && done.Operation == op {
+	// libvirt keeps the last completed record until another job completes:
+	// one that ran shorter than this job was seen running is an older job's.
+	if done := in.stats; in.err == nil && done.Operation == op && (done.TimeElapsedMs == 0 || done.TimeElapsedMs+1000 >= j.view.ElapsedMs) {
 		j.view.DowntimeMs = done.DowntimeMs
 		switch done.Type {
+		case libvirtx.JobCompleted:
+			if j.view.Role == RoleTarget && in.serr == nil && in.state != libvirtx.StateShutoff {
+				// A guest migrated paused stays paused on the target.
+				t.finish(j, PhaseCompleted, "", in.at)
+				return
+			}
 		case libvirtx.JobCancelled:
 			t.finish(j, PhaseAborted, "migration canceled"+withMsg(done.ErrMsg)+pausedNote, in.at)
 			return
@@ -299,6 +350,11 @@ func (t *Tracker) applySocketGone(in input) {
 		}
 	}
 	delete(t.domains, in.socket)
+	for k := range t.stateAt {
+		if k.socket == in.socket {
+			delete(t.stateAt, k)
+		}
+	}
 	t.ledger.prune(in.socket, func(ledgerRecord) bool { return false })
 }
 
@@ -362,7 +418,9 @@ func (t *Tracker) vanish(j *job, at time.Time, why string) bool {
 // incoming migration in its life, and a new one has a new domain ID.
 func (t *Tracker) openTarget(in input, why string) *job {
 	key := jobKey{in.socket, in.dom.Name}
-	if last := t.latest[key]; last != nil && last.view.Role == RoleTarget && in.dom.ID > 0 && last.domID == in.dom.ID {
+	if last := t.latest[key]; last != nil && in.dom.ID > 0 && last.domID == in.dom.ID {
+		// The same QEMU process: its incoming migration was recorded, or it
+		// was the source (a source resuming in post-copy is no target).
 		return nil
 	}
 	return t.newJob(in.socket, in.dom, RoleTarget, in.at, why)
@@ -378,6 +436,9 @@ func (t *Tracker) openSource(in input) *job {
 		if _, pcf := postCopyFailedState(d.State, d.Reason); pcf {
 			return nil
 		}
+	}
+	if t.ledger.known(ledgerKey{in.socket, libvirtx.UUIDString(in.dom.UUID), RoleSource}) {
+		return nil // the failed post-copy's job, which libvirt keeps active
 	}
 	start := in.got.Add(-time.Duration(in.stats.TimeElapsedMs) * time.Millisecond)
 	if last := t.latest[key]; last != nil && last.view.Role == RoleSource {
@@ -400,20 +461,22 @@ func (t *Tracker) openSource(in input) *job {
 func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role Role, st libvirtx.State, reason int32, at time.Time, how string) {
 	key := jobKey{socket, dom.Name}
 	name := stateName(st, reason)
-	if last := t.latest[key]; last != nil && last.view.Phase == PhasePostCopyFailed && (dom.ID <= 0 || last.domID == dom.ID) {
-		if last.view.DomainState != name {
+	lk := ledgerKey{socket, libvirtx.UUIDString(dom.UUID), role}
+	if _, shown := t.ledger.shown[lk]; shown {
+		if last := t.latest[key]; last != nil && last.view.DomainState != name {
 			last.view.DomainState = name
 			t.addEvent(last, at, "state", name+" ("+how+", already recorded)")
 		}
 		return
 	}
-	rec, known := t.ledger.get(libvirtx.UUIDString(dom.UUID), role)
 	j := t.newJob(socket, dom, role, at, "domain "+name+" ("+how+")")
 	j.view.Mode = ModePostCopy
 	j.view.DomainState = name
-	tr, _ := lookup(role, ModePostCopy, st, reason)
-	why := fmt.Sprintf(tr.why, name)
-	if known {
+	why := "post-copy failed (" + name + ")"
+	if tr, ok := lookup(role, ModePostCopy, st, reason); ok && tr.why != "" {
+		why = fmt.Sprintf(tr.why, name)
+	}
+	if rec, ok := t.ledger.recorded(lk); ok {
 		// Counted when it happened, by the ferryd before this one; a counter
 		// that counted it again would page again.
 		j.recovered = true
@@ -425,7 +488,8 @@ func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role R
 
 // noteDomainState records the state an input implies, so the domain list
 // (and the metrics read from it) show it before the next scan.
-func (t *Tracker) noteDomainState(socket string, ref libvirt.Domain, st libvirtx.State, reason int32) {
+func (t *Tracker) noteDomainState(socket string, ref libvirt.Domain, st libvirtx.State, reason int32, at time.Time) {
+	t.stateAt[jobKey{socket, ref.Name}] = at
 	doms := t.domains[socket]
 	if doms == nil {
 		doms = map[string]libvirtx.Domain{}

@@ -268,3 +268,38 @@ func percents(s string) []float64 {
 	}
 	return out
 }
+
+func TestAssessExpectedDowntimeEqualToTheLimitIsNotEvidence(t *testing.T) {
+	// Seen on the test bed: QEMU still reporting its initial figure (the
+	// limit itself) mid-migration, with far more left than fits.
+	a := Assess(nil, Figures{RemainingBytes: 436 << 20, MemoryTotalBytes: 512 << 20, TransferBps: 224 << 20,
+		DirtyBps: 196 << 20, MaxDowntime: 300 * time.Millisecond, ExpectedDowntime: 300 * time.Millisecond})
+	if a.Verdict == VerdictConverging {
+		t.Fatalf("verdict %s (%s): the limit echoed back is not an estimate", a.Verdict, a.Reason)
+	}
+}
+
+// Recorded on the test bed: a 384 MiB working set re-dirtied at full speed
+// never converged (492 passes at 383-385 MiB), yet its first passes shrank.
+func TestAssessEarlyShrinkOfAStallIsNotConvergence(t *testing.T) {
+	its := []Iteration{
+		{Number: 1, MemoryRemainingBytes: 511 << 20, sampled: true},
+		{Number: 2, MemoryRemainingBytes: 429 << 20, sampled: true},
+		{Number: 3, MemoryRemainingBytes: 385 << 20, sampled: true},
+		{Number: 4, MemoryRemainingBytes: 384 << 20, sampled: true},
+	}
+	// Mid-pass, what is left has dropped below the threshold (144 MiB).
+	a := Assess(its, Figures{RemainingBytes: 130 << 20, MemoryTotalBytes: 512 << 20, TransferBps: 479 << 20,
+		DirtyBps: 194 << 20, MaxDowntime: 300 * time.Millisecond})
+	if a.Verdict == VerdictConverging {
+		t.Fatalf("verdict %s (%s), want a stall", a.Verdict, a.Reason)
+	}
+	// By pass 3 one ratio (0.90) is known, far above what the rates allow
+	// (dirty/transfer 0.40): the passes are pinned at the working set.
+	its[2].DirtyRateBytesPerSecond, its[2].TransferRateBytesPerSecond = 176<<20, 550<<20
+	a = Assess(its[:3], Figures{RemainingBytes: 385 << 20, MemoryTotalBytes: 512 << 20, TransferBps: 485 << 20,
+		DirtyBps: 194 << 20, MaxDowntime: 300 * time.Millisecond})
+	if a.Verdict != VerdictStalled || !strings.Contains(a.Reason, "working set") {
+		t.Fatalf("at pass 3: verdict %s (%s), want Stalled at the working set", a.Verdict, a.Reason)
+	}
+}

@@ -2,6 +2,7 @@ package migration
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -118,6 +119,7 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		t.driven[domain] = di
 	}
 	di.proxy, di.reason = &info, failure
+	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
 	var best *job
 	for _, j := range t.jobs {
 		if j.view.Domain == domain && j.view.Role == RoleSource {
@@ -137,7 +139,7 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 	case best == nil:
 	case best.view.Phase.Finished():
 		best.view.Proxy = &info
-		if failure != "" && best.view.Phase == PhaseFailed {
+		if failure != "" && (best.view.Phase == PhaseFailed || (best.view.Phase == PhaseAborted && di.deadline)) {
 			best.view.FailureReason = failure
 		}
 		t.publish(best)

@@ -3,12 +3,16 @@ package migration
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/internal/atomicfile"
 )
 
 // ledgerFile holds the post-copy failures this node recorded whose domains
@@ -17,8 +21,13 @@ import (
 // and report the same failure again.
 const ledgerFile = "postcopy-failed.json"
 
-// maxLedger bounds the file: far more domains than a node runs.
-const maxLedger = 4096
+// Bounds on what one libvirt socket (a launcher pod, which need not be
+// honest) can make the ledger hold, and on the whole file.
+const (
+	maxLedgerPerSocket = 256
+	maxLedger          = 4096
+	maxLedgerBytes     = 4 << 20
+)
 
 type ledgerRecord struct {
 	Socket   string    `json:"socket"`
@@ -28,32 +37,52 @@ type ledgerRecord struct {
 	Detected time.Time `json:"detected"`
 }
 
-// ledger is used under the tracker's lock. Writes are rare (one per
-// post-copy failure, one per recovery) and small.
+type ledgerKey struct {
+	socket, uuid string
+	role         Role
+}
+
+func (r ledgerRecord) key() ledgerKey { return ledgerKey{r.Socket, r.UUID, r.Role} }
+
+// ledger is used under the tracker's lock; the file is written outside it
+// (see snapshot and write).
 type ledger struct {
 	path string
 	log  *zap.Logger
+	// recs are the records kept in the file: the previous ferryd's and
+	// this one's, within the bounds.
 	recs []ledgerRecord
+	// shown are the failures this process has a job for, so they are
+	// neither opened nor reported again however long the domain stays
+	// failed. Unbounded by design: it never depends on the file having room,
+	// and it holds no more than the failed domains libvirt lists.
+	shown map[ledgerKey]string // -> domain name
+	// seq is bumped on every change of recs; snapped is the seq of the
+	// last snapshot taken.
+	seq, snapped uint64
+
+	wmu     sync.Mutex
+	written uint64
 }
 
 // openLedger loads the ledger of dir; with no dir it keeps records in
 // memory only. A file that cannot be read is set aside, not trusted: the
 // worst outcome is one failure reported twice.
 func openLedger(dir string, log *zap.Logger) *ledger {
-	l := &ledger{log: log}
+	l := &ledger{log: log, shown: map[ledgerKey]string{}}
 	if dir == "" {
 		return l
 	}
 	l.path = filepath.Join(dir, ledgerFile)
-	b, err := os.ReadFile(l.path)
+	b, err := readBounded(l.path, maxLedgerBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		log.Warn("post-copy failure ledger unreadable; failures still in place will be reported again", zap.String("path", l.path), zap.Error(err))
 	default:
-		if err := json.Unmarshal(b, &l.recs); err != nil {
+		if err := json.Unmarshal(b, &l.recs); err != nil || len(l.recs) > maxLedger {
 			log.Warn("post-copy failure ledger corrupt; set aside, failures still in place will be reported again",
-				zap.String("path", l.path), zap.Error(err))
+				zap.String("path", l.path), zap.Error(err), zap.Int("records", len(l.recs)))
 			l.recs = nil
 			_ = os.Rename(l.path, l.path+".corrupt")
 		}
@@ -61,29 +90,68 @@ func openLedger(dir string, log *zap.Logger) *ledger {
 	return l
 }
 
-func (l *ledger) get(uuid string, role Role) (ledgerRecord, bool) {
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = errors.New("larger than expected")
+	}
+	return b, err
+}
+
+// recorded returns the record a previous ferryd left of this failure.
+func (l *ledger) recorded(k ledgerKey) (ledgerRecord, bool) {
 	for _, r := range l.recs {
-		if r.UUID == uuid && r.Role == role {
+		if r.key() == k {
 			return r, true
 		}
 	}
 	return ledgerRecord{}, false
 }
 
+// known reports a failure recorded by this process or a previous one.
+func (l *ledger) known(k ledgerKey) bool {
+	_, ok := l.recorded(k)
+	_, shown := l.shown[k]
+	return ok || shown
+}
+
+// add notes a failure this process has a job for, and keeps it in the
+// file when there is room: a socket past its share, or a full file, loses
+// only the restart guarantee for it, never this process's.
 func (l *ledger) add(r ledgerRecord) {
-	if _, ok := l.get(r.UUID, r.Role); ok {
+	k := r.key()
+	l.shown[k] = r.Domain
+	if _, ok := l.recorded(k); ok {
+		return
+	}
+	n := 0
+	for _, x := range l.recs {
+		if x.Socket == r.Socket {
+			n++
+		}
+	}
+	if n >= maxLedgerPerSocket || len(l.recs) >= maxLedger {
+		l.log.Warn("post-copy failure ledger has no room for this failure; a restart may report it again",
+			zap.String("domain", r.Domain), zap.String("socket", r.Socket))
 		return
 	}
 	l.recs = append(l.recs, r)
-	if len(l.recs) > maxLedger {
-		l.recs = l.recs[len(l.recs)-maxLedger:]
-	}
-	l.save()
+	l.seq++
 }
 
-// prune drops the records of socket that keep() rejects: their domains
+// prune forgets the failures of socket that keep() rejects: their domains
 // left the post-copy-failed state, so a new failure must count again.
 func (l *ledger) prune(socket string, keep func(ledgerRecord) bool) {
+	for k, domain := range l.shown {
+		if k.socket == socket && !keep(ledgerRecord{Socket: k.socket, UUID: k.uuid, Role: k.role, Domain: domain}) {
+			delete(l.shown, k)
+		}
+	}
 	out := l.recs[:0]
 	for _, r := range l.recs {
 		if r.Socket != socket || keep(r) {
@@ -95,25 +163,48 @@ func (l *ledger) prune(socket string, keep func(ledgerRecord) bool) {
 	}
 	clear(l.recs[len(out):])
 	l.recs = out
-	l.save()
+	l.seq++
 }
 
-// save replaces the file atomically, so a crash leaves the old or the new.
-func (l *ledger) save() {
-	if l.path == "" {
+// ledgerSnapshot is the file's next content, taken under the tracker's lock.
+type ledgerSnapshot struct {
+	seq  uint64
+	data []byte
+}
+
+// snapshot returns the content to write if the records changed since the
+// last snapshot; nil otherwise.
+func (l *ledger) snapshot() *ledgerSnapshot {
+	if l.path == "" || l.seq == l.snapped {
+		return nil
+	}
+	l.snapped = l.seq
+	b, err := json.Marshal(l.recs)
+	if err != nil {
+		return nil
+	}
+	return &ledgerSnapshot{seq: l.seq, data: b}
+}
+
+// write stores a snapshot, outside the tracker's lock: a synced write must
+// not stall every other socket and every scrape. An older snapshot never
+// replaces a newer one.
+func (l *ledger) write(s *ledgerSnapshot) {
+	if s == nil {
 		return
 	}
-	b, err := json.Marshal(l.recs)
-	if err == nil {
-		err = os.MkdirAll(filepath.Dir(l.path), 0o700)
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if s.seq <= l.written {
+		return
 	}
+	err := os.MkdirAll(filepath.Dir(l.path), 0o700)
 	if err == nil {
-		tmp := l.path + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, l.path)
-		}
+		err = atomicfile.Write(l.path, s.data)
 	}
 	if err != nil {
 		l.log.Warn("cannot write the post-copy failure ledger; a restart may report failures again", zap.String("path", l.path), zap.Error(err))
+		return
 	}
+	l.written = s.seq
 }

@@ -102,6 +102,10 @@ var transitions = []transition{
 
 	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopyFailed, end: PhasePostCopyFailed,
 		why: "post-copy failed: target running without the pages left on the source (%s)"},
+	// A target paused when post-copy fails keeps its own pause reason in
+	// libvirt's state; the event says paused/post-copy-failed.
+	{role: RoleTarget, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopyFailed, end: PhasePostCopyFailed,
+		why: "post-copy failed: target paused without the pages left on the source (%s)"},
 	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningMigrated, end: PhaseCompleted},
 	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopy, mode: ModePostCopy},
 	{role: RoleTarget, state: libvirtx.StateShutoff, reason: libvirtx.ShutoffFailed, end: PhaseFailed,
@@ -167,7 +171,10 @@ func eventState(event, detail int32) (libvirtx.State, int32, bool) {
 		// reasons start with "unknown").
 		return libvirtx.StateShutoff, detail + 1, true
 	case libvirtx.EventCrashed:
-		return libvirtx.StateCrashed, detail + 1, true
+		// After crashloaded the guest runs on (a crash kernel): no state.
+		if detail == libvirtx.CrashedPanicked {
+			return libvirtx.StateCrashed, libvirtx.CrashedReasonPanicked, true
+		}
 	}
 	return 0, 0, false
 }

@@ -2,6 +2,7 @@ package migration
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -45,10 +46,11 @@ func (s *sampler) follow(ctx context.Context, acts []action) {
 	for _, a := range acts {
 		if a.what == settleLater {
 			a.what = settle
+			// Dropped when the queue is full: every listing settles a
+			// job vanished past the grace again.
 			time.AfterFunc(vanishGrace, func() {
 				select {
 				case s.kick <- a:
-				case <-ctx.Done():
 				default:
 				}
 			})
@@ -74,6 +76,11 @@ func (t *Tracker) forgetSocket(socket string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.domains, socket)
+	for k := range t.stateAt {
+		if k.socket == socket {
+			delete(t.stateAt, k)
+		}
+	}
 }
 
 // scan lists domains in one call, then reads job stats of each active
@@ -132,7 +139,7 @@ func (s *sampler) sample(ctx context.Context, ref libvirt.Domain) []action {
 func (s *sampler) settle(ctx context.Context, ref libvirt.Domain) {
 	t, c := s.t, s.c
 	at := time.Now()
-	if st, err := c.JobStats(ctx, ref, false); err == nil && st.Type.Active() || libvirtx.IsTargetOnly(err) {
+	if st, err := c.JobStats(ctx, ref, false); migrating(st, err) {
 		s.follow(ctx, t.apply(input{kind: inStats, socket: c.Socket(), dom: ref, at: at, got: time.Now(), stats: st, err: err}))
 		return
 	}
@@ -140,6 +147,15 @@ func (s *sampler) settle(ctx context.Context, ref libvirt.Domain) {
 	state, reason, serr := c.DomainState(ctx, ref)
 	t.apply(input{kind: inEnded, socket: c.Socket(), dom: ref, at: at, got: time.Now(),
 		stats: done, err: derr, state: state, reason: reason, serr: serr})
+}
+
+// migrating reports a reading of an active migration job; another kind of
+// job (a dump, a backup) is not the migration still going on.
+func migrating(s libvirtx.JobStats, err error) bool {
+	if err != nil {
+		return libvirtx.IsTargetOnly(err)
+	}
+	return s.Type.Active() && (s.Operation == libvirtx.OperationMigrationOut || s.Operation == libvirtx.OperationMigrationIn)
 }
 
 // noteCPUError shows why a job has no QEMU figures, once per distinct error.
@@ -156,18 +172,23 @@ func (t *Tracker) noteCPUError(socket, name string, err error) {
 	t.addEvent(j, time.Now(), "qemu-cgroup", err.Error())
 }
 
+// needsMaxDowntime: read once per iteration, since whoever drives the
+// migration may raise it (KubeVirt does, past its completion timeout).
 func (t *Tracker) needsMaxDowntime(socket, name string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jobs[jobKey{socket, name}]
-	return j == nil || j.maxDowntime == 0
+	return j == nil || j.maxDowntime == 0 || j.maxDowntimeIter != j.view.Iteration
 }
 
 func (t *Tracker) setMaxDowntime(socket, name string, d time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.jobs[jobKey{socket, name}]; j != nil && d > 0 {
-		j.maxDowntime = d
+		if j.maxDowntime != 0 && j.maxDowntime != d {
+			t.addEvent(j, time.Now(), "libvirt", fmt.Sprintf("max downtime now %v (was %v)", d, j.maxDowntime))
+		}
+		j.maxDowntime, j.maxDowntimeIter = d, j.view.Iteration
 	}
 }
 

@@ -79,11 +79,12 @@ type job struct {
 	// recovered: recorded by a previous ferryd; counted already.
 	recovered bool
 	// maxDowntime is the migration's allowed downtime, read once per job.
-	maxDowntime time.Duration
-	finalTries  int
-	cpuFirst    *libvirtx.QEMUCPU
-	cpuPrev     *libvirtx.QEMUCPU
-	lastError   string
+	maxDowntime     time.Duration
+	maxDowntimeIter uint64
+	finalTries      int
+	cpuFirst        *libvirtx.QEMUCPU
+	cpuPrev         *libvirtx.QEMUCPU
+	lastError       string
 }
 
 // Tracker tracks the migration jobs of every libvirt connection on a node.
@@ -110,11 +111,15 @@ type Tracker struct {
 	driven map[string]*drivenInfo
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
+	// stateAt is when an event last told a domain's state, so an older
+	// listing applied later does not put an older state back.
+	stateAt map[jobKey]time.Time
 }
 
 type drivenInfo struct {
-	proxy  *ProxyInfo
-	reason string
+	proxy    *ProxyInfo
+	reason   string
+	deadline bool
 }
 
 // Total counts finished jobs by role and result.
@@ -139,6 +144,7 @@ func NewTracker(cfg Config) *Tracker {
 		latest:  map[jobKey]*job{},
 		driven:  map[string]*drivenInfo{},
 		ledger:  openLedger(cfg.StateDir, cfg.Log),
+		stateAt: map[jobKey]time.Time{},
 	}
 }
 
@@ -196,6 +202,7 @@ func (t *Tracker) Lost(socket string, err error) {
 	defer t.mu.Unlock()
 	for k, j := range t.jobs {
 		if k.socket == socket {
+			j.vanished = time.Time{} // settled afresh once reconnected
 			detail := "connection to libvirt lost"
 			if err != nil {
 				detail += ": " + err.Error()
@@ -353,7 +360,10 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		phase = PhasePostCopyFailed
 	}
 	if di := t.driven[j.view.Domain]; di != nil && j.view.Role == RoleSource {
-		if di.reason != "" && phase == PhaseFailed {
+		// The driver's account names what libvirt cannot: the proxy, the
+		// link, a deadline that aborted the job (which libvirt records as
+		// a cancel, as if a client had asked).
+		if di.reason != "" && (phase == PhaseFailed || (phase == PhaseAborted && di.deadline)) {
 			reason = di.reason
 		}
 		if di.proxy != nil {
@@ -400,7 +410,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	if !j.recovered {
 		t.totals[Total{j.view.Role, resultLabel(phase)}]++
 	}
-	if phase == PhasePostCopyFailed && !j.recovered {
+	if phase == PhasePostCopyFailed {
 		t.ledger.add(ledgerRecord{Socket: j.view.Socket, Domain: j.view.Domain, UUID: j.view.UUID, Role: j.view.Role, Detected: at})
 	}
 	if phase == PhaseCompleted && j.view.Role == RoleTarget {

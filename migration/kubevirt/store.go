@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/ferry-vm/ferry/internal/atomicfile"
 )
 
 // store keeps pending marks as one JSON file each, so a mark survives a
@@ -29,23 +31,7 @@ func (s *store) save(m Mark) error {
 	if err != nil {
 		return err
 	}
-	tmp := s.path(m.ID) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, s.path(m.ID))
+	return atomicfile.Write(s.path(m.ID), b)
 }
 
 func (s *store) remove(id string) error {

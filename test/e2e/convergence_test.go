@@ -13,6 +13,7 @@ import (
 
 func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: "hot", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "hot", From: "a", To: "b"})
 
 	j := waitJob(t, "a", "hot", "a convergence verdict", 2*time.Minute, func(j migration.Job) bool {
@@ -49,6 +50,7 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 	}
 	dst := waitJob(t, "b", "hot", "Failed", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
 	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
+	assertTruth(t, "hot", "a", "b", start)
 }
 
 // verdictIteration is the iteration during which the job's first verdict

@@ -25,6 +25,7 @@ func TestFerryctlMigrateThenPostCopy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
+	start := time.Now()
 	migrate := exec.CommandContext(ctx, ferryctlBin, "--socket", bed.Node("a").DebugSocket, "-o", "json",
 		"migrate", "ctl", "--to", bed.Node("b").ProxyAddr, "--postcopy", "--bandwidth-mibs", "64")
 	migrate.Stdout, migrate.Stderr = &out, &errOut
@@ -52,6 +53,7 @@ func TestFerryctlMigrateThenPostCopy(t *testing.T) {
 	if st, _ := domainState(t, "b", "ctl"); st != 1 {
 		t.Fatalf("guest not running on b (state %d)", st)
 	}
+	assertTruth(t, "ctl", "a", "b", start)
 }
 
 // TestAbortedVMIMigrationGetsAnEvent: outcomes short of a post-copy failure
@@ -62,6 +64,7 @@ func TestAbortedVMIMigrationGetsAnEvent(t *testing.T) {
 	domain := "default_aborted"
 	guest(t, testbed.GuestSpec{Name: domain, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	before := getVMI(t, "aborted")
+	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b"})
 	waitJob(t, "a", domain, "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 	var j migration.Job
@@ -76,6 +79,7 @@ func TestAbortedVMIMigrationGetsAnEvent(t *testing.T) {
 	if b, a := before.Object["status"], after.Object["status"]; !jsonEqual(b, a) {
 		t.Errorf("status changed on an aborted migration:\nbefore %v\nafter  %v", b, a)
 	}
+	assertTruth(t, domain, "a", "b", start)
 }
 
 func jsonEqual(a, b any) bool {

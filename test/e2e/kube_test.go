@@ -32,6 +32,7 @@ func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
 	kubeUp(t)
 	createVMI(t, "pcvmi")
 	guest(t, testbed.GuestSpec{Name: "default_pcvmi", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	start := time.Now()
 	failedAt := breakPostCopy(t, "default_pcvmi")
 
 	markedAt := waitFor(t, "the VMI marked irrecoverable", 30*time.Second, func() bool {
@@ -72,6 +73,7 @@ func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
 	if j.VMI == nil || j.VMI.UID != string(u.GetUID()) || j.VMI.MigrationState == nil || j.VMI.MigrationState.MigrationUID != "mig-pcvmi" {
 		t.Errorf("ferryctl job does not show the VMI: %+v", j.VMI)
 	}
+	assertTruth(t, "default_pcvmi", "a", "b", start)
 }
 
 func TestMarkLandsAfterAnAPIOutage(t *testing.T) {
@@ -95,6 +97,7 @@ func TestMarkLandsAfterAnAPIOutage(t *testing.T) {
 					kube.StartAPIServer(context.Background())
 				}
 			}()
+			start := time.Now()
 			breakPostCopy(t, domain)
 			waitFor(t, "the mark to wait on disk", 20*time.Second, func() bool {
 				va, _ := ferryOn("a").metric("ferry_vmi_marks_pending")
@@ -144,6 +147,7 @@ func TestMarkLandsAfterAnAPIOutage(t *testing.T) {
 				vb, _ := ferryOn("b").metric("ferry_vmi_marks_pending")
 				return va+vb == 0
 			})
+			assertTruth(t, domain, "a", "b", start)
 		})
 	}
 }

@@ -59,6 +59,7 @@ func TestIdleGuestMigratesAndBothNodesRecordIt(t *testing.T) {
 	if st, _ := domainState(t, "b", "idle"); st != 1 {
 		t.Fatalf("guest not running on b after the migration (state %d)", st)
 	}
+	assertTruth(t, "idle", "a", "b", start)
 }
 
 func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
@@ -71,6 +72,7 @@ func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	start := time.Now()
 	// A bandwidth cap keeps pre-copy going for several iterations, so QEMU
 	// measures the dirty rate more than once.
 	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: "dirty", From: "a", To: "b", BandwidthMiBs: 64}); err != nil {
@@ -105,6 +107,7 @@ func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
 	if math.Abs(f-g) > 0.3*g {
 		t.Fatalf("ferry's dirty rate %.1f MiB/s is not within 30%% of the guest's %.1f MiB/s (guest: %v, ferry: %v)", f, g, guestRates, ferryRates)
 	}
+	assertTruth(t, "dirty", "a", "b", start)
 }
 
 func median(v []float64) float64 {

@@ -52,6 +52,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			defer cancel()
 
 			// Pre-copy with four multifd connections, a -> b.
+			start := time.Now()
 			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "a", To: "b", Parallel: 4}); err != nil {
 				t.Fatalf("pre-copy with --parallel 4: %v", err)
 			}
@@ -67,11 +68,13 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if st, _ := domainState(t, "b", g); st != 1 {
 				t.Fatalf("guest not running on b (state %d)", st)
 			}
+			assertTruth(t, g, "a", "b", start)
 
 			// Post-copy, b -> a. QEMU 10 refuses post-copy together with
 			// multifd, so this one runs on a single memory connection
 			// (plus post-copy's own return path).
 			// The pre-copy cap keeps it in pre-copy until the switch.
+			start = time.Now()
 			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "b", To: "a", PostCopyAfter: 2 * time.Second, BandwidthMiBs: 64}); err != nil {
 				t.Fatalf("post-copy: %v", err)
 			}
@@ -85,6 +88,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if st, _ := domainState(t, "a", g); st != 1 {
 				t.Fatalf("guest not running on a after post-copy (state %d)", st)
 			}
+			assertTruth(t, g, "b", "a", start)
 			if v, ok := ferryOn("a").metric("ferry_proxy_bytes_total", `stream="memory"`, `direction="to_target"`); !ok || v < float64(sent) {
 				t.Errorf("ferry_proxy_bytes_total{stream=memory,direction=to_target} on a = %v, want >= %d", v, sent)
 			}
@@ -156,6 +160,7 @@ func TestBrokenMigrationNamesTheProxyAndCleansUp(t *testing.T) {
 			guest(t, testbed.GuestSpec{Name: g, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 			pidA, pidB := bed.FerrydPID("a"), bed.FerrydPID("b")
 			fdsA, fdsB := openFDs(t, pidA), openFDs(t, pidB)
+			since := time.Now()
 			done := migrateAsync(t, testbed.MigrateSpec{Name: g, From: "a", To: "b"})
 			waitJob(t, "a", g, "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 			var err error
@@ -193,6 +198,7 @@ func TestBrokenMigrationNamesTheProxyAndCleansUp(t *testing.T) {
 				t.Errorf("guest not running on a after the failed migration (state %d)", st)
 			}
 			assertTornDown(t, "a", "b")
+			assertTruth(t, g, "a", "b", since)
 			deadline := time.Now().Add(15 * time.Second)
 			for openFDs(t, pidA) > fdsA || openFDs(t, pidB) > fdsB {
 				if time.Now().After(deadline) {
@@ -219,9 +225,11 @@ func TestProxyRefusesStrangersAndKeepsServing(t *testing.T) {
 	})
 	// ferryd keeps serving: a real migration right after.
 	guest(t, testbed.GuestSpec{Name: "after-refusal", MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: -1})
+	start := time.Now()
 	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: "after-refusal", From: "a", To: "b"}); err != nil {
 		t.Fatalf("migration after the refusal: %v", err)
 	}
+	assertTruth(t, "after-refusal", "a", "b", start)
 }
 
 // TestProxyRefusesToPrepareADomainTheTargetRuns: a prepare for a domain name

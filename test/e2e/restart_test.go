@@ -19,6 +19,7 @@ func TestFerrydRestartMidMigrationPicksTheJobUp(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: "long", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	// libvirt relays through socat here: the migration must not depend on the
 	// ferryd being restarted, as with a proxy other than Ferry's.
+	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "long", From: "a", To: "b", Via: "socat"})
 	before := waitJob(t, "a", "long", "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 
@@ -48,6 +49,7 @@ func TestFerrydRestartMidMigrationPicksTheJobUp(t *testing.T) {
 	}
 	<-done
 	waitJob(t, "b", "long", "target ended", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	assertTruth(t, "long", "a", "b", start)
 	noPanics(t)
 }
 
@@ -70,11 +72,13 @@ func TestLibvirtdRestartWhileIdleThenTrackingResumes(t *testing.T) {
 	if v, ok := ferryOn("a").metric("ferry_libvirt_up"); !ok || v != 1 {
 		t.Fatalf("ferry_libvirt_up = %v (present %v) after reconnecting", v, ok)
 	}
+	start := time.Now()
 	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: "calm", From: "a", To: "b"}); err != nil {
 		t.Fatalf("migration after the libvirtd restart failed: %v", err)
 	}
 	waitJob(t, "a", "calm", "Completed", 15*time.Second, completed)
 	waitJob(t, "b", "calm", "Completed", 15*time.Second, completed)
+	assertTruth(t, "calm", "a", "b", start)
 	noPanics(t)
 }
 

@@ -287,3 +287,25 @@ func (b *Bed) SetFerrydArgs(ctx context.Context, args ...string) error {
 	b.mu.Unlock()
 	return b.restartFerryds(ctx)
 }
+
+func (b *Bed) nodeFerrydArgs(node string) []string {
+	if ns := b.nodeState(node); ns != nil {
+		return append([]string(nil), ns.FerrydArgs...)
+	}
+	return nil
+}
+
+// SetNodeFerrydArgs restarts one node's ferryd with these extra flags,
+// replacing that node's earlier ones (none restores the bed-wide flags
+// alone). Flags naming libvirt sockets (--libvirt-socket,
+// --libvirt-socket-glob) replace the node's own libvirt socket.
+func (b *Bed) SetNodeFerrydArgs(ctx context.Context, node string, args ...string) error {
+	if _, err := lookupNode(node); err != nil {
+		return err
+	}
+	if b.cfg.FerrydBin == "" {
+		return errors.New("testbed: no ferryd runs in this bed")
+	}
+	b.setProc(node, func(n *nodeState) { n.FerrydArgs = append([]string(nil), args...) })
+	return b.RestartFerryd(ctx, node)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -150,4 +152,60 @@ func (b *Bed) RestartFerryd(ctx context.Context, node string) error {
 	}
 	logf(b.cfg.Log, "ferryd on node %s restarted in %.1fs", node, time.Since(t0).Seconds())
 	return nil
+}
+
+// qemuProc finds the guest's QEMU on a node from the pid file the node's
+// libvirtd keeps. The command line and network namespace must match too: a
+// stale pid file must never make the bed signal a process it did not start.
+func (b *Bed) qemuProc(node, guest string) (proc, error) {
+	d, err := lookupNode(node)
+	if err != nil {
+		return proc{}, err
+	}
+	if err := checkGuestName(guest); err != nil {
+		return proc{}, err
+	}
+	pidfile := filepath.Join(b.nodes[node].Dir, "run", "libvirt", "qemu", guest+".pid")
+	p, ok := pidFileProc(pidfile, "qemu-system", "guest="+guest)
+	if !ok || !p.alive() {
+		return proc{}, fmt.Errorf("testbed: no QEMU of guest %s runs on node %s", guest, node)
+	}
+	if !inNetns(p.PID, d.netns) {
+		return proc{}, fmt.Errorf("testbed: QEMU pid %d of guest %s is not in node %s's namespace", p.PID, guest, node)
+	}
+	return p, nil
+}
+
+// QEMUPID is the process ID of the guest's QEMU on a node.
+func (b *Bed) QEMUPID(node, guest string) (int, error) {
+	p, err := b.qemuProc(node, guest)
+	return p.PID, err
+}
+
+// KillQEMU SIGKILLs the guest's QEMU on a node, as a crash or the OOM killer
+// would: libvirtd only sees its monitor socket close. It returns once the
+// process is gone.
+func (b *Bed) KillQEMU(node, guest string) error {
+	p, err := b.qemuProc(node, guest)
+	if err != nil {
+		return err
+	}
+	p.signal(syscall.SIGKILL)
+	if !p.waitGone(10 * time.Second) {
+		return fmt.Errorf("testbed: QEMU pid %d of guest %s on node %s survived SIGKILL", p.PID, guest, node)
+	}
+	logf(b.cfg.Log, "killed QEMU pid %d of guest %s on node %s", p.PID, guest, node)
+	return nil
+}
+
+func inNetns(pid int, netns string) bool {
+	want, err := os.Stat(filepath.Join("/run/netns", netns))
+	if err != nil {
+		return false
+	}
+	got, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return false
+	}
+	return want.Sys().(*syscall.Stat_t).Ino == got.Sys().(*syscall.Stat_t).Ino
 }

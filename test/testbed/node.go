@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -159,9 +160,15 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 	n := b.nodes[node]
 	d, _ := lookupNode(node)
 	tdir := tlsDir(b.cfg.Dir, node)
-	args := []string{b.cfg.FerrydBin,
-		"--node-name", node,
-		"--libvirt-socket", n.LibvirtSocket,
+	nodeArgs := b.nodeFerrydArgs(node)
+	args := []string{b.cfg.FerrydBin, "--node-name", node}
+	// A node told which libvirt sockets to watch (say, a glob of
+	// virt-launcher-style sockets) must not also watch the real one: the
+	// same domains would show up twice.
+	if !namesLibvirtSockets(nodeArgs) {
+		args = append(args, "--libvirt-socket", n.LibvirtSocket)
+	}
+	args = append(args,
 		"--debug-socket", n.DebugSocket,
 		"--metrics-addr", n.MetricsAddr,
 		"--sample-interval", "1s",
@@ -178,13 +185,24 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		// node's own /run: the only local files their XML names.
 		"--migration-allowed-path", filepath.Clean(absPath(b.cfg.CacheDir)),
 		"--migration-allowed-path", "/run",
-	}
+	)
 	args = append(args, b.ferrydArgs()...)
+	args = append(args, nodeArgs...)
 	argv, err := b.nsenter(node, args...)
 	if err != nil {
 		return proc{}, err
 	}
 	return spawn(filepath.Join(n.Dir, "ferryd.log"), argv...)
+}
+
+func namesLibvirtSockets(args []string) bool {
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "libvirt-socket" || name == "libvirt-socket-glob") {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *Bed) waitFerryd(ctx context.Context, node string, p proc) error {

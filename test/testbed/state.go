@@ -30,6 +30,9 @@ type nodeState struct {
 	Holder   proc `json:"holder"`
 	Libvirtd proc `json:"libvirtd"`
 	Ferryd   proc `json:"ferryd"`
+	// FerrydArgs are extra ferryd flags for this node only, after the
+	// bed-wide ones (so they win where both set a flag).
+	FerrydArgs []string `json:"ferryd_args,omitempty"`
 }
 
 // relayState records one migration's relays, written before they start so

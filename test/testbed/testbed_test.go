@@ -85,3 +85,18 @@ func TestInitramfsLayout(t *testing.T) {
 		t.Errorf("init payload = %q", payload)
 	}
 }
+
+func TestNodeFlagsNamingSocketsReplaceTheNodeSocket(t *testing.T) {
+	for args, want := range map[string]bool{
+		"--libvirt-socket-glob /x/*/sock": true,
+		"--libvirt-socket=/x/sock":        true,
+		"-libvirt-socket /x/sock":         true,
+		"--sample-interval 30s":           false,
+		"--log-level debug":               false,
+		"":                                false,
+	} {
+		if got := namesLibvirtSockets(strings.Fields(args)); got != want {
+			t.Errorf("namesLibvirtSockets(%q) = %v, want %v", args, got, want)
+		}
+	}
+}

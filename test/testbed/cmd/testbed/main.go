@@ -38,6 +38,10 @@ Verbs:
   reset-migration              break the in-flight migrations' connections
   restart-libvirtd NODE
   restart-ferryd NODE
+  ferryd-args NODE [-- FLAGS...]
+                               restart the node's ferryd with extra flags (none: back to the
+                               defaults); --libvirt-socket(-glob) replaces the node's own socket
+  kill-qemu NODE NAME          SIGKILL the guest's QEMU on that node, as a crash would
   proxy-tls on|off             restart both ferryds with their proxies on mutual TLS or plain TCP
   help
 
@@ -118,6 +122,28 @@ func run(ctx context.Context, args []string) error {
 		return restart(ctx, verb, args, open, (*testbed.Bed).RestartLibvirtd)
 	case "restart-ferryd":
 		return restart(ctx, verb, args, open, (*testbed.Bed).RestartFerryd)
+	case "ferryd-args":
+		if len(args) == 0 || (args[0] != "a" && args[0] != "b") {
+			return usagef("ferryd-args: want NODE (a or b) first")
+		}
+		node, flags := args[0], args[1:]
+		if len(flags) > 0 && flags[0] == "--" {
+			flags = flags[1:]
+		}
+		b, err := open()
+		if err != nil {
+			return err
+		}
+		return b.SetNodeFerrydArgs(ctx, node, flags...)
+	case "kill-qemu":
+		if len(args) != 2 || (args[0] != "a" && args[0] != "b") {
+			return usagef("kill-qemu: want NODE (a or b) and a guest NAME")
+		}
+		b, err := open()
+		if err != nil {
+			return err
+		}
+		return b.KillQEMU(args[0], args[1])
 	case "proxy-tls":
 		if len(args) != 1 || (args[0] != "on" && args[0] != "off") {
 			return usagef("proxy-tls takes on or off")
