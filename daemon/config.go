@@ -36,9 +36,8 @@ type Config struct {
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.
-	Kubeconfig      string
-	StateDir        string
-	MarkPhaseFailed bool
+	Kubeconfig string
+	StateDir   string
 }
 
 // DefaultLibvirtSocket is the system libvirtd socket of a plain KVM host.

@@ -67,7 +67,6 @@ func run(args []string) int {
 	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
 	fs.StringVar(&cfg.StateDir, "state-dir", env("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, across restarts")
-	fs.BoolVar(&cfg.MarkPhaseFailed, "mark-phase-failed", envBool("FERRY_MARK_PHASE_FAILED", true), "set a VMI's status.phase to Failed when its post-copy migration fails")
 	fs.DurationVar(&grace, "shutdown-grace", envDuration("FERRY_SHUTDOWN_GRACE", daemon.DefaultShutdownGrace), "on SIGTERM, how long migrations in flight through the proxy may go on (new ones are refused) before they are cut; the pod's terminationGracePeriodSeconds must be larger")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")
