@@ -47,7 +47,8 @@ func run(args []string) int {
 		grace    time.Duration
 	)
 	fs.Var(&sockets, "libvirt-socket", "libvirt socket to watch; repeatable (env FERRY_LIBVIRT_SOCKETS, comma-separated; default "+daemon.DefaultLibvirtSocket+" when no glob is set)")
-	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, re-read every 5s (one per virt-launcher pod under KubeVirt)")
+	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, followed with inotify and re-read every 5s (one per virt-launcher pod under KubeVirt); default on Kubernetes: KubeVirt's launcher sockets under --kubelet-root")
+	fs.StringVar(&cfg.KubeletRoot, "kubelet-root", env("FERRY_KUBELET_ROOT", "/var/lib/kubelet"), "the kubelet's root directory, for the default --libvirt-socket-glob on Kubernetes")
 	fs.StringVar(&cfg.NodeName, "node-name", env("NODE_NAME", hostname()), "name of this node in jobs and metrics (env NODE_NAME)")
 	fs.StringVar(&cfg.DebugSocket, "debug-socket", env("FERRY_DEBUG_SOCKET", "/run/ferry/ferry.sock"), "unix socket serving the JSON debug API read by ferryctl")
 	fs.StringVar(&mode, "debug-socket-mode", env("FERRY_DEBUG_SOCKET_MODE", "0600"), "permission bits of the debug socket")
