@@ -53,6 +53,16 @@ func TestIrrecoverablePatchTouchesMetadataOnlyAndIsIdempotent(t *testing.T) {
 	if _, done, _ := irrecoverablePatch(vmi(map[string]any{IrrecoverableLabel: "true"}), m); !done {
 		t.Error("a VMI already marked must not be patched again")
 	}
+	landed := vmi(map[string]any{IrrecoverableLabel: "true"})
+	landed.SetAnnotations(map[string]string{FailureAnnotation: ann[FailureAnnotation].(string)})
+	if !markedBy(landed, m) {
+		t.Error("our own landed patch is not recognised: its Event would never be sent")
+	}
+	other := *m
+	other.Node, other.Role = "a", "source"
+	if markedBy(landed, &other) {
+		t.Error("the other node's mark is taken for ours: two Events")
+	}
 	if !infoFrom(vmi(map[string]any{IrrecoverableLabel: "true"})).Irrecoverable {
 		t.Error("the label does not show as irrecoverable")
 	}

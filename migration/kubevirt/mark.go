@@ -10,16 +10,16 @@ import (
 // it is told: a post-copy failure (label, annotation + Event) or an Event
 // alone.
 type Mark struct {
-	ID        string    `json:"id"`
-	Kind      string    `json:"kind"` // "irrecoverable" or "event"
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
+	ID        string `json:"id"`
+	Kind      string `json:"kind"` // "irrecoverable" or "event"
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 	// UID is the VMI's UID from the domain's KubeVirt metadata; empty for a
 	// domain without any, whose mark is then not checked against the VMI.
-	UID string `json:"uid,omitempty"`
-	Node      string    `json:"node"`
-	Role      string    `json:"role"`
-	Detected  time.Time `json:"detected"`
+	UID      string    `json:"uid,omitempty"`
+	Node     string    `json:"node"`
+	Role     string    `json:"role"`
+	Detected time.Time `json:"detected"`
 	// Message is the human account that goes into the Event.
 	Message string `json:"message"`
 	// Reason, RemainingBytes and PostCopyRequests are the job's last word

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strings"
 	"sync"
 	"time"
 
@@ -197,7 +199,7 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 		return "uid_mismatch", nil
 	}
 	if m.Kind == KindEvent {
-		return "event", r.event(ctx, vmi, m.EventType, m.EventReason, m.Message)
+		return "event", r.event(ctx, vmi, m, m.EventType, m.EventReason)
 	}
 	if !m.Patched {
 		marked, err := r.markIrrecoverable(ctx, m)
@@ -210,7 +212,7 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 		m.Patched = true
 		r.store.save(*m)
 	}
-	return "marked", r.event(ctx, vmi, corev1.EventTypeWarning, "PostCopyFailed", m.Message)
+	return "marked", r.event(ctx, vmi, m, corev1.EventTypeWarning, "PostCopyFailed")
 }
 
 // markIrrecoverable labels and annotates the VMI in one patch of the main
@@ -227,8 +229,13 @@ func (r *Reporter) markIrrecoverable(ctx context.Context, m *Mark) (bool, error)
 			return false, err
 		}
 		body, done, err := irrecoverablePatch(vmi, m)
-		if err != nil || done {
+		if err != nil {
 			return false, err
+		}
+		if done {
+			// Our own patch whose answer was lost (a timeout after the API
+			// server applied it) is still ours: the Event is still owed.
+			return markedBy(vmi, m), nil
 		}
 		_, err = res.Patch(ctx, m.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ferry"})
 		if apierrors.IsConflict(err) {
@@ -240,6 +247,16 @@ func (r *Reporter) markIrrecoverable(ctx context.Context, m *Mark) (bool, error)
 		return true, nil
 	}
 	return false, errors.New("VMI kept changing under the patch (5 conflicts)")
+}
+
+// markedBy says whether the VMI's failure annotation is the one m's patch
+// writes.
+func markedBy(vmi *unstructured.Unstructured, m *Mark) bool {
+	var f Failure
+	if err := json.Unmarshal([]byte(vmi.GetAnnotations()[FailureAnnotation]), &f); err != nil {
+		return false
+	}
+	return f.Node == m.Node && f.Side == m.Role && f.Detected.Equal(m.Detected)
 }
 
 // irrecoverablePatch computes the merge patch of the VMI's metadata; done
@@ -265,18 +282,30 @@ func irrecoverablePatch(vmi *unstructured.Unstructured, m *Mark) ([]byte, bool, 
 	return b, false, err
 }
 
-// event records one Event on the VMI, reported by ferry on this node.
-func (r *Reporter) event(ctx context.Context, vmi *unstructured.Unstructured, typ, reason, msg string) error {
+// event records m's one Event on the VMI, reported by ferry on this node.
+// Its name is derived from the mark, so a retry after an answer that was
+// lost finds it already there instead of recording it twice.
+func (r *Reporter) event(ctx context.Context, vmi *unstructured.Unstructured, m *Mark, typ, reason string) error {
 	now := metav1.Now()
+	h := fnv.New64a()
+	h.Write([]byte(r.cfg.Node + "/" + m.ID))
+	// An Event's name is a DNS subdomain of at most 253 characters.
+	prefix := vmi.GetName()
+	if len(prefix) > 200 {
+		prefix = strings.TrimRight(prefix[:200], ".-")
+	}
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: vmi.GetName() + ".", Namespace: vmi.GetNamespace()},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.ferry-%016x", prefix, h.Sum64()), Namespace: vmi.GetNamespace()},
 		InvolvedObject: corev1.ObjectReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance",
 			Namespace: vmi.GetNamespace(), Name: vmi.GetName(), UID: vmi.GetUID(), ResourceVersion: vmi.GetResourceVersion()},
-		Reason: reason, Message: msg, Type: typ,
+		Reason: reason, Message: m.Message, Type: typ,
 		Source:         corev1.EventSource{Component: "ferry", Host: r.cfg.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "ferry", ReportingInstance: r.cfg.Node,
 	}
 	_, err := r.cfg.Core.CoreV1().Events(vmi.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
 	return err
 }

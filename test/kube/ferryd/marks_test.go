@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -146,9 +147,11 @@ func TestPostCopyFailureMarkedOnceByBothNodes(t *testing.T) {
 	}
 	checkMarked(t, ctx, before, side, node)
 
-	// A later report (ferryd seeing the domain again) changes nothing.
+	// A later detection (ferryd seeing the domain again) changes nothing.
 	again := reporter(t, "node-b", t.TempDir())
-	again.Report(postCopyMark(ns, "vm1", "node-b", "target"))
+	later := postCopyMark(ns, "vm1", "node-b", "target")
+	later.Detected = later.Detected.Add(time.Minute)
+	again.Report(later)
 	runUntilDone(t, ctx, again)
 	if d := again.Delivered(); d["already_marked"] != 1 {
 		t.Errorf("second report: %v, want already_marked", d)
@@ -194,5 +197,36 @@ func TestMarkChecksTheUIDWhenKnown(t *testing.T) {
 	m.Detected = m.Detected.Add(time.Second)
 	r.Report(m)
 	runUntilDone(t, ctx, r)
+	checkMarked(t, ctx, before, "source", "node-a")
+}
+
+// The API server applied a node's patch, or its Event, but the answer was lost
+// (a timeout): the retry still records the Event, and only once.
+func TestLostAnswersNeitherLoseNorRepeatTheEvent(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	ns := newNamespace(t, ctx, "marks-lost")
+	before := migratingVMI(t, ctx, ns, "vm1")
+	m := postCopyMark(ns, "vm1", "node-a", "source")
+	// The patch that landed unanswered: node-a's own label and annotation.
+	f, _ := json.Marshal(kubevirt.Failure{Side: "source", Node: "node-a", Detected: m.Detected, MigrationUID: "mig-vm1",
+		Message: kubevirt.IrrecoverableMessage, Reason: m.Reason, RemainingBytes: m.RemainingBytes, PostCopyRequests: m.PostCopyRequests})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{kubevirt.IrrecoverableLabel: "true"},
+		"annotations": map[string]any{kubevirt.FailureAnnotation: string(f)},
+	}})
+	ferry := dynamic.NewForConfigOrDie(ferryConfig()).Resource(kubevirt.VMIResource).Namespace(ns)
+	if _, err := ferry.Patch(ctx, "vm1", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := reporter(t, "node-a", t.TempDir())
+	r.Report(m)
+	runUntilDone(t, ctx, r)
+	if d := r.Delivered(); d["marked"] != 1 {
+		t.Errorf("outcomes %v: the retry of a landed patch must still record the Event", d)
+	}
+	// The Event that landed unanswered: the same mark delivered again.
+	again := reporter(t, "node-a", t.TempDir())
+	again.Report(m)
+	runUntilDone(t, ctx, again)
 	checkMarked(t, ctx, before, "source", "node-a")
 }
