@@ -31,7 +31,8 @@ var (
 	ferryToken string
 )
 
-// kubeUp starts etcd + kube-apiserver, applies deploy/'s namespace and RBAC
+// kubeUp starts etcd + kube-apiserver, applies deploy/'s namespace, RBAC and
+// admission policy
 // for real, and restarts both ferryds with a kubeconfig holding a token of
 // deploy/'s ServiceAccount: ferryd works with exactly that RBAC.
 func kubeUp(t *testing.T) *kubeapi.Server {
@@ -45,7 +46,7 @@ func kubeUp(t *testing.T) *kubeapi.Server {
 			return
 		}
 		t.Logf("etcd + kube-apiserver ready in %.1fs at %s", time.Since(start).Seconds(), kube.URL)
-		for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+		for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission.yaml"} {
 			b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", f))
 			if err != nil {
 				kubeErr = err

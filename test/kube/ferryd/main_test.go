@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/ferry-vm/ferry/migration/kubevirt"
@@ -47,7 +51,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer srv.Stop()
-	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission.yaml"} {
 		b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", f))
 		if err == nil {
 			err = srv.Apply(ctx, b, false)
@@ -61,7 +65,47 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := waitFerryPolicy(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
+}
+
+// waitFerryPolicy waits until deploy/admission.yaml is in force (the API server
+// loads policies asynchronously): a foreign label patched by ferryd's
+// ServiceAccount is refused by it, and its own label is not.
+func waitFerryPolicy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	vmis := srv.Dynamic.Resource(kubevirt.VMIResource).Namespace(metav1.NamespaceDefault)
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+		"metadata": map[string]any{"name": "ferry-policy-probe"},
+		"spec":     map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
+	}}
+	if _, err := vmis.Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("probe VMI: %w", err)
+	}
+	defer vmis.Delete(context.Background(), "ferry-policy-probe", metav1.DeleteOptions{})
+	ferry := dynamic.NewForConfigOrDie(ferryConfig()).Resource(kubevirt.VMIResource).Namespace(metav1.NamespaceDefault)
+	for i := 0; ; i++ {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"example.com/probe":"%d"}}}`, i)
+		_, err := ferry.Patch(ctx, "ferry-policy-probe", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ferry-vm.io/ labels") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("deploy/admission.yaml not in force: a foreign label by ferryd: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	_, err := ferry.Patch(ctx, "ferry-policy-probe", types.MergePatchType, []byte(`{"metadata":{"labels":{"ferry-vm.io/probe":"1"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("deploy/admission.yaml refuses ferryd's own label: %w", err)
+	}
+	return nil
 }
 
 // ferryConfig is what ferryd gets from a kubeconfig for deploy/'s ServiceAccount,

@@ -82,8 +82,9 @@ func TestDeployRBACIsExactlyFerrydsJob(t *testing.T) {
 }
 
 // A status write by Ferry's ServiceAccount does not stick: RBAC refuses the /status
-// subresource, and virt-api's rule the status on the main resource.
-func TestFerryStatusWriteRefused(t *testing.T) {
+// subresource, and virt-api's rule the status on the main resource. Nor does any
+// other change but Ferry's own label and annotation.
+func TestFerryMayChangeOnlyItsOwnMark(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	ns := newNamespace(t, ctx, "status-write")
 	before := migratingVMI(t, ctx, ns, "vm1")
@@ -101,7 +102,23 @@ func TestFerryStatusWriteRefused(t *testing.T) {
 	if after := getVMI(t, ctx, ns, "vm1"); !equalJSON(after.Object["status"], before.Object["status"]) || after.GetResourceVersion() != before.GetResourceVersion() {
 		t.Errorf("VMI changed: %v", after.Object)
 	}
-	if _, err := ferry.Patch(ctx, "vm1", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+kubevirt.IrrecoverableLabel+`":"true"}}}`), metav1.PatchOptions{}); err != nil {
-		t.Errorf("Ferry's own label: %v", err)
+	// deploy/admission.yaml: what virt-api would let anyone change, but
+	// ferryd has no business with.
+	for what, body := range map[string]string{
+		"another's label":      `{"metadata":{"labels":{"example.com/team":"other"}}}`,
+		"removing a label":     `{"metadata":{"labels":{"example.com/team":null}}}`,
+		"another's annotation": `{"metadata":{"annotations":{"example.com/note":"x"}}}`,
+		"a finalizer":          `{"metadata":{"finalizers":["example.com/keep"]}}`,
+		"the spec":             `{"spec":{"terminationGracePeriodSeconds":5}}`,
+	} {
+		if _, err := ferry.Patch(ctx, "vm1", types.MergePatchType, []byte(body), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("%s by ferryd: err = %v, want 403 from deploy/admission.yaml", what, err)
+		}
+	}
+	if after := getVMI(t, ctx, ns, "vm1"); after.GetResourceVersion() != before.GetResourceVersion() {
+		t.Errorf("VMI changed: %v", after.Object)
+	}
+	if _, err := ferry.Patch(ctx, "vm1", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+kubevirt.IrrecoverableLabel+`":"true"},"annotations":{"`+kubevirt.FailureAnnotation+`":"{}"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("Ferry's own label and annotation: %v", err)
 	}
 }
