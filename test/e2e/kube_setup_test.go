@@ -32,9 +32,9 @@ var (
 )
 
 // kubeUp starts etcd + kube-apiserver, applies deploy/'s namespace, RBAC and
-// admission policy
-// for real, and restarts both ferryds with a kubeconfig holding a token of
-// deploy/'s ServiceAccount: ferryd works with exactly that RBAC.
+// admission policy for real, and restarts both ferryds with a kubeconfig
+// holding a token of deploy/'s ServiceAccount: ferryd works with exactly
+// those rights.
 func kubeUp(t *testing.T) *kubeapi.Server {
 	t.Helper()
 	kubeOnce.Do(func() {
