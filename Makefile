@@ -34,7 +34,7 @@ unit:
 # use, cached after); serial.
 e2e: prepare
 	$(GO) test -count=1 -tags testbed_live -run TestLive -v -timeout 10m ./test/testbed/
-	$(GO) test -count=1 -tags kube -v -timeout 20m ./test/kube/...
+	$(GO) test -count=1 -tags kube -v -timeout 30m ./test/kube/...
 	$(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
 
 test: lint unit e2e

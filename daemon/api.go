@@ -80,18 +80,28 @@ func (d *Daemon) readyz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "starting: libvirt sockets not scanned yet", http.StatusServiceUnavailable)
 		return
 	}
-	if d.Pool.Ready() {
-		w.Write([]byte("ok\n"))
-		return
-	}
 	var b strings.Builder
-	b.WriteString("ok, but not every libvirt socket is connected:\n")
-	for _, s := range d.Pool.Status() {
-		if !s.Up {
+	if !d.Pool.Ready() {
+		for _, s := range d.Pool.Status() {
+			if s.Up {
+				continue
+			}
+			if b.Len() == 0 {
+				b.WriteString("not every libvirt socket is connected:\n")
+			}
 			fmt.Fprintf(&b, "  %s: %s\n", s.Socket, s.LastError)
 		}
 	}
-	w.Write([]byte(b.String()))
+	// A node without VMs matches nothing too, so this is said, not failed.
+	if g, ok := d.Pool.GlobStatus(); ok && g.Empty {
+		fmt.Fprintf(&b, "the libvirt socket glob %s has matched nothing for %s: no VMs here, or a wrong --kubelet-root or mount\n",
+			g.Glob, time.Since(g.Since).Round(time.Second))
+	}
+	if b.Len() == 0 {
+		w.Write([]byte("ok\n"))
+		return
+	}
+	w.Write([]byte("ok, but " + b.String()))
 }
 
 func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {

@@ -7,13 +7,22 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/ferry-vm/ferry/libvirtx"
 )
 
 // Config is ferryd's whole configuration.
 type Config struct {
-	NodeName        string
-	LibvirtSockets  []string
-	LibvirtGlob     string
+	NodeName       string
+	LibvirtSockets []string
+	LibvirtGlob    string
+	// KubeletRoot is the kubelet's root directory, where KubeVirt's
+	// launcher sockets are found when neither sockets nor a glob are given
+	// and ferryd runs on Kubernetes.
+	KubeletRoot string
+	// GlobEmptyAfter is how long LibvirtGlob may match nothing before
+	// /readyz says so; 0 means the pool's default (5 minutes).
+	GlobEmptyAfter  time.Duration
 	DebugSocket     string
 	DebugSocketMode uint32
 	MetricsAddr     string
@@ -41,13 +50,26 @@ type Config struct {
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.
-	Kubeconfig      string
-	StateDir        string
-	MarkPhaseFailed bool
+	Kubeconfig string
+	StateDir   string
 }
 
 // DefaultLibvirtSocket is the system libvirtd socket of a plain KVM host.
 const DefaultLibvirtSocket = "/run/libvirt/libvirt-sock"
+
+// defaultSockets fills in what to watch when nothing is configured: on
+// Kubernetes each virt-launcher pod runs its own libvirt, a plain KVM host
+// has the system one.
+func (c *Config) defaultSockets(onKubernetes bool) {
+	if len(c.LibvirtSockets) > 0 || c.LibvirtGlob != "" {
+		return
+	}
+	if onKubernetes && c.KubeletRoot != "" {
+		c.LibvirtGlob = libvirtx.KubeVirtSocketGlob(c.KubeletRoot)
+		return
+	}
+	c.LibvirtSockets = []string{DefaultLibvirtSocket}
+}
 
 // Validate names the first setting that cannot work.
 func (c *Config) Validate() error {

@@ -60,9 +60,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if len(cfg.LibvirtSockets) == 0 && cfg.LibvirtGlob == "" {
-		cfg.LibvirtSockets = []string{DefaultLibvirtSocket}
-	}
+	cfg.defaultSockets(onKubernetes(cfg.Kubeconfig))
 	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace}
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,
@@ -74,9 +72,10 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		StateDir:       cfg.StateDir,
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
-		Sockets:     cfg.LibvirtSockets,
-		Glob:        cfg.LibvirtGlob,
-		CallTimeout: cfg.CallTimeout,
+		Sockets:        cfg.LibvirtSockets,
+		Glob:           cfg.LibvirtGlob,
+		GlobEmptyAfter: cfg.GlobEmptyAfter,
+		CallTimeout:    cfg.CallTimeout,
 	}, d.Tracker, log.Named("libvirt"))
 	d.reg = prometheus.NewRegistry()
 	d.drives = newDrives()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,5 +151,60 @@ func TestMigrateRequestErrorsNameTheField(t *testing.T) {
 		if resp.StatusCode != 400 || !strings.Contains(e.Error, want) {
 			t.Errorf("%s: %d %q, want 400 naming %q", body, resp.StatusCode, e.Error, want)
 		}
+	}
+}
+
+func TestDefaultSocketsFollowTheKubeletRoot(t *testing.T) {
+	c := Config{KubeletRoot: "/srv/kubelet"}
+	c.defaultSockets(true)
+	if c.LibvirtGlob != "/srv/kubelet/pods/*/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock" || len(c.LibvirtSockets) != 0 {
+		t.Errorf("on Kubernetes: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
+	}
+	c = Config{KubeletRoot: "/srv/kubelet"}
+	c.defaultSockets(false)
+	if c.LibvirtGlob != "" || len(c.LibvirtSockets) != 1 || c.LibvirtSockets[0] != DefaultLibvirtSocket {
+		t.Errorf("plain host: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
+	}
+	c = Config{KubeletRoot: "/srv/kubelet", LibvirtSockets: []string{"/x"}}
+	c.defaultSockets(true)
+	if c.LibvirtGlob != "" {
+		t.Errorf("a configured socket got a glob too: %q", c.LibvirtGlob)
+	}
+}
+
+// A glob that matches nothing for long is said in /readyz's body and in
+// ferry_libvirt_socket_glob_matches, without making ferryd unready.
+func TestEmptyGlobIsReported(t *testing.T) {
+	dir := t.TempDir()
+	glob := filepath.Join(dir, "pods", "*", "virtqemud-sock")
+	d, err := New(Config{
+		NodeName: "test", DebugSocket: filepath.Join(dir, "ferry.sock"), DebugSocketMode: 0o600,
+		LibvirtGlob: glob, GlobEmptyAfter: 50 * time.Millisecond, SampleInterval: time.Second,
+	}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(body, "matched nothing"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never said the glob is empty: %q", body)
+		}
+		rec := httptest.NewRecorder()
+		d.metricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		body = rec.Body.String()
+		if rec.Code != http.StatusOK && !strings.HasPrefix(body, "starting") {
+			t.Fatalf("/readyz %d %q: an empty glob must not make ferryd unready", rec.Code, body)
+		}
+	}
+	if !strings.Contains(body, glob) {
+		t.Errorf("/readyz does not name the glob: %q", body)
+	}
+	n, err := testutil.GatherAndCount(d.Registry(), "ferry_libvirt_socket_glob_matches")
+	if err != nil || n != 1 {
+		t.Errorf("ferry_libvirt_socket_glob_matches: %d series, err %v", n, err)
 	}
 }

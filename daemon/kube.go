@@ -39,6 +39,11 @@ func kubeConfig(path string) (*rest.Config, string, error) {
 	return nil, "", nil
 }
 
+// onKubernetes says whether kubeConfig will find an API server.
+func onKubernetes(kubeconfig string) bool {
+	return kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+}
+
 // setupKube builds the VMI watcher and the reporter when an API server is configured.
 func (d *Daemon) setupKube() error {
 	rc, from, err := kubeConfig(d.cfg.Kubeconfig)
@@ -49,7 +54,9 @@ func (d *Daemon) setupKube() error {
 		return err
 	}
 	rc.UserAgent = "ferryd/" + d.cfg.Version
-	// Marks must reach the API within seconds of a failure; fail fast and retry.
+	// Marks must reach the API within seconds of a failure; fail fast and
+	// retry. The VMI watches get a copy without this timeout (see
+	// kubevirt.WatchConfig).
 	rc.Timeout = 10 * time.Second
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
@@ -60,14 +67,17 @@ func (d *Daemon) setupKube() error {
 		return err
 	}
 	rep, err := kubevirt.NewReporter(kubevirt.ReporterConfig{Node: d.cfg.NodeName, StateDir: d.cfg.StateDir,
-		MarkPhaseFailed: d.cfg.MarkPhaseFailed, Dynamic: dyn, Core: core, Log: d.log.Named("kubevirt")})
+		Dynamic: dyn, Core: core, Log: d.log.Named("kubevirt")})
 	if err != nil {
 		return err
 	}
-	d.reporter = rep
-	d.vmis = kubevirt.NewWatcher(dyn, d.cfg.NodeName)
+	vmis, err := kubevirt.NewWatcher(rc, d.cfg.NodeName)
+	if err != nil {
+		return err
+	}
+	d.reporter, d.vmis = rep, vmis
 	d.log.Info("KubeVirt VMI reporting on", zap.String("api", rc.Host), zap.String("from", from),
-		zap.String("stateDir", d.cfg.StateDir), zap.Bool("markPhaseFailed", d.cfg.MarkPhaseFailed))
+		zap.String("stateDir", d.cfg.StateDir))
 	return nil
 }
 
@@ -98,6 +108,7 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	case j.Phase == migration.PhasePostCopyFailed:
 		m.Kind = kubevirt.KindIrrecoverable
 		m.UID = d.domainUID(j.Domain)
+		m.Reason, m.RemainingBytes, m.PostCopyRequests = j.FailureReason, j.MemoryRemainingBytes, j.PostCopyRequests
 		m.Message = fmt.Sprintf("%s: post-copy migration failed, seen on node %s (%s side): %s; %s left to copy, %d post-copy page requests served",
 			kubevirt.IrrecoverableMessage, d.cfg.NodeName, j.Role, j.FailureReason, units.IEC(j.MemoryRemainingBytes), j.PostCopyRequests)
 	case j.Phase == migration.PhaseAborted && j.Role == migration.RoleSource:

@@ -43,6 +43,8 @@ var (
 		[]string{"node", "role", "result"}, nil)
 	descLibvirtUp = prometheus.NewDesc("ferry_libvirt_up", "Whether ferryd is connected to the libvirt socket.",
 		[]string{"node", "socket"}, nil)
+	descGlobMatches = prometheus.NewDesc("ferry_libvirt_socket_glob_matches", "Sockets the libvirt socket glob matches now; 0 for long on a node running VMs means a wrong --kubelet-root or mount.",
+		[]string{"node", "glob"}, nil)
 	descAttention = prometheus.NewDesc("ferry_domain_attention", "Domains in a state an operator must act on (1 while it lasts).",
 		[]string{"node", "socket", "domain", "namespace", "name", "reason"}, nil)
 	descBuild = prometheus.NewDesc("ferry_build_info", "ferryd build information; always 1.", []string{"version", "goversion"}, nil)
@@ -81,7 +83,7 @@ func NewCollector(node, version string, t *migration.Tracker, p *libvirtx.Pool) 
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRemaining, descProcessed, descTotal, descMemRemaining, descDirty, descTransfer,
 		descIteration, descPostCopyReqs, descETA, descProgress, descElapsed, descDowntime, descThrottle, descInfo,
-		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descAttention, descBuild, descVMI, descMarksPending, descMarksDone} {
+		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descGlobMatches, descAttention, descBuild, descVMI, descMarksPending, descMarksDone} {
 		ch <- d
 	}
 }
@@ -142,6 +144,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				up = 1
 			}
 			g(descLibvirtUp, up, c.node, s.Socket)
+		}
+		if gs, ok := c.pool.GlobStatus(); ok {
+			g(descGlobMatches, float64(gs.Matches), c.node, gs.Glob)
 		}
 	}
 	g(descBuild, 1, c.version, runtime.Version())

@@ -2,6 +2,7 @@ package libvirtx
 
 import (
 	"encoding/xml"
+	"path/filepath"
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
@@ -29,4 +30,11 @@ func KubeVirtUID(domainXML string) string {
 		}
 	}
 	return ""
+}
+
+// KubeVirtSocketGlob is where KubeVirt's virt-launcher pods put their
+// libvirt's socket, one per pod, under the kubelet's root directory: an
+// emptyDir volume named libvirt-runtime.
+func KubeVirtSocketGlob(kubeletRoot string) string {
+	return filepath.Join(kubeletRoot, "pods", "*", "volumes", "kubernetes.io~empty-dir", "libvirt-runtime", "virtqemud-sock")
 }

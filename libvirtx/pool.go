@@ -36,14 +36,18 @@ type Handler interface {
 
 // PoolConfig says which sockets to watch and how patiently.
 type PoolConfig struct {
-	Sockets      []string      // always watched, retried while absent
-	Glob         string        // matched again every RescanEvery (KubeVirt: one socket per launcher pod)
-	RescanEvery  time.Duration // default 5s
-	CallTimeout  time.Duration // default DefaultCallTimeout
-	PingEvery    time.Duration // default 5s
-	BackoffMin   time.Duration // default 200ms
-	BackoffMax   time.Duration // default 10s
-	EventsBuffer int           // default 1024
+	Sockets     []string      // always watched, retried while absent
+	Glob        string        // matched at once on inotify events, and every RescanEvery (KubeVirt: one socket per launcher pod)
+	RescanEvery time.Duration // default 5s
+	// GlobEmptyAfter is how long a Glob may match nothing before GlobStatus
+	// calls it empty: a wrong --kubelet-root or mount looks exactly like a
+	// node without VMs, except that it lasts. Default 5m.
+	GlobEmptyAfter time.Duration
+	CallTimeout    time.Duration // default DefaultCallTimeout
+	PingEvery      time.Duration // default 5s
+	BackoffMin     time.Duration // default 200ms
+	BackoffMax     time.Duration // default 10s
+	EventsBuffer   int           // default 1024
 }
 
 func (c *PoolConfig) defaults() {
@@ -65,6 +69,23 @@ func (c *PoolConfig) defaults() {
 	if c.EventsBuffer <= 0 {
 		c.EventsBuffer = 1024
 	}
+	if c.GlobEmptyAfter <= 0 {
+		c.GlobEmptyAfter = 5 * time.Minute
+	}
+}
+
+// GlobStatus is what the pool knows of its glob.
+type GlobStatus struct {
+	Glob    string `json:"glob"`
+	Matches int    `json:"matches"`
+	// Since is when the glob last matched something, or when the pool
+	// started if it never did.
+	Since time.Time `json:"since"`
+	// Empty is true once it has matched nothing for GlobEmptyAfter.
+	Empty bool `json:"empty"`
+	// Inotify says whether matches are seen at once, not only by the
+	// periodic scan.
+	Inotify bool `json:"inotify"`
 }
 
 // SocketStatus is what the pool knows of one socket.
@@ -90,6 +111,8 @@ type Pool struct {
 	misses  map[string]int
 	started bool
 	wg      sync.WaitGroup
+
+	glob GlobStatus
 }
 
 // NewPool makes a pool; Run starts it.
@@ -102,15 +125,55 @@ func NewPool(cfg PoolConfig, h Handler, log *zap.Logger) *Pool {
 func (p *Pool) Run(ctx context.Context) {
 	t := time.NewTicker(p.cfg.RescanEvery)
 	defer t.Stop()
+	var kick chan struct{}
+	var gw *globWatch
+	p.mu.Lock()
+	p.glob = GlobStatus{Glob: p.cfg.Glob, Since: time.Now()}
+	p.mu.Unlock()
+	if p.cfg.Glob != "" {
+		kick = make(chan struct{}, 1)
+		var err error
+		if gw, err = newGlobWatch(p.cfg.Glob, kick, p.log); err != nil {
+			p.log.Warn("no inotify: new libvirt sockets are found by the periodic scan alone",
+				zap.String("glob", p.cfg.Glob), zap.Duration("every", p.cfg.RescanEvery), zap.Error(err))
+		} else {
+			defer gw.close()
+			p.mu.Lock()
+			p.glob.Inotify = true
+			p.mu.Unlock()
+		}
+	}
 	for {
+		// Watches first: a socket created after them is an event, one
+		// created before is seen by the scan.
+		if gw != nil {
+			gw.refresh()
+		}
 		p.rescan(ctx)
 		select {
 		case <-ctx.Done():
 			p.wg.Wait()
 			return
 		case <-t.C:
+		case <-kick:
 		}
 	}
+}
+
+// GlobStatus reports on the glob; ok is false when none is configured.
+func (p *Pool) GlobStatus() (GlobStatus, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := p.glob
+	if p.cfg.Glob == "" {
+		return g, false
+	}
+	if g.Since.IsZero() {
+		g.Since = time.Now()
+	}
+	g.Glob = p.cfg.Glob
+	g.Empty = g.Matches == 0 && time.Since(g.Since) >= p.cfg.GlobEmptyAfter
+	return g, true
 }
 
 // Status returns every watched socket's status, sorted by path.
@@ -183,6 +246,12 @@ func (p *Pool) rescan(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.started = true
+	if p.cfg.Glob != "" {
+		p.glob.Matches = len(globbed)
+		if len(globbed) > 0 {
+			p.glob.Since = time.Now()
+		}
+	}
 	for s := range want {
 		if _, ok := p.running[s]; ok {
 			continue

@@ -77,7 +77,7 @@ func printJob(w io.Writer, j migration.Job) {
 				dash(ms.SourceNode), dash(ms.TargetNode), dash(ms.SourcePod), dash(ms.TargetPod), dash(ms.MigrationUID), dash(ms.Mode), ms.AbortRequested, dash(ms.AbortStatus))
 		}
 		if v.Irrecoverable {
-			kv("VMI marked", "MigrationIrrecoverable")
+			kv("VMI marked", "irrecoverable (label ferry-vm.io/migration-irrecoverable)")
 		}
 	}
 	kv("Phase", "%s", j.Phase)

@@ -49,7 +49,8 @@ func run(args []string) int {
 		grace    time.Duration
 	)
 	fs.Var(&sockets, "libvirt-socket", "libvirt socket to watch; repeatable (env FERRY_LIBVIRT_SOCKETS, comma-separated; default "+daemon.DefaultLibvirtSocket+" when no glob is set)")
-	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, re-read every 5s (one per virt-launcher pod under KubeVirt)")
+	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, followed with inotify and re-read every 5s (one per virt-launcher pod under KubeVirt); default on Kubernetes: KubeVirt's launcher sockets under --kubelet-root")
+	fs.StringVar(&cfg.KubeletRoot, "kubelet-root", env("FERRY_KUBELET_ROOT", "/var/lib/kubelet"), "the kubelet's root directory, for the default --libvirt-socket-glob on Kubernetes")
 	fs.StringVar(&cfg.NodeName, "node-name", env("NODE_NAME", hostname()), "name of this node in jobs and metrics (env NODE_NAME)")
 	fs.StringVar(&cfg.DebugSocket, "debug-socket", env("FERRY_DEBUG_SOCKET", "/run/ferry/ferry.sock"), "unix socket serving the JSON debug API read by ferryctl")
 	fs.StringVar(&mode, "debug-socket-mode", env("FERRY_DEBUG_SOCKET_MODE", "0600"), "permission bits of the debug socket")
@@ -70,7 +71,6 @@ func run(args []string) int {
 	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
 	fs.StringVar(&cfg.StateDir, "state-dir", env("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, across restarts")
-	fs.BoolVar(&cfg.MarkPhaseFailed, "mark-phase-failed", envBool("FERRY_MARK_PHASE_FAILED", true), "set a VMI's status.phase to Failed when its post-copy migration fails")
 	fs.DurationVar(&grace, "shutdown-grace", envDuration("FERRY_SHUTDOWN_GRACE", daemon.DefaultShutdownGrace), "on SIGTERM, how long migrations in flight through the proxy may go on (new ones are refused) before they are cut; the pod's terminationGracePeriodSeconds must be larger")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")

@@ -8,64 +8,63 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-func vmiWith(conds ...map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-		"metadata": map[string]any{"name": "vm1", "namespace": "default", "resourceVersion": "42", "uid": "u-1"},
-		"status":   map[string]any{"phase": "Running", "migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "endTimestamp": ""}},
+func vmi(labels map[string]any) *unstructured.Unstructured {
+	meta := map[string]any{"name": "vm1", "namespace": "default", "resourceVersion": "42", "uid": "u-1"}
+	if labels != nil {
+		meta["labels"] = labels
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "metadata": meta,
+		"status": map[string]any{"phase": "Running", "migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-1"}},
 	}}
-	var cs []any
-	for _, c := range conds {
-		cs = append(cs, c)
-	}
-	if cs != nil {
-		unstructured.SetNestedSlice(u.Object, cs, "status", "conditions")
-	}
-	return u
 }
 
-func TestIrrecoverablePatchKeepsOthersAndIsIdempotent(t *testing.T) {
-	ready := map[string]any{"type": "Ready", "status": "False", "reason": "Paused"}
-	live := map[string]any{"type": "LiveMigratable", "status": "True"}
-	m := &Mark{Namespace: "default", Name: "vm1", Message: "post-copy failed on a"}
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	b, done, err := irrecoverablePatch(vmiWith(ready, live), m, true, now)
+func TestIrrecoverablePatchTouchesMetadataOnlyAndIsIdempotent(t *testing.T) {
+	m := &Mark{Namespace: "default", Name: "vm1", Node: "b", Role: "target", Detected: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC),
+		Reason: "connection reset", RemainingBytes: 1 << 20, PostCopyRequests: 7}
+	b, done, err := irrecoverablePatch(vmi(map[string]any{NodeLabel: "a"}), m)
 	if err != nil || done {
 		t.Fatalf("patch: done=%v err=%v", done, err)
 	}
-	var p struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-		Status struct {
-			Phase          string           `json:"phase"`
-			Conditions     []map[string]any `json:"conditions"`
-			MigrationState map[string]any   `json:"migrationState"`
-		} `json:"status"`
-	}
+	var p map[string]map[string]any
 	if err := json.Unmarshal(b, &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Metadata.ResourceVersion != "42" {
-		t.Errorf("patch does not carry the resourceVersion it was computed from: %q", p.Metadata.ResourceVersion)
+	if len(p) != 1 || p["metadata"] == nil {
+		t.Fatalf("patch %s: only metadata may change (virt-api reverts status for others)", b)
 	}
-	if len(p.Status.Conditions) != 3 || p.Status.Conditions[0]["type"] != "Ready" || p.Status.Conditions[1]["type"] != "LiveMigratable" ||
-		p.Status.Conditions[2]["type"] != ConditionIrrecoverable || p.Status.Conditions[2]["reason"] != "PostCopyFailed" {
-		t.Errorf("conditions %v: others must stay first, in order, ours last", p.Status.Conditions)
+	md := p["metadata"]
+	if md["resourceVersion"] != "42" {
+		t.Errorf("patch does not carry the resourceVersion it was computed from: %v", md["resourceVersion"])
 	}
-	ms := p.Status.MigrationState
-	if ms["failed"] != true || ms["failureReason"] != IrrecoverableMessage || ms["mode"] != "PostCopy" ||
-		ms["endTimestamp"] != "2026-11-29T12:00:00Z" || ms["sourceNode"] != "a" || p.Status.Phase != "Failed" {
-		t.Errorf("migrationState %v phase %q", ms, p.Status.Phase)
+	if l, _ := md["labels"].(map[string]any); len(l) != 1 || l[IrrecoverableLabel] != "true" {
+		t.Errorf("labels %v: ours alone (a merge patch keeps the others)", l)
 	}
-	marked := map[string]any{"type": ConditionIrrecoverable, "status": "True"}
-	if _, done, _ := irrecoverablePatch(vmiWith(ready, marked), m, true, now); !done {
+	ann, _ := md["annotations"].(map[string]any)
+	var f Failure
+	if err := json.Unmarshal([]byte(ann[FailureAnnotation].(string)), &f); err != nil {
+		t.Fatal(err)
+	}
+	want := Failure{Side: "target", Node: "b", Detected: m.Detected, MigrationUID: "mig-1", Message: IrrecoverableMessage,
+		Reason: "connection reset", RemainingBytes: 1 << 20, PostCopyRequests: 7}
+	if f != want {
+		t.Errorf("annotation %+v, want %+v", f, want)
+	}
+	if _, done, _ := irrecoverablePatch(vmi(map[string]any{IrrecoverableLabel: "true"}), m); !done {
 		t.Error("a VMI already marked must not be patched again")
 	}
-	b, _, _ = irrecoverablePatch(vmiWith(), m, false, now)
-	p.Status.Phase = ""
-	if json.Unmarshal(b, &p); p.Status.Phase != "" {
-		t.Errorf("--mark-phase-failed=false still set phase %q", p.Status.Phase)
+	landed := vmi(map[string]any{IrrecoverableLabel: "true"})
+	landed.SetAnnotations(map[string]string{FailureAnnotation: ann[FailureAnnotation].(string)})
+	if !markedBy(landed, m) {
+		t.Error("our own landed patch is not recognised: its Event would never be sent")
+	}
+	other := *m
+	other.Node, other.Role = "a", "source"
+	if markedBy(landed, &other) {
+		t.Error("the other node's mark is taken for ours: two Events")
+	}
+	if !infoFrom(vmi(map[string]any{IrrecoverableLabel: "true"})).Irrecoverable {
+		t.Error("the label does not show as irrecoverable")
 	}
 }
 

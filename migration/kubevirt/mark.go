@@ -7,22 +7,30 @@ import (
 )
 
 // Mark is one thing to tell the API server about a VMI, kept on disk until
-// it is told: a post-copy failure (status + Event) or an Event alone.
+// it is told: a post-copy failure (label, annotation + Event) or an Event
+// alone.
 type Mark struct {
-	ID        string    `json:"id"`
-	Kind      string    `json:"kind"` // "irrecoverable" or "event"
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	UID       string    `json:"uid,omitempty"` // from the domain's KubeVirt metadata
-	Node      string    `json:"node"`
-	Role      string    `json:"role"`
-	Detected  time.Time `json:"detected"`
-	// Message is the human account that goes into the condition or Event.
+	ID        string `json:"id"`
+	Kind      string `json:"kind"` // "irrecoverable" or "event"
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// UID is the VMI's UID from the domain's KubeVirt metadata; empty for a
+	// domain without any, whose mark is then not checked against the VMI.
+	UID      string    `json:"uid,omitempty"`
+	Node     string    `json:"node"`
+	Role     string    `json:"role"`
+	Detected time.Time `json:"detected"`
+	// Message is the human account that goes into the Event.
 	Message string `json:"message"`
+	// Reason, RemainingBytes and PostCopyRequests are the job's last word
+	// and figures, for the failure annotation.
+	Reason           string `json:"reason,omitempty"`
+	RemainingBytes   uint64 `json:"remainingBytes,omitempty"`
+	PostCopyRequests uint64 `json:"postCopyRequests,omitempty"`
 	// EventType and EventReason are for Kind "event".
 	EventType   string `json:"eventType,omitempty"`
 	EventReason string `json:"eventReason,omitempty"`
-	// Patched records that the status is done and only the Event remains,
+	// Patched records that the label is set and only the Event remains,
 	// so a retry after a crash neither patches twice nor loses the Event.
 	Patched bool `json:"patched,omitempty"`
 	Tries   int  `json:"tries,omitempty"`

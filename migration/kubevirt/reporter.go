@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,12 +22,11 @@ import (
 
 // ReporterConfig configures a Reporter.
 type ReporterConfig struct {
-	Node            string
-	StateDir        string
-	MarkPhaseFailed bool // also set status.phase = Failed
-	Dynamic         dynamic.Interface
-	Core            kubernetes.Interface
-	Log             *zap.Logger
+	Node     string
+	StateDir string
+	Dynamic  dynamic.Interface
+	Core     kubernetes.Interface
+	Log      *zap.Logger
 }
 
 // Reporter delivers marks to the API server, retrying until they land.
@@ -188,13 +189,17 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// The UID check applies whenever the domain carries KubeVirt metadata.
+	// A domain without any (a plain libvirt guest named like a VMI, as on
+	// the test bed) is still marked: refusing it would lose every mark
+	// there, and the name alone already picks the VMI.
 	if m.UID != "" && string(vmi.GetUID()) != m.UID {
 		r.log.Warn("VMI has another UID than the domain's KubeVirt metadata: a different VMI by the same name; dropping the mark",
 			zap.String("vmi", m.key()), zap.String("domainUID", m.UID), zap.String("vmiUID", string(vmi.GetUID())))
 		return "uid_mismatch", nil
 	}
 	if m.Kind == KindEvent {
-		return "event", r.event(ctx, vmi, m.EventType, m.EventReason, m.Message)
+		return "event", r.event(ctx, vmi, m, m.EventType, m.EventReason)
 	}
 	if !m.Patched {
 		marked, err := r.markIrrecoverable(ctx, m)
@@ -207,14 +212,15 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 		m.Patched = true
 		r.store.save(*m)
 	}
-	return "marked", r.event(ctx, vmi, corev1.EventTypeWarning, "PostCopyFailed", m.Message)
+	return "marked", r.event(ctx, vmi, m, corev1.EventTypeWarning, "PostCopyFailed")
 }
 
-// markIrrecoverable patches the VMI's status; false means another writer
-// (the other node's ferryd) already did. The patch carries the
-// resourceVersion it was computed from, so a concurrent change makes it
-// fail with a conflict and it is recomputed: other writers' conditions are
-// kept, in their order.
+// markIrrecoverable labels and annotates the VMI in one patch of the main
+// resource; false means another writer (the other node's ferryd) already
+// did, and that one records the Event. The patch carries the
+// resourceVersion it was computed from: two ferryds racing cannot both see
+// the label missing and both succeed, the second gets a conflict and, from
+// a fresh GET, finds the label there.
 func (r *Reporter) markIrrecoverable(ctx context.Context, m *Mark) (bool, error) {
 	res := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace)
 	for attempt := 0; attempt < 5; attempt++ {
@@ -222,11 +228,16 @@ func (r *Reporter) markIrrecoverable(ctx context.Context, m *Mark) (bool, error)
 		if err != nil {
 			return false, err
 		}
-		body, done, err := irrecoverablePatch(vmi, m, r.cfg.MarkPhaseFailed, time.Now())
-		if err != nil || done {
+		body, done, err := irrecoverablePatch(vmi, m)
+		if err != nil {
 			return false, err
 		}
-		_, err = res.Patch(ctx, m.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ferry"}, "status")
+		if done {
+			// Our own patch whose answer was lost (a timeout after the API
+			// server applied it) is still ours: the Event is still owed.
+			return markedBy(vmi, m), nil
+		}
+		_, err = res.Patch(ctx, m.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ferry"})
 		if apierrors.IsConflict(err) {
 			continue
 		}
@@ -235,56 +246,66 @@ func (r *Reporter) markIrrecoverable(ctx context.Context, m *Mark) (bool, error)
 		}
 		return true, nil
 	}
-	return false, errors.New("status kept changing under the patch (5 conflicts)")
+	return false, errors.New("VMI kept changing under the patch (5 conflicts)")
 }
 
-// irrecoverablePatch computes the status merge patch; done means the VMI
-// already carries the mark.
-func irrecoverablePatch(vmi *unstructured.Unstructured, m *Mark, phaseFailed bool, now time.Time) ([]byte, bool, error) {
-	conds, _, _ := unstructured.NestedSlice(vmi.Object, "status", "conditions")
-	for _, c := range conds {
-		if cm, _ := c.(map[string]any); cm["type"] == ConditionIrrecoverable && cm["status"] == "True" {
-			return nil, true, nil
-		}
+// markedBy says whether the VMI's failure annotation is the one m's patch
+// writes.
+func markedBy(vmi *unstructured.Unstructured, m *Mark) bool {
+	var f Failure
+	if err := json.Unmarshal([]byte(vmi.GetAnnotations()[FailureAnnotation]), &f); err != nil {
+		return false
 	}
-	ts := now.UTC().Format(time.RFC3339)
-	conds = append(conds, map[string]any{
-		"type": ConditionIrrecoverable, "status": "True", "reason": "PostCopyFailed",
-		"message": m.Message, "lastProbeTime": nil, "lastTransitionTime": ts,
-	})
-	ms, _, _ := unstructured.NestedMap(vmi.Object, "status", "migrationState")
-	if ms == nil {
-		ms = map[string]any{}
+	return f.Node == m.Node && f.Side == m.Role && f.Detected.Equal(m.Detected)
+}
+
+// irrecoverablePatch computes the merge patch of the VMI's metadata; done
+// means the VMI already carries the label.
+func irrecoverablePatch(vmi *unstructured.Unstructured, m *Mark) ([]byte, bool, error) {
+	if vmi.GetLabels()[IrrecoverableLabel] == "true" {
+		return nil, true, nil
 	}
-	ms["failed"] = true
-	ms["failureReason"] = IrrecoverableMessage
-	ms["mode"] = "PostCopy"
-	if e, _ := ms["endTimestamp"].(string); e == "" {
-		ms["endTimestamp"] = ts
-	}
-	status := map[string]any{"conditions": conds, "migrationState": ms}
-	if phaseFailed {
-		status["phase"] = "Failed"
+	f := Failure{Side: m.Role, Node: m.Node, Detected: m.Detected.UTC(), Message: IrrecoverableMessage,
+		Reason: m.Reason, RemainingBytes: m.RemainingBytes, PostCopyRequests: m.PostCopyRequests}
+	f.MigrationUID, _, _ = unstructured.NestedString(vmi.Object, "status", "migrationState", "migrationUid")
+	ann, err := json.Marshal(f)
+	if err != nil {
+		return nil, false, err
 	}
 	b, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": vmi.GetResourceVersion()},
-		"status":   status,
+		"metadata": map[string]any{
+			"resourceVersion": vmi.GetResourceVersion(),
+			"labels":          map[string]any{IrrecoverableLabel: "true"},
+			"annotations":     map[string]any{FailureAnnotation: string(ann)},
+		},
 	})
 	return b, false, err
 }
 
-// event records one Event on the VMI, reported by ferry on this node.
-func (r *Reporter) event(ctx context.Context, vmi *unstructured.Unstructured, typ, reason, msg string) error {
+// event records m's one Event on the VMI, reported by ferry on this node.
+// Its name is derived from the mark, so a retry after an answer that was
+// lost finds it already there instead of recording it twice.
+func (r *Reporter) event(ctx context.Context, vmi *unstructured.Unstructured, m *Mark, typ, reason string) error {
 	now := metav1.Now()
+	h := fnv.New64a()
+	h.Write([]byte(r.cfg.Node + "/" + m.ID))
+	// An Event's name is a DNS subdomain of at most 253 characters.
+	prefix := vmi.GetName()
+	if len(prefix) > 200 {
+		prefix = strings.TrimRight(prefix[:200], ".-")
+	}
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: vmi.GetName() + ".", Namespace: vmi.GetNamespace()},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.ferry-%016x", prefix, h.Sum64()), Namespace: vmi.GetNamespace()},
 		InvolvedObject: corev1.ObjectReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance",
 			Namespace: vmi.GetNamespace(), Name: vmi.GetName(), UID: vmi.GetUID(), ResourceVersion: vmi.GetResourceVersion()},
-		Reason: reason, Message: msg, Type: typ,
+		Reason: reason, Message: m.Message, Type: typ,
 		Source:         corev1.EventSource{Component: "ferry", Host: r.cfg.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "ferry", ReportingInstance: r.cfg.Node,
 	}
 	_, err := r.cfg.Core.CoreV1().Events(vmi.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
 	return err
 }

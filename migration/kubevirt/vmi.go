@@ -14,15 +14,30 @@ import (
 // VMIResource is KubeVirt's VirtualMachineInstance resource.
 var VMIResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
 
-// NodeLabel is the label KubeVirt sets to the node a VMI runs on.
+// NodeLabel is the label KubeVirt sets to the node a VMI runs on; during a
+// migration it still names the source until the hand-off.
 const NodeLabel = "kubevirt.io/nodeName"
+
+// TargetNodeLabel is the label KubeVirt sets to the target node while a VMI
+// migrates: without it the target's ferryd would not see the VMI of its
+// incoming migration.
+const TargetNodeLabel = "kubevirt.io/migrationTargetNodeName"
 
 // IrrecoverableMessage is KubeVirt's own text for this state, so tools that
 // look for it find it.
 const IrrecoverableMessage = "VMI is irrecoverable due to failed post-copy migration"
 
-// ConditionIrrecoverable is the condition Ferry adds.
-const ConditionIrrecoverable = "MigrationIrrecoverable"
+// Ferry marks a VMI in its metadata, never in its status: the VMI CRD has
+// no status subresource, and virt-api's webhook puts the old status back for
+// anyone but KubeVirt's own service accounts. Labels and annotations of
+// one's own are open to others.
+const (
+	// IrrecoverableLabel is "true" on a VMI whose post-copy migration failed;
+	// a label so that it can be selected (kubectl get vmi -l ...).
+	IrrecoverableLabel = "ferry-vm.io/migration-irrecoverable"
+	// FailureAnnotation holds the Failure, as JSON: why, where, when.
+	FailureAnnotation = "ferry-vm.io/migration-failure"
+)
 
 // infoFrom reads what a job shows of its VMI from the unstructured object.
 func infoFrom(u *unstructured.Unstructured) *migration.VMIInfo {
@@ -33,14 +48,12 @@ func infoFrom(u *unstructured.Unstructured) *migration.VMIInfo {
 	if pods, ok, _ := unstructured.NestedStringMap(u.Object, "status", "activePods"); ok {
 		v.ActivePods = pods
 	}
+	v.Irrecoverable = u.GetLabels()[IrrecoverableLabel] == "true"
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
 		if m["type"] == "EvictionRequested" && m["status"] == "True" {
 			v.EvictionRequested = true
-		}
-		if m["type"] == ConditionIrrecoverable && m["status"] == "True" {
-			v.Irrecoverable = true
 		}
 	}
 	if ms, ok, _ := unstructured.NestedMap(u.Object, "status", "migrationState"); ok && ms != nil {

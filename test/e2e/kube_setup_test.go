@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,9 +31,10 @@ var (
 	ferryToken string
 )
 
-// kubeUp starts etcd + kube-apiserver, applies deploy/'s namespace and RBAC
-// for real, and restarts both ferryds with a kubeconfig holding a token of
-// deploy/'s ServiceAccount: ferryd works with exactly that RBAC.
+// kubeUp starts etcd + kube-apiserver, applies deploy/'s namespace, RBAC and
+// admission policy for real, and restarts both ferryds with a kubeconfig
+// holding a token of deploy/'s ServiceAccount: ferryd works with exactly
+// those rights.
 func kubeUp(t *testing.T) *kubeapi.Server {
 	t.Helper()
 	kubeOnce.Do(func() {
@@ -44,7 +46,7 @@ func kubeUp(t *testing.T) *kubeapi.Server {
 			return
 		}
 		t.Logf("etcd + kube-apiserver ready in %.1fs at %s", time.Since(start).Seconds(), kube.URL)
-		for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+		for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission.yaml"} {
 			b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", f))
 			if err != nil {
 				kubeErr = err
@@ -98,30 +100,28 @@ func repoRoot(t *testing.T) string {
 }
 
 // createVMI creates a VMI on node a with conditions other writers own, and
-// a migrationState as KubeVirt's controller would have set it.
+// a migrationState as KubeVirt's controller would have set it. KubeVirt's
+// CRD has no status subresource: the status goes in with the create.
 func createVMI(t *testing.T, name string) {
 	t.Helper()
 	ctx := context.Background()
 	res := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default")
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-		"metadata": map[string]any{"name": name, "namespace": "default", "labels": map[string]any{kubevirt.NodeLabel: "a"}},
-		"spec":     map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
-	}}
-	created, err := res.Create(ctx, u, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating VMI %s: %v", name, err)
-	}
-	created.Object["status"] = map[string]any{
-		"phase": "Running", "nodeName": "a",
-		"conditions": []any{
-			map[string]any{"type": "Ready", "status": "True"},
-			map[string]any{"type": "LiveMigratable", "status": "True"},
+		"metadata": map[string]any{"name": name, "namespace": "default", "labels": map[string]any{
+			kubevirt.NodeLabel: "a", kubevirt.TargetNodeLabel: "b"}},
+		"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
+		"status": map[string]any{
+			"phase": "Running", "nodeName": "a",
+			"conditions": []any{
+				map[string]any{"type": "Ready", "status": "True"},
+				map[string]any{"type": "LiveMigratable", "status": "True"},
+			},
+			"migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-" + name, "mode": "PreCopy"},
 		},
-		"migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-" + name, "mode": "PreCopy"},
-	}
-	if _, err := res.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("status of VMI %s: %v", name, err)
+	}}
+	if _, err := res.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating VMI %s: %v", name, err)
 	}
 	t.Cleanup(func() { res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
@@ -135,20 +135,17 @@ func getVMI(t *testing.T, name string) *unstructured.Unstructured {
 	return u
 }
 
-// conditionTypes lists a VMI's condition types in order and how often ours appears.
-func conditionTypes(u *unstructured.Unstructured) ([]string, int) {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	var types []string
-	ours := 0
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		typ, _ := m["type"].(string)
-		types = append(types, typ)
-		if typ == kubevirt.ConditionIrrecoverable {
-			ours++
-		}
+// marked reports whether Ferry's label is on the VMI, and decodes its annotation.
+func marked(t *testing.T, u *unstructured.Unstructured) (bool, kubevirt.Failure) {
+	t.Helper()
+	var f kubevirt.Failure
+	if u.GetLabels()[kubevirt.IrrecoverableLabel] != "true" {
+		return false, f
 	}
-	return types, ours
+	if err := json.Unmarshal([]byte(u.GetAnnotations()[kubevirt.FailureAnnotation]), &f); err != nil {
+		t.Errorf("annotation %s: %v", kubevirt.FailureAnnotation, err)
+	}
+	return true, f
 }
 
 // postCopyEvents counts the PostCopyFailed Events on a VMI.

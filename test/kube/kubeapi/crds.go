@@ -13,7 +13,9 @@ import (
 )
 
 var (
-	//go:embed vmi-crd.yaml
+	// KubeVirt's own, so tests meet the contract of a real cluster: no status
+	// subresource, a typed status.
+	//go:embed kubevirt-vmi-crd.yaml
 	vmiCRD []byte
 	//go:embed monitoring-crds.yaml
 	monitoringCRDs []byte

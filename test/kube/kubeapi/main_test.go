@@ -105,8 +105,9 @@ func newNamespace(t *testing.T, ctx context.Context, prefix string) string {
 	return ns.Name
 }
 
-// newVMI creates a VirtualMachineInstance with a Ready condition in its status, the way
-// virt-controller would have left it.
+// newVMI creates a VirtualMachineInstance with a status, the way virt-controller would
+// have left it. KubeVirt's CRD has no status subresource, so a create keeps the status
+// it is given (virt-api's rules here apply to updates).
 func newVMI(t *testing.T, ctx context.Context, namespace, name string) *unstructured.Unstructured {
 	t.Helper()
 	vmi := &unstructured.Unstructured{Object: map[string]any{
@@ -123,27 +124,21 @@ func newVMI(t *testing.T, ctx context.Context, namespace, name string) *unstruct
 			},
 			"evictionStrategy": "LiveMigrate",
 		},
-	}}
-	client := srv.Dynamic.Resource(kubeapi.VMIResource).Namespace(namespace)
-	if _, err := client.Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Create drops status (it is a subresource); set it the way a controller does.
-	out, err := client.Patch(ctx, name, "application/merge-patch+json", mustJSON(t, map[string]any{
 		"status": map[string]any{
 			"phase":    "Scheduled",
 			"nodeName": "node-a",
-			// KubeVirt serializes an unset time as null; a merge patch drops null
-			// members, even inside a list it replaces.
 			"conditions": []any{map[string]any{
-				"type": "Ready", "status": "True",
-				"lastProbeTime": nil, "lastTransitionTime": "2026-11-29T10:00:00Z",
+				"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T10:00:00Z",
 			}},
 			"activePods": map[string]any{"6a1f0c2e-0000-4000-8000-000000000001": "node-a"},
 		},
-	}), metav1.PatchOptions{}, "status")
+	}}
+	out, err := srv.Dynamic.Resource(kubeapi.VMIResource).Namespace(namespace).Create(ctx, vmi, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if phase, _, _ := unstructured.NestedString(out.Object, "status", "phase"); phase != "Scheduled" {
+		t.Fatalf("status after create: %v", out.Object["status"])
 	}
 	return out
 }

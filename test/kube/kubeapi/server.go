@@ -74,8 +74,9 @@ type Server struct {
 }
 
 // Start builds the binaries if needed, starts etcd and kube-apiserver on free loopback
-// ports, waits for /readyz and installs the VirtualMachineInstance CRD. Call Stop when
-// done, also after an error from a later call.
+// ports, waits for /readyz, installs KubeVirt's VirtualMachineInstance CRD and the
+// emulation of virt-api's rules for VMI updates (see virt-api-rules.yaml). Call Stop
+// when done, also after an error from a later call.
 func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	began := time.Now()
 	log := opts.Log
@@ -211,6 +212,9 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.waitDefaultNamespace(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.installVirtAPIRules(ctx); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(log, "kubeapi: %s ready in %s (dir %s)\n", s.URL, time.Since(began).Round(time.Millisecond), s.Dir)
