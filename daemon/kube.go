@@ -39,11 +39,6 @@ func kubeConfig(path string) (*rest.Config, string, error) {
 	return nil, "", nil
 }
 
-// onKubernetes says whether kubeConfig will find an API server.
-func onKubernetes(kubeconfig string) bool {
-	return kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != ""
-}
-
 // setupKube builds the VMI watcher and the reporter when an API server is configured.
 func (d *Daemon) setupKube() error {
 	rc, from, err := kubeConfig(d.cfg.Kubeconfig)

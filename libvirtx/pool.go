@@ -340,6 +340,11 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 // once runs a single connection from dial to loss; nil means it was up and
 // then ended (so backoff restarts from the minimum).
 func (p *Pool) once(ctx context.Context, socket string) error {
+	if !p.configured(socket) {
+		if err := realSocket(socket); err != nil {
+			return err
+		}
+	}
 	c, err := Dial(ctx, socket, p.cfg.CallTimeout)
 	if err != nil {
 		return err
@@ -394,6 +399,30 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 	p.h.Lost(socket, reason)
 	if ctx.Err() == nil {
 		p.log.Warn("libvirt connection lost", zap.String("socket", socket), zap.Error(reason))
+	}
+	return nil
+}
+
+func (p *Pool) configured(socket string) bool {
+	for _, s := range p.cfg.Sockets {
+		if s == socket {
+			return true
+		}
+	}
+	return false
+}
+
+// realSocket refuses a glob match that is not itself a unix socket. The
+// glob reaches into every pod's volumes, so a pod could plant a symlink
+// there that points ferryd at another socket on the host, or a file.
+// Checked before every dial, as the path can change between rescans.
+func realSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s is not a unix socket (%s): not dialed", path, fi.Mode().Type())
 	}
 	return nil
 }
