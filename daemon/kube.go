@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -62,7 +63,7 @@ func (d *Daemon) setupKube() error {
 		return err
 	}
 	rep, err := kubevirt.NewReporter(kubevirt.ReporterConfig{Node: d.cfg.NodeName, StateDir: d.cfg.StateDir,
-		Dynamic: dyn, Core: core, Log: d.log.Named("kubevirt")})
+		Dynamic: dyn, Core: core, Log: d.log.Named("kubevirt"), PodsDir: d.podsDir()})
 	if err != nil {
 		return err
 	}
@@ -95,7 +96,7 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	if d.reporter == nil || j.Namespace == "" {
 		return
 	}
-	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role)}
+	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role), Socket: j.Socket}
 	if j.EndTime != nil {
 		m.Detected = *j.EndTime
 	}
@@ -134,6 +135,13 @@ func (d *Daemon) domainUID(domain string) string {
 		return ""
 	}
 	return libvirtx.KubeVirtUID(x)
+}
+
+func (d *Daemon) podsDir() string {
+	if d.cfg.KubeletRoot == "" {
+		return ""
+	}
+	return filepath.Join(d.cfg.KubeletRoot, "pods")
 }
 
 // withVMI adds the cached VMI to jobs of KubeVirt domains.

@@ -102,3 +102,23 @@ func TestMarkValidation(t *testing.T) {
 		t.Error("missing namespace accepted")
 	}
 }
+
+func TestPodUIDFromSocket(t *testing.T) {
+	pods := "/var/lib/kubelet/pods"
+	for socket, want := range map[string]string{
+		pods + "/1b2c/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock": "1b2c",
+		pods + "//1b2c/./x":                "1b2c",
+		pods + "/../pods2/1b2c/x":          "",
+		pods + "/1b2c":                     "",
+		"/run/libvirt/libvirt-sock":        "",
+		"/var/lib/kubelet/podsX/1b2c/sock": "",
+		"":                                 "",
+	} {
+		if got := podUID(pods, socket); got != want {
+			t.Errorf("podUID(%q) = %q, want %q", socket, got, want)
+		}
+	}
+	if got := podUID("", pods+"/1b2c/x"); got != "" {
+		t.Errorf("no pods dir: %q", got)
+	}
+}

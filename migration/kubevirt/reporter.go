@@ -27,6 +27,9 @@ type ReporterConfig struct {
 	Dynamic  dynamic.Interface
 	Core     kubernetes.Interface
 	Log      *zap.Logger
+	// PodsDir is the kubelet's pods directory; a mark from a socket under
+	// it is delivered only to a VMI that lists that pod as active.
+	PodsDir string
 }
 
 // Reporter delivers marks to the API server, retrying until they land.
@@ -197,6 +200,14 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 		r.log.Warn("VMI has another UID than the domain's KubeVirt metadata: a different VMI by the same name; dropping the mark",
 			zap.String("vmi", m.key()), zap.String("domainUID", m.UID), zap.String("vmiUID", string(vmi.GetUID())))
 		return "uid_mismatch", nil
+	}
+	if uid := podUID(r.cfg.PodsDir, m.Socket); uid != "" {
+		pods, _, _ := unstructured.NestedMap(vmi.Object, "status", "activePods")
+		if _, ok := pods[uid]; !ok {
+			r.log.Warn("the libvirt socket of this mark belongs to a pod that is not one of the VMI's active pods; dropping the mark",
+				zap.String("vmi", m.key()), zap.String("kind", m.Kind), zap.String("socket", m.Socket), zap.String("pod", uid))
+			return "pod_mismatch", nil
+		}
 	}
 	if m.Kind == KindEvent {
 		return "event", r.event(ctx, vmi, m, m.EventType, m.EventReason)
