@@ -2,8 +2,10 @@ package kubevirt
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -120,5 +122,17 @@ func TestPodUIDFromSocket(t *testing.T) {
 	}
 	if got := podUID("", pods+"/1b2c/x"); got != "" {
 		t.Errorf("no pods dir: %q", got)
+	}
+}
+
+func TestCapText(t *testing.T) {
+	if s := strings.Repeat("a", maxText); capText(s) != s {
+		t.Error("a text at the limit was cut")
+	}
+	for _, s := range []string{strings.Repeat("a", 5000), strings.Repeat("é", 700), "x" + strings.Repeat("€", 500)} {
+		c := capText(s)
+		if len(c) > maxText || !strings.HasSuffix(c, "…") || !utf8.ValidString(c) || !strings.HasPrefix(s, strings.TrimSuffix(c, "…")) {
+			t.Errorf("capText of %d bytes: %d bytes, valid %v", len(s), len(c), utf8.ValidString(c))
+		}
 	}
 }

@@ -76,6 +76,7 @@ func (r *Reporter) Report(m Mark) error {
 	if m.Detected.IsZero() {
 		m.Detected = time.Now()
 	}
+	m.Reason, m.Message = capText(m.Reason), capText(m.Message)
 	m.ID = fmt.Sprintf("%s_%s_%s_%d", m.Kind, m.Namespace, m.Name, m.Detected.UnixNano())
 	r.mu.Lock()
 	for _, p := range r.pending {
@@ -153,6 +154,10 @@ func (r *Reporter) deliverAll(ctx context.Context) bool {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		outcome, err := r.deliver(actx, &m)
 		cancel()
+		if refused(err) {
+			r.park(m, err)
+			continue
+		}
 		if err != nil {
 			failed = true
 			m.Tries++
@@ -180,6 +185,28 @@ func (r *Reporter) deliverAll(ctx context.Context) bool {
 			zap.Duration("sinceDetected", time.Since(m.Detected)))
 	}
 	return failed
+}
+
+// refused says whether the API server answered that it will never take
+// this request as it is (malformed, not allowed, or failing validation or
+// an admission policy): retrying would only repeat it, forever.
+func refused(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+}
+
+// park stops delivering a refused mark but keeps its file, set apart, for
+// whoever fixes the cause: nothing recorded is lost to a wrong policy.
+func (r *Reporter) park(m Mark, err error) {
+	r.mu.Lock()
+	delete(r.pending, m.ID)
+	r.delivered["refused"]++
+	r.mu.Unlock()
+	where, perr := r.store.park(m)
+	if perr != nil {
+		r.log.Error("cannot set a refused VMI mark apart", zap.String("id", m.ID), zap.Error(perr))
+	}
+	r.log.Error("the API server refused a VMI mark; not retrying it", zap.String("vmi", m.key()), zap.String("kind", m.Kind),
+		zap.String("keptAt", where), zap.Error(err))
 }
 
 // deliver applies one mark; the outcome names what happened.
@@ -277,7 +304,7 @@ func irrecoverablePatch(vmi *unstructured.Unstructured, m *Mark) ([]byte, bool, 
 		return nil, true, nil
 	}
 	f := Failure{Side: m.Role, Node: m.Node, Detected: m.Detected.UTC(), Message: IrrecoverableMessage,
-		Reason: m.Reason, RemainingBytes: m.RemainingBytes, PostCopyRequests: m.PostCopyRequests}
+		Reason: capText(m.Reason), RemainingBytes: m.RemainingBytes, PostCopyRequests: m.PostCopyRequests}
 	f.MigrationUID, _, _ = unstructured.NestedString(vmi.Object, "status", "migrationState", "migrationUid")
 	ann, err := json.Marshal(f)
 	if err != nil {
@@ -309,7 +336,7 @@ func (r *Reporter) event(ctx context.Context, vmi *unstructured.Unstructured, m 
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.ferry-%016x", prefix, h.Sum64()), Namespace: vmi.GetNamespace()},
 		InvolvedObject: corev1.ObjectReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance",
 			Namespace: vmi.GetNamespace(), Name: vmi.GetName(), UID: vmi.GetUID(), ResourceVersion: vmi.GetResourceVersion()},
-		Reason: reason, Message: m.Message, Type: typ,
+		Reason: reason, Message: capText(m.Message), Type: typ,
 		Source:         corev1.EventSource{Component: "ferry", Host: r.cfg.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "ferry", ReportingInstance: r.cfg.Node,
