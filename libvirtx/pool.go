@@ -37,7 +37,7 @@ type Handler interface {
 // PoolConfig says which sockets to watch and how patiently.
 type PoolConfig struct {
 	Sockets     []string      // always watched, retried while absent
-	Glob        string        // matched at once on inotify events, and every RescanEvery (KubeVirt: one socket per launcher pod)
+	Glob        string        // matched kickSettle after inotify events, and every RescanEvery (KubeVirt: one socket per launcher pod)
 	RescanEvery time.Duration // default 5s
 	// GlobEmptyAfter is how long a Glob may match nothing before GlobStatus
 	// calls it empty: a wrong --kubelet-root or mount looks exactly like a
@@ -150,12 +150,36 @@ func (p *Pool) Run(ctx context.Context) {
 			gw.refresh()
 		}
 		p.rescan(ctx)
-		select {
-		case <-ctx.Done():
+		if !nextScan(ctx, t.C, kick) {
 			p.wg.Wait()
 			return
-		case <-t.C:
+		}
+	}
+}
+
+// kickSettle is how long a rescan waits after an inotify event. A pod
+// coming up makes a burst of them (each directory, then the socket), and
+// any pod can make them without end in its own volumes: each rescan globs
+// every pod's directories, so a burst gets one, and events alone never
+// rescan more often than this.
+const kickSettle = 200 * time.Millisecond
+
+// nextScan waits for the periodic tick, or for kickSettle after the first
+// kick; false means ctx ended.
+func nextScan(ctx context.Context, tick <-chan time.Time, kick <-chan struct{}) bool {
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			return true
 		case <-kick:
+			if settle == nil {
+				settle = time.After(kickSettle)
+			}
+		case <-settle:
+			return true
 		}
 	}
 }
