@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -57,18 +58,24 @@ type Config struct {
 // DefaultLibvirtSocket is the system libvirtd socket of a plain KVM host.
 const DefaultLibvirtSocket = "/run/libvirt/libvirt-sock"
 
-// defaultSockets fills in what to watch when nothing is configured: on
-// Kubernetes each virt-launcher pod runs its own libvirt, a plain KVM host
-// has the system one.
-func (c *Config) defaultSockets(onKubernetes bool) {
+// defaultSockets fills in what to watch when nothing is configured, and
+// says what it chose and why. KubeVirt's launcher sockets are looked for
+// only where a kubelet keeps its pods: on a plain KVM host (a kubeconfig or
+// service account alone proves nothing of the node) the glob would match
+// nothing while the system libvirtd went unwatched.
+func (c *Config) defaultSockets() string {
 	if len(c.LibvirtSockets) > 0 || c.LibvirtGlob != "" {
-		return
+		return ""
 	}
-	if onKubernetes && c.KubeletRoot != "" {
-		c.LibvirtGlob = libvirtx.KubeVirtSocketGlob(c.KubeletRoot)
-		return
+	if c.KubeletRoot != "" {
+		pods := filepath.Join(c.KubeletRoot, "pods")
+		if fi, err := os.Stat(pods); err == nil && fi.IsDir() {
+			c.LibvirtGlob = libvirtx.KubeVirtSocketGlob(c.KubeletRoot)
+			return "KubeVirt launcher sockets, as " + pods + " exists"
+		}
 	}
 	c.LibvirtSockets = []string{DefaultLibvirtSocket}
+	return "the system libvirtd, as there is no kubelet pods directory under --kubelet-root"
 }
 
 // Validate names the first setting that cannot work.

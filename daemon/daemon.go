@@ -60,7 +60,10 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.defaultSockets(onKubernetes(cfg.Kubeconfig))
+	if why := cfg.defaultSockets(); why != "" {
+		log.Info("no libvirt socket configured: watching "+why,
+			zap.String("glob", cfg.LibvirtGlob), zap.Strings("sockets", cfg.LibvirtSockets))
+	}
 	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace}
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -155,20 +156,23 @@ func TestMigrateRequestErrorsNameTheField(t *testing.T) {
 }
 
 func TestDefaultSocketsFollowTheKubeletRoot(t *testing.T) {
-	c := Config{KubeletRoot: "/srv/kubelet"}
-	c.defaultSockets(true)
-	if c.LibvirtGlob != "/srv/kubelet/pods/*/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock" || len(c.LibvirtSockets) != 0 {
-		t.Errorf("on Kubernetes: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
-	}
-	c = Config{KubeletRoot: "/srv/kubelet"}
-	c.defaultSockets(false)
+	root := t.TempDir()
+	c := Config{KubeletRoot: root}
+	c.defaultSockets()
 	if c.LibvirtGlob != "" || len(c.LibvirtSockets) != 1 || c.LibvirtSockets[0] != DefaultLibvirtSocket {
-		t.Errorf("plain host: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
+		t.Errorf("no pods directory: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
 	}
-	c = Config{KubeletRoot: "/srv/kubelet", LibvirtSockets: []string{"/x"}}
-	c.defaultSockets(true)
-	if c.LibvirtGlob != "" {
-		t.Errorf("a configured socket got a glob too: %q", c.LibvirtGlob)
+	if err := os.Mkdir(filepath.Join(root, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c = Config{KubeletRoot: root}
+	c.defaultSockets()
+	if c.LibvirtGlob != root+"/pods/*/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock" || len(c.LibvirtSockets) != 0 {
+		t.Errorf("with a pods directory: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
+	}
+	c = Config{KubeletRoot: root, LibvirtSockets: []string{"/x"}}
+	if why := c.defaultSockets(); c.LibvirtGlob != "" || why != "" {
+		t.Errorf("a configured socket got a glob too: %q (%s)", c.LibvirtGlob, why)
 	}
 }
 

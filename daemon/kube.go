@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -39,11 +40,6 @@ func kubeConfig(path string) (*rest.Config, string, error) {
 	return nil, "", nil
 }
 
-// onKubernetes says whether kubeConfig will find an API server.
-func onKubernetes(kubeconfig string) bool {
-	return kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != ""
-}
-
 // setupKube builds the VMI watcher and the reporter when an API server is configured.
 func (d *Daemon) setupKube() error {
 	rc, from, err := kubeConfig(d.cfg.Kubeconfig)
@@ -67,7 +63,7 @@ func (d *Daemon) setupKube() error {
 		return err
 	}
 	rep, err := kubevirt.NewReporter(kubevirt.ReporterConfig{Node: d.cfg.NodeName, StateDir: d.cfg.StateDir,
-		Dynamic: dyn, Core: core, Log: d.log.Named("kubevirt")})
+		Dynamic: dyn, Core: core, Log: d.log.Named("kubevirt"), PodsDir: d.podsDir()})
 	if err != nil {
 		return err
 	}
@@ -100,7 +96,7 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	if d.reporter == nil || j.Namespace == "" {
 		return
 	}
-	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role)}
+	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role), Socket: j.Socket}
 	if j.EndTime != nil {
 		m.Detected = *j.EndTime
 	}
@@ -139,6 +135,13 @@ func (d *Daemon) domainUID(domain string) string {
 		return ""
 	}
 	return libvirtx.KubeVirtUID(x)
+}
+
+func (d *Daemon) podsDir() string {
+	if d.cfg.KubeletRoot == "" {
+		return ""
+	}
+	return filepath.Join(d.cfg.KubeletRoot, "pods")
 }
 
 // withVMI adds the cached VMI to jobs of KubeVirt domains.

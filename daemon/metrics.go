@@ -52,7 +52,7 @@ var (
 		"uid", "migration_uid", "evacuation_node", "eviction_requested")
 	descMarksPending = prometheus.NewDesc("ferry_vmi_marks_pending", "VMI marks (post-copy failures, Events) not yet delivered to the API server.",
 		[]string{"node"}, nil)
-	descMarksDone = prometheus.NewDesc("ferry_vmi_marks_total", "VMI marks done, by outcome: marked, already_marked (by the other node), event, vmi_gone, uid_mismatch.",
+	descMarksDone = prometheus.NewDesc("ferry_vmi_marks_total", "VMI marks done, by outcome: marked, already_marked (by the other node), event, vmi_gone, uid_mismatch, pod_mismatch (a socket of a pod not among the VMI's active pods), refused (400/403/422 from the API server; not retried).",
 		[]string{"node", "outcome"}, nil)
 )
 

@@ -46,7 +46,7 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 	d.mu.Lock()
 	d.conn = c
 	d.mu.Unlock()
-	return c, nil
+	return &framedConn{Conn: c}, nil
 }
 
 func (d *unixDialer) cut() {

@@ -48,7 +48,7 @@ func newGlobWatch(glob string, kick chan<- struct{}, log *zap.Logger) (*globWatc
 	}
 	w := &globWatch{levels: watchLevels(glob), kick: kick, log: log, fd: fd,
 		f: os.NewFile(uintptr(fd), "inotify"), watched: map[string]int32{}, paths: map[int32]string{}}
-	go w.read()
+	go w.read(w.f)
 	return w, nil
 }
 
@@ -106,10 +106,12 @@ func (w *globWatch) watching() int {
 	return len(w.watched)
 }
 
-func (w *globWatch) read() {
+// read gets the file rather than reading w.f, which close clears under the
+// lock while this goroutine is blocked in Read.
+func (w *globWatch) read(f *os.File) {
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
-		n, err := w.f.Read(buf)
+		n, err := f.Read(buf)
 		if err != nil {
 			return // closed
 		}

@@ -83,3 +83,41 @@ func TestPoolFindsANewLauncherSocketAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A storm of inotify events makes one scan per kickSettle, not one each.
+func TestKicksAreSettled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kick := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case kick <- struct{}{}:
+			default:
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	began := time.Now()
+	scans := 0
+	for time.Since(began) < 5*kickSettle/2 {
+		if !nextScan(ctx, nil, kick) {
+			t.Fatal("ended without its context ending")
+		}
+		scans++
+	}
+	if scans > 3 {
+		t.Errorf("%d scans in %v of constant events, want at most 3", scans, time.Since(began))
+	}
+	if d := time.Since(began); scans > 0 && d/time.Duration(scans) < kickSettle {
+		t.Errorf("%d scans in %v: less than %v apart", scans, d, kickSettle)
+	}
+	cancel()
+	if nextScan(ctx, nil, kick) {
+		t.Error("went on after its context ended")
+	}
+}

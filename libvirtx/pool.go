@@ -37,7 +37,7 @@ type Handler interface {
 // PoolConfig says which sockets to watch and how patiently.
 type PoolConfig struct {
 	Sockets     []string      // always watched, retried while absent
-	Glob        string        // matched at once on inotify events, and every RescanEvery (KubeVirt: one socket per launcher pod)
+	Glob        string        // matched kickSettle after inotify events, and every RescanEvery (KubeVirt: one socket per launcher pod)
 	RescanEvery time.Duration // default 5s
 	// GlobEmptyAfter is how long a Glob may match nothing before GlobStatus
 	// calls it empty: a wrong --kubelet-root or mount looks exactly like a
@@ -150,12 +150,36 @@ func (p *Pool) Run(ctx context.Context) {
 			gw.refresh()
 		}
 		p.rescan(ctx)
-		select {
-		case <-ctx.Done():
+		if !nextScan(ctx, t.C, kick) {
 			p.wg.Wait()
 			return
-		case <-t.C:
+		}
+	}
+}
+
+// kickSettle is how long a rescan waits after an inotify event. A pod
+// coming up makes a burst of them (each directory, then the socket), and
+// any pod can make them without end in its own volumes: each rescan globs
+// every pod's directories, so a burst gets one, and events alone never
+// rescan more often than this.
+const kickSettle = 200 * time.Millisecond
+
+// nextScan waits for the periodic tick, or for kickSettle after the first
+// kick; false means ctx ended.
+func nextScan(ctx context.Context, tick <-chan time.Time, kick <-chan struct{}) bool {
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			return true
 		case <-kick:
+			if settle == nil {
+				settle = time.After(kickSettle)
+			}
+		case <-settle:
+			return true
 		}
 	}
 }
@@ -340,6 +364,11 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 // once runs a single connection from dial to loss; nil means it was up and
 // then ended (so backoff restarts from the minimum).
 func (p *Pool) once(ctx context.Context, socket string) error {
+	if !p.configured(socket) {
+		if err := realSocket(socket); err != nil {
+			return err
+		}
+	}
 	c, err := Dial(ctx, socket, p.cfg.CallTimeout)
 	if err != nil {
 		return err
@@ -394,6 +423,30 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 	p.h.Lost(socket, reason)
 	if ctx.Err() == nil {
 		p.log.Warn("libvirt connection lost", zap.String("socket", socket), zap.Error(reason))
+	}
+	return nil
+}
+
+func (p *Pool) configured(socket string) bool {
+	for _, s := range p.cfg.Sockets {
+		if s == socket {
+			return true
+		}
+	}
+	return false
+}
+
+// realSocket refuses a glob match that is not itself a unix socket. The
+// glob reaches into every pod's volumes, so a pod could plant a symlink
+// there that points ferryd at another socket on the host, or a file.
+// Checked before every dial, as the path can change between rescans.
+func realSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s is not a unix socket (%s): not dialed", path, fi.Mode().Type())
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,5 +160,55 @@ func TestSocketGoneOnlyAfterTwoScansMissIt(t *testing.T) {
 	p.rescan(ctx)
 	if watched() {
 		t.Fatal("two scans missed the socket and it is still watched")
+	}
+}
+
+// A glob match is dialed only if it is a unix socket itself: a pod must not
+// be able to point ferryd elsewhere through a symlink.
+func TestGlobMatchesMustBeSocketsNotSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := newFakeLibvirt(t, filepath.Join(t.TempDir(), "host-sock"))
+	if err := os.Symlink(elsewhere.path, filepath.Join(dir, "link.sock")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "file.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
+	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second}, h, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		p.Run(ctx)
+		close(stopped)
+	}()
+	defer func() {
+		cancel()
+		<-stopped
+	}()
+
+	launcher := newFakeLibvirt(t, filepath.Join(dir, "real.sock"))
+	h.waitServed(t, launcher.path)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		refused := 0
+		for _, s := range p.Status() {
+			if s.Socket != launcher.path && !s.Up && strings.Contains(s.LastError, "not a unix socket") {
+				refused++
+			}
+		}
+		if refused == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v: want link.sock and file.sock refused", p.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	elsewhere.mu.Lock()
+	n := len(elsewhere.conns)
+	elsewhere.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("the socket behind the symlink was dialed %d times", n)
 	}
 }

@@ -2,8 +2,10 @@ package kubevirt
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -100,5 +102,37 @@ func TestMarkValidation(t *testing.T) {
 	}
 	if err := (Mark{Kind: KindIrrecoverable, Name: "n"}).validate(); err == nil {
 		t.Error("missing namespace accepted")
+	}
+}
+
+func TestPodUIDFromSocket(t *testing.T) {
+	pods := "/var/lib/kubelet/pods"
+	for socket, want := range map[string]string{
+		pods + "/1b2c/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock": "1b2c",
+		pods + "//1b2c/./x":                "1b2c",
+		pods + "/../pods2/1b2c/x":          "",
+		pods + "/1b2c":                     "",
+		"/run/libvirt/libvirt-sock":        "",
+		"/var/lib/kubelet/podsX/1b2c/sock": "",
+		"":                                 "",
+	} {
+		if got := podUID(pods, socket); got != want {
+			t.Errorf("podUID(%q) = %q, want %q", socket, got, want)
+		}
+	}
+	if got := podUID("", pods+"/1b2c/x"); got != "" {
+		t.Errorf("no pods dir: %q", got)
+	}
+}
+
+func TestCapText(t *testing.T) {
+	if s := strings.Repeat("a", maxText); capText(s) != s {
+		t.Error("a text at the limit was cut")
+	}
+	for _, s := range []string{strings.Repeat("a", 5000), strings.Repeat("é", 700), "x" + strings.Repeat("€", 500)} {
+		c := capText(s)
+		if len(c) > maxText || !strings.HasSuffix(c, "…") || !utf8.ValidString(c) || !strings.HasPrefix(s, strings.TrimSuffix(c, "…")) {
+			t.Errorf("capText of %d bytes: %d bytes, valid %v", len(s), len(c), utf8.ValidString(c))
+		}
 	}
 }

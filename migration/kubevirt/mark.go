@@ -2,6 +2,7 @@ package kubevirt
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -16,7 +17,11 @@ type Mark struct {
 	Name      string `json:"name"`
 	// UID is the VMI's UID from the domain's KubeVirt metadata; empty for a
 	// domain without any, whose mark is then not checked against the VMI.
-	UID      string    `json:"uid,omitempty"`
+	UID string `json:"uid,omitempty"`
+	// Socket is the libvirt socket the job was seen on. Under the
+	// kubelet's pods directory it names the launcher pod, which must be one
+	// of the VMI's: any pod can place a socket there and claim a VMI.
+	Socket   string    `json:"socket,omitempty"`
 	Node     string    `json:"node"`
 	Role     string    `json:"role"`
 	Detected time.Time `json:"detected"`
@@ -59,4 +64,22 @@ func (m Mark) validate() error {
 		return fmt.Errorf("mark for %s: %s", m.key(), strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// podUID returns the pod whose directory under podsDir holds socket, or ""
+// when socket is not under podsDir: a plain libvirt host's socket, which
+// belongs to no pod.
+func podUID(podsDir, socket string) string {
+	if podsDir == "" || socket == "" {
+		return ""
+	}
+	rel, err := filepath.Rel(filepath.Clean(podsDir), filepath.Clean(socket))
+	if err != nil || !filepath.IsLocal(rel) {
+		return ""
+	}
+	uid, rest, ok := strings.Cut(filepath.ToSlash(rel), "/")
+	if !ok || rest == "" {
+		return ""
+	}
+	return uid
 }

@@ -27,6 +27,9 @@ type ReporterConfig struct {
 	Dynamic  dynamic.Interface
 	Core     kubernetes.Interface
 	Log      *zap.Logger
+	// PodsDir is the kubelet's pods directory; a mark from a socket under
+	// it is delivered only to a VMI that lists that pod as active.
+	PodsDir string
 }
 
 // Reporter delivers marks to the API server, retrying until they land.
@@ -73,6 +76,7 @@ func (r *Reporter) Report(m Mark) error {
 	if m.Detected.IsZero() {
 		m.Detected = time.Now()
 	}
+	m.Reason, m.Message = capText(m.Reason), capText(m.Message)
 	m.ID = fmt.Sprintf("%s_%s_%s_%d", m.Kind, m.Namespace, m.Name, m.Detected.UnixNano())
 	r.mu.Lock()
 	for _, p := range r.pending {
@@ -150,6 +154,10 @@ func (r *Reporter) deliverAll(ctx context.Context) bool {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		outcome, err := r.deliver(actx, &m)
 		cancel()
+		if refused(err) {
+			r.park(m, err)
+			continue
+		}
 		if err != nil {
 			failed = true
 			m.Tries++
@@ -179,6 +187,28 @@ func (r *Reporter) deliverAll(ctx context.Context) bool {
 	return failed
 }
 
+// refused says whether the API server answered that it will never take
+// this request as it is (malformed, not allowed, or failing validation or
+// an admission policy): retrying would only repeat it, forever.
+func refused(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+}
+
+// park stops delivering a refused mark but keeps its file, set apart, for
+// whoever fixes the cause: nothing recorded is lost to a wrong policy.
+func (r *Reporter) park(m Mark, err error) {
+	r.mu.Lock()
+	delete(r.pending, m.ID)
+	r.delivered["refused"]++
+	r.mu.Unlock()
+	where, perr := r.store.park(m)
+	if perr != nil {
+		r.log.Error("cannot set a refused VMI mark apart", zap.String("id", m.ID), zap.Error(perr))
+	}
+	r.log.Error("the API server refused a VMI mark; not retrying it", zap.String("vmi", m.key()), zap.String("kind", m.Kind),
+		zap.String("keptAt", where), zap.Error(err))
+}
+
 // deliver applies one mark; the outcome names what happened.
 func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 	vmi, err := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
@@ -197,6 +227,14 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 		r.log.Warn("VMI has another UID than the domain's KubeVirt metadata: a different VMI by the same name; dropping the mark",
 			zap.String("vmi", m.key()), zap.String("domainUID", m.UID), zap.String("vmiUID", string(vmi.GetUID())))
 		return "uid_mismatch", nil
+	}
+	if uid := podUID(r.cfg.PodsDir, m.Socket); uid != "" {
+		pods, _, _ := unstructured.NestedMap(vmi.Object, "status", "activePods")
+		if _, ok := pods[uid]; !ok {
+			r.log.Warn("the libvirt socket of this mark belongs to a pod that is not one of the VMI's active pods; dropping the mark",
+				zap.String("vmi", m.key()), zap.String("kind", m.Kind), zap.String("socket", m.Socket), zap.String("pod", uid))
+			return "pod_mismatch", nil
+		}
 	}
 	if m.Kind == KindEvent {
 		return "event", r.event(ctx, vmi, m, m.EventType, m.EventReason)
@@ -266,7 +304,7 @@ func irrecoverablePatch(vmi *unstructured.Unstructured, m *Mark) ([]byte, bool, 
 		return nil, true, nil
 	}
 	f := Failure{Side: m.Role, Node: m.Node, Detected: m.Detected.UTC(), Message: IrrecoverableMessage,
-		Reason: m.Reason, RemainingBytes: m.RemainingBytes, PostCopyRequests: m.PostCopyRequests}
+		Reason: capText(m.Reason), RemainingBytes: m.RemainingBytes, PostCopyRequests: m.PostCopyRequests}
 	f.MigrationUID, _, _ = unstructured.NestedString(vmi.Object, "status", "migrationState", "migrationUid")
 	ann, err := json.Marshal(f)
 	if err != nil {
@@ -298,7 +336,7 @@ func (r *Reporter) event(ctx context.Context, vmi *unstructured.Unstructured, m 
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.ferry-%016x", prefix, h.Sum64()), Namespace: vmi.GetNamespace()},
 		InvolvedObject: corev1.ObjectReference{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance",
 			Namespace: vmi.GetNamespace(), Name: vmi.GetName(), UID: vmi.GetUID(), ResourceVersion: vmi.GetResourceVersion()},
-		Reason: reason, Message: m.Message, Type: typ,
+		Reason: reason, Message: capText(m.Message), Type: typ,
 		Source:         corev1.EventSource{Component: "ferry", Host: r.cfg.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "ferry", ReportingInstance: r.cfg.Node,

@@ -34,6 +34,26 @@ func (s *store) save(m Mark) error {
 	return atomicfile.Write(s.path(m.ID), b)
 }
 
+// park moves a mark's file into refused/, out of what load reads, and
+// returns where it now is.
+func (s *store) park(m Mark) (string, error) {
+	dir := filepath.Join(s.dir, "refused")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	to := filepath.Join(dir, m.ID+".json")
+	err := os.Rename(s.path(m.ID), to)
+	if os.IsNotExist(err) {
+		// Never saved (a full disk at Report): write it there now.
+		b, merr := json.MarshalIndent(m, "", "  ")
+		if merr != nil {
+			return "", merr
+		}
+		err = atomicfile.Write(to, b)
+	}
+	return to, err
+}
+
 func (s *store) remove(id string) error {
 	err := os.Remove(s.path(id))
 	if os.IsNotExist(err) {

@@ -136,6 +136,13 @@ func newNamespace(t *testing.T, ctx context.Context, prefix string) string {
 	return ns.Name
 }
 
+// The launcher pods of every migratingVMI, as KubeVirt lists them in
+// status.activePods.
+const (
+	sourcePod = "6f1e2d3c-0000-4000-8000-00000000a001"
+	targetPod = "6f1e2d3c-0000-4000-8000-00000000b002"
+)
+
 // migratingVMI creates a VMI in post-copy from node-a to node-b, labelled and with a
 // status as KubeVirt leaves it mid-migration.
 func migratingVMI(t *testing.T, ctx context.Context, ns, name string) *unstructured.Unstructured {
@@ -153,6 +160,7 @@ func migratingVMI(t *testing.T, ctx context.Context, ns, name string) *unstructu
 				map[string]any{"type": "LiveMigratable", "status": "True"},
 			},
 			"migrationState": map[string]any{"sourceNode": "node-a", "targetNode": "node-b", "migrationUid": "mig-" + name, "mode": "PostCopy"},
+			"activePods":     map[string]any{sourcePod: "node-a", targetPod: "node-b"},
 		},
 	}}
 	out, err := srv.Dynamic.Resource(kubevirt.VMIResource).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})

@@ -230,3 +230,45 @@ func TestLostAnswersNeitherLoseNorRepeatTheEvent(t *testing.T) {
 	runUntilDone(t, ctx, again)
 	checkMarked(t, ctx, before, "source", "node-a")
 }
+
+// A mark from a launcher socket lands only on a VMI that KubeVirt lists that
+// pod for: any pod can put a socket under the kubelet's pods directory.
+func TestMarkNeedsTheSocketsPodAmongTheActivePods(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	ns := newNamespace(t, ctx, "marks-pod")
+	const intruder = "6f1e2d3c-0000-4000-8000-00000000bad0"
+	before := migratingVMI(t, ctx, ns, "vm1")
+	podsDir := "/var/lib/kubelet/pods"
+	rc := ferryConfig()
+	r, err := kubevirt.NewReporter(kubevirt.ReporterConfig{
+		Node: "node-a", StateDir: t.TempDir(), PodsDir: podsDir,
+		Dynamic: dynamic.NewForConfigOrDie(rc), Core: kubernetes.NewForConfigOrDie(rc),
+		Log: zaptest.NewLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := func(pod string) string {
+		return podsDir + "/" + pod + "/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock"
+	}
+
+	m := postCopyMark(ns, "vm1", "node-a", "source")
+	m.Socket = sock(intruder)
+	r.Report(m)
+	runUntilDone(t, ctx, r)
+	if d := r.Delivered(); d["pod_mismatch"] != 1 {
+		t.Errorf("outcomes %v, want pod_mismatch", d)
+	}
+	if l := getVMI(t, ctx, ns, "vm1").GetLabels(); l[kubevirt.IrrecoverableLabel] != "" {
+		t.Errorf("a socket of a pod not the VMI's marked it: %v", l)
+	}
+	if evs := postCopyEvents(t, ctx, ns, "vm1"); len(evs) != 0 {
+		t.Errorf("a socket of a pod not the VMI's recorded %d Events", len(evs))
+	}
+
+	m.Socket = sock(targetPod)
+	m.Detected = m.Detected.Add(time.Second)
+	r.Report(m)
+	runUntilDone(t, ctx, r)
+	checkMarked(t, ctx, before, "source", "node-a")
+}

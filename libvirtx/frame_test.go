@@ -1,0 +1,125 @@
+package libvirtx
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// liar answers every call with a packet whose length word is length,
+// followed by a few bytes that would pass for a header.
+func liar(t *testing.T, length uint32) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "libvirt-sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var hdr [28]byte
+				if _, err := io.ReadFull(c, hdr[:]); err != nil {
+					return
+				}
+				io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(hdr[:4]))-28)
+				out := binary.BigEndian.AppendUint32(nil, length)
+				c.Write(append(out, make([]byte, 64)...))
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return path
+}
+
+func TestDialRefusesBadPacketLengths(t *testing.T) {
+	for _, length := range []uint32{0, 27, 1 << 31} {
+		path := liar(t, length)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := Dial(ctx, path, 2*time.Second)
+		cancel()
+		if err == nil {
+			c.Close()
+			t.Fatalf("length %d: Dial succeeded", length)
+		}
+	}
+}
+
+// A call on a good connection fails, rather than panics, when a bad length
+// comes later.
+func TestCallFailsOnBadPacketLength(t *testing.T) {
+	f := newFakeLibvirt(t, "")
+	c, err := Dial(context.Background(), f.path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f.mu.Lock()
+	conn := f.conns[0]
+	f.mu.Unlock()
+	conn.Write(be32(0))
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not dropped after a zero length")
+	}
+	if _, err := c.Ping(context.Background()); err == nil {
+		t.Fatal("ping succeeded on a dropped connection")
+	}
+}
+
+func TestFakeLibvirtWorksThroughFraming(t *testing.T) {
+	f := newFakeLibvirt(t, "")
+	big := bytes.Repeat([]byte("x"), 3*4096+5) // spans several bufio reads
+	f.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == procDomainGetMaxMemory {
+			return nil, &libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: string(big)}, true
+		}
+		return nil, nil, false
+	})
+	c, err := Dial(context.Background(), f.path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < 3; i++ {
+		if v, err := c.Ping(context.Background()); err != nil || v != 11003000 {
+			t.Fatalf("ping %d: %d, %v", i, v, err)
+		}
+		_, err := c.Raw().DomainGetMaxMemory(libvirt.Domain{Name: "d"})
+		var le libvirt.Error
+		if !errors.As(err, &le) || len(le.Message) != len(big) {
+			t.Fatalf("big error reply: %v", err)
+		}
+	}
+}
+
+// Packets come through whole and in order however the reads are cut.
+func TestFramedConnSplitsAtPacketBoundaries(t *testing.T) {
+	pkt := func(n int) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(n))
+		return append(b, bytes.Repeat([]byte{byte(n)}, n-4)...)
+	}
+	want := append(append(pkt(28), pkt(100)...), pkt(5000)...)
+	a, b := net.Pipe()
+	go func() { b.Write(want); b.Close() }()
+	got, err := io.ReadAll(iotest.OneByteReader(&framedConn{Conn: a}))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(want))
+	}
+}
