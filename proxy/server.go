@@ -122,13 +122,18 @@ type Proxy struct {
 	stopOnce sync.Once
 	stopped  chan struct{} // closed once everything is cut and the port closed
 	stopErr  error
+
+	// newID names an incoming migration at prepare, from the source's
+	// label; only tests replace the random one.
+	newID func(label string) string
 }
 
 // New validates the configuration and loads the TLS files.
 func New(cfg Config) (*Proxy, error) {
 	cfg.defaults()
 	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{},
-		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...)}
+		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...),
+		newID: func(string) string { return newMigrationID() }}
 	if abs, err := filepath.Abs(cfg.SocketDir); err == nil && abs != cfg.SocketDir {
 		p.private = append(p.private, abs)
 	}
