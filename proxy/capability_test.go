@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTargetChoosesSecretIDs: the id that lets a peer relay, finish or
@@ -85,5 +86,42 @@ func TestRepeatedFinishGetsTheSameAnswer(t *testing.T) {
 	second := finish(t, src, dst, "again", false)
 	if string(first.Cookie) != "finished:again" || string(second.Cookie) != string(first.Cookie) {
 		t.Fatalf("finish answered %q then %q", first.Cookie, second.Cookie)
+	}
+}
+
+// TestUnregisterCutsAHeldFinish: a Finish libvirt holds does not keep its
+// migration, or the source waiting on it, past the migration's end.
+func TestUnregisterCutsAHeldFinish(t *testing.T) {
+	src, dst := startNode(t, nil), startNode(t, nil)
+	prepare(t, src, dst, "held", 0, false)
+	sm, err := src.p.OpenSource("held", dst.addr, []Kind{KindMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Close("test done")
+	roundTrip(t, sm.Paths[KindMemory], 1024)
+	hold := make(chan struct{})
+	defer close(hold)
+	dst.in.mu.Lock()
+	dst.in.finishHold = hold
+	dst.in.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "held", Domain: "vm"})
+		done <- err
+	}()
+	waitMetric(t, func() bool {
+		dst.in.mu.Lock()
+		defer dst.in.mu.Unlock()
+		return len(dst.in.finished) == 1
+	})
+	dst.p.Unregister("held", "test ends it")
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a cut finish answered success")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the source still waits on a finish whose migration ended")
 	}
 }

@@ -139,6 +139,11 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, owner string) Contr
 // until it returns: in post-copy the guest runs here and pulls its last
 // pages through them meanwhile.
 func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, owner string) ControlResponse {
+	if !req.Cancelled && p.reg.notStarted(req.Migration, req.Domain, owner) {
+		// libvirt's Finish would wait for a migration that never came,
+		// holding its job and this node's shutdown.
+		return p.refuseControl(raw, req, reasonNotStarted, fmt.Sprintf("migration %s has relayed no stream: nothing to finish (cancel it)", req.Migration))
+	}
 	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
 	if err != nil {
 		// The first answer may have been lost on the way: the same peer
@@ -150,6 +155,11 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, owner string) Contro
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), e.m.Expires)
 	defer cancel()
+	// Ending the migration (shutdown, unregister) cuts its Finish and the
+	// source's connection waiting on it.
+	if !p.reg.setStopFinish(e, func() { cancel(); c.Close() }) {
+		cancel()
+	}
 	// Nothing is read from the source meanwhile; the answer's write has
 	// its own deadline.
 	c.SetDeadline(time.Time{})
@@ -178,6 +188,8 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, owner string) Contro
 		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters}
 	}
 	p.reg.setResult(e, resp)
+	// Its own end must not cut the connection that carries the answer.
+	p.reg.setStopFinish(e, cancel)
 	p.Unregister(req.Migration, why)
 	return resp
 }

@@ -14,6 +14,7 @@ const (
 	reasonTooManyStreams   = "too_many_streams"
 	reasonIncomingDisabled = "incoming_disabled"
 	reasonPrepareFailed    = "prepare_failed"
+	reasonNotStarted       = "not_started"
 )
 
 // rejectReasons are exported at zero from the start, so a rate over them
@@ -22,7 +23,7 @@ const (
 var rejectReasons = []string{"malformed_header", "unsupported_version", "header_timeout", "tls_handshake",
 	"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
-	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed,
+	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted,
 	"invalid_domain_xml", "flags_not_allowed", "domain_exists"}
 
 type metrics struct {

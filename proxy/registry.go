@@ -166,6 +166,27 @@ func (r *registry) finishedResult(id, domain, owner string) (ControlResponse, bo
 	return *e.result, true
 }
 
+// notStarted: live migration id of domain, prepared by owner, has relayed
+// no stream yet. Any other is left to claim's refusals.
+func (r *registry) notStarted(id, domain, owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	return ok && e.ended == "" && e.owner == owner && e.m.Domain == domain && !e.started
+}
+
+// setStopFinish records how to cut a running finish; false if the
+// migration ended meanwhile.
+func (r *registry) setStopFinish(e *entry, stop func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.ended != "" {
+		return false
+	}
+	e.stopFinish = stop
+	return true
+}
+
 func (r *registry) setResult(e *entry, resp ControlResponse) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -46,7 +46,7 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 	// A file that stops parsing keeps the last good one in use.
 	os.WriteFile(dstFiles.Cert, []byte("not a certificate"), 0o600)
 	time.Sleep(1100 * time.Millisecond)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "after", Domain: "vm"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "after", Domain: "vm"}); err != nil {
 		t.Fatalf("a corrupt certificate file broke the proxy instead of keeping the last good one: %v", err)
 	}
 }
