@@ -54,7 +54,9 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 		// other.
 		return nil, &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("postCopy %v does not match the migration flags %#x", m.PostCopy, uint32(flags))}
 	}
-	if err := libvirtx.CheckIncomingXML(domXML, m.Domain, in.allowed); err != nil {
+	// libvirt gets the XML as checked, never the peer's bytes.
+	domXML, err := libvirtx.CanonicalIncomingXML(domXML, m.Domain, in.allowed)
+	if err != nil {
 		return nil, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
 	c, err := in.conn()
@@ -71,6 +73,8 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	params := []libvirt.TypedParam{
 		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(domXML)},
 		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
+		// The name checked and registered, whatever else the XML says.
+		{Field: libvirt.MigrateParamDestName, Value: *libvirt.NewTypedParamValueString(m.Domain)},
 	}
 	if flags&libvirt.MigrateParallel != 0 && m.Parallel > 0 {
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(m.Parallel))})

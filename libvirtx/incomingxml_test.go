@@ -87,6 +87,9 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"rng from a host file", strings.Replace(guestXML("vm", "", ""), "/dev/urandom", "/dev/sda", 1), "vm", "<rng>"},
 		{"graphics socket", guestXML("vm", "", `<graphics type='vnc'><listen type='socket' socket='/etc/vnc.sock'/></graphics>`), "vm", "/etc/vnc.sock"},
 		{"audio file", guestXML("vm", "", `<audio id='1' type='file' path='/etc/x.wav'/>`), "vm", "/etc/x.wav"},
+		{"relative kernel first of two", strings.Replace(guestXML("vm", "", ""), "<kernel>", "<kernel>boot/vmlinuz</kernel><kernel>", 1), "vm", "relative path"},
+		{"fw_cfg file", guestXML("vm", `<sysinfo type='fwcfg'><entry name='opt/x' file='etc/shadow'/></sysinfo>`, ""), "vm", "relative path"},
+		{"nbd relative socket", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='nbd' name='x'><host transport='unix' socket='run/x.sock'/></source><target dev='vdb'/></disk>`), "vm", "relative path"},
 		{"not XML", "<domain><name>vm</name", "vm", "does not parse"},
 	}
 	for _, c := range cases {
@@ -94,6 +97,25 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		var r *XMLRefusal
 		if !errors.As(err, &r) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want a refusal naming %q", c.name, err, c.says)
+		}
+	}
+}
+
+// TestCanonicalXMLHoldsOnlyWhatWasChecked: of a repeated element libvirt
+// reads the first and Go the last; libvirt gets Go's reading, marshalled
+// again, so a first copy the checks never saw does not reach it.
+func TestCanonicalXMLHoldsOnlyWhatWasChecked(t *testing.T) {
+	for name, c := range map[string]struct{ xml, gone string }{
+		"name twice":     {strings.Replace(guestXML("vm", "", ""), "<name>vm</name>", "<name>other</name><name>vm</name>", 1), "other"},
+		"emulator twice": {strings.Replace(guestXML("vm", "", ""), "<emulator>", "<emulator>/bin/sh</emulator><emulator>", 1), "/bin/sh"},
+	} {
+		canon, err := CanonicalIncomingXML(c.xml, "vm", allowedForTest)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if strings.Contains(canon, c.gone) || strings.Count(canon, "<name>") != 1 || strings.Count(canon, "<emulator>") != 1 {
+			t.Errorf("%s: the canonical XML still holds %q or a repeated element:\n%s", name, c.gone, canon)
 		}
 	}
 }
