@@ -13,16 +13,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// DefaultMigrationAllowedPaths are where an incoming migration's domain XML
-// may name local files unless configured otherwise: libvirt's image dir and
-// KubeVirt's pod and private dirs.
-var DefaultMigrationAllowedPaths = []string{
-	"/var/lib/libvirt/images",
-	"/var/lib/kubelet/pods",
-	"/var/run/kubevirt-private",
-	"/var/run/kubevirt",
-}
-
 // The domain XML of an incoming migration comes from a peer, and the
 // target's libvirt acts on it as root: it opens, creates, relabels and
 // chowns the files it names (dynamic_ownership), runs the emulator and
@@ -49,7 +39,8 @@ func (e *XMLRefusal) Error() string { return "domain XML refused: " + e.Msg }
 func refuse(format string, a ...any) error { return &XMLRefusal{Msg: fmt.Sprintf(format, a...)} }
 
 // CheckIncomingXML checks the domain XML of an incoming migration of the
-// domain name; allowed are the directories local files may be in.
+// domain name; allowed are the directories local files may be in, none
+// unless the operator names some.
 func CheckIncomingXML(domXML, name string, allowed []string) error {
 	_, err := CanonicalIncomingXML(domXML, name, allowed)
 	return err
@@ -334,6 +325,9 @@ func sweepXML(domXML string, allowed []string) error {
 			parent := elem{}
 			if len(stack) > 0 {
 				parent = stack[len(stack)-1]
+			}
+			if err := refusedElement(t, parent.name); err != nil {
+				return err
 			}
 			// A pty's path is the one the source got; the target opens
 			// its own.
