@@ -32,7 +32,12 @@ const (
 	MaxDomainXML      = 2 << 20
 	MaxCookie         = 256 << 10
 	MaxParallel       = 64
-	maxControlAnswer  = 1 << 20
+	// MaxControlConns and MaxIncoming bound what peers may hold at once:
+	// control connections being served, and incoming migrations prepared
+	// and not yet ended, each a target QEMU.
+	MaxControlConns  = 64
+	MaxIncoming      = 16
+	maxControlAnswer = 1 << 20
 )
 
 // ControlRequest is what one ferryd asks of another over the proxy port.
@@ -172,6 +177,15 @@ func (p *Proxy) control(raw, c net.Conn, req ControlRequest) ControlResponse {
 	default:
 		return p.cancel(raw, req, owner)
 	}
+}
+
+// refuseBusy answers a control connection over MaxControlConns without
+// reading its request.
+func (p *Proxy) refuseBusy(raw, c net.Conn) {
+	defer c.Close()
+	resp := p.refuseControl(raw, ControlRequest{}, reasonTooManyControls, fmt.Sprintf("more than %d control connections at once", MaxControlConns))
+	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	json.NewEncoder(c).Encode(resp)
 }
 
 // peerIdentity is the SHA-256 of the peer's TLS certificate, or empty

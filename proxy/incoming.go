@@ -32,6 +32,12 @@ type Incoming interface {
 	Cancel(ctx context.Context, m IncomingMigration) error
 }
 
+// IncomingChecker is an Incoming that can check a prepare's request
+// before anything is registered for it; Prepare checks again.
+type IncomingChecker interface {
+	Check(m IncomingMigration, domainXML string) error
+}
+
 // IncomingMigration is one migration the target prepares, as Incoming
 // sees it. The URIs are chosen here, in this node's socket dir, never by
 // the peer.
@@ -102,6 +108,11 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, owner string) Contr
 		MemoryURI: "unix://" + m.Targets[KindMemory]}
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
+	}
+	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
+		if err := ck.Check(in, req.XML); err != nil {
+			return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+		}
 	}
 	if err := p.reg.add(m, &in, owner); err != nil {
 		return p.refuseControl(raw, req, refusalReason(err, reasonMalformedRequest), err.Error())

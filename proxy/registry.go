@@ -117,6 +117,15 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 		// hearing "ended".
 		return &regError{reasonDuplicate, fmt.Sprintf("migration %s is already known on this node", m.ID)}
 	}
+	live := 0
+	for _, e := range r.entries {
+		if e.ended == "" && e.in != nil {
+			live++
+		}
+	}
+	if in != nil && live >= MaxIncoming {
+		return &regError{reasonTooManyIncoming, fmt.Sprintf("%d incoming migrations are prepared and not ended, the most this node takes at once", live)}
+	}
 	for _, e := range r.entries {
 		if e.ended == "" && e.m.Domain == m.Domain {
 			// The other migration's id is its capability: never named.
