@@ -45,8 +45,9 @@ type Config struct {
 	MigrationInterface string
 	NodeIP             string
 	// MigrationAllowedPaths are the directories under which the domain XML
-	// of an incoming migration may name local files; empty means
-	// libvirtx.DefaultMigrationAllowedPaths.
+	// of an incoming migration may name local files; empty, the default,
+	// means none: a peer's XML names no local file unless the operator
+	// chose where.
 	MigrationAllowedPaths []string
 
 	// Kubeconfig points at the API server; empty uses the in-cluster

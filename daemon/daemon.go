@@ -95,11 +95,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
-			allowed := cfg.MigrationAllowedPaths
-			if len(allowed) == 0 {
-				allowed = libvirtx.DefaultMigrationAllowedPaths
-			}
-			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], allowed: allowed, log: log.Named("incoming")}
+			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], allowed: cfg.MigrationAllowedPaths, log: log.Named("incoming")}
 		}
 		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in)
 		if err != nil {

@@ -184,9 +184,16 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		d.drives.end(req.Domain)
 		return MigrateResponse{}, fmt.Errorf("preparing the migration on the target: %w", err)
 	}
-	src, err := d.Proxy.OpenSource(id, req.Target, []proxy.Kind{proxy.KindMemory})
+	// The target's id, not ours, names the streams and the finish: the
+	// target chose it, and only the two nodes know it.
+	tid := prep.Migration
+	if proxy.ValidID(tid) != nil {
+		d.drives.end(req.Domain)
+		return MigrateResponse{}, fmt.Errorf("the target answered the prepare with no valid migration id %q", tid)
+	}
+	src, err := d.Proxy.OpenSource(tid, req.Target, []proxy.Kind{proxy.KindMemory})
 	if err != nil {
-		d.cancelTarget(req, id, err)
+		d.cancelTarget(req, tid, err)
 		d.drives.end(req.Domain)
 		return MigrateResponse{}, err
 	}
@@ -194,7 +201,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	d.Tracker.Drive(req.Domain, info)
 	go func() {
 		defer d.drives.end(req.Domain)
-		d.drive(req, id, conn, dom, src, info, flags, params, prep.Cookie, deadline)
+		d.drive(req, id, tid, conn, dom, src, info, flags, params, prep.Cookie, deadline)
 	}()
 	msg := "migration started through the Ferry proxy"
 	if !d.Proxy.TLS() {
@@ -217,7 +224,8 @@ func (d *Daemon) cancelTarget(req MigrateRequest, id string, why error) {
 
 // drive runs Perform here, Finish on the target and Confirm here, then
 // tears down the source sockets and leaves the whole account on the job.
-func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
+// id is this node's label of the migration, tid the target's id.
+func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
 	info migration.ProxyInfo, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) {
 	log := d.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target))
 	start := time.Now()
@@ -249,7 +257,7 @@ func (d *Daemon) drive(req MigrateRequest, id string, conn *libvirtx.Conn, dom l
 	// in post-copy the guest runs there and pulls its last pages through
 	// them.
 	fctx, cancel := context.WithTimeout(context.Background(), max(time.Until(start.Add(deadline)), 0)+finishMargin)
-	fin, ferr := d.Proxy.Control(fctx, req.Target, proxy.ControlRequest{Op: proxy.OpFinish, Migration: id, Domain: req.Domain,
+	fin, ferr := d.Proxy.Control(fctx, req.Target, proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
 		Cookie: performCookie, Cancelled: perr != nil})
 	cancel()
 	cancelled := perr != nil || ferr != nil

@@ -40,22 +40,41 @@ func (in *incoming) conn() (*libvirtx.Conn, error) {
 	return c, nil
 }
 
-func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
+// Check refuses flags and XML a prepare may not ask for, before the
+// proxy registers anything for it.
+func (in *incoming) Check(m proxy.IncomingMigration, domXML string) error {
+	_, err := in.check(m, domXML)
+	return err
+}
+
+// check returns the XML to give libvirt: the checked domain, never the
+// peer's bytes.
+func (in *incoming) check(m proxy.IncomingMigration, domXML string) (string, error) {
 	flags := libvirt.DomainMigrateFlags(m.Flags)
 	allowed := allowedIncomingFlags
 	if m.DiskURI != "" {
 		allowed |= libvirt.MigrateNonSharedDisk
 	}
 	if extra := flags &^ allowed; extra != 0 {
-		return nil, &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel)", uint32(extra))}
+		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel)", uint32(extra))}
 	}
 	if m.PostCopy != (flags&libvirt.MigratePostcopy != 0) {
 		// The streams were counted for one mode; libvirt would run the
 		// other.
-		return nil, &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("postCopy %v does not match the migration flags %#x", m.PostCopy, uint32(flags))}
+		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("postCopy %v does not match the migration flags %#x", m.PostCopy, uint32(flags))}
 	}
-	if err := libvirtx.CheckIncomingXML(domXML, m.Domain, in.allowed); err != nil {
-		return nil, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+	canon, err := libvirtx.CanonicalIncomingXML(domXML, m.Domain, in.allowed)
+	if err != nil {
+		return "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+	}
+	return canon, nil
+}
+
+func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
+	flags := libvirt.DomainMigrateFlags(m.Flags)
+	domXML, err := in.check(m, domXML)
+	if err != nil {
+		return nil, err
 	}
 	c, err := in.conn()
 	if err != nil {
@@ -71,6 +90,8 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	params := []libvirt.TypedParam{
 		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(domXML)},
 		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
+		// The name checked and registered, whatever else the XML says.
+		{Field: libvirt.MigrateParamDestName, Value: *libvirt.NewTypedParamValueString(m.Domain)},
 	}
 	if flags&libvirt.MigrateParallel != 0 && m.Parallel > 0 {
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(m.Parallel))})

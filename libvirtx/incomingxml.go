@@ -13,16 +13,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// DefaultMigrationAllowedPaths are where an incoming migration's domain XML
-// may name local files unless configured otherwise: libvirt's image dir and
-// KubeVirt's pod and private dirs.
-var DefaultMigrationAllowedPaths = []string{
-	"/var/lib/libvirt/images",
-	"/var/lib/kubelet/pods",
-	"/var/run/kubevirt-private",
-	"/var/run/kubevirt",
-}
-
 // The domain XML of an incoming migration comes from a peer, and the
 // target's libvirt acts on it as root: it opens, creates, relabels and
 // chowns the files it names (dynamic_ownership), runs the emulator and
@@ -49,26 +39,66 @@ func (e *XMLRefusal) Error() string { return "domain XML refused: " + e.Msg }
 func refuse(format string, a ...any) error { return &XMLRefusal{Msg: fmt.Sprintf(format, a...)} }
 
 // CheckIncomingXML checks the domain XML of an incoming migration of the
-// domain name; allowed are the directories local files may be in.
+// domain name; allowed are the directories local files may be in, none
+// unless the operator names some.
 func CheckIncomingXML(domXML, name string, allowed []string) error {
+	_, err := CanonicalIncomingXML(domXML, name, allowed)
+	return err
+}
+
+// CanonicalIncomingXML checks the domain XML of an incoming migration and
+// returns the XML to give libvirt: the checked domain marshalled again,
+// never the peer's bytes. Go's parser and libvirt's may read the same
+// bytes differently (of a repeated element, Go keeps the last and libvirt
+// the first); the re-marshalled XML holds only what was checked.
+func CanonicalIncomingXML(domXML, name string, allowed []string) (string, error) {
+	d, err := checkIncomingXML(domXML, name, allowed)
+	if err != nil {
+		return "", err
+	}
+	canon, err := d.Marshal()
+	if err != nil {
+		return "", refuse("it does not marshal again: %v", err)
+	}
+	// What libvirtxml writes back must pass the same sweep.
+	if err := sweepXML(canon, allowed); err != nil {
+		return "", err
+	}
+	return canon, nil
+}
+
+func checkIncomingXML(domXML, name string, allowed []string) (*libvirtxml.Domain, error) {
+	d, err := checkDomain(domXML, name, allowed)
+	if err != nil {
+		return nil, err
+	}
+	// The typed checks name what they refuse best; the sweep catches what
+	// they do not know.
+	if err := sweepXML(domXML, allowed); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func checkDomain(domXML, name string, allowed []string) (*libvirtxml.Domain, error) {
 	var d libvirtxml.Domain
 	if err := d.Unmarshal(domXML); err != nil {
-		return refuse("it does not parse: %v", err)
+		return nil, refuse("it does not parse: %v", err)
 	}
 	if d.Name != name {
-		return refuse("<name> is %q, not the domain being migrated, %q", d.Name, name)
+		return nil, refuse("<name> is %q, not the domain being migrated, %q", d.Name, name)
 	}
 	for el, set := range map[string]bool{"commandline": d.QEMUCommandline != nil, "capabilities": d.QEMUCapabilities != nil,
 		"override": d.QEMUOverride != nil, "deprecation": d.QEMUDeprecation != nil} {
 		if set {
-			return refuse("<qemu:%s>: QEMU pass-through is not accepted", el)
+			return nil, refuse("<qemu:%s>: QEMU pass-through is not accepted", el)
 		}
 	}
 	for _, s := range d.SecLabel {
 		// type='none' model='none' only says the source host has no
 		// security driver; any other 'none' asks for an unconfined QEMU.
 		if s.Type == "static" || (s.Type == "none" && s.Model != "none") {
-			return refuse("<seclabel type='%s' model='%s'>: the target chooses its QEMU's security label", s.Type, s.Model)
+			return nil, refuse("<seclabel type='%s' model='%s'>: the target chooses its QEMU's security label", s.Type, s.Model)
 		}
 	}
 	pc := pathCheck{allowed: allowed}
@@ -95,11 +125,9 @@ func CheckIncomingXML(domXML, name string, allowed []string) error {
 		checkDevices(&pc, devs)
 	}
 	if pc.err != nil {
-		return pc.err
+		return nil, pc.err
 	}
-	// The typed checks name what they refuse best; the sweep catches what
-	// they do not know.
-	return sweepXML(domXML, allowed)
+	return &d, nil
 }
 
 func checkDevices(pc *pathCheck, devs *libvirtxml.DomainDeviceList) {
@@ -230,6 +258,11 @@ func (pc *pathCheck) chardev(what string, src *libvirtxml.DomainChardevSource, l
 	}
 }
 
+// relativePath: a value with a slash that does not start with one.
+func relativePath(v string) bool {
+	return strings.Contains(v, "/") && !strings.HasPrefix(v, "/")
+}
+
 // allowedPath says why path may not be used, or nil.
 func allowedPath(path string, allowed []string) error {
 	if !filepath.IsAbs(path) {
@@ -293,10 +326,22 @@ func sweepXML(domXML string, allowed []string) error {
 			if len(stack) > 0 {
 				parent = stack[len(stack)-1]
 			}
+			if err := refusedElement(t, parent.name); err != nil {
+				return err
+			}
 			// A pty's path is the one the source got; the target opens
 			// its own.
 			pty := attr(e, "type") == "pty" || (t.Name.Local == "source" && attr(parent, "type") == "pty")
 			for _, a := range t.Attr {
+				if a.Name.Space == "xmlns" || a.Name.Local == "xmlns" {
+					continue
+				}
+				// libvirtd would resolve a relative path against its own
+				// working directory; a network source's name is a remote
+				// volume, not a path here.
+				if relativePath(a.Value) && !(a.Name.Local == "name" && attr(parent, "type") == "network") {
+					return refuse("<%s %s='%s'>: a relative path", t.Name.Local, a.Name.Local, a.Value)
+				}
 				if strings.HasPrefix(a.Value, "/") && !pty {
 					if err := allowedPath(a.Value, allowed); err != nil {
 						return refuse("<%s %s='%s'>: %v", t.Name.Local, a.Name.Local, a.Value, err)
@@ -316,16 +361,21 @@ func sweepXML(domXML string, allowed []string) error {
 				continue
 			}
 			text := strings.TrimSpace(string(t))
-			if !strings.HasPrefix(text, "/") {
-				continue
-			}
 			cur := stack[len(stack)-1]
 			switch cur.name {
-			case "emulator": // checked against the QEMU binaries
-				continue
 			case "cmdline", "description", "title", "partition", "label", "imagelabel", "baselabel":
 				// Text for the guest or for people, and cgroup and
 				// security label names: not files.
+				continue
+			}
+			if relativePath(text) {
+				return refuse("<%s>%s</%s>: a relative path", cur.name, text, cur.name)
+			}
+			if !strings.HasPrefix(text, "/") {
+				continue
+			}
+			switch cur.name {
+			case "emulator": // checked against the QEMU binaries
 				continue
 			case "backend":
 				if attr(cur, "model") == "random" {

@@ -87,6 +87,32 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"rng from a host file", strings.Replace(guestXML("vm", "", ""), "/dev/urandom", "/dev/sda", 1), "vm", "<rng>"},
 		{"graphics socket", guestXML("vm", "", `<graphics type='vnc'><listen type='socket' socket='/etc/vnc.sock'/></graphics>`), "vm", "/etc/vnc.sock"},
 		{"audio file", guestXML("vm", "", `<audio id='1' type='file' path='/etc/x.wav'/>`), "vm", "/etc/x.wav"},
+		{"relative kernel first of two", strings.Replace(guestXML("vm", "", ""), "<kernel>", "<kernel>boot/vmlinuz</kernel><kernel>", 1), "vm", "relative path"},
+		{"fw_cfg file", guestXML("vm", `<sysinfo type='fwcfg'><entry name='opt/x' file='etc/shadow'/></sysinfo>`, ""), "vm", "<sysinfo>"},
+		{"disk secret", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='rbd' name='pool/img'><host name='10.0.0.5'/><auth username='admin'><secret type='ceph' usage='x'/></auth></source><target dev='vdc'/></disk>`), "vm", "<auth>"},
+		{"disk encryption", guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/libvirt/images/e.qcow2'><encryption format='luks'><secret type='passphrase' uuid='0a81f5b2-8403-7b23-c8d6-21ccc2f80d6f'/></encryption></source><target dev='vdb'/></disk>`), "vm", "<encryption>"},
+		{"any filesystem", guestXML("vm", "", `<filesystem type='mount'><source dir='/var/lib/libvirt/images/share'/><target dir='share'/></filesystem>`), "vm", "<filesystem>"},
+		{"direct nic", guestXML("vm", "", `<interface type='direct'><source dev='eth0' mode='bridge'/></interface>`), "vm", "type='direct'"},
+		{"ethernet nic", guestXML("vm", "", `<interface type='ethernet'><target dev='tap0'/></interface>`), "vm", "type='ethernet'"},
+		{"vhost-user nic", guestXML("vm", "", `<interface type='vhostuser'><source type='unix' path='/var/lib/libvirt/images/vu.sock' mode='client'/></interface>`), "vm", "vhost"},
+		{"vhost-user disk", guestXML("vm", "", `<disk type='vhostuser' device='disk'><source type='unix' path='/var/lib/libvirt/images/vu.sock'/><target dev='vdb'/></disk>`), "vm", "vhost"},
+		{"tcp serial", guestXML("vm", "", `<serial type='tcp'><source mode='connect' host='10.0.0.1' service='23'/><target port='1'/></serial>`), "vm", "<serial type='tcp'>"},
+		{"udp channel", guestXML("vm", "", `<channel type='udp'><source mode='bind' host='0.0.0.0' service='1'/><target type='virtio' name='x'/></channel>`), "vm", "<channel type='udp'>"},
+		{"unix channel under a prefix", guestXML("vm", "", `<channel type='unix'><source mode='bind' path='/var/lib/libvirt/images/ga.sock'/><target type='virtio' name='org.qemu.guest_agent.0'/></channel>`), "vm", "<channel type='unix'>"},
+		{"pipe parallel", guestXML("vm", "", `<parallel type='pipe'><source path='/var/lib/libvirt/images/p'/><target port='0'/></parallel>`), "vm", "<parallel type='pipe'>"},
+		{"smartcard", guestXML("vm", "", `<smartcard mode='passthrough' type='tcp'><source mode='connect' host='10.0.0.1' service='2001'/></smartcard>`), "vm", "<smartcard type='tcp'>"},
+		{"redirdev", guestXML("vm", "", `<redirdev bus='usb' type='tcp'><source mode='connect' host='10.0.0.1' service='4000'/></redirdev>`), "vm", "<redirdev type='tcp'>"},
+		{"vcpusched", guestXML("vm", `<cputune><vcpusched vcpus='0' scheduler='fifo' priority='1'/></cputune>`, ""), "vm", "<vcpusched>"},
+		{"iothreadsched", guestXML("vm", `<cputune><iothreadsched iothreads='1' scheduler='fifo' priority='1'/></cputune>`, ""), "vm", "<iothreadsched>"},
+		{"emulatorsched", guestXML("vm", `<cputune><emulatorsched scheduler='fifo' priority='1'/></cputune>`, ""), "vm", "<emulatorsched>"},
+		{"locked memory", guestXML("vm", `<memoryBacking><locked/></memoryBacking>`, ""), "vm", "<locked/>"},
+		{"baselabel", strings.Replace(guestXML("vm", "", ""), "<seclabel type='none' model='none'/>", "<seclabel type='dynamic' model='selinux'><baselabel>system_u:system_r:unconfined_t:s0</baselabel></seclabel>", 1), "vm", "<baselabel>"},
+		{"device seclabel", guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/libvirt/images/d.img'><seclabel model='dac' relabel='no'/></source><target dev='vdb'/></disk>`), "vm", "<seclabel>"},
+		{"tpm", guestXML("vm", "", `<tpm model='tpm-tis'><backend type='passthrough'><device path='/dev/tpm0'/></backend></tpm>`), "vm", "<tpm>"},
+		{"shmem", guestXML("vm", "", `<shmem name='x'><model type='ivshmem-plain'/><size unit='M'>4</size></shmem>`), "vm", "<shmem>"},
+		{"evdev input", guestXML("vm", "", `<input type='evdev'><source dev='/dev/input/event1'/></input>`), "vm", "evdev"},
+		{"passthrough input", guestXML("vm", "", `<input type='passthrough' bus='virtio'><source evdev='/dev/input/event1'/></input>`), "vm", "passthrough"},
+		{"nbd relative socket", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='nbd' name='x'><host transport='unix' socket='run/x.sock'/></source><target dev='vdb'/></disk>`), "vm", "relative path"},
 		{"not XML", "<domain><name>vm</name", "vm", "does not parse"},
 	}
 	for _, c := range cases {
@@ -94,6 +120,25 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		var r *XMLRefusal
 		if !errors.As(err, &r) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want a refusal naming %q", c.name, err, c.says)
+		}
+	}
+}
+
+// TestCanonicalXMLHoldsOnlyWhatWasChecked: of a repeated element libvirt
+// reads the first and Go the last; libvirt gets Go's reading, marshalled
+// again, so a first copy the checks never saw does not reach it.
+func TestCanonicalXMLHoldsOnlyWhatWasChecked(t *testing.T) {
+	for name, c := range map[string]struct{ xml, gone string }{
+		"name twice":     {strings.Replace(guestXML("vm", "", ""), "<name>vm</name>", "<name>other</name><name>vm</name>", 1), "other"},
+		"emulator twice": {strings.Replace(guestXML("vm", "", ""), "<emulator>", "<emulator>/bin/sh</emulator><emulator>", 1), "/bin/sh"},
+	} {
+		canon, err := CanonicalIncomingXML(c.xml, "vm", allowedForTest)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if strings.Contains(canon, c.gone) || strings.Count(canon, "<name>") != 1 || strings.Count(canon, "<emulator>") != 1 {
+			t.Errorf("%s: the canonical XML still holds %q or a repeated element:\n%s", name, c.gone, canon)
 		}
 	}
 }

@@ -2,6 +2,10 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,12 +32,19 @@ const (
 	MaxDomainXML      = 2 << 20
 	MaxCookie         = 256 << 10
 	MaxParallel       = 64
-	maxControlAnswer  = 1 << 20
+	// MaxControlConns and MaxIncoming bound what peers may hold at once:
+	// control connections being served, and incoming migrations prepared
+	// and not yet ended, each a target QEMU.
+	MaxControlConns  = 64
+	MaxIncoming      = 16
+	maxControlAnswer = 1 << 20
 )
 
 // ControlRequest is what one ferryd asks of another over the proxy port.
 type ControlRequest struct {
-	Op        string `json:"op"`
+	Op string `json:"op"`
+	// Migration is, for finish and cancel, the id the target's prepare
+	// answered; for prepare, only the source's own label, for the logs.
 	Migration string `json:"migration"`
 	Domain    string `json:"domain"`
 	// Prepare: libvirt's domain XML and cookie from the source's Begin,
@@ -56,10 +67,14 @@ type ControlRequest struct {
 // ferry_proxy_rejected_total label); a libvirt step that failed has only
 // an Error.
 type ControlResponse struct {
-	Error    string                       `json:"error,omitempty"`
-	Reason   string                       `json:"reason,omitempty"`
-	Cookie   []byte                       `json:"cookie,omitempty"`
-	Counters map[string]map[string]uint64 `json:"counters,omitempty"`
+	// Migration is the id the target chose at prepare. Knowing it is what
+	// lets a peer open the migration's streams, so it is only ever sent to
+	// the peer that prepared it.
+	Migration string                       `json:"migration,omitempty"`
+	Error     string                       `json:"error,omitempty"`
+	Reason    string                       `json:"reason,omitempty"`
+	Cookie    []byte                       `json:"cookie,omitempty"`
+	Counters  map[string]map[string]uint64 `json:"counters,omitempty"`
 }
 
 // ControlError is a target's negative answer.
@@ -134,7 +149,7 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 	if err := json.NewEncoder(c).Encode(resp); err != nil && req.Op == OpPrepare && resp.Error == "" {
 		// The source never hears that the target is ready; it will not
 		// perform, so nothing would ever finish this one.
-		p.dropIncoming(req.Migration, "the source did not take the prepare answer: "+err.Error())
+		p.dropIncoming(resp.Migration, "the source did not take the prepare answer: "+err.Error())
 	}
 }
 
@@ -153,14 +168,49 @@ func (p *Proxy) control(raw, c net.Conn, req ControlRequest) ControlResponse {
 	if len(req.Cookie) > MaxCookie {
 		return p.refuseControl(raw, req, reasonMalformedRequest, fmt.Sprintf("cookie of %d bytes is over %d", len(req.Cookie), MaxCookie))
 	}
+	owner := peerIdentity(c)
 	switch req.Op {
 	case OpPrepare:
-		return p.prepare(raw, c, req)
+		return p.prepare(raw, c, req, owner)
 	case OpFinish:
-		return p.finish(raw, c, req)
+		return p.finish(raw, c, req, owner)
 	default:
-		return p.cancel(raw, req)
+		return p.cancel(raw, req, owner)
 	}
+}
+
+// refuseBusy answers a control connection over MaxControlConns without
+// reading its request.
+func (p *Proxy) refuseBusy(raw, c net.Conn) {
+	defer c.Close()
+	resp := p.refuseControl(raw, ControlRequest{}, reasonTooManyControls, fmt.Sprintf("more than %d control connections at once", MaxControlConns))
+	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	json.NewEncoder(c).Encode(resp)
+}
+
+// peerIdentity is the SHA-256 of the peer's TLS certificate, or empty
+// without TLS.
+func peerIdentity(c net.Conn) string {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return ""
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(certs[0].Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// newMigrationID is the target's id for a migration it prepares: 128
+// random bits, since whoever knows it may relay and end the migration.
+func newMigrationID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic("no randomness for a migration id: " + err.Error())
+	}
+	return "m-" + hex.EncodeToString(b)
 }
 
 // refuseControl counts, logs and words a refusal; what goes back to the

@@ -171,6 +171,7 @@ func TestControlRefusals(t *testing.T) {
 			return ctl(ControlRequest{Op: OpPrepare, Migration: "dup2", Domain: "vm-dup", XML: testXML})
 		}},
 		{"finish of an unknown migration", "unknown_migration", func() string { return ctl(ControlRequest{Op: OpFinish, Migration: "nope", Domain: "vm"}) }},
+		{"finish before any stream", reasonNotStarted, func() string { return ctl(ControlRequest{Op: OpFinish, Migration: "dup", Domain: "vm-dup"}) }},
 		{"finish of another domain's migration", reasonInvalidDomain, func() string {
 			return ctl(ControlRequest{Op: OpFinish, Migration: "dup", Domain: "vm-other"})
 		}},

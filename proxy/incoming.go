@@ -32,6 +32,12 @@ type Incoming interface {
 	Cancel(ctx context.Context, m IncomingMigration) error
 }
 
+// IncomingChecker is an Incoming that can check a prepare's request
+// before anything is registered for it; Prepare checks again.
+type IncomingChecker interface {
+	Check(m IncomingMigration, domainXML string) error
+}
+
 // IncomingMigration is one migration the target prepares, as Incoming
 // sees it. The URIs are chosen here, in this node's socket dir, never by
 // the peer.
@@ -83,7 +89,7 @@ func (p *Proxy) newIncoming(id, domain string, parallel int, postCopy, disk bool
 	return m
 }
 
-func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest) ControlResponse {
+func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, owner string) ControlResponse {
 	if p.cfg.Incoming == nil {
 		return p.refuseControl(raw, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
 	}
@@ -97,13 +103,18 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest) ControlResponse {
 	if req.DeadlineSeconds > 0 {
 		ttl = min(ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
 	}
-	m := p.newIncoming(req.Migration, req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
+	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
 	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
 		MemoryURI: "unix://" + m.Targets[KindMemory]}
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
 	}
-	if err := p.reg.add(m, &in); err != nil {
+	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
+		if err := ck.Check(in, req.XML); err != nil {
+			return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+		}
+	}
+	if err := p.reg.add(m, &in, owner); err != nil {
 		return p.refuseControl(raw, req, refusalReason(err, reasonMalformedRequest), err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
@@ -129,22 +140,37 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest) ControlResponse {
 		}
 	})
 	p.reg.addTimer(e, ttl, func() { p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl)) })
-	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("domain", m.Domain),
+	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
 		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
 		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()))
-	return ControlResponse{Cookie: cookie}
+	return ControlResponse{Migration: m.ID, Cookie: cookie}
 }
 
 // finish runs libvirt's Finish. The migration's streams stay relayable
 // until it returns: in post-copy the guest runs here and pulls its last
 // pages through them meanwhile.
-func (p *Proxy) finish(raw, c net.Conn, req ControlRequest) ControlResponse {
-	e, err := p.reg.setState(req.Migration, req.Domain, statePrepared, stateFinishing)
+func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, owner string) ControlResponse {
+	if !req.Cancelled && p.reg.notStarted(req.Migration, req.Domain, owner) {
+		// libvirt's Finish would wait for a migration that never came,
+		// holding its job and this node's shutdown.
+		return p.refuseControl(raw, req, reasonNotStarted, fmt.Sprintf("migration %s has relayed no stream: nothing to finish (cancel it)", req.Migration))
+	}
+	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
 	if err != nil {
+		// The first answer may have been lost on the way: the same peer
+		// hears it again rather than "ended".
+		if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok {
+			return resp
+		}
 		return p.refuseControl(raw, req, refusalReason(err, reasonWrongState), err.Error())
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), e.m.Expires)
 	defer cancel()
+	// Ending the migration (shutdown, unregister) cuts its Finish and the
+	// source's connection waiting on it.
+	if !p.reg.setStopFinish(e, func() { cancel(); c.Close() }) {
+		cancel()
+	}
 	// Nothing is read from the source meanwhile; the answer's write has
 	// its own deadline.
 	c.SetDeadline(time.Time{})
@@ -168,15 +194,19 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest) ControlResponse {
 		p.log.Log(level, "incoming migration did not finish", zap.String("migration", req.Migration), zap.String("domain", req.Domain),
 			zap.Bool("cancelled", req.Cancelled), zap.Error(err), zap.Duration("took", time.Since(start)))
 	}
-	p.Unregister(req.Migration, why)
+	resp := ControlResponse{Cookie: cookie, Counters: counters}
 	if err != nil {
-		return ControlResponse{Error: p.scrub(err.Error()), Counters: counters}
+		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters}
 	}
-	return ControlResponse{Cookie: cookie, Counters: counters}
+	p.reg.setResult(e, resp)
+	// Its own end must not cut the connection that carries the answer.
+	p.reg.setStopFinish(e, cancel)
+	p.Unregister(req.Migration, why)
+	return resp
 }
 
-func (p *Proxy) cancel(raw net.Conn, req ControlRequest) ControlResponse {
-	e, err := p.reg.setState(req.Migration, req.Domain, statePrepared, stateFinishing)
+func (p *Proxy) cancel(raw net.Conn, req ControlRequest, owner string) ControlResponse {
+	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
 	if err != nil {
 		return p.refuseControl(raw, req, refusalReason(err, reasonWrongState), err.Error())
 	}
@@ -270,7 +300,7 @@ func (p *Proxy) dropAllPrepared(why string) {
 func (p *Proxy) Register(id, domain string, parallel int, disk bool) (Migration, error) {
 	m := p.newIncoming(id, domain, parallel, false, disk, p.cfg.RegistrationTTL)
 	m.State = statePrepared
-	if err := p.reg.add(m, nil); err != nil {
+	if err := p.reg.add(m, nil, ""); err != nil {
 		return m, err
 	}
 	p.log.Info("migration registered", zap.String("migration", id), zap.String("domain", domain))

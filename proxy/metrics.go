@@ -14,6 +14,9 @@ const (
 	reasonTooManyStreams   = "too_many_streams"
 	reasonIncomingDisabled = "incoming_disabled"
 	reasonPrepareFailed    = "prepare_failed"
+	reasonNotStarted       = "not_started"
+	reasonTooManyControls  = "too_many_control_connections"
+	reasonTooManyIncoming  = "too_many_migrations"
 )
 
 // rejectReasons are exported at zero from the start, so a rate over them
@@ -22,7 +25,7 @@ const (
 var rejectReasons = []string{"malformed_header", "unsupported_version", "header_timeout", "tls_handshake",
 	"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
-	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed,
+	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
 	"invalid_domain_xml", "flags_not_allowed", "domain_exists"}
 
 type metrics struct {

@@ -33,6 +33,13 @@ func startNode(t *testing.T, files *TLSFiles) *node {
 // dir with short timeouts.
 func startNodeWith(t *testing.T, cfg Config) *node {
 	t.Helper()
+	return startNodeIDs(t, cfg, func(label string) string { return label })
+}
+
+// startNodeIDs is startNodeWith naming migrations with newID; most tests
+// have the target take the source's label as the id, so they can name it.
+func startNodeIDs(t *testing.T, cfg Config, newID func(string) string) *node {
+	t.Helper()
 	dir := t.TempDir()
 	in := newFakeIncoming()
 	if cfg.Incoming == nil {
@@ -43,6 +50,9 @@ func startNodeWith(t *testing.T, cfg Config) *node {
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if newID != nil {
+		p.newID = newID
 	}
 	addr, err := p.Listen()
 	if err != nil {

@@ -63,10 +63,20 @@ type entry struct {
 	started bool
 	// in is what libvirt was prepared with, to finish or cancel it; nil
 	// for a migration whose libvirt side the caller of Register runs.
-	in      *IncomingMigration
-	timers  []*time.Timer
-	ended   string // why it is gone, for refusals after the end
-	endedAt time.Time
+	in *IncomingMigration
+	// owner is the TLS identity that prepared it: only that peer may
+	// finish or cancel it. Empty without TLS.
+	owner string
+	// result is what its finish answered, given again to a finish
+	// repeated because the first answer was lost.
+	result *ControlResponse
+	// stopFinish cuts a libvirt Finish in progress and its control
+	// connection, so ending the migration never waits on a source that
+	// stopped reading.
+	stopFinish func()
+	timers     []*time.Timer
+	ended      string // why it is gone, for refusals after the end
+	endedAt    time.Time
 }
 
 // registry holds the target side's migrations, and for a while the ended
@@ -89,7 +99,7 @@ type regError struct{ reason, msg string }
 
 func (e *regError) Error() string { return e.msg }
 
-func (r *registry) add(m Migration, in *IncomingMigration) error {
+func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 	if err := ValidID(m.ID); err != nil {
 		return &regError{reasonInvalidID, err.Error()}
 	}
@@ -107,12 +117,22 @@ func (r *registry) add(m Migration, in *IncomingMigration) error {
 		// hearing "ended".
 		return &regError{reasonDuplicate, fmt.Sprintf("migration %s is already known on this node", m.ID)}
 	}
+	live := 0
 	for _, e := range r.entries {
-		if e.ended == "" && e.m.Domain == m.Domain {
-			return &regError{reasonDuplicate, fmt.Sprintf("domain %s already has an incoming migration (%s) on this node", m.Domain, e.m.ID)}
+		if e.ended == "" && e.in != nil {
+			live++
 		}
 	}
-	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}, in: in}
+	if in != nil && live >= MaxIncoming {
+		return &regError{reasonTooManyIncoming, fmt.Sprintf("%d incoming migrations are prepared and not ended, the most this node takes at once", live)}
+	}
+	for _, e := range r.entries {
+		if e.ended == "" && e.m.Domain == m.Domain {
+			// The other migration's id is its capability: never named.
+			return &regError{reasonDuplicate, fmt.Sprintf("domain %s already has an incoming migration on this node", m.Domain)}
+		}
+	}
+	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}, in: in, owner: owner}
 	return nil
 }
 
@@ -120,11 +140,17 @@ func (r *registry) add(m Migration, in *IncomingMigration) error {
 // to the next; it fails if the migration is gone, of another domain or not
 // in the state expected.
 func (r *registry) setState(id, domain, from, to string) (*entry, error) {
+	return r.claim(id, domain, "", false, from, to)
+}
+
+// claim is setState for a peer: when checkOwner is set, a migration
+// prepared by another TLS identity is as unknown as one never prepared.
+func (r *registry) claim(id, domain, owner string, checkOwner bool, from, to string) (*entry, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	switch {
-	case !ok:
+	case !ok || (checkOwner && e.owner != owner):
 		return nil, &regError{"unknown_migration", fmt.Sprintf("migration %s is not known on this node", id)}
 	case e.ended != "":
 		return nil, &regError{"expired_migration", fmt.Sprintf("migration %s has ended (%s)", id, e.ended)}
@@ -135,6 +161,45 @@ func (r *registry) setState(id, domain, from, to string) (*entry, error) {
 	}
 	e.m.State = to
 	return e, nil
+}
+
+// finishedResult is the stored answer of a migration's finish, for the
+// peer that prepared it.
+func (r *registry) finishedResult(id, domain, owner string) (ControlResponse, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok || e.owner != owner || e.m.Domain != domain || e.result == nil {
+		return ControlResponse{}, false
+	}
+	return *e.result, true
+}
+
+// notStarted: live migration id of domain, prepared by owner, has relayed
+// no stream yet. Any other is left to claim's refusals.
+func (r *registry) notStarted(id, domain, owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	return ok && e.ended == "" && e.owner == owner && e.m.Domain == domain && !e.started
+}
+
+// setStopFinish records how to cut a running finish; false if the
+// migration ended meanwhile.
+func (r *registry) setStopFinish(e *entry, stop func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.ended != "" {
+		return false
+	}
+	e.stopFinish = stop
+	return true
+}
+
+func (r *registry) setResult(e *entry, resp ControlResponse) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.result = &resp
 }
 
 // lookup finds the socket to relay a stream to and reserves one of the
@@ -214,6 +279,7 @@ func (r *registry) end(id, why string) (*entry, bool) {
 	for _, t := range e.timers {
 		t.Stop()
 	}
+	stop := e.stopFinish
 	conns := make([]net.Conn, 0, len(e.conns))
 	for c := range e.conns {
 		conns = append(conns, c)
@@ -221,6 +287,9 @@ func (r *registry) end(id, why string) (*entry, bool) {
 	r.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
+	}
+	if stop != nil {
+		stop()
 	}
 	return e, true
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,13 +123,20 @@ type Proxy struct {
 	stopOnce sync.Once
 	stopped  chan struct{} // closed once everything is cut and the port closed
 	stopErr  error
+
+	controls atomic.Int32 // control connections being served
+
+	// newID names an incoming migration at prepare, from the source's
+	// label; only tests replace the random one.
+	newID func(label string) string
 }
 
 // New validates the configuration and loads the TLS files.
 func New(cfg Config) (*Proxy, error) {
 	cfg.defaults()
 	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{},
-		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...)}
+		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...),
+		newID: func(string) string { return newMigrationID() }}
 	if abs, err := filepath.Abs(cfg.SocketDir); err == nil && abs != cfg.SocketDir {
 		p.private = append(p.private, abs)
 	}
@@ -251,6 +259,14 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		return
 	}
 	if h.Kind == KindControl {
+		// A finish may hold its connection as long as a post-copy
+		// migration: past a bound, more would only pile up.
+		if p.controls.Add(1) > MaxControlConns {
+			p.controls.Add(-1)
+			p.refuseBusy(raw, c)
+			return
+		}
+		defer p.controls.Add(-1)
 		p.serveControl(raw, c)
 		return
 	}

@@ -26,7 +26,12 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 	fresh.issue(t, dstDir, "ferry")
 	time.Sleep(1100 * time.Millisecond) // the sources re-check files at most once a second
 
-	finish(t, src, dst, "before", false)
+	// The source's identity changed since its prepare: the migration is
+	// bound to the old one, and only that one may finish it.
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "before", Domain: "vm"}); err == nil {
+		t.Fatal("a finish from a new certificate ended a migration prepared under the old one")
+	}
+	dst.p.Unregister("before", "test")
 	prepare(t, src, dst, "after", 0, false)
 	conn, err := tls.Dial("tcp", dst.addr, src.p.tls.clientConfig())
 	if err != nil {
@@ -41,7 +46,7 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 	// A file that stops parsing keeps the last good one in use.
 	os.WriteFile(dstFiles.Cert, []byte("not a certificate"), 0o600)
 	time.Sleep(1100 * time.Millisecond)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "after", Domain: "vm"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "after", Domain: "vm"}); err != nil {
 		t.Fatalf("a corrupt certificate file broke the proxy instead of keeping the last good one: %v", err)
 	}
 }

@@ -1,0 +1,66 @@
+package libvirtx
+
+import (
+	"encoding/xml"
+	"slices"
+)
+
+// Features of a domain an incoming migration may not carry, whatever the
+// paths in them: each either hands the peer a host resource (secrets,
+// host directories, network devices, sockets and devices of the host,
+// scheduling and locked memory, the host's TPM or shared memory) or
+// chooses how the target's QEMU is confined. A guest that needs one is
+// migrated by other means.
+
+// refusedElements are refused wherever they appear outside <metadata>.
+var refusedElements = map[string]string{
+	"auth":          "disk secrets are not taken from a peer",
+	"encryption":    "disk secrets are not taken from a peer",
+	"filesystem":    "host directories are not shared through an incoming migration",
+	"sysinfo":       "the peer does not choose the guest's firmware tables",
+	"vcpusched":     "real-time scheduling is the target's to choose",
+	"iothreadsched": "real-time scheduling is the target's to choose",
+	"emulatorsched": "real-time scheduling is the target's to choose",
+	"baselabel":     "the target chooses its QEMU's security label",
+	"tpm":           "the host's TPM is not passed through an incoming migration",
+	"shmem":         "host shared memory is not passed through an incoming migration",
+}
+
+var (
+	refusedInterfaces = []string{"direct", "ethernet", "vhostuser", "hostdev"}
+	chardevElements   = []string{"serial", "console", "channel", "parallel", "smartcard", "redirdev"}
+	// A file chardev is let through only under an allowed prefix, which
+	// the path checks see to; pty needs nothing of the host.
+	refusedChardevs = []string{"tcp", "udp", "unix", "pipe", "dev"}
+	refusedInputs   = []string{"evdev", "passthrough"}
+)
+
+// refusedElement says why element t, inside parent, is not accepted, or nil.
+func refusedElement(t xml.StartElement, parent string) error {
+	name := t.Name.Local
+	typ := ""
+	for _, a := range t.Attr {
+		if a.Value == "vhostuser" || a.Value == "vhost-user" {
+			return refuse("<%s %s='%s'>: vhost-user back-ends are host sockets", name, a.Name.Local, a.Value)
+		}
+		if a.Name.Local == "type" {
+			typ = a.Value
+		}
+	}
+	if why, ok := refusedElements[name]; ok {
+		return refuse("<%s>: %s", name, why)
+	}
+	switch {
+	case name == "locked" && parent == "memoryBacking":
+		return refuse("<memoryBacking><locked/>: locked guest memory is the target's to grant")
+	case name == "seclabel" && parent != "domain":
+		return refuse("<%s><seclabel>: the target chooses its QEMU's security labels", parent)
+	case name == "interface" && slices.Contains(refusedInterfaces, typ):
+		return refuse("<interface type='%s'>: only bridge, network and user interfaces are taken", typ)
+	case slices.Contains(chardevElements, name) && slices.Contains(refusedChardevs, typ):
+		return refuse("<%s type='%s'>: host sockets and devices are not opened for a peer", name, typ)
+	case name == "input" && slices.Contains(refusedInputs, typ):
+		return refuse("<input type='%s'>: host input devices are not passed through", typ)
+	}
+	return nil
+}
