@@ -39,6 +39,8 @@ type Mark struct {
 	// so a retry after a crash neither patches twice nor loses the Event.
 	Patched bool `json:"patched,omitempty"`
 	Tries   int  `json:"tries,omitempty"`
+	// RefusedSince is when the API server began refusing the mark.
+	RefusedSince time.Time `json:"refusedSince,omitempty"`
 }
 
 // Kinds of marks.

@@ -30,6 +30,10 @@ type ReporterConfig struct {
 	// PodsDir is the kubelet's pods directory; a mark from a socket under
 	// it is delivered only to a VMI that lists that pod as active.
 	PodsDir string
+	// ParkAfter is how long a mark may keep being refused before it is set
+	// apart (default 10m): an API server that is starting, or RBAC being
+	// applied, answers 403 for a while, and a mark must outlive that.
+	ParkAfter time.Duration
 }
 
 // Reporter delivers marks to the API server, retrying until they land.
@@ -50,6 +54,9 @@ func NewReporter(cfg ReporterConfig) (*Reporter, error) {
 	st, err := newStore(cfg.StateDir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ParkAfter <= 0 {
+		cfg.ParkAfter = 10 * time.Minute
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
@@ -155,8 +162,15 @@ func (r *Reporter) deliverAll(ctx context.Context) bool {
 		outcome, err := r.deliver(actx, &m)
 		cancel()
 		if refused(err) {
-			r.park(m, err)
-			continue
+			if m.RefusedSince.IsZero() {
+				m.RefusedSince = time.Now()
+			}
+			if time.Since(m.RefusedSince) >= r.cfg.ParkAfter {
+				r.park(m, err)
+				continue
+			}
+		} else if err != nil {
+			m.RefusedSince = time.Time{}
 		}
 		if err != nil {
 			failed = true

@@ -16,9 +16,9 @@ import (
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 )
 
-// An API server that refuses a mark (here: 403, a client without ferryd's
-// role) refuses it again on every retry; the mark is set apart on disk and
-// counted, not retried forever.
+// An API server that keeps refusing a mark (here: 403, a client without
+// ferryd's role) past ParkAfter has the mark set apart on disk and counted,
+// not retried forever; a short refusal (an API server starting) is retried.
 func TestRefusedMarkIsParked(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	ns := newNamespace(t, ctx, "marks-refused")
@@ -29,7 +29,7 @@ func TestRefusedMarkIsParked(t *testing.T) {
 	r, err := kubevirt.NewReporter(kubevirt.ReporterConfig{
 		Node: "node-a", StateDir: dir,
 		Dynamic: dynamic.NewForConfigOrDie(rc), Core: kubernetes.NewForConfigOrDie(rc),
-		Log: zaptest.NewLogger(t),
+		Log: zaptest.NewLogger(t), ParkAfter: time.Nanosecond,
 	})
 	if err != nil {
 		t.Fatal(err)
