@@ -7,8 +7,6 @@ import (
 	"reflect"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 func TestWatchLevels(t *testing.T) {
@@ -37,18 +35,7 @@ func TestPoolFindsANewLauncherSocketAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	glob := KubeVirtSocketGlob(root)
-	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
-	p := NewPool(PoolConfig{Glob: glob, RescanEvery: time.Hour, CallTimeout: time.Second, GlobEmptyAfter: 100 * time.Millisecond}, h, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		p.Run(ctx)
-		close(stopped)
-	}()
-	defer func() {
-		cancel()
-		<-stopped
-	}()
+	p, h, _ := runPool(t, PoolConfig{Glob: glob, RescanEvery: time.Hour, CallTimeout: time.Second, GlobEmptyAfter: 100 * time.Millisecond})
 	waitFor := func(what string, f func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); !f(); {

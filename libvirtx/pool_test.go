@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,18 +69,7 @@ func (h *recordingHandler) waitLost(t *testing.T, socket string) error {
 
 func TestLostSaysWhetherTheSocketWentAway(t *testing.T) {
 	dir := t.TempDir()
-	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
-	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second}, h, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		p.Run(ctx)
-		close(stopped)
-	}()
-	defer func() {
-		cancel()
-		<-stopped
-	}()
+	_, h, stop := runPool(t, PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second})
 
 	gone := newFakeLibvirt(t, filepath.Join(dir, "launcher-a.sock"))
 	h.waitServed(t, gone.path)
@@ -92,8 +82,7 @@ func TestLostSaysWhetherTheSocketWentAway(t *testing.T) {
 
 	stays := newFakeLibvirt(t, filepath.Join(dir, "launcher-b.sock"))
 	h.waitServed(t, stays.path)
-	cancel()
-	<-stopped
+	stop()
 	if err := h.waitLost(t, stays.path); errors.Is(err, ErrSocketGone) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("pool stopping: Lost got %v, want context.Canceled and not ErrSocketGone", err)
 	}
@@ -174,18 +163,7 @@ func TestGlobMatchesMustBeSocketsNotSymlinks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "file.sock"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
-	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second}, h, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		p.Run(ctx)
-		close(stopped)
-	}()
-	defer func() {
-		cancel()
-		<-stopped
-	}()
+	p, h, _ := runPool(t, PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second})
 
 	launcher := newFakeLibvirt(t, filepath.Join(dir, "real.sock"))
 	h.waitServed(t, launcher.path)
@@ -211,4 +189,26 @@ func TestGlobMatchesMustBeSocketsNotSymlinks(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("the socket behind the symlink was dialed %d times", n)
 	}
+}
+
+// runPool runs a pool with a recording handler until the test ends or stop
+// is called (which waits for every connection to close).
+func runPool(t *testing.T, cfg PoolConfig) (*Pool, *recordingHandler, func()) {
+	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
+	p := NewPool(cfg, h, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		p.Run(ctx)
+		close(stopped)
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-stopped
+		})
+	}
+	t.Cleanup(stop)
+	return p, h, stop
 }
