@@ -178,19 +178,3 @@ func getVMI(t *testing.T, ctx context.Context, ns, name string) *unstructured.Un
 	}
 	return u
 }
-
-// eventually retries f every 100 ms until it returns nil or ctx ends.
-func eventually(t *testing.T, ctx context.Context, what string, f func() error) {
-	t.Helper()
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}

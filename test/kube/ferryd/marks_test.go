@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-vm/ferry/migration/kubevirt"
+
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 // reporter is one node's ferryd reporting side, as ferryd builds it, authenticated as
@@ -57,7 +59,7 @@ func runUntilDone(t *testing.T, ctx context.Context, reps ...*kubevirt.Reporter)
 		go func() { defer wg.Done(); r.Run(rctx) }()
 	}
 	defer func() { cancel(); wg.Wait() }()
-	eventually(t, ctx, "marks delivered", func() error {
+	kubeapi.Eventually(t, ctx, "marks delivered", func() error {
 		for _, r := range reps {
 			if p := r.Pending(); len(p) > 0 {
 				return fmt.Errorf("%d pending, e.g. %+v", len(p), p[0])

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ferry-vm/ferry/migration/kubevirt"
+
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 // TestWatchOutlivesTheRequestTimeout: with a 2 s request timeout (ferryd uses 10 s)
@@ -95,7 +97,7 @@ func TestWatcherSeesBothNodesVMIs(t *testing.T) {
 		[]byte(`{"metadata":{"labels":{"`+kubevirt.IrrecoverableLabel+`":"true"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "the mark in node-b's cache", func() error {
+	kubeapi.Eventually(t, ctx, "the mark in node-b's cache", func() error {
 		if v := watchers["node-b"].Lookup(ns, "vm1"); v == nil || !v.Irrecoverable || v.MigrationState == nil || v.MigrationState.MigrationUID != "mig-vm1" {
 			return fmt.Errorf("node-b sees %+v", v)
 		}

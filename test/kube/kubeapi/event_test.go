@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 func TestWarningEvent(t *testing.T) {
@@ -25,7 +27,7 @@ func TestWarningEvent(t *testing.T) {
 	recorder.Eventf(vmi, corev1.EventTypeWarning, "MigrationFailed", "migration %s failed: %s", "a9b7c4e2", "target unreachable")
 
 	// The recorder sends asynchronously.
-	eventually(t, ctx, "Warning event", func() error {
+	kubeapi.Eventually(t, ctx, "Warning event", func() error {
 		list, err := srv.Clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 			FieldSelector: "involvedObject.name=vm1,involvedObject.kind=VirtualMachineInstance",
 		})

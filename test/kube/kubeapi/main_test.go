@@ -152,23 +152,6 @@ func mustJSON(t *testing.T, v any) []byte {
 	return data
 }
 
-// eventually retries f every 100 ms until it returns nil or ctx ends, for state that the
-// API server applies asynchronously (RBAC caches, event sinks).
-func eventually(t *testing.T, ctx context.Context, what string, f func() error) {
-	t.Helper()
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 func jsonEqual(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
