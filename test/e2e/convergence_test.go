@@ -14,7 +14,7 @@ import (
 func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: "hot", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: "hot", From: "a", To: "b"})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "hot", From: "a", To: "b", BandwidthMiBs: holdMiBs})
 
 	j := waitJob(t, "a", "hot", "a convergence verdict", 2*time.Minute, func(j migration.Job) bool {
 		return j.Phase.Finished() || j.Convergence != migration.VerdictUnknown

@@ -142,7 +142,7 @@ func TestSourceQEMUKilledMidPreCopyIsNotCompleted(t *testing.T) {
 	since := time.Now()
 	// Through the bed's relays: Ferry only watches, as under KubeVirt, so
 	// the outcome is what its tracker makes of libvirt alone.
-	done := migrateAsync(t, testbed.MigrateSpec{Name: "srckill", From: "a", To: "b", Via: "socat"})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "srckill", From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
 	waitJob(t, "a", "srckill", "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 	waitJob(t, "b", "srckill", "the target job", 10*time.Second, func(j migration.Job) bool { return j.Role == migration.RoleTarget })
 	if err := bed.KillQEMU("a", "srckill"); err != nil {
@@ -180,7 +180,7 @@ func TestTargetQEMUKilledMidPreCopyFailsAndSourceRuns(t *testing.T) {
 	before := completedTotals()
 	scr := pollMetrics(t, "a", "b")
 	since := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: "dstkill", From: "a", To: "b", Via: "socat"})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "dstkill", From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
 	waitJob(t, "a", "dstkill", "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 	waitJob(t, "b", "dstkill", "the target job", 10*time.Second, func(j migration.Job) bool { return j.Role == migration.RoleTarget })
 	if err := bed.KillQEMU("b", "dstkill"); err != nil {

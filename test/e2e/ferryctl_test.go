@@ -65,7 +65,7 @@ func TestAbortedVMIMigrationGetsAnEvent(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: domain, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	before := getVMI(t, "aborted")
 	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b"})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b", BandwidthMiBs: holdMiBs})
 	waitJob(t, "a", domain, "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 	var j migration.Job
 	ctlJSON(t, "a", &j, "abort", domain)

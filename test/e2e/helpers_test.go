@@ -152,6 +152,13 @@ func waitJob(t *testing.T, node, domain, what string, timeout time.Duration, con
 }
 
 // guest starts a guest on node a and destroys it (wherever it ended up) when the test ends.
+// holdMiBs caps pre-copy for tests that need a migration still in flight when
+// they act (kill, abort, cut, restart, switch to post-copy). A max-rate guest
+// dirties 150+ MiB/s under TCG, but an uncapped loopback link may copy faster
+// than that on a quick machine and converge before the test acts; a link
+// slower than the guest keeps every pass pinned at the working set.
+const holdMiBs = 48
+
 func guest(t *testing.T, g testbed.GuestSpec) {
 	t.Helper()
 	if g.Node == "" {

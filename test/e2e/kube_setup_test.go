@@ -171,7 +171,7 @@ func postCopyEvents(t *testing.T, name string) int {
 func breakPostCopy(t *testing.T, domain string) time.Time {
 	t.Helper()
 	evA := watchLifecycle(t, "a", domain)
-	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b", PostCopyAfter: 3 * time.Second, PostCopyBandwidthMiBs: 32})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b", PostCopyAfter: 3 * time.Second, BandwidthMiBs: holdMiBs, PostCopyBandwidthMiBs: 32})
 	waitEvent(t, evA, 3, 7, 2*time.Minute)
 	time.Sleep(time.Second)
 	if err := bed.ResetMigration(); err != nil {

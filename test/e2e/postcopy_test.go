@@ -16,7 +16,7 @@ import (
 func TestPostCopySwitchThenCompleted(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: "pc", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: "pc", From: "a", To: "b", PostCopyAfter: 3 * time.Second})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "pc", From: "a", To: "b", PostCopyAfter: 3 * time.Second, BandwidthMiBs: holdMiBs})
 	var sawSource, sawTarget bool
 	waitFor(t, "post-copy on both nodes", 2*time.Minute, func() bool {
 		if j, ok := ferryOn("a").job("pc"); ok && j.Mode == migration.ModePostCopy {
@@ -100,7 +100,7 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 	evB := watchLifecycle(t, "b", "pcf")
 	// Slow post-copy down so the reset lands before it completes.
 	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: "pcf", From: "a", To: "b", PostCopyAfter: 3 * time.Second, PostCopyBandwidthMiBs: 32})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "pcf", From: "a", To: "b", PostCopyAfter: 3 * time.Second, BandwidthMiBs: holdMiBs, PostCopyBandwidthMiBs: 32})
 
 	waitEvent(t, evA, 3, 7, 2*time.Minute) // suspended/post-copy: the switch happened
 	// Let QEMU's post-copy stream get going: a reset in the very first

@@ -161,7 +161,7 @@ func TestBrokenMigrationNamesTheProxyAndCleansUp(t *testing.T) {
 			pidA, pidB := bed.FerrydPID("a"), bed.FerrydPID("b")
 			fdsA, fdsB := openFDs(t, pidA), openFDs(t, pidB)
 			since := time.Now()
-			done := migrateAsync(t, testbed.MigrateSpec{Name: g, From: "a", To: "b"})
+			done := migrateAsync(t, testbed.MigrateSpec{Name: g, From: "a", To: "b", BandwidthMiBs: holdMiBs})
 			waitJob(t, "a", g, "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 			var err error
 			if fault == "reset-migration" {

@@ -20,7 +20,7 @@ func TestFerrydRestartMidMigrationPicksTheJobUp(t *testing.T) {
 	// libvirt relays through socat here: the migration must not depend on the
 	// ferryd being restarted, as with a proxy other than Ferry's.
 	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: "long", From: "a", To: "b", Via: "socat"})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: "long", From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
 	before := waitJob(t, "a", "long", "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
