@@ -1,54 +1,65 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"net/url"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ferry-vm/ferry/migration"
 )
 
-// cmdAbort requests the abort, then follows the job until it ends (or 60 s),
+// abortCmd requests the abort, then follows the job until it ends (or 60 s),
 // so the operator sees the outcome, not just that a request was sent. A
 // post-copy abort refused for want of --force comes back as ferryd's 409
 // and ends with status 1: the command was right, the answer is no.
-func cmdAbort(ctx context.Context, c *client, g globals, args []string) error {
-	fs := flag.NewFlagSet("abort", flag.ContinueOnError)
-	fs.SetOutput(new(bytes.Buffer))
-	force := fs.Bool("force", false, "in post-copy, pause the migration anyway")
-	names, err := parseInterleaved(fs, args)
-	if err != nil {
-		return usageError("abort: " + err.Error() + " (usage: abort NAME [--force])")
+func abortCmd(g *globals) *cobra.Command {
+	var force bool
+	c := &cobra.Command{
+		Use:   "abort NAME [--force]",
+		Short: "abort NAME's migration (run on the source node) and wait for the outcome",
+		Long: "abort cancels NAME's migration and waits for the outcome; pre-copy is cancelled and the guest\n" +
+			"stays on the source. In post-copy an abort can only pause the migration, stopping the guest on\n" +
+			"both nodes with its memory split between them: without --force ferryctl says so and exits 1,\n" +
+			"with --force it pauses it.",
+		Args:              exactlyOneDomain("abort NAME [--force]"),
+		ValidArgsFunction: completeDomains(g),
+		RunE: runE(func(ctx context.Context, args []string) error {
+			return abort(ctx, g, args[0], force)
+		}),
 	}
-	if len(names) != 1 || names[0] == "" {
-		return usageError("abort needs exactly one domain name (usage: abort NAME [--force])")
-	}
-	name := names[0]
+	c.Flags().BoolVar(&force, "force", false, "in post-copy, pause the migration anyway")
+	return c
+}
+
+func abort(ctx context.Context, g *globals, name string, force bool) error {
 	q := url.Values{}
-	if *force {
+	if force {
 		q.Set("force", "1")
 	}
 	var res migration.AbortResult
-	if err := c.postQuery(ctx, "/v1/jobs/"+url.PathEscape(name)+"/abort", q, &res); err != nil {
+	if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(name)+"/abort", q, &res); err != nil {
 		return err
 	}
-	if g.output == "table" {
+	if !g.structured() {
 		fmt.Fprintf(g.out, "%s: %s\n", name, res.Message)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var j migration.Job
-		if err := c.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
+		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
 			return err
 		}
 		if j.Phase.Finished() {
-			if g.output == "json" {
-				return printJSON(g.out, j)
+			if g.structured() {
+				if err := emit(g, j, nil); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(g.out, "abort %s\n%s\n", j.AbortStatus, summaryLine(j))
 			}
-			fmt.Fprintf(g.out, "abort %s\n%s\n", j.AbortStatus, summaryLine(j))
 			if j.AbortStatus != migration.AbortSucceeded {
 				return failedJob{j.Phase}
 			}
@@ -62,21 +73,5 @@ func cmdAbort(ctx context.Context, c *client, g globals, args []string) error {
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-	}
-}
-
-// parseInterleaved parses flags placed before, between or after the
-// positional arguments, as operators type them, and returns the latter.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
 	}
 }

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"syscall"
 	"time"
 )
 
@@ -81,11 +84,10 @@ func (c *client) request(ctx context.Context, method, path string, q url.Values,
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) {
-			return nil, fmt.Errorf("cannot reach ferryd at %s (is it running? set --socket or FERRY_SOCKET): %v", c.socket, op.Err)
+		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
+			return nil, ctx.Err()
 		}
-		return nil, err
+		return nil, c.unreachable(err)
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
@@ -100,6 +102,62 @@ func (c *client) request(ctx context.Context, method, path string, q url.Values,
 	}
 	return resp, nil
 }
+
+// unreachable explains why the debug socket could not be used and what
+// usually fixes it.
+func (c *client) unreachable(err error) *unreachableError {
+	s := c.socket
+	fix := "point ferryctl at ferryd's --debug-socket with --socket or FERRY_SOCKET"
+	var msg string
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		msg = fmt.Sprintf("cannot reach ferryd: its debug socket %s does not exist: ferryd is not running on this node, or it serves another path (%s)", s, fix)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		msg = fmt.Sprintf("cannot reach ferryd: nothing listens on %s: the socket is left from a ferryd that is no longer running; start ferryd (on Kubernetes, check the ferry pod on this node)", s)
+	case errors.Is(err, fs.ErrPermission):
+		msg = fmt.Sprintf("cannot reach ferryd: permission denied on its debug socket %s%s: run ferryctl as the socket's owner (e.g. with sudo), or let more users in with ferryd's --debug-socket-mode", s, ownerOf(s))
+	case errors.Is(err, syscall.ENOTSOCK) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		msg = fmt.Sprintf("cannot reach ferryd at %s: %v: is that path ferryd's debug socket? (%s)", s, rootCause(err), fix)
+	case errors.Is(err, context.DeadlineExceeded):
+		msg = fmt.Sprintf("ferryd at %s did not answer in time: it is hung or overloaded; its log says more", s)
+	default:
+		msg = fmt.Sprintf("cannot reach ferryd at %s: %v (is it running? %s)", s, rootCause(err), fix)
+	}
+	return &unreachableError{socket: s, msg: msg, err: err}
+}
+
+// ownerOf names the socket's mode and owner, or the first directory on
+// its path that cannot be searched.
+func ownerOf(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Sprintf(" (%v)", rootCause(err))
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf(" (mode %04o, owner uid %d gid %d; you are uid %d)", fi.Mode().Perm(), st.Uid, st.Gid, os.Getuid())
+	}
+	return fmt.Sprintf(" (mode %04o)", fi.Mode().Perm())
+}
+
+func rootCause(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+// unreachableError is ferryd's debug socket failing, as opposed to ferryd
+// answering no: ferryctl exits 3 on it.
+type unreachableError struct {
+	socket, msg string
+	err         error
+}
+
+func (e *unreachableError) Error() string { return e.msg }
+func (e *unreachableError) Unwrap() error { return e.err }
 
 type apiError struct {
 	code int

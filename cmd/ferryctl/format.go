@@ -9,14 +9,40 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/ferry-vm/ferry/internal/units"
 	"github.com/ferry-vm/ferry/migration"
 )
+
+// emit prints v as the chosen document format, or calls tab for table and
+// wide (with wide set).
+func emit(g *globals, v any, tab func(wide bool)) error {
+	switch g.output {
+	case "json":
+		return printJSON(g.out, v)
+	case "yaml":
+		return printYAML(g.out, v)
+	}
+	tab(g.output == "wide")
+	return nil
+}
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// printYAML goes through the JSON encoding so that YAML keys are the JSON
+// field names, the stable contract.
+func printYAML(w io.Writer, v any) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
@@ -44,20 +70,34 @@ func dash(s string) string {
 	return s
 }
 
-func printJobs(w io.Writer, jobs []migration.Job) {
+func printJobs(w io.Writer, jobs []migration.Job, wide bool) {
 	if len(jobs) == 0 {
 		fmt.Fprintln(w, "no migration jobs")
 		return
 	}
 	tw := table(w)
-	fmt.Fprintln(tw, "DOMAIN\tROLE\tPHASE\tMODE\tITER\tPROGRESS\tREMAINING\tDIRTY\tTRANSFER\tCONVERGENCE\tETA\tSTARTED")
+	head := "DOMAIN\tROLE\tPHASE\tMODE\tITER\tPROGRESS\tREMAINING\tDIRTY\tTRANSFER\tCONVERGENCE\tETA\tSTARTED"
+	if wide {
+		head += "\tVMI\tSOCKET\tUUID\tREASON"
+	}
+	fmt.Fprintln(tw, head)
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Domain, j.Role, j.Phase, j.Mode, j.Iteration,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s", j.Domain, j.Role, j.Phase, j.Mode, j.Iteration,
 			j.ProgressPercent, units.IEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
 			j.Convergence, etaString(j.EtaSeconds), since(j.StartTime))
+		if wide {
+			vmi := "-"
+			if j.Namespace != "" {
+				vmi = j.Namespace + "/" + j.Name
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", vmi, j.Socket, dash(j.UUID), dash(oneLine(j.FailureReason)))
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 
 func printJob(w io.Writer, j migration.Job) {
 	tw := table(w)
@@ -143,7 +183,7 @@ func paren(s string) string {
 	return "(" + s + ")"
 }
 
-func printDomains(w io.Writer, node string, doms []migration.Domain, sockets []socketStatus) {
+func printDomains(w io.Writer, node string, doms []migration.Domain, sockets []socketStatus, wide bool) {
 	for _, s := range sockets {
 		state := "up"
 		if !s.Up {
@@ -156,13 +196,25 @@ func printDomains(w io.Writer, node string, doms []migration.Domain, sockets []s
 		return
 	}
 	tw := table(w)
-	fmt.Fprintln(tw, "DOMAIN\tSTATE\tREASON\tLAST JOB\tATTENTION")
+	head := "DOMAIN\tSTATE\tREASON\tLAST JOB\tATTENTION"
+	if wide {
+		head += "\tVMI\tSOCKET\tUUID"
+	}
+	fmt.Fprintln(tw, head)
 	for _, d := range doms {
 		job := "-"
 		if d.JobPhase != "" {
 			job = fmt.Sprintf("%s %s", d.JobRole, d.JobPhase)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Name, d.State, d.Reason, job, dash(d.Attention))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", d.Name, d.State, d.Reason, job, dash(d.Attention))
+		if wide {
+			vmi := "-"
+			if d.Namespace != "" {
+				vmi = d.Namespace + "/" + d.VMI
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s", vmi, d.Socket, dash(d.UUID))
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }

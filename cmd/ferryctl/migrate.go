@@ -1,75 +1,74 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/url"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ferry-vm/ferry/migration"
 )
 
-// cmdMigrate starts a Ferry-driven migration and follows it like `watch
+const migrateUse = "migrate NAME --to HOST:PORT [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N]"
+
+// migrateCmd starts a Ferry-driven migration and follows it like `watch
 // NAME`, so the exit status says how it ended.
-func cmdMigrate(ctx context.Context, c *client, g globals, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(new(bytes.Buffer))
+func migrateCmd(g *globals) *cobra.Command {
 	var req migration.MigrateRequest
 	var after time.Duration
-	fs.StringVar(&req.Target, "to", "", "target node's proxy address HOST:PORT")
-	fs.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switch with `ferryctl postcopy NAME`)")
-	fs.DurationVar(&after, "postcopy-after", 0, "switch to post-copy this long after the start")
-	fs.BoolVar(&req.AutoConverge, "auto-converge", false, "let QEMU throttle the guest's CPU so pre-copy converges")
-	fs.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "bandwidth cap in MiB/s (0: none)")
-	fs.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
-	fs.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
-	wait := fs.Bool("wait", true, "follow the migration until it ends")
-	// Flags may come after the domain name, as operators type them.
-	var name string
-	rest := args
-	for len(rest) > 0 {
-		if err := fs.Parse(rest); err != nil {
-			return usageError("migrate: " + err.Error())
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if name != "" {
-			return usageError(fmt.Sprintf("migrate takes one domain name, got %q and %q", name, fs.Arg(0)))
-		}
-		name, rest = fs.Arg(0), fs.Args()[1:]
+	var wait bool
+	c := &cobra.Command{
+		Use:   migrateUse,
+		Short: "live-migrate NAME through Ferry's proxy to the target node's proxy address (run on the source node)",
+		Long: "migrate starts a live migration of NAME through Ferry's proxy to the target node's proxy\n" +
+			"address and shows its progress until it ends; the exit status is 0 only if it completed.",
+		Args:              exactlyOneDomain(migrateUse),
+		ValidArgsFunction: completeDomains(g),
+		RunE: runE(func(ctx context.Context, args []string) error {
+			name := args[0]
+			if req.Target == "" {
+				return usageError("migrate needs --to HOST:PORT, the target node's proxy address (usage: " + migrateUse + ")")
+			}
+			req.Domain = name
+			req.PostCopyAfterSeconds = after.Seconds()
+			body, _ := json.Marshal(req)
+			var resp migration.MigrateResponse
+			if err := g.client.postJSON(ctx, "/v1/migrations", body, &resp); err != nil {
+				return err
+			}
+			if !g.structured() {
+				fmt.Fprintf(g.out, "%s: %s (migration %s)\n", name, resp.Message, resp.MigrationID)
+			}
+			if !wait {
+				if g.structured() {
+					return emit(g, resp, nil)
+				}
+				return nil
+			}
+			return followJob(ctx, g, name, resp.MigrationID)
+		}),
 	}
-	if name == "" || req.Target == "" {
-		return usageError("usage: migrate NAME --to HOST:PORT [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N]")
-	}
-	req.Domain = name
-	req.PostCopyAfterSeconds = after.Seconds()
-	body, _ := json.Marshal(req)
-	var resp migration.MigrateResponse
-	if err := c.postJSON(ctx, "/v1/migrations", body, &resp); err != nil {
-		return err
-	}
-	if g.output == "table" {
-		fmt.Fprintf(g.out, "%s: %s (migration %s)\n", name, resp.Message, resp.MigrationID)
-	}
-	if !*wait {
-		if g.output == "json" {
-			return printJSON(g.out, resp)
-		}
-		return nil
-	}
-	return followJob(ctx, c, g, name, resp.MigrationID)
+	f := c.Flags()
+	f.StringVar(&req.Target, "to", "", "target node's proxy address HOST:PORT")
+	f.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switch with `ferryctl postcopy NAME`)")
+	f.DurationVar(&after, "postcopy-after", 0, "switch to post-copy this long after the start")
+	f.BoolVar(&req.AutoConverge, "auto-converge", false, "let QEMU throttle the guest's CPU so pre-copy converges")
+	f.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "bandwidth cap in MiB/s (0: none)")
+	f.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
+	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
+	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
+	return c
 }
 
 // followJob shows the migration's progress until it ends. A migration that
 // failed before the stream opened is caught by looking its job up once.
-func followJob(ctx context.Context, c *client, g globals, name, id string) error {
-	return watchJobs(ctx, c, g, name, func() *migration.Job {
+func followJob(ctx context.Context, g *globals, name, id string) error {
+	return watchJobs(ctx, g, name, func() *migration.Job {
 		var j migration.Job
-		if err := c.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
+		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
 			return nil
 		}
 		if j.Phase.Finished() && j.Proxy != nil && j.Proxy.MigrationID == id {
@@ -79,17 +78,18 @@ func followJob(ctx context.Context, c *client, g globals, name, id string) error
 	})
 }
 
-func cmdPostCopy(ctx context.Context, c *client, g globals, args []string) error {
-	if len(args) != 1 || args[0] == "" {
-		return usageError("postcopy needs exactly one domain name (usage: postcopy NAME)")
+func postCopyCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "postcopy NAME",
+		Short:             "switch NAME's running migration to post-copy",
+		Args:              exactlyOneDomain("postcopy NAME"),
+		ValidArgsFunction: completeDomains(g),
+		RunE: runE(func(ctx context.Context, args []string) error {
+			var res migration.AbortResult
+			if err := g.client.post(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/postcopy", &res); err != nil {
+				return err
+			}
+			return emit(g, res, func(bool) { fmt.Fprintf(g.out, "%s: %s\n", args[0], res.Message) })
+		}),
 	}
-	var res migration.AbortResult
-	if err := c.post(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/postcopy", &res); err != nil {
-		return err
-	}
-	if g.output == "json" {
-		return printJSON(g.out, res)
-	}
-	fmt.Fprintf(g.out, "%s: %s\n", args[0], res.Message)
-	return nil
 }

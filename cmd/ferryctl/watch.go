@@ -11,32 +11,64 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
 	"github.com/ferry-vm/ferry/migration"
 )
 
-// cmdWatch follows job updates. On a terminal it redraws one progress line
+// watchCmd follows job updates. On a terminal it redraws one progress line
 // per job in place; elsewhere (logs, pipes) it prints a line per update.
 // With a NAME it returns when that domain's job ends, failing unless it
-// completed; -o json prints the raw NDJSON stream.
-func cmdWatch(ctx context.Context, c *client, g globals, args []string) error {
-	if len(args) > 1 {
-		return usageError("watch takes at most one domain name (usage: watch [NAME])")
+// completed; -o json prints the raw NDJSON stream, -o yaml a YAML document
+// per update.
+func watchCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch [NAME]",
+		Short: "live progress of jobs (of NAME only, exiting when it ends)",
+		Long: "watch shows each job's overall progress, which never goes down, and the current pass over\n" +
+			"guest memory (\"pass 4: 62% of 113.0 MiB\"). On a terminal the lines are redrawn in place;\n" +
+			"piped, each update is a line. With NAME it exits when that migration ends: 0 if it completed, 1 if not.",
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError("watch takes at most one domain name (usage: watch [NAME])")
+			}
+			return nil
+		},
+		ValidArgsFunction: completeDomains(g),
+		RunE: runE(func(ctx context.Context, args []string) error {
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			return watchJobs(ctx, g, name, nil)
+		}),
 	}
-	name := ""
-	if len(args) == 1 {
-		name = args[0]
+}
+
+// printDoc prints one update of a structured watch: the line as ferryd sent
+// it for json, a YAML document for yaml.
+func printDoc(g *globals, line []byte) error {
+	if g.output == "json" {
+		_, err := fmt.Fprintf(g.out, "%s\n", line)
+		return err
 	}
-	return watchJobs(ctx, c, g, name, nil)
+	y, err := yaml.JSONToYAML(line)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(g.out, "---\n%s", y)
+	return err
 }
 
 // watchJobs streams updates; once the stream is open, ended (if given) says
 // whether the awaited job already ended before it opened.
-func watchJobs(ctx context.Context, c *client, g globals, name string, ended func() *migration.Job) error {
+func watchJobs(ctx context.Context, g *globals, name string, ended func() *migration.Job) error {
 	q := url.Values{}
 	if name != "" {
 		q.Set("domain", name)
 	}
-	resp, err := c.do(ctx, "/v1/watch", q)
+	resp, err := g.client.do(ctx, "/v1/watch", q)
 	if err != nil {
 		return err
 	}
@@ -47,15 +79,18 @@ func watchJobs(ctx context.Context, c *client, g globals, name string, ended fun
 	}()
 
 	tty := isTerminal(g.out)
-	if name != "" && g.output == "table" {
+	if name != "" && !g.structured() {
 		fmt.Fprintf(g.out, "watching migrations of %s (Ctrl-C to stop)\n", name)
 	}
 	if ended != nil {
 		if j := ended(); j != nil {
-			if g.output == "json" {
-				return printJSON(g.out, j)
+			if g.structured() {
+				if err := emit(g, j, nil); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(g.out, summaryLine(*j))
 			}
-			fmt.Fprintln(g.out, summaryLine(*j))
 			if j.Phase != migration.PhaseCompleted {
 				return failedJob{j.Phase}
 			}
@@ -71,8 +106,10 @@ func watchJobs(ctx context.Context, c *client, g globals, name string, ended fun
 		if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
 			return fmt.Errorf("ferryd sent an unreadable update: %v", err)
 		}
-		if g.output == "json" {
-			fmt.Fprintln(g.out, sc.Text())
+		if g.structured() {
+			if err := printDoc(g, sc.Bytes()); err != nil {
+				return err
+			}
 		} else if tty {
 			jobs[j.Domain+"/"+string(j.Role)] = j
 			drawn = redraw(g.out, jobs, drawn)
@@ -99,9 +136,9 @@ func watchJobs(ctx context.Context, c *client, g globals, name string, ended fun
 		return ctx.Err()
 	}
 	if err := sc.Err(); err != nil {
-		return fmt.Errorf("watch stream from ferryd broke: %v", err)
+		return &unreachableError{socket: g.socket, msg: fmt.Sprintf("the watch stream from ferryd at %s broke: %v", g.socket, err)}
 	}
-	return fmt.Errorf("ferryd closed the watch stream (restarting?)")
+	return &unreachableError{socket: g.socket, msg: fmt.Sprintf("ferryd at %s closed the watch stream (restarting?)", g.socket)}
 }
 
 func redraw(w io.Writer, jobs map[string]migration.Job, drawn int) int {

@@ -61,6 +61,8 @@ const (
 	minQemuMajor    = 10
 )
 
+const bashCompletion = "/usr/share/bash-completion/bash_completion"
+
 var versionRe = regexp.MustCompile(`(\d+)\.(\d+)\.(\d+)`)
 
 func toolMajor(ctx context.Context, tool string) int {
@@ -86,6 +88,13 @@ func installPackages(ctx context.Context, cfg Config) error {
 		if _, err := exec.LookPath(tool); err != nil && !contains(pkgs, pkg) {
 			pkgs = append(pkgs, pkg)
 		}
+	}
+	// ferryctl's completion tests run its scripts in the shells they are for.
+	if _, err := os.Stat(bashCompletion); err != nil {
+		pkgs = append(pkgs, "bash-completion")
+	}
+	if _, err := exec.LookPath("zsh"); err != nil {
+		pkgs = append(pkgs, "zsh")
 	}
 	if len(pkgs) == 0 {
 		return nil

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-vm/ferry/migration"
+)
+
+func jobsCmd(g *globals) *cobra.Command {
+	var all bool
+	c := &cobra.Command{
+		Use:   "jobs [--all]",
+		Short: "in-flight migration jobs (--all adds finished ones)",
+		Args:  noArgs,
+		RunE: runE(func(ctx context.Context, _ []string) error {
+			q := url.Values{}
+			if all {
+				q.Set("all", "1")
+			}
+			var resp struct {
+				Node string          `json:"node"`
+				Jobs []migration.Job `json:"jobs"`
+			}
+			if err := g.client.get(ctx, "/v1/jobs", q, &resp); err != nil {
+				return err
+			}
+			if resp.Jobs == nil {
+				resp.Jobs = []migration.Job{}
+			}
+			return emit(g, resp.Jobs, func(wide bool) { printJobs(g.out, resp.Jobs, wide) })
+		}),
+	}
+	c.Flags().BoolVar(&all, "all", false, "include finished jobs")
+	return c
+}
+
+func jobCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "job NAME",
+		Short:             "one domain's latest job with its iterations and events",
+		Args:              exactlyOneDomain("job NAME"),
+		ValidArgsFunction: completeDomains(g),
+		RunE: runE(func(ctx context.Context, args []string) error {
+			var j migration.Job
+			if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(args[0]), nil, &j); err != nil {
+				return err
+			}
+			return emit(g, j, func(bool) { printJob(g.out, j) })
+		}),
+	}
+}
+
+type socketStatus struct {
+	Socket         string `json:"socket"`
+	Up             bool   `json:"up"`
+	LibvirtVersion string `json:"libvirtVersion"`
+	LastError      string `json:"lastError"`
+}
+
+type domainsResponse struct {
+	Node    string             `json:"node"`
+	Domains []migration.Domain `json:"domains"`
+	Libvirt []socketStatus     `json:"libvirt"`
+}
+
+func domainsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "domains",
+		Short: "domains on this node, their states and what needs attention",
+		Args:  noArgs,
+		RunE: runE(func(ctx context.Context, _ []string) error {
+			var resp domainsResponse
+			if err := g.client.get(ctx, "/v1/domains", nil, &resp); err != nil {
+				return err
+			}
+			return emit(g, resp, func(wide bool) { printDomains(g.out, resp.Node, resp.Domains, resp.Libvirt, wide) })
+		}),
+	}
+}
+
+// completeDomains offers the node's domain names, asking ferryd briefly;
+// an unreachable ferryd offers nothing rather than file names.
+func completeDomains(g *globals) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var resp domainsResponse
+		if err := newClient(g.socket).get(ctx, "/v1/domains", nil, &resp); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		names := make([]cobra.Completion, 0, len(resp.Domains))
+		for _, d := range resp.Domains {
+			names = append(names, cobra.CompletionWithDesc(d.Name, d.State))
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+type proxyStatus struct {
+	Enabled    bool   `json:"enabled"`
+	TLS        bool   `json:"tls"`
+	SocketDir  string `json:"socketDir"`
+	Registered []struct {
+		ID      string            `json:"id"`
+		Domain  string            `json:"domain"`
+		Targets map[string]string `json:"targets"`
+		Limits  map[string]int    `json:"limits"`
+		State   string            `json:"state"`
+		Expires time.Time         `json:"expires"`
+	} `json:"registered"`
+}
+
+func proxyCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "proxy",
+		Short: "the migration proxy: TLS or plain, incoming migrations prepared on this node",
+		Args:  noArgs,
+		RunE: runE(func(ctx context.Context, _ []string) error {
+			var resp proxyStatus
+			if err := g.client.get(ctx, "/v1/proxy", nil, &resp); err != nil {
+				return err
+			}
+			return emit(g, resp, func(bool) { printProxy(g, resp) })
+		}),
+	}
+}
+
+func printProxy(g *globals, resp proxyStatus) {
+	if !resp.Enabled {
+		fmt.Fprintln(g.out, "migration proxy: off (ferryd runs without --proxy-listen)")
+		return
+	}
+	mode := "mutual TLS"
+	if !resp.TLS {
+		mode = "plain TCP with splice (trusted migration network)"
+	}
+	fmt.Fprintf(g.out, "migration proxy: %s, sockets in %s\n", mode, resp.SocketDir)
+	if len(resp.Registered) == 0 {
+		fmt.Fprintln(g.out, "no incoming migrations prepared")
+		return
+	}
+	tw := table(g.out)
+	fmt.Fprintln(tw, "MIGRATION\tDOMAIN\tSTATE\tSTREAMS\tEXPIRES")
+	for _, m := range resp.Registered {
+		streams := make([]string, 0, len(m.Targets))
+		for k := range m.Targets {
+			streams = append(streams, fmt.Sprintf("%s(%d)", k, m.Limits[k]))
+		}
+		sort.Strings(streams)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Domain, m.State, strings.Join(streams, ","), m.Expires.Format(time.RFC3339))
+	}
+	tw.Flush()
+}
