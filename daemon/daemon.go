@@ -177,6 +177,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()))
+	} else {
+		d.log.Info("migration proxy off (no --proxy-listen): observing only")
 	}
 	var metricsLn net.Listener
 	if d.cfg.MetricsAddr != "" {

@@ -57,7 +57,7 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", envDuration("FERRY_SAMPLE_INTERVAL", time.Second), "how often job statistics are sampled (also sampled at once on each migration iteration)")
 	fs.DurationVar(&cfg.CallTimeout, "libvirt-timeout", envDuration("FERRY_LIBVIRT_TIMEOUT", 5*time.Second), "deadline of each libvirt call; a daemon that misses it is treated as hung")
 	fs.IntVar(&cfg.HistorySize, "history-size", 256, "finished jobs kept in memory")
-	fs.StringVar(&cfg.ProxyListen, "proxy-listen", env("FERRY_PROXY_LISTEN", ":9475"), "migration proxy port, HOST:PORT or :PORT to listen on the migration network's address (empty disables the proxy)")
+	fs.StringVar(&cfg.ProxyListen, "proxy-listen", env("FERRY_PROXY_LISTEN", ""), "migration proxy port, HOST:PORT or :PORT to listen on the migration network's address, e.g. :9475; empty (the default) leaves the proxy off, and ferryd only observes (the proxy needs its --proxy-tls-* certificates)")
 	fs.BoolVar(&cfg.ProxyTLS, "proxy-tls", envBool("FERRY_PROXY_TLS", true), "mutual TLS between nodes' proxies; false relays plain TCP with zero-copy splice, for a trusted migration network only")
 	fs.StringVar(&cfg.ProxyTLSCert, "proxy-tls-cert", env("FERRY_PROXY_TLS_CERT", "/etc/ferry/tls/tls.crt"), "this node's proxy certificate (PEM), reloaded when it changes")
 	fs.StringVar(&cfg.ProxyTLSKey, "proxy-tls-key", env("FERRY_PROXY_TLS_KEY", "/etc/ferry/tls/tls.key"), "key of --proxy-tls-cert (PEM)")
