@@ -61,7 +61,7 @@ func (d *Daemon) apiHandler() http.Handler {
 
 func (d *Daemon) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metricsHandler(d.reg, d.log))
+	mux.Handle("GET /metrics", d.scrape)
 	mux.HandleFunc("GET /healthz", d.healthz)
 	mux.HandleFunc("GET /readyz", d.readyz)
 	return mux

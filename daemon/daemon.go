@@ -29,6 +29,7 @@ type Daemon struct {
 	Pool    *libvirtx.Pool
 	Proxy   *proxy.Proxy
 	reg     *prometheus.Registry
+	scrape  *scrapeHandler
 	drives  *drives
 
 	reporter *kubevirt.Reporter
@@ -91,7 +92,8 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		col.pending = func() int { return len(d.reporter.Pending()) }
 		col.delivered = d.reporter.Delivered
 	}
-	d.reg.MustRegister(col)
+	d.reg.MustRegister(nodeCollector{col})
+	d.scrape = newScrapeHandler(d.reg, col, log.Named("metrics"))
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
@@ -160,7 +162,8 @@ func (d *Daemon) drivenDomain(migrationID string) string {
 	return ""
 }
 
-// Registry exposes the metrics registry (for tests and linting).
+// Registry exposes the registry of node-wide and proxy series (for tests
+// and linting); per-job series are written from the tracker by /metrics.
 func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
 
 // Run serves until ctx ends, then shuts down within a few seconds.

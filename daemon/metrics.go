@@ -1,13 +1,11 @@
 package daemon
 
 import (
-	"fmt"
-	"net/http"
 	"runtime"
+	"sort"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
@@ -18,28 +16,58 @@ import (
 // same labels would fail the whole scrape.
 var jobLabels = []string{"node", "socket", "domain", "role", "namespace", "name"}
 
-func jobDesc(name, help string, extra ...string) *prometheus.Desc {
-	return prometheus.NewDesc("ferry_migration_"+name, help, append(append([]string{}, jobLabels...), extra...), nil)
+// family is one per-job metric: its Desc for the registry, its name, help
+// and extra labels for the text served on the fast path.
+type family struct {
+	desc        *prometheus.Desc
+	name, help  string
+	extraLabels []string
+	index       int
+}
+
+func jobFamily(name, help string, extra ...string) *family {
+	full := "ferry_migration_" + name
+	return &family{desc: prometheus.NewDesc(full, help, append(append([]string{}, jobLabels...), extra...), nil),
+		name: full, help: help, extraLabels: extra}
+}
+
+// jobFamilies are all per-job families, in the order they are served.
+var jobFamilies []*family
+
+func init() {
+	for _, f := range []*family{famRemaining, famProcessed, famTotal, famMemRemaining, famDirty, famTransfer, famIteration,
+		famPostCopyReqs, famETA, famProgress, famElapsed, famDowntime, famThrottle, famInfo, famQEMUCPU, famQEMUThrottled, famVMI} {
+		jobFamilies = append(jobFamilies, f)
+	}
+	sort.Slice(jobFamilies, func(a, b int) bool { return jobFamilies[a].name < jobFamilies[b].name })
+	for i, f := range jobFamilies {
+		f.index = i
+	}
 }
 
 var (
-	descRemaining     = jobDesc("data_remaining_bytes", "Bytes libvirt still has to send (memory and disks).")
-	descProcessed     = jobDesc("data_processed_bytes", "Bytes sent so far (memory and disks).")
-	descTotal         = jobDesc("data_total_bytes", "Total bytes to send as libvirt currently estimates it.")
-	descMemRemaining  = jobDesc("memory_remaining_bytes", "Guest memory bytes still to send.")
-	descDirty         = jobDesc("dirty_rate_bytes_per_second", "Rate at which the guest dirties memory, as measured by QEMU.")
-	descTransfer      = jobDesc("transfer_rate_bytes_per_second", "Rate at which memory is sent to the target.")
-	descIteration     = jobDesc("iteration", "Current pass over guest memory (pre-copy iteration).")
-	descPostCopyReqs  = jobDesc("postcopy_requests", "Pages the target has requested from the source during post-copy.")
-	descETA           = jobDesc("eta_seconds", "Estimated seconds until the migration completes; absent when it is not converging.")
-	descProgress      = jobDesc("progress_ratio", "Share of data sent, capped at 0.99 until libvirt reports completion.")
-	descElapsed       = jobDesc("elapsed_seconds", "Seconds since the migration job started.")
-	descDowntime      = jobDesc("expected_downtime_seconds", "Downtime libvirt expects for the final stop-and-copy.")
-	descThrottle      = jobDesc("auto_converge_throttle_ratio", "Guest CPU throttle applied by auto-converge.")
-	descInfo          = jobDesc("info", "Migration state as labels; always 1.", "mode", "phase", "convergence")
-	descQEMUCPU       = jobDesc("qemu_cpu_usage_ratio", "CPU the source or target QEMU process uses, in cores, from its cgroup.")
-	descQEMUThrottled = jobDesc("qemu_cpu_throttled_seconds", "Seconds the QEMU process's cgroup was CPU-throttled during the job.")
-	descTotals        = prometheus.NewDesc("ferry_migrations_total", "Migration jobs that ended on this node, by role and result.",
+	famRemaining     = jobFamily("data_remaining_bytes", "Bytes libvirt still has to send (memory and disks).")
+	famProcessed     = jobFamily("data_processed_bytes", "Bytes sent so far (memory and disks).")
+	famTotal         = jobFamily("data_total_bytes", "Total bytes to send as libvirt currently estimates it.")
+	famMemRemaining  = jobFamily("memory_remaining_bytes", "Guest memory bytes still to send.")
+	famDirty         = jobFamily("dirty_rate_bytes_per_second", "Rate at which the guest dirties memory, as measured by QEMU.")
+	famTransfer      = jobFamily("transfer_rate_bytes_per_second", "Rate at which memory is sent to the target.")
+	famIteration     = jobFamily("iteration", "Current pass over guest memory (pre-copy iteration).")
+	famPostCopyReqs  = jobFamily("postcopy_requests", "Pages the target has requested from the source during post-copy.")
+	famETA           = jobFamily("eta_seconds", "Estimated seconds until the migration completes; absent when it is not converging.")
+	famProgress      = jobFamily("progress_ratio", "Share of data sent, never decreasing across passes over memory, capped at 0.99 until libvirt reports completion.")
+	famElapsed       = jobFamily("elapsed_seconds", "Seconds since the migration job started.")
+	famDowntime      = jobFamily("expected_downtime_seconds", "Downtime libvirt expects for the final stop-and-copy.")
+	famThrottle      = jobFamily("auto_converge_throttle_ratio", "Guest CPU throttle applied by auto-converge.")
+	famInfo          = jobFamily("info", "Migration state as labels; always 1.", "mode", "phase", "convergence")
+	famQEMUCPU       = jobFamily("qemu_cpu_usage_ratio", "CPU the source or target QEMU process uses, in cores, from its cgroup.")
+	famQEMUThrottled = jobFamily("qemu_cpu_throttled_seconds", "Seconds the QEMU process's cgroup was CPU-throttled during the job.")
+	famVMI           = jobFamily("vmi_info", "The KubeVirt VMI of a migrating domain as the API server shows it; always 1.",
+		"uid", "migration_uid", "evacuation_node", "eviction_requested")
+)
+
+var (
+	descTotals = prometheus.NewDesc("ferry_migrations_total", "Migration jobs that ended on this node, by role and result.",
 		[]string{"node", "role", "result"}, nil)
 	descLibvirtUp = prometheus.NewDesc("ferry_libvirt_up", "Whether ferryd is connected to the libvirt socket.",
 		[]string{"node", "socket"}, nil)
@@ -47,20 +75,12 @@ var (
 		[]string{"node", "glob"}, nil)
 	descAttention = prometheus.NewDesc("ferry_domain_attention", "Domains in a state an operator must act on (1 while it lasts).",
 		[]string{"node", "socket", "domain", "namespace", "name", "reason"}, nil)
-	descBuild = prometheus.NewDesc("ferry_build_info", "ferryd build information; always 1.", []string{"version", "goversion"}, nil)
-	descVMI   = jobDesc("vmi_info", "The KubeVirt VMI of a migrating domain as the API server shows it; always 1.",
-		"uid", "migration_uid", "evacuation_node", "eviction_requested")
+	descBuild        = prometheus.NewDesc("ferry_build_info", "ferryd build information; always 1.", []string{"version", "goversion"}, nil)
 	descMarksPending = prometheus.NewDesc("ferry_vmi_marks_pending", "VMI marks (post-copy failures, Events) not yet delivered to the API server.",
 		[]string{"node"}, nil)
 	descMarksDone = prometheus.NewDesc("ferry_vmi_marks_total", "VMI marks done, by outcome: marked, already_marked (by the other node), event, vmi_gone, uid_mismatch, pod_mismatch (a socket of a pod not among the VMI's active pods), refused (400/403/422 from the API server; not retried).",
 		[]string{"node", "outcome"}, nil)
 )
-
-// metricsHandler serves the registry; one bad series must not blank the
-// page, since alerts on every other series would go quiet with it.
-func metricsHandler(reg *prometheus.Registry, log *zap.Logger) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(log), ErrorHandling: promhttp.ContinueOnError})
-}
 
 // Collector serves Ferry's metrics from the tracker's in-memory snapshot;
 // a scrape never calls libvirt, so a migration holding libvirt's state lock
@@ -81,53 +101,94 @@ func NewCollector(node, version string, t *migration.Tracker, p *libvirtx.Pool) 
 }
 
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRemaining, descProcessed, descTotal, descMemRemaining, descDirty, descTransfer,
-		descIteration, descPostCopyReqs, descETA, descProgress, descElapsed, descDowntime, descThrottle, descInfo,
-		descQEMUCPU, descQEMUThrottled, descTotals, descLibvirtUp, descGlobMatches, descAttention, descBuild, descVMI, descMarksPending, descMarksDone} {
+	nodeCollector{c}.Describe(ch)
+	jobsCollector{c}.Describe(ch)
+}
+
+// Collect is the registry's path to all of Ferry's series, still taken
+// when a scraper asks for another format than the text one.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.tracker.Snapshot()
+	c.collectNode(ch, snap)
+	c.collectJobs(ch, snap.Jobs)
+}
+
+// nodeCollector and jobsCollector split the Collector: ferryd's registry
+// holds the node-wide series, and the per-job ones (most of a page with
+// many migrations) are written as text straight from the snapshot.
+type nodeCollector struct{ c *Collector }
+
+func (n nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTotals, descLibvirtUp, descGlobMatches, descAttention, descBuild, descMarksPending, descMarksDone} {
 		ch <- d
 	}
 }
 
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.tracker.Snapshot()
+func (n nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n.c.collectNode(ch, n.c.tracker.Snapshot())
+}
+
+type jobsCollector struct{ c *Collector }
+
+func (j jobsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, f := range jobFamilies {
+		ch <- f.desc
+	}
+}
+
+func (j jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	j.c.collectJobs(ch, j.c.tracker.Snapshot().Jobs)
+}
+
+func (c *Collector) collectJobs(ch chan<- prometheus.Metric, jobs []migration.Job) {
+	for _, j := range jobs {
+		l := []string{c.node, j.Socket, j.Domain, string(j.Role), j.Namespace, j.Name}
+		c.jobSeries(j, func(f *family, v float64, extra ...string) {
+			ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, v, append(l, extra...)...)
+		})
+	}
+}
+
+// jobSeries says which series a job has, for both ways of serving them.
+func (c *Collector) jobSeries(j migration.Job, g func(f *family, v float64, extra ...string)) {
+	g(famInfo, 1, string(j.Mode), string(j.Phase), string(j.Convergence))
+	g(famElapsed, float64(j.ElapsedMs)/1000)
+	if c.vmi != nil && j.Namespace != "" {
+		if v := c.vmi(j).VMI; v != nil {
+			muid, evac := "", v.EvacuationNodeName
+			if v.MigrationState != nil {
+				muid = v.MigrationState.MigrationUID
+			}
+			g(famVMI, 1, v.UID, muid, evac, strconv.FormatBool(v.EvictionRequested))
+		}
+	}
+	if j.Role == migration.RoleTarget {
+		// libvirt gives no statistics on the target side.
+		return
+	}
+	g(famRemaining, float64(j.DataRemainingBytes))
+	g(famProcessed, float64(j.DataProcessedBytes))
+	g(famTotal, float64(j.DataTotalBytes))
+	g(famMemRemaining, float64(j.MemoryRemainingBytes))
+	g(famDirty, float64(j.DirtyRateBytesPerSecond))
+	g(famTransfer, float64(j.TransferRateBytesPerSecond))
+	g(famIteration, float64(j.Iteration))
+	g(famPostCopyReqs, float64(j.PostCopyRequests))
+	g(famProgress, j.ProgressPercent/100)
+	g(famDowntime, float64(j.ExpectedDowntimeMs)/1000)
+	g(famThrottle, float64(j.AutoConvergeThrottle)/100)
+	if j.EtaSeconds != nil {
+		g(famETA, *j.EtaSeconds)
+	}
+	if q := j.QEMU; q != nil {
+		g(famQEMUCPU, q.CPUPercent/100)
+		g(famQEMUThrottled, q.ThrottledSeconds)
+	}
+}
+
+func (c *Collector) collectNode(ch chan<- prometheus.Metric, snap migration.Snapshot) {
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	for _, j := range snap.Jobs {
-		l := []string{c.node, j.Socket, j.Domain, string(j.Role), j.Namespace, j.Name}
-		g(descInfo, 1, append(l, string(j.Mode), string(j.Phase), string(j.Convergence))...)
-		g(descElapsed, float64(j.ElapsedMs)/1000, l...)
-		if c.vmi != nil && j.Namespace != "" {
-			if v := c.vmi(j).VMI; v != nil {
-				muid, evac := "", v.EvacuationNodeName
-				if v.MigrationState != nil {
-					muid = v.MigrationState.MigrationUID
-				}
-				g(descVMI, 1, append(l, v.UID, muid, evac, fmt.Sprint(v.EvictionRequested))...)
-			}
-		}
-		if j.Role == migration.RoleTarget {
-			// libvirt gives no statistics on the target side.
-			continue
-		}
-		g(descRemaining, float64(j.DataRemainingBytes), l...)
-		g(descProcessed, float64(j.DataProcessedBytes), l...)
-		g(descTotal, float64(j.DataTotalBytes), l...)
-		g(descMemRemaining, float64(j.MemoryRemainingBytes), l...)
-		g(descDirty, float64(j.DirtyRateBytesPerSecond), l...)
-		g(descTransfer, float64(j.TransferRateBytesPerSecond), l...)
-		g(descIteration, float64(j.Iteration), l...)
-		g(descPostCopyReqs, float64(j.PostCopyRequests), l...)
-		g(descProgress, j.ProgressPercent/100, l...)
-		g(descDowntime, float64(j.ExpectedDowntimeMs)/1000, l...)
-		g(descThrottle, float64(j.AutoConvergeThrottle)/100, l...)
-		if j.EtaSeconds != nil {
-			g(descETA, *j.EtaSeconds, l...)
-		}
-		if q := j.QEMU; q != nil {
-			g(descQEMUCPU, q.CPUPercent/100, l...)
-			g(descQEMUThrottled, q.ThrottledSeconds, l...)
-		}
 	}
 	for t, n := range snap.Totals {
 		ch <- prometheus.MustNewConstMetric(descTotals, prometheus.CounterValue, float64(n), c.node, string(t.Role), t.Result)
