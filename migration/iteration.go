@@ -14,6 +14,8 @@ func (t *Tracker) startIteration(j *job, n uint64, tm time.Time) {
 		}
 	}
 	j.iters = append(j.iters, Iteration{Number: n, Start: tm})
+	// The new pass's size is known from its first reading.
+	j.view.PassBytes, j.view.PassPercent = 0, 0
 	if len(j.iters) > t.cfg.MaxIterations {
 		j.iters = append(j.iters[:0], j.iters[len(j.iters)-t.cfg.MaxIterations:]...)
 	}

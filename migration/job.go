@@ -74,23 +74,30 @@ type Job struct {
 	Phase     Phase  `json:"phase"`
 	Mode      Mode   `json:"mode"`
 
-	Iteration                  uint64   `json:"iteration"`
-	DataTotalBytes             uint64   `json:"dataTotalBytes"`
-	DataProcessedBytes         uint64   `json:"dataProcessedBytes"`
-	DataRemainingBytes         uint64   `json:"dataRemainingBytes"`
-	MemoryTotalBytes           uint64   `json:"memoryTotalBytes"`
-	MemoryRemainingBytes       uint64   `json:"memoryRemainingBytes"`
-	TransferRateBytesPerSecond uint64   `json:"transferRateBytesPerSecond"`
-	DirtyRateBytesPerSecond    uint64   `json:"dirtyRateBytesPerSecond"`
-	PostCopyRequests           uint64   `json:"postCopyRequests"`
-	AutoConvergeThrottle       uint64   `json:"autoConvergeThrottlePercent,omitempty"`
-	ExpectedDowntimeMs         uint64   `json:"expectedDowntimeMs,omitempty"`
-	DowntimeMs                 uint64   `json:"downtimeMs,omitempty"`
-	ElapsedMs                  uint64   `json:"elapsedMs"`
-	ProgressPercent            float64  `json:"progressPercent"`
-	Convergence                Verdict  `json:"convergence"`
-	ConvergenceReason          string   `json:"convergenceReason,omitempty"`
-	EtaSeconds                 *float64 `json:"etaSeconds"`
+	Iteration                  uint64 `json:"iteration"`
+	DataTotalBytes             uint64 `json:"dataTotalBytes"`
+	DataProcessedBytes         uint64 `json:"dataProcessedBytes"`
+	DataRemainingBytes         uint64 `json:"dataRemainingBytes"`
+	MemoryTotalBytes           uint64 `json:"memoryTotalBytes"`
+	MemoryRemainingBytes       uint64 `json:"memoryRemainingBytes"`
+	TransferRateBytesPerSecond uint64 `json:"transferRateBytesPerSecond"`
+	DirtyRateBytesPerSecond    uint64 `json:"dirtyRateBytesPerSecond"`
+	PostCopyRequests           uint64 `json:"postCopyRequests"`
+	AutoConvergeThrottle       uint64 `json:"autoConvergeThrottlePercent,omitempty"`
+	ExpectedDowntimeMs         uint64 `json:"expectedDowntimeMs,omitempty"`
+	DowntimeMs                 uint64 `json:"downtimeMs,omitempty"`
+	ElapsedMs                  uint64 `json:"elapsedMs"`
+	// ProgressPercent is the share of the data sent and never goes down
+	// (as VDSM reports it): a new pass over memory finds pages dirtied
+	// again and the raw share drops, which reads as going backwards.
+	ProgressPercent float64 `json:"progressPercent"`
+	// PassBytes is the size of the current pass over guest memory (the
+	// most memory left seen in it) and PassPercent how much of it is sent.
+	PassBytes         uint64   `json:"passBytes,omitempty"`
+	PassPercent       float64  `json:"passPercent,omitempty"`
+	Convergence       Verdict  `json:"convergence"`
+	ConvergenceReason string   `json:"convergenceReason,omitempty"`
+	EtaSeconds        *float64 `json:"etaSeconds"`
 
 	StartTime     time.Time  `json:"startTime"`
 	EndTime       *time.Time `json:"endTime,omitempty"`
@@ -192,6 +199,8 @@ type Iteration struct {
 	DirtyRateBytesPerSecond    uint64     `json:"dirtyRateBytesPerSecond"`
 	TransferRateBytesPerSecond uint64     `json:"transferRateBytesPerSecond"`
 	sampled                    bool
+	// largest is the most memory left seen in the pass: its size.
+	largest uint64
 }
 
 // Event is one thing that happened to the job, kept as evidence.

@@ -238,9 +238,10 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 	v.AutoConvergeThrottle = s.AutoConvergeThrottle
 	v.ExpectedDowntimeMs = s.DowntimeMs
 	if s.DataTotal > 0 {
-		// Capped below 100 until libvirt says it is done, as VDSM does:
-		// remaining can grow again while the guest keeps dirtying pages.
-		v.ProgressPercent = min(99, 100-100*float64(s.DataRemaining)/float64(s.DataTotal))
+		// Capped below 100 until libvirt says it is done, and never lower
+		// than before, as VDSM does: remaining grows again when a pass
+		// starts over the pages the guest dirtied meanwhile.
+		v.ProgressPercent = max(v.ProgressPercent, min(99, 100-100*float64(s.DataRemaining)/float64(s.DataTotal)))
 	}
 	v.UpdateTime = now
 	if cpu != nil {
@@ -263,6 +264,11 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 			it.DirtyRateBytesPerSecond = s.MemoryDirtyRate
 			it.TransferRateBytesPerSecond = s.MemoryBps
 			it.sampled = true
+		}
+		if it.Number == s.MemoryIteration && max(it.largest, s.MemoryRemaining) > 0 {
+			it.largest = max(it.largest, s.MemoryRemaining)
+			v.PassBytes = it.largest
+			v.PassPercent = 100 * float64(it.largest-s.MemoryRemaining) / float64(it.largest)
 		}
 	}
 	if v.Mode == ModePostCopy {

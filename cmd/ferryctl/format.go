@@ -134,7 +134,7 @@ func printJob(w io.Writer, j migration.Job) {
 		kv("Progress", "%.1f%%: %s sent, %s remaining (guest memory and disks: %s; pages dirtied again are sent again)",
 			j.ProgressPercent, units.IEC(j.DataProcessedBytes), units.IEC(j.DataRemainingBytes), units.IEC(j.DataTotalBytes))
 		kv("Rates", "dirty %s, transfer %s", rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond))
-		kv("Iteration", "%d", j.Iteration)
+		kv("Iteration", "%s", passString(j))
 		kv("Convergence", "%s %s", j.Convergence, paren(j.ConvergenceReason))
 		kv("ETA", "%s", etaString(j.EtaSeconds))
 		kv("Post-copy requests", "%d", j.PostCopyRequests)
@@ -227,13 +227,27 @@ func progressLine(j migration.Job, width int) string {
 		fmt.Fprintf(&b, "%-14s %s (statistics are on the source)", j.Mode, j.Phase)
 		return b.String()
 	}
+	// The bar and its figure are the overall progress, which ferryd never
+	// lets go down; the current pass, which starts over at each pass, is
+	// shown apart from it.
 	filled := int(j.ProgressPercent / 100 * float64(width))
 	filled = max(0, min(width, filled))
-	fmt.Fprintf(&b, "[%s%s] %3.0f%%  left %9s  dirty %11s vs xfer %11s  iter %-3d %-8s %-10s ETA %s",
-		strings.Repeat("#", filled), strings.Repeat(".", width-filled), j.ProgressPercent,
+	fmt.Fprintf(&b, "[%s%s] %3.0f%%  %-28s  left %9s  dirty %11s vs xfer %11s  %-8s %-10s ETA %s",
+		strings.Repeat("#", filled), strings.Repeat(".", width-filled), j.ProgressPercent, passString(j),
 		units.IEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
-		j.Iteration, j.Mode, j.Convergence, etaString(j.EtaSeconds))
+		j.Mode, j.Convergence, etaString(j.EtaSeconds))
 	return b.String()
+}
+
+// passString is the current pass over guest memory: "pass 4: 62% of 113.0 MiB".
+func passString(j migration.Job) string {
+	if j.Iteration == 0 {
+		return "starting"
+	}
+	if j.PassBytes == 0 {
+		return fmt.Sprintf("pass %d", j.Iteration)
+	}
+	return fmt.Sprintf("pass %d: %.0f%% of %s", j.Iteration, j.PassPercent, units.IEC(j.PassBytes))
 }
 
 func summaryLine(j migration.Job) string {
