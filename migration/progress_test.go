@@ -47,3 +47,35 @@ func TestProgressNeverGoesDownAcrossPasses(t *testing.T) {
 		t.Fatalf("the raw share dropped %d times; the series does not exercise a new pass", rawDrops)
 	}
 }
+
+// A real migration of 17 passes recorded on the test bed, replayed: the raw
+// share sent drops at most new passes, the job's progress never does.
+func TestRecordedMultiPassProgressNeverGoesDown(t *testing.T) {
+	rec, err := LoadRecordedJob("testdata/multipass-job.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFeed(t, "a")
+	prev, lastRaw, rawDrops, passes := 0.0, 0.0, 0, map[uint64]bool{}
+	for _, s := range rec.Samples {
+		// As the sampler feeds a reading: asked and got at once.
+		f.tr.ApplyStats(sock, running(1), rec.Stats(s), f.tick())
+		j := f.job()
+		raw := 100 - 100*float64(s.DataRemainingBytes)/float64(rec.DataTotalBytes)
+		if raw < lastRaw {
+			rawDrops++
+		}
+		lastRaw = raw
+		if j.ProgressPercent < prev {
+			t.Fatalf("pass %d at %d ms: progress went down from %.1f%% to %.1f%%", s.Iteration, s.ElapsedMs, prev, j.ProgressPercent)
+		}
+		prev = j.ProgressPercent
+		passes[j.Iteration] = true
+		if j.PassBytes < s.MemoryRemainingBytes || j.PassPercent < 0 || j.PassPercent > 100 {
+			t.Fatalf("pass %d: %.1f%% of %d with %d left", j.Iteration, j.PassPercent, j.PassBytes, s.MemoryRemainingBytes)
+		}
+	}
+	if rawDrops < 5 || len(passes) < 10 {
+		t.Fatalf("recording has %d raw drops over %d passes; it does not show passes starting over", rawDrops, len(passes))
+	}
+}
