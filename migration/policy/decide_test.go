@@ -26,7 +26,7 @@ func (s series) job(upTo int) migration.Job {
 	j := migration.Job{Role: migration.RoleSource, Phase: migration.PhaseRunning, Mode: migration.ModePreCopy,
 		Iteration: uint64(upTo), DataTotalBytes: 512 * mib, MemoryTotalBytes: 512 * mib,
 		DirtyRateBytesPerSecond: s.dirty * mib, TransferRateBytesPerSecond: s.transfer * mib,
-		ElapsedMs: uint64((time.Duration(upTo) * s.elapsedPerPass).Milliseconds()),
+		ElapsedMs:   uint64((time.Duration(upTo) * s.elapsedPerPass).Milliseconds()),
 		Convergence: s.verdicts[upTo-1]}
 	for i := 0; i < upTo; i++ {
 		j.Iterations = append(j.Iterations, migration.Iteration{Number: uint64(i + 1), MemoryRemainingBytes: uint64(s.starts[i] * mib)})
