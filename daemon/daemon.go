@@ -31,6 +31,7 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	drives  *drives
 
+	steer    *steerer
 	reporter *kubevirt.Reporter
 	vmis     *kubevirt.Watcher
 
@@ -57,6 +58,7 @@ const driveSettle = 10 * time.Second
 
 // New builds a daemon from a validated config.
 func New(cfg Config, log *zap.Logger) (*Daemon, error) {
+	cfg.Policy = cfg.Policy.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -92,6 +94,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		col.delivered = d.reporter.Delivered
 	}
 	d.reg.MustRegister(col)
+	d.steer = newSteerer(d.Tracker, cfg.Policy, log.Named("policy"), d.reg)
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
@@ -210,6 +213,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.steer.run(poolCtx)
+	}()
 	proxyDone := make(chan struct{})
 	if d.Proxy == nil {
 		close(proxyDone)

@@ -104,3 +104,21 @@ func ParseMode(v string) (Mode, error) {
 	}
 	return "", fmt.Errorf("policy mode %q: want observe, advise or act", v)
 }
+
+// WithDefaults fills the fields left at zero from Defaults.
+func (s Settings) WithDefaults() Settings {
+	d := Defaults()
+	if s.Mode == "" {
+		s.Mode = d.Mode
+	}
+	if s.Scope == "" {
+		s.Scope = d.Scope
+	}
+	if s.MaxDowntimeMs == 0 {
+		s.MaxDowntimeMs = d.MaxDowntimeMs
+	}
+	if s.CompletionTimeoutPerGiB == 0 {
+		s.CompletionTimeoutPerGiB = d.CompletionTimeoutPerGiB
+	}
+	return s
+}
