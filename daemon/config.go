@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration/policy"
 )
 
 // Config is ferryd's whole configuration.
@@ -54,6 +55,10 @@ type Config struct {
 	// service account when there is one, else runs without Kubernetes.
 	Kubeconfig string
 	StateDir   string
+
+	// Policy is the node's convergence policy; a migration Ferry drives
+	// may override its mode and downtime cap.
+	Policy policy.Settings
 }
 
 // DefaultLibvirtSocket is the system libvirtd socket of a plain KVM host.
@@ -101,6 +106,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DebugSocketMode&^0o777 != 0 {
 		errs = append(errs, fmt.Errorf("--debug-socket-mode %o is not a permission mode", c.DebugSocketMode))
+	}
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -32,6 +32,7 @@ type Daemon struct {
 	scrape  *scrapeHandler
 	drives  *drives
 
+	steer    *steerer
 	reporter *kubevirt.Reporter
 	vmis     *kubevirt.Watcher
 
@@ -58,6 +59,7 @@ const driveSettle = 10 * time.Second
 
 // New builds a daemon from a validated config.
 func New(cfg Config, log *zap.Logger) (*Daemon, error) {
+	cfg.Policy = cfg.Policy.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -94,6 +96,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	}
 	d.reg.MustRegister(nodeCollector{col})
 	d.scrape = newScrapeHandler(d.reg, col, log.Named("metrics"))
+	d.steer = newSteerer(d.Tracker, cfg.Policy, log.Named("policy"), d.reg)
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
@@ -215,6 +218,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.steer.run(poolCtx)
+	}()
 	proxyDone := make(chan struct{})
 	if d.Proxy == nil {
 		close(proxyDone)

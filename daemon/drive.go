@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -118,6 +119,28 @@ const (
 	cancelTimeout  = 30 * time.Second
 )
 
+// migrationPolicy is the node's policy with the request's overrides.
+func migrationPolicy(node policy.Settings, req MigrateRequest) (policy.Settings, error) {
+	p := node
+	if req.Policy != "" {
+		m, err := policy.ParseMode(req.Policy)
+		if err != nil {
+			return p, fmt.Errorf("%w: %v", errBadRequest, err)
+		}
+		p.Mode = m
+	}
+	if req.MaxDowntimeMs != 0 {
+		p.MaxDowntimeMs = req.MaxDowntimeMs
+	}
+	// Asking for a migration with post-copy enabled allows it, as
+	// KubeVirt's allowPostCopy does.
+	p.AllowPostCopy = p.AllowPostCopy || req.PostCopy
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	return p, nil
+}
+
 // migrateFlags are libvirt's flags and parameters for the request, the
 // same for every step; Perform adds its URI. No PEER2PEER: this ferryd
 // runs the protocol itself and libvirt never talks to the target's libvirt.
@@ -154,6 +177,15 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	}
 	if err := validateMigrate(req); err != nil {
 		return MigrateResponse{}, err
+	}
+	pol, err := migrationPolicy(d.cfg.Policy, req)
+	if err != nil {
+		return MigrateResponse{}, err
+	}
+	// A policy that may switch to post-copy needs the migration started
+	// with it, as KubeVirt starts migrations its policy allows post-copy for.
+	if pol.Mode == policy.Act && pol.AllowPostCopy {
+		req.PostCopy = true
 	}
 	conn, dom, err := d.Tracker.ConnFor(req.Domain)
 	if err != nil {
@@ -198,6 +230,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		return MigrateResponse{}, err
 	}
 	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
+	d.steer.drive(req.Domain, drivenPolicy{settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0})
 	d.Tracker.Drive(req.Domain, info)
 	go func() {
 		defer d.drives.end(req.Domain)

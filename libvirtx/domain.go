@@ -105,3 +105,11 @@ func (c *Conn) MaxDowntime(ctx context.Context, dom libvirt.Domain) (time.Durati
 	})
 	return time.Duration(ms) * time.Millisecond, err
 }
+
+// SetMaxDowntime sets the downtime the migration's final stop-and-copy may
+// take; QEMU switches over at its next sync if what is left fits in it.
+func (c *Conn) SetMaxDowntime(ctx context.Context, dom libvirt.Domain, d time.Duration) error {
+	return do(ctx, c, "set max downtime", func(l *libvirt.Libvirt) error {
+		return l.DomainMigrateSetMaxDowntime(dom, uint64(d/time.Millisecond), 0)
+	})
+}

@@ -34,6 +34,22 @@ type AbortResult struct {
 // job's abortStatus is Aborting until the job ends, then Succeeded, or
 // Failed if libvirt refused or the migration completed first.
 func (t *Tracker) Abort(ctx context.Context, domain string, force bool) (AbortResult, error) {
+	return t.abort(ctx, domain, force, AbortByOperator, "")
+}
+
+// Who asked for an abort.
+const (
+	AbortByOperator = "operator"
+	AbortByPolicy   = "policy"
+)
+
+// AbortByPolicy aborts a pre-copy migration the policy gave up on; why
+// (with its figures) becomes the job's failure reason.
+func (t *Tracker) AbortByPolicy(ctx context.Context, domain, why string) (AbortResult, error) {
+	return t.abort(ctx, domain, false, AbortByPolicy, why)
+}
+
+func (t *Tracker) abort(ctx context.Context, domain string, force bool, by, why string) (AbortResult, error) {
 	t.mu.Lock()
 	j, err := t.sourceJob(domain, "abort")
 	if err != nil {
@@ -53,8 +69,11 @@ func (t *Tracker) Abort(ctx context.Context, domain string, force bool) (AbortRe
 		return AbortResult{}, fmt.Errorf("%w (%s): cannot abort %s now", ErrNoLibvirt, j.view.Socket, domain)
 	}
 	now := time.Now()
-	j.view.AbortStatus = AbortAborting
+	j.view.AbortStatus, j.view.AbortedBy, j.abortWhy = AbortAborting, by, why
 	msg := "abort requested: pre-copy is being cancelled; the guest keeps running on the source"
+	if by == AbortByPolicy {
+		msg = "abort requested by the convergence policy: " + why
+	}
 	if postCopy {
 		msg = "forced abort in post-copy: the migration is being paused (libvirt's post-copy abort); the guest stops on both nodes, its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual"
 	}

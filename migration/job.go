@@ -106,6 +106,13 @@ type Job struct {
 	// AbortStatus follows an abort requested through Ferry, as KubeVirt
 	// names it: Aborting, then Succeeded or Failed.
 	AbortStatus AbortStatus `json:"abortStatus,omitempty"`
+	// AbortedBy says who asked Ferry for the abort: operator or policy.
+	AbortedBy string `json:"abortedBy,omitempty"`
+	// MaxDowntimeMs is libvirt's allowed downtime for the switch-over, as
+	// last read or set.
+	MaxDowntimeMs uint64 `json:"maxDowntimeMs,omitempty"`
+	// Policy is what the convergence policy decided for this job.
+	Policy *PolicyInfo `json:"policy,omitempty"`
 	// DomainState is the domain's libvirt state/reason as last seen, e.g.
 	// "paused/post-copy-failed".
 	DomainState string `json:"domainState,omitempty"`

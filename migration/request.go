@@ -15,6 +15,10 @@ type MigrateRequest struct {
 	// ignores the pre-copy cap once in post-copy).
 	PostCopyBandwidthMiBs int `json:"postCopyBandwidthMiBs,omitempty"`
 	Parallel              int `json:"parallel,omitempty"`
+	// Policy overrides the node's convergence policy mode for this
+	// migration (observe, advise or act), MaxDowntimeMs its downtime cap.
+	Policy        string `json:"policy,omitempty"`
+	MaxDowntimeMs uint64 `json:"maxDowntimeMs,omitempty"`
 }
 
 // MigrateResponse answers a MigrateRequest.

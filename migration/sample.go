@@ -189,6 +189,7 @@ func (t *Tracker) setMaxDowntime(socket, name string, d time.Duration) {
 			t.addEvent(j, time.Now(), "libvirt", fmt.Sprintf("max downtime now %v (was %v)", d, j.maxDowntime))
 		}
 		j.maxDowntime, j.maxDowntimeIter = d, j.view.Iteration
+		j.view.MaxDowntimeMs = uint64(d / time.Millisecond)
 	}
 }
 

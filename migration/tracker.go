@@ -85,6 +85,8 @@ type job struct {
 	cpuFirst        *libvirtx.QEMUCPU
 	cpuPrev         *libvirtx.QEMUCPU
 	lastError       string
+	// abortWhy is the policy's reason for an abort it asked for.
+	abortWhy string
 }
 
 // Tracker tracks the migration jobs of every libvirt connection on a node.
@@ -380,6 +382,9 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 			j.view.AbortStatus = AbortSucceeded
 			if phase == PhaseFailed {
 				phase, reason = PhaseAborted, "aborted on request through Ferry"
+			}
+			if phase == PhaseAborted && j.view.AbortedBy == AbortByPolicy {
+				reason = "aborted by the convergence policy: " + j.abortWhy
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferry-vm/ferry/daemon"
 	"github.com/ferry-vm/ferry/internal/version"
+	"github.com/ferry-vm/ferry/migration/policy"
 )
 
 // stringList is a repeatable flag.
@@ -71,6 +72,13 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
 	fs.StringVar(&cfg.StateDir, "state-dir", env("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, across restarts")
 	fs.DurationVar(&grace, "shutdown-grace", envDuration("FERRY_SHUTDOWN_GRACE", daemon.DefaultShutdownGrace), "on SIGTERM, how long migrations in flight through the proxy may go on (new ones are refused) before they are cut; the pod's terminationGracePeriodSeconds must be larger")
+	pd := policy.Defaults()
+	var policyMode, policyScope string
+	fs.StringVar(&policyMode, "policy", env("FERRY_POLICY", string(pd.Mode)), "convergence policy: observe (verdicts only), advise (decide and show, change nothing) or act (steer: raise the downtime to a switch-over within --max-downtime-ms, post-copy if allowed, else abort)")
+	fs.StringVar(&policyScope, "policy-scope", env("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all")
+	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", pd.MaxDowntimeMs, "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs)")
+	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", envBool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (migrations Ferry drives are then started with post-copy enabled)")
+	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", pd.CompletionTimeoutPerGiB, "policy backstop in seconds per GiB of data: then post-copy if allowed, else abort")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -84,6 +92,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "ferryd: unexpected argument %q (ferryd takes flags only)\n", fs.Arg(0))
 		return 2
 	}
+	cfg.Policy.Mode, cfg.Policy.Scope = policy.Mode(policyMode), policy.Scope(policyScope)
 	cfg.LibvirtSockets = sockets
 	if len(cfg.LibvirtSockets) == 0 {
 		for _, s := range strings.Split(os.Getenv("FERRY_LIBVIRT_SOCKETS"), ",") {

@@ -28,6 +28,10 @@ type MigrateSpec struct {
 	// Via is "ferry" (the source ferryd drives the migration through Ferry's
 	// proxy; the default when ferryd runs) or "socat" (the bed's own relays).
 	Via string
+	// Policy and MaxDowntimeMs set the convergence policy of a migration
+	// Ferry drives (observe, advise or act; empty: the node's).
+	Policy        string
+	MaxDowntimeMs uint64
 }
 
 // Migrate live-migrates a guest peer-to-peer the way KubeVirt does: the

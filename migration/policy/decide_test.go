@@ -1,0 +1,215 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/migration"
+)
+
+const mib = 1 << 20
+
+// series replays a recorded run: the memory each pass started with (MiB),
+// the rates, and the verdict the tracker had reached at each pass.
+type series struct {
+	starts          []float64
+	dirty, transfer uint64 // MiB/s
+	verdicts        []migration.Verdict
+	elapsedPerPass  time.Duration
+	// qemuTransfer is the bandwidth QEMU itself switches over on (MiB/s;
+	// 0: the same as transfer).
+	qemuTransfer uint64
+}
+
+func (s series) job(upTo int) migration.Job {
+	j := migration.Job{Role: migration.RoleSource, Phase: migration.PhaseRunning, Mode: migration.ModePreCopy,
+		Iteration: uint64(upTo), DataTotalBytes: 512 * mib, MemoryTotalBytes: 512 * mib,
+		DirtyRateBytesPerSecond: s.dirty * mib, TransferRateBytesPerSecond: s.transfer * mib,
+		ElapsedMs:   uint64((time.Duration(upTo) * s.elapsedPerPass).Milliseconds()),
+		Convergence: s.verdicts[upTo-1]}
+	for i := 0; i < upTo; i++ {
+		j.Iterations = append(j.Iterations, migration.Iteration{Number: uint64(i + 1), MemoryRemainingBytes: uint64(s.starts[i] * mib)})
+	}
+	j.MemoryRemainingBytes = j.Iterations[upTo-1].MemoryRemainingBytes
+	return j
+}
+
+// replay runs the policy at each pass, applying what it sets, and returns
+// every decision other than None.
+func replay(t *testing.T, s Settings, sr series, postCopyEnabled bool) []Decision {
+	t.Helper()
+	var m Memory
+	var out []Decision
+	downtime := migration.DefaultMaxDowntime
+	qemu := sr.qemuTransfer
+	if qemu == 0 {
+		qemu = sr.transfer
+	}
+	for n := 1; n <= len(sr.starts); n++ {
+		// QEMU stops the guest once a pass starts with what fits its
+		// allowed downtime: the migration completes there.
+		if n > 1 && sr.starts[n-1] <= float64(qemu)*downtime.Seconds() {
+			t.Logf("pass %d: QEMU switches over (%.1f MiB within %v)", n, sr.starts[n-1], downtime)
+			break
+		}
+		d := Decide(s, Evidence{Job: sr.job(n), MaxDowntime: downtime, PostCopyEnabled: postCopyEnabled}, &m)
+		if again := Decide(s, Evidence{Job: sr.job(n), MaxDowntime: downtime, PostCopyEnabled: postCopyEnabled}, &m); again.Action != None {
+			t.Fatalf("second decision in pass %d: %+v", n, again)
+		}
+		if d.Action == None {
+			continue
+		}
+		t.Logf("pass %d: %s %dms (%s): %s", n, d.Action, d.MaxDowntimeMs, d.Trigger, d.Reason)
+		if d.MaxDowntimeMs > s.MaxDowntimeMs {
+			t.Fatalf("pass %d: max downtime %d ms over the %d ms cap", n, d.MaxDowntimeMs, s.MaxDowntimeMs)
+		}
+		if d.MaxDowntimeMs > 0 {
+			downtime = time.Duration(d.MaxDowntimeMs) * time.Millisecond
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func verdicts(n, from int, v migration.Verdict) []migration.Verdict {
+	out := make([]migration.Verdict, n)
+	for i := range out {
+		out[i] = migration.VerdictUnknown
+		if i+1 >= from {
+			out[i] = v
+		}
+	}
+	return out
+}
+
+func act(maxDowntimeMs uint64, postCopy bool) Settings {
+	s := Defaults()
+	s.Mode, s.MaxDowntimeMs, s.AllowPostCopy = Act, maxDowntimeMs, postCopy
+	return s
+}
+
+func TestStallJustAboveTheDefaultSwitchesOverAtTheLowPoint(t *testing.T) {
+	// Passes settle at ~37 MiB on a 100 MiB/s link: 370 ms, over libvirt's
+	// 300 ms default, under a 500 ms cap.
+	sr := series{starts: []float64{511.2, 201.0, 45.3, 37.2, 38.9, 37.9}, dirty: 90, transfer: 100,
+		verdicts: verdicts(6, 5, migration.VerdictStalled), elapsedPerPass: 2 * time.Second}
+	ds := replay(t, act(500, false), sr, false)
+	if len(ds) != 1 || ds[0].Action != SwitchOver || ds[0].Iteration != 5 {
+		t.Fatalf("decisions %+v, want one switch-over at pass 5", ds)
+	}
+	// 37.2 MiB at 100 MiB/s with 10 % headroom.
+	if got := ds[0].MaxDowntimeMs; got < 405 || got > 415 {
+		t.Fatalf("max downtime %d ms, want what the low point needs (~409 ms)", got)
+	}
+	if !strings.Contains(ds[0].Reason, "low point 37.2 MiB") {
+		t.Fatalf("reason does not carry the low point: %s", ds[0].Reason)
+	}
+}
+
+func TestWorkingSetFarOverTheLinkGoesToPostCopyOrAborts(t *testing.T) {
+	sr := series{starts: []float64{511.7, 383.2, 384.0, 383.6, 383.9, 384.1}, dirty: 2048, transfer: 130,
+		verdicts: verdicts(6, 3, migration.VerdictStalled), elapsedPerPass: 3 * time.Second}
+
+	ds := replay(t, act(500, true), sr, true)
+	if len(ds) != 1 || ds[0].Action != PostCopy || ds[0].Iteration != 3 {
+		t.Fatalf("post-copy allowed: decisions %+v, want post-copy at pass 3", ds)
+	}
+
+	ds = replay(t, act(500, false), sr, true)
+	if len(ds) != 1 || ds[0].Action != Abort || ds[0].Iteration > 3+3 {
+		t.Fatalf("post-copy not allowed: decisions %+v, want one abort within 3 passes of the verdict", ds)
+	}
+	for _, want := range []string{"dirty 2.0 GiB/s vs transfer 130.0 MiB/s", "low point 383.2 MiB", "over the 500ms cap", "post-copy not allowed"} {
+		if !strings.Contains(ds[0].Reason, want) {
+			t.Errorf("abort reason lacks %q: %s", want, ds[0].Reason)
+		}
+	}
+
+	ds = replay(t, act(500, true), sr, false)
+	if len(ds) != 1 || ds[0].Action != Abort || !strings.Contains(ds[0].Reason, "not started with it") {
+		t.Fatalf("post-copy allowed but not enabled: %+v", ds)
+	}
+}
+
+func TestConvergingMigrationIsLeftAlone(t *testing.T) {
+	sr := series{starts: []float64{510.8, 281.2, 182.9, 126.4, 92.5}, dirty: 32, transfer: 40,
+		verdicts: verdicts(5, 3, migration.VerdictConverging), elapsedPerPass: 5 * time.Second}
+	if ds := replay(t, act(500, true), sr, true); len(ds) != 0 {
+		t.Fatalf("decisions on a converging migration: %+v", ds)
+	}
+}
+
+func TestSlowMigrationNearTheBackstopRampsTheDowntime(t *testing.T) {
+	// 512 MiB at 150 s/GiB is a 75 s backstop; 20 s passes cross 80 % of it
+	// at pass 3.
+	starts := []float64{511, 300, 200, 150, 120}
+	sr := series{starts: starts, dirty: 30, transfer: 40,
+		verdicts: verdicts(5, 3, migration.VerdictConverging), elapsedPerPass: 20 * time.Second}
+	ds := replay(t, act(500, false), sr, false)
+	if len(ds) == 0 {
+		t.Fatal("no ramp step near the backstop")
+	}
+	last := uint64(300)
+	for _, d := range ds[:len(ds)-1] {
+		if d.Action != RaiseDowntime || d.MaxDowntimeMs <= last {
+			t.Fatalf("ramp %+v: want rising raise-downtime steps", ds)
+		}
+		last = d.MaxDowntimeMs
+	}
+	// Past the backstop, at 200 MiB on 40 MiB/s, nothing fits the cap.
+	if end := ds[len(ds)-1]; end.Trigger != "deadline" || end.Action != Abort {
+		t.Fatalf("at the backstop: %+v, want abort", end)
+	}
+}
+
+func TestSwitchOverThatDidNotLandRaisesOnce(t *testing.T) {
+	// QEMU's own bandwidth reading is 15 % under the tracker's.
+	sr := series{starts: []float64{511.2, 201.0, 45.3, 37.2, 38.9, 37.9, 38.0}, dirty: 90, transfer: 100, qemuTransfer: 85,
+		verdicts: verdicts(7, 4, migration.VerdictStalled), elapsedPerPass: 2 * time.Second}
+	ds := replay(t, act(1000, false), sr, false)
+	if len(ds) < 2 || ds[0].Action != SwitchOver || ds[1].Action != RaiseDowntime || ds[1].MaxDowntimeMs <= ds[0].MaxDowntimeMs {
+		t.Fatalf("decisions %+v, want a switch-over then a higher step", ds)
+	}
+}
+
+func TestNoDecisionOutsideASourcePreCopy(t *testing.T) {
+	sr := series{starts: []float64{511.7, 383.2, 384.0}, dirty: 2048, transfer: 130,
+		verdicts: verdicts(3, 2, migration.VerdictStalled)}
+	for name, edit := range map[string]func(*migration.Job){
+		"target":    func(j *migration.Job) { j.Role = migration.RoleTarget },
+		"post-copy": func(j *migration.Job) { j.Mode = migration.ModePostCopy },
+		"finished":  func(j *migration.Job) { j.Phase = migration.PhaseCompleted },
+	} {
+		j := sr.job(3)
+		edit(&j)
+		var m Memory
+		if d := Decide(act(500, true), Evidence{Job: j, PostCopyEnabled: true}, &m); d.Action != None {
+			t.Errorf("%s: %+v", name, d)
+		}
+	}
+}
+
+func TestSettings(t *testing.T) {
+	if err := Defaults().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := Settings{Mode: "steer", Scope: "some", MaxDowntimeMs: 0}
+	err := bad.Validate()
+	for _, want := range []string{`mode "steer"`, `scope "some"`, "maxDowntimeMs 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate(%+v) = %v, want it to name %s", bad, err, want)
+		}
+	}
+	s := act(500, true)
+	if s.ModeFor(false) != Advise || s.ModeFor(true) != Act {
+		t.Fatal("act must become advise on migrations Ferry does not drive")
+	}
+	s.Scope = ScopeAll
+	if s.ModeFor(false) != Act {
+		t.Fatal("scope all acts on every migration")
+	}
+	if d := Deadline(Defaults(), 2<<30); d != 300*time.Second {
+		t.Fatalf("deadline for 2 GiB: %v", d)
+	}
+}

@@ -1,0 +1,124 @@
+// Package policy decides how to steer a pre-copy migration that will not
+// finish on its own: raise the allowed downtime to what a switch-over needs,
+// switch to post-copy, or abort with the figures that say why. It reads the
+// tracker's record of a job and returns a decision; it never calls libvirt
+// and keeps no state but the small Memory each job carries, so a decision
+// can be replayed from a recorded iteration series.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Mode says how far the policy may go with a migration.
+type Mode string
+
+const (
+	// Observe only judges convergence, as the tracker always has.
+	Observe Mode = "observe"
+	// Advise decides and shows the decision but changes nothing.
+	Advise Mode = "advise"
+	// Act carries decisions out.
+	Act Mode = "act"
+)
+
+// Scope says which migrations Act may touch.
+type Scope string
+
+const (
+	// ScopeDriven acts only on migrations Ferry drives; others are advised,
+	// since whoever started them (virt-launcher) runs its own monitor.
+	ScopeDriven Scope = "driven"
+	// ScopeAll acts on every migration this node sees.
+	ScopeAll Scope = "all"
+)
+
+// Settings are named as KubeVirt's MigrationPolicy names them.
+type Settings struct {
+	Mode  Mode  `json:"mode"`
+	Scope Scope `json:"scope,omitempty"`
+	// MaxDowntimeMs caps the guest pause a switch-over may cost.
+	MaxDowntimeMs     uint64 `json:"maxDowntimeMs"`
+	AllowPostCopy     bool   `json:"allowPostCopy"`
+	AllowAutoConverge bool   `json:"allowAutoConverge"`
+	// BandwidthPerMigrationMiBs caps pre-copy (0: unlimited).
+	BandwidthPerMigrationMiBs uint64 `json:"bandwidthPerMigration,omitempty"`
+	// CompletionTimeoutPerGiB is a backstop, in seconds per GiB of data
+	// to move: at it, post-copy if allowed, else abort.
+	CompletionTimeoutPerGiB uint64 `json:"completionTimeoutPerGiB"`
+}
+
+// Defaults: a downtime cap of 500 ms, where VDSM's and Nova's downtime
+// ramps end, and KubeVirt's 150 s/GiB backstop.
+func Defaults() Settings {
+	return Settings{Mode: Observe, Scope: ScopeDriven, MaxDowntimeMs: 500, CompletionTimeoutPerGiB: 150}
+}
+
+// KubeVirt bounds maxDowntimeMs the same way.
+const maxDowntimeLimitMs = 2_000_000
+
+// Validate names every field that is wrong.
+func (s Settings) Validate() error {
+	var errs []string
+	switch s.Mode {
+	case Observe, Advise, Act:
+	default:
+		errs = append(errs, fmt.Sprintf("mode %q (want observe, advise or act)", s.Mode))
+	}
+	switch s.Scope {
+	case "", ScopeDriven, ScopeAll:
+	default:
+		errs = append(errs, fmt.Sprintf("scope %q (want driven or all)", s.Scope))
+	}
+	if s.MaxDowntimeMs < 1 || s.MaxDowntimeMs > maxDowntimeLimitMs {
+		errs = append(errs, fmt.Sprintf("maxDowntimeMs %d (want 1 to %d)", s.MaxDowntimeMs, maxDowntimeLimitMs))
+	}
+	if len(errs) > 0 {
+		return errors.New("policy: bad " + strings.Join(errs, ", "))
+	}
+	return nil
+}
+
+// MaxDowntime is the cap as a duration.
+func (s Settings) MaxDowntime() time.Duration {
+	return time.Duration(s.MaxDowntimeMs) * time.Millisecond
+}
+
+// ModeFor is the mode that applies to one migration: Act only where the
+// scope lets it act.
+func (s Settings) ModeFor(driven bool) Mode {
+	if s.Mode == Act && !driven && s.Scope != ScopeAll {
+		return Advise
+	}
+	return s.Mode
+}
+
+// ParseMode reads a mode name.
+func ParseMode(v string) (Mode, error) {
+	switch m := Mode(strings.ToLower(v)); m {
+	case Observe, Advise, Act:
+		return m, nil
+	}
+	return "", fmt.Errorf("policy mode %q: want observe, advise or act", v)
+}
+
+// WithDefaults fills the fields left at zero from Defaults.
+func (s Settings) WithDefaults() Settings {
+	d := Defaults()
+	if s.Mode == "" {
+		s.Mode = d.Mode
+	}
+	if s.Scope == "" {
+		s.Scope = d.Scope
+	}
+	if s.MaxDowntimeMs == 0 {
+		s.MaxDowntimeMs = d.MaxDowntimeMs
+	}
+	if s.CompletionTimeoutPerGiB == 0 {
+		s.CompletionTimeoutPerGiB = d.CompletionTimeoutPerGiB
+	}
+	return s
+}

@@ -1,0 +1,131 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// policyStep is the job's first policy step of that action.
+func policyStep(j migration.Job, action string) (migration.PolicyStep, bool) {
+	if j.Policy == nil {
+		return migration.PolicyStep{}, false
+	}
+	for _, s := range j.Policy.Steps {
+		if s.Action == action {
+			return s, true
+		}
+	}
+	return migration.PolicyStep{}, false
+}
+
+// A guest that re-dirties its whole working set every pass on a link
+// slower than it dirties cannot finish in pre-copy; with post-copy allowed
+// the policy switches once the first pass has moved most of memory.
+func TestPolicyActSwitchesAHotGuestToPostCopy(t *testing.T) {
+	guest(t, testbed.GuestSpec{Name: "pol-pc", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	err := bed.Migrate(ctx, testbed.MigrateSpec{Name: "pol-pc", From: "a", To: "b", BandwidthMiBs: holdMiBs,
+		PostCopy: true, Policy: "act", MaxDowntimeMs: 500})
+	if err != nil {
+		t.Fatalf("migration under policy act with post-copy allowed: %v", err)
+	}
+	src := waitJob(t, "a", "pol-pc", "Completed", 15*time.Second, completed)
+	step, ok := policyStep(src, "post-copy")
+	if !ok || !step.Applied || step.Error != "" {
+		t.Fatalf("no applied post-copy step on the source job: %+v", src.Policy)
+	}
+	if step.Iteration < 2 {
+		t.Fatalf("post-copy decided in pass %d, before the first full pass ended", step.Iteration)
+	}
+	if src.Mode != migration.ModePostCopy {
+		t.Fatalf("source job mode %s, want PostCopy", src.Mode)
+	}
+	for _, want := range []string{"dirty ", "transfer ", "over the 500ms cap"} {
+		if !strings.Contains(step.Reason, want) {
+			t.Errorf("post-copy step's reason lacks %q: %s", want, step.Reason)
+		}
+	}
+	t.Logf("policy: %s at pass %d: %s", step.Action, step.Iteration, step.Reason)
+	o := assertTruth(t, "pol-pc", "a", "b", start)
+	if !o.TDst.migratedHere() {
+		t.Fatalf("libvirt on b does not run the guest: %s", o.TDst)
+	}
+}
+
+// Without post-copy the same guest is aborted by the policy soon after the
+// verdict, with the figures, and keeps running on the source.
+func TestPolicyActAbortsAHotGuestWithoutPostCopy(t *testing.T) {
+	guest(t, testbed.GuestSpec{Name: "pol-ab", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	err := bed.Migrate(ctx, testbed.MigrateSpec{Name: "pol-ab", From: "a", To: "b", BandwidthMiBs: holdMiBs,
+		Policy: "act", MaxDowntimeMs: 500})
+	if err == nil {
+		t.Fatal("a guest that cannot converge migrated without post-copy")
+	}
+	src := waitJob(t, "a", "pol-ab", "Aborted", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	if src.Phase != migration.PhaseAborted || src.AbortedBy != migration.AbortByPolicy {
+		t.Fatalf("source job %s aborted by %q (%s), want Aborted by policy", src.Phase, src.AbortedBy, src.FailureReason)
+	}
+	for _, want := range []string{"convergence policy", "dirty ", "post-copy not allowed"} {
+		if !strings.Contains(src.FailureReason, want) {
+			t.Errorf("failure reason lacks %q: %s", want, src.FailureReason)
+		}
+	}
+	step, ok := policyStep(src, "abort")
+	if !ok || !step.Applied {
+		t.Fatalf("no applied abort step: %+v", src.Policy)
+	}
+	if at := verdictIteration(src); step.Iteration > at+3 {
+		t.Fatalf("aborted at pass %d, more than 3 passes after the verdict at pass %d", step.Iteration, at)
+	}
+	if st, _ := domainState(t, "a", "pol-ab"); st != int32(libvirt.DomainRunning) {
+		t.Fatalf("guest not running on a after the policy's abort (state %d)", st)
+	}
+	t.Logf("policy: aborted at pass %d (verdict at %d): %s", step.Iteration, verdictIteration(src), src.FailureReason)
+	assertTruth(t, "pol-ab", "a", "b", start)
+}
+
+// A small working set re-dirtied every pass pins pre-copy just above what
+// libvirt's 300 ms allows; the policy raises the downtime to what the low
+// point needs, inside the cap, and QEMU switches over there.
+func TestPolicyActSwitchesOverAStallJustAboveTheDowntime(t *testing.T) {
+	guest(t, testbed.GuestSpec{Name: "pol-so", MemoryMiB: 512, DirtyMiB: 24, DirtyRateMiBs: 0})
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const capMs = 1000
+	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: "pol-so", From: "a", To: "b", BandwidthMiBs: holdMiBs,
+		Policy: "act", MaxDowntimeMs: capMs}); err != nil {
+		t.Fatalf("migration of a guest stalled just above the downtime: %v", err)
+	}
+	src := waitJob(t, "a", "pol-so", "Completed", 15*time.Second, completed)
+	step, ok := policyStep(src, "switch-over")
+	if !ok || !step.Applied || step.MaxDowntimeMs > capMs || step.MaxDowntimeMs <= 300 {
+		t.Fatalf("want an applied switch-over step between 300 and %d ms: %+v", capMs, src.Policy)
+	}
+	if src.Mode != migration.ModePreCopy {
+		t.Fatalf("mode %s: the switch-over must be pre-copy's own", src.Mode)
+	}
+	o := assertTruth(t, "pol-so", "a", "b", start)
+	if o.TDst.Stats == nil {
+		t.Fatalf("libvirt on b kept no completed-job statistics: %s", o.TDst)
+	}
+	if dt := o.TDst.Stats.DowntimeMs; dt > capMs {
+		t.Fatalf("real downtime %d ms over the %d ms cap", dt, capMs)
+	}
+	t.Logf("policy: switch-over at pass %d, max downtime %d ms; libvirt's real downtime %d ms: %s",
+		step.Iteration, step.MaxDowntimeMs, o.TDst.Stats.DowntimeMs, step.Reason)
+}
