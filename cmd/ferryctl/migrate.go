@@ -53,13 +53,16 @@ func migrateCmd(g *globals) *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&req.Target, "to", "", "target node's proxy address HOST:PORT")
-	f.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switch with `ferryctl postcopy NAME`)")
+	f.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switch with `ferryctl postcopy NAME`, or let --policy act switch)")
 	f.DurationVar(&after, "postcopy-after", 0, "switch to post-copy this long after the start")
 	f.BoolVar(&req.AutoConverge, "auto-converge", false, "let QEMU throttle the guest's CPU so pre-copy converges")
 	f.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "bandwidth cap in MiB/s (0: none)")
 	f.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
 	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
+	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
+	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost (default: ferryd's --max-downtime-ms)")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
+	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 
