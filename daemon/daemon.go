@@ -97,6 +97,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	d.reg.MustRegister(nodeCollector{col})
 	d.scrape = newScrapeHandler(d.reg, col, log.Named("metrics"))
 	d.steer = newSteerer(d.Tracker, cfg.Policy, log.Named("policy"), d.reg)
+	d.steer.advised = d.reportAdvice
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {

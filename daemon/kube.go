@@ -121,6 +121,22 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	}
 }
 
+// reportAdvice tells a KubeVirt VMI, once per migration, what the policy
+// would do to its migration: Ferry only advises on migrations it does not
+// drive, since virt-launcher's own monitor acts on them.
+func (d *Daemon) reportAdvice(j migration.Job, step migration.PolicyStep) {
+	if d.reporter == nil || j.Namespace == "" {
+		return
+	}
+	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role), Socket: j.Socket,
+		Detected: step.Time, Kind: kubevirt.KindEvent, EventType: "Normal", EventReason: "MigrationPolicyAdvice",
+		Message: fmt.Sprintf("Ferry's convergence policy on node %s advises %s at pass %d (advice only, nothing changed): %s",
+			d.cfg.NodeName, step.Action, step.Iteration, step.Reason)}
+	if err := d.reporter.Report(m); err != nil {
+		d.log.Error("VMI policy advice", zap.String("vmi", j.Namespace+"/"+j.Name), zap.Error(err))
+	}
+}
+
 // domainUID reads the VMI UID from the domain's KubeVirt metadata, briefly:
 // the mark must not wait on a slow libvirt.
 func (d *Daemon) domainUID(domain string) string {

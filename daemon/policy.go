@@ -25,10 +25,14 @@ type steerer struct {
 	// apply carries a decision out; a field so that tests of the loop can
 	// see what it would do.
 	apply func(ctx context.Context, domain string, d policy.Decision) error
+	// advised hears the first advice on each job (a KubeVirt VMI gets it
+	// as an Event); nil without Kubernetes.
+	advised func(j migration.Job, step migration.PolicyStep)
 
 	mu     sync.Mutex
 	driven map[string]drivenPolicy
 	mem    map[steerKey]*policy.Memory
+	told   map[steerKey]bool
 }
 
 // drivenPolicy is what a migration Ferry drives was started with.
@@ -49,7 +53,7 @@ type steerKey struct {
 const steerCallTimeout = 15 * time.Second
 
 func newSteerer(t *migration.Tracker, node policy.Settings, log *zap.Logger, reg prometheus.Registerer) *steerer {
-	s := &steerer{t: t, node: node, log: log, driven: map[string]drivenPolicy{}, mem: map[steerKey]*policy.Memory{},
+	s := &steerer{t: t, node: node, log: log, driven: map[string]drivenPolicy{}, mem: map[steerKey]*policy.Memory{}, told: map[steerKey]bool{},
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_migration_policy_actions_total",
 			Help: "Decisions of the convergence policy, by action and by mode: act (carried out) or advise (shown only).",
@@ -78,6 +82,7 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	s.mu.Lock()
 	if j.Phase.Finished() || j.Role != migration.RoleSource {
 		delete(s.mem, key)
+		delete(s.told, key)
 		if j.Phase.Finished() && j.Proxy != nil {
 			delete(s.driven, j.Domain)
 		}
@@ -118,6 +123,13 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 		cancel()
 	}
 	s.t.RecordPolicy(j.Domain, string(mode), step)
+	s.mu.Lock()
+	first := mode == policy.Advise && !s.told[key]
+	s.told[key] = s.told[key] || first
+	s.mu.Unlock()
+	if first && s.advised != nil {
+		s.advised(full, step)
+	}
 	s.actions.WithLabelValues(string(d.Action), string(mode)).Inc()
 	s.log.Info("convergence policy", zap.String("domain", j.Domain), zap.String("mode", string(mode)),
 		zap.String("action", string(d.Action)), zap.Uint64("iteration", d.Iteration), zap.String("trigger", d.Trigger),

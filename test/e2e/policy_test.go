@@ -9,6 +9,7 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -128,4 +129,57 @@ func TestPolicyActSwitchesOverAStallJustAboveTheDowntime(t *testing.T) {
 	}
 	t.Logf("policy: switch-over at pass %d, max downtime %d ms; libvirt's real downtime %d ms: %s",
 		step.Iteration, step.MaxDowntimeMs, o.TDst.Stats.DowntimeMs, step.Reason)
+}
+
+// Under --policy act, a migration Ferry does not drive (virt-launcher's,
+// here the bed's own relays) is only advised: the advice shows on the job
+// and once as an Event on its VMI, and libvirt's settings stay as they were.
+func TestPolicyAdvisesOnAMigrationItDoesNotDrive(t *testing.T) {
+	kubeUp(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := bed.SetNodeFerrydArgs(ctx, "a", "--policy", "act", "--max-downtime-ms", "500"); err != nil {
+		t.Fatal(err)
+	}
+	defer bed.SetNodeFerrydArgs(context.Background(), "a")
+	createVMI(t, "advise")
+	domain := "default_advise"
+	guest(t, testbed.GuestSpec{Name: domain, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
+	j := waitJob(t, "a", domain, "the policy's advice", 2*time.Minute, func(j migration.Job) bool {
+		return j.Phase.Finished() || (j.Policy != nil && len(j.Policy.Steps) > 0)
+	})
+	if j.Phase.Finished() || j.Policy.Mode != "advise" {
+		t.Fatalf("job %s, policy %+v: want advice on a running migration", j.Phase, j.Policy)
+	}
+	step := j.Policy.Steps[0]
+	if step.Applied {
+		t.Fatalf("the policy acted on a migration it does not drive: %+v", step)
+	}
+	waitFor(t, "one MigrationPolicyAdvice event", 30*time.Second, func() bool {
+		evs, err := kube.Clientset.CoreV1().Events("default").List(ctx,
+			metav1.ListOptions{FieldSelector: "involvedObject.name=advise,reason=MigrationPolicyAdvice"})
+		return err == nil && len(evs.Items) == 1 && strings.Contains(evs.Items[0].Message, string(step.Action))
+	})
+	// Still pre-copy at libvirt's own downtime: nothing was changed.
+	l, err := bed.Libvirt("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Disconnect()
+	dom, err := l.DomainLookupByName(domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := l.DomainMigrateGetMaxDowntime(dom, 0); err != nil || ms != 300 {
+		t.Fatalf("libvirt's max downtime %d ms (%v), want its untouched 300 ms", ms, err)
+	}
+	now, _ := ferryOn("a").job(domain)
+	if now.Mode != migration.ModePreCopy || now.Phase.Finished() || now.AbortStatus != "" {
+		t.Fatalf("the migration was changed: mode %s, phase %s, abort %q", now.Mode, now.Phase, now.AbortStatus)
+	}
+	t.Logf("advised %s at pass %d: %s", step.Action, step.Iteration, step.Reason)
+	var res migration.Job
+	ctlJSON(t, "a", &res, "abort", domain)
+	<-done
 }
