@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/digitalocean/go-libvirt v0.0.0-20261013170128-efbbdf578ac8
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/prometheus/client_golang v1.25.0
 	github.com/vishvananda/netlink v1.3.1
 	go.uber.org/zap v1.28.0
