@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all build test unit e2e demo bench lint prepare clean testbed-down
+.PHONY: all build test unit e2e demo bench lint prepare clean testbed-down dashboard
 
 all: build
 
@@ -50,6 +50,10 @@ bench: build
 	test/bench/run.sh
 	test/bench/proxy.sh
 	test/bench/migration.sh
+
+# deploy/grafana-dashboard.json from deploy/dashboard.
+dashboard:
+	$(GO) generate ./deploy/dashboard/
 
 testbed-down: build
 	$(BIN)/testbed down
