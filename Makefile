@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all build test unit e2e demo bench lint prepare clean testbed-down
+.PHONY: all build test unit e2e demo bench lint prepare clean testbed-down dashboard
 
 all: build
 
@@ -15,7 +15,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ferryctl ./cmd/ferryctl
 	$(GO) build -o $(BIN)/testbed ./test/testbed/cmd/testbed
 
-# Installs libvirt + QEMU (bookworm-backports) and builds the guest kernel and
+# Installs libvirt + QEMU (bookworm-backports) and Prometheus + promtool
+# (bookworm; binaries only, no service), and builds the guest kernel and
 # initramfs into .cache/testbed; fast when already done.
 prepare: build
 	$(BIN)/testbed prepare
@@ -33,6 +34,7 @@ unit:
 # etcd + kube-apiserver on loopback (built from the Go module proxy on first
 # use, cached after); serial.
 e2e: prepare
+	FERRY_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -v -run Promtool ./deploy/
 	$(GO) test -count=1 -tags testbed_live -run TestLive -v -timeout 10m ./test/testbed/
 	$(GO) test -count=1 -tags kube -v -timeout 30m ./test/kube/...
 	$(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
@@ -48,6 +50,10 @@ bench: build
 	test/bench/run.sh
 	test/bench/proxy.sh
 	test/bench/migration.sh
+
+# deploy/grafana-dashboard.json from deploy/dashboard.
+dashboard:
+	$(GO) generate ./deploy/dashboard/
 
 testbed-down: build
 	$(BIN)/testbed down

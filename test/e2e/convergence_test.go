@@ -29,6 +29,19 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 		t.Fatalf("verdict reached only in iteration %d, want by the 3rd", at)
 	}
 	t.Logf("verdict %s at iteration %d: %s", j.Convergence, verdictIteration(j), j.ConvergenceReason)
+	verdictAt := time.Now()
+	t.Run("dashboard", checkDashboard)
+
+	// The alert waits 10 minutes before it fires; here it must be pending,
+	// in the real Prometheus evaluating deploy/'s rule.
+	pendingAt, labels := waitAlert(t, "FerryMigrationNotConverging", "pending", 15*time.Second, "domain=hot", "node=a")
+	t.Logf("FerryMigrationNotConverging pending in Prometheus %v after the verdict showed: %v", pendingAt.Sub(verdictAt).Round(time.Millisecond), labels)
+	if labels["severity"] != "warning" {
+		t.Errorf("alert labels %v, want severity warning", labels)
+	}
+	if s, err := alerts("FerryMigrationNotConverging", "firing", "domain=hot"); err != nil || len(s) > 0 {
+		t.Errorf("FerryMigrationNotConverging firing before its 10 minutes: %v (%v)", s, err)
+	}
 
 	// ferryctl abort requests the abort and waits for the job to end.
 	var src migration.Job
@@ -48,6 +61,10 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 	if st, _ := domainState(t, "a", "hot"); st != 1 {
 		t.Fatalf("guest not running on a after the abort (state %d)", st)
 	}
+	waitFor(t, "the not-converging alert to clear after the abort", 15*time.Second, func() bool {
+		s, err := alerts("FerryMigrationNotConverging", "pending", "domain=hot")
+		return err == nil && len(s) == 0
+	})
 	dst := waitJob(t, "b", "hot", "Failed", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
 	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
 	assertTruth(t, "hot", "a", "b", start)

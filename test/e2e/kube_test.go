@@ -57,6 +57,26 @@ func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
 	if u.GetLabels()[kubevirt.NodeLabel] != "a" || u.GetLabels()[kubevirt.TargetNodeLabel] != "b" {
 		t.Errorf("KubeVirt's labels changed: %v", u.GetLabels())
 	}
+	// What the on-call operator is paged with, rendered by Prometheus.
+	waitAlert(t, "FerryVMIPostCopyFailed", "firing", 10*time.Second, "namespace=default", "name=pcvmi", "domain=default_pcvmi")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	firing, err := prom.Alerts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paged int
+	for _, a := range firing {
+		if a.Labels["alertname"] == "FerryVMIPostCopyFailed" && a.Labels["name"] == "pcvmi" {
+			paged++
+			if want := "Post-copy migration of default/pcvmi failed on " + a.Labels["node"]; a.Annotations["summary"] != want || a.Annotations["runbook_url"] == "" {
+				t.Errorf("alert annotations %v, want summary %q and a runbook_url", a.Annotations, want)
+			}
+		}
+	}
+	if paged == 0 {
+		t.Errorf("FerryVMIPostCopyFailed for default/pcvmi not among Prometheus's alerts: %v", firing)
+	}
 	// Both nodes saw the failure; give the slower one time to try.
 	time.Sleep(5 * time.Second)
 	if n := postCopyEvents(t, "pcvmi"); n != 1 {

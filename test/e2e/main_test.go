@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/deploy"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
 var (
 	bed         *testbed.Bed
+	prom        *testbed.Prometheus
 	ferryctlBin string
 )
 
@@ -63,6 +65,15 @@ func run(m *testing.M) int {
 	bed, err = testbed.Up(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: up:", err)
+		return 1
+	}
+	rules, err := deploy.RuleFile()
+	if err == nil {
+		prom, err = bed.StartPrometheus(ctx, testbed.PrometheusConfig{Rules: rules})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: prometheus:", err)
+		_ = bed.Down()
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "e2e: test bed up in %.1fs, guests run under %s\n", time.Since(t0).Seconds(), accelName(bed.Accel()))

@@ -106,6 +106,7 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 	// Let QEMU's post-copy stream get going: a reset in the very first
 	// instant can reach libvirt's control connection before QEMU notices.
 	time.Sleep(time.Second)
+	alertCheck := postCopyAlertWatch(t, "pcf", "a", "b")
 	if err := bed.ResetMigration(); err != nil {
 		t.Fatalf("reset-migration: %v", err)
 	}
@@ -138,6 +139,8 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 			t.Errorf("%s took %v after libvirt's event (limit 2s)", c.what, lat)
 		}
 	}
+
+	alertCheck()
 
 	var src, dst migration.Job
 	ctlJSON(t, "a", &src, "job", "pcf")

@@ -52,6 +52,9 @@ func cleanup(ctx context.Context, cfg Config) error {
 		keep(stopRelays(r))
 		_ = os.Remove(relayPath(cfg.Dir, r.Guest))
 	}
+	for _, p := range st.Prometheus {
+		keep(p.stop(10 * time.Second))
+	}
 	for _, p := range st.KubeRelays {
 		keep(p.stop(5 * time.Second))
 	}

@@ -41,6 +41,9 @@ func Prepare(ctx context.Context, cfg Config) error {
 	if err := installPackages(ctx, cfg); err != nil {
 		return err
 	}
+	if err := installPrometheus(ctx, cfg); err != nil {
+		return err
+	}
 	if err := ensureQemuAccount(ctx); err != nil {
 		return err
 	}
@@ -119,6 +122,52 @@ func installPackages(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("testbed: need libvirt >= %d and QEMU >= %d after installing; got older ones", minLibvirtMajor, minQemuMajor)
 	}
 	return nil
+}
+
+// Debian 12's prometheus package: the e2e suite evaluates deploy/'s rules
+// in a real server, and promtool checks and unit-tests them.
+const minPrometheusMinor = 42
+
+// Paths of the package that would register a system service: without them
+// the package's maintainer scripts have nothing to start or enable (its
+// postinst starts the service when the host's policy-rc.d allows it), so
+// installing it never leaves a daemon scraping the host. The bed runs its
+// own server, with its own configuration and data, only while it is up.
+var prometheusServicePaths = []string{"/etc/init.d/prometheus", "/lib/systemd/system/prometheus.service", "/usr/lib/systemd/system/prometheus.service"}
+
+func installPrometheus(ctx context.Context, cfg Config) error {
+	if prometheusMinor(ctx, "prometheus") >= minPrometheusMinor && prometheusMinor(ctx, "promtool") >= minPrometheusMinor {
+		return nil
+	}
+	logf(cfg.Log, "installing prometheus (binaries only, no service)")
+	if err := run(ctx, "apt-get", "update", "-qq"); err != nil {
+		return err
+	}
+	args := []string{"install", "-y", "-qq", "--no-install-recommends"}
+	for _, p := range prometheusServicePaths {
+		args = append(args, "-o", "Dpkg::Options::=--path-exclude="+p)
+	}
+	if err := run(ctx, "apt-get", append(args, "prometheus")...); err != nil {
+		return err
+	}
+	if prometheusMinor(ctx, "prometheus") < minPrometheusMinor || prometheusMinor(ctx, "promtool") < minPrometheusMinor {
+		return fmt.Errorf("testbed: need prometheus and promtool >= 2.%d after installing; got older ones", minPrometheusMinor)
+	}
+	return nil
+}
+
+// prometheusMinor is the 2.x minor version of prometheus or promtool, 0 if absent.
+func prometheusMinor(ctx context.Context, tool string) int {
+	out, err := exec.CommandContext(ctx, tool, "--version").CombinedOutput()
+	if err != nil {
+		return 0
+	}
+	m := versionRe.FindSubmatch(out)
+	if m == nil || string(m[1]) != "2" {
+		return 0
+	}
+	minor, _ := strconv.Atoi(string(m[2]))
+	return minor
 }
 
 func ensureBackports() error {

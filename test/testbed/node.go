@@ -29,7 +29,12 @@ type Node struct {
 	Dir       string
 }
 
-const metricsAddr = "127.0.0.1:9474"
+// ferryd serves /metrics on every address of its node, as the DaemonSet
+// does: on loopback for the node itself, on the veth for the bed's Prometheus.
+const (
+	metricsPort = 9474
+	metricsAddr = "127.0.0.1:9474"
+)
 
 // ProxyPort is where each node's ferryd runs its migration proxy, on the
 // node's veth address.
@@ -107,6 +112,16 @@ func (b *Bed) nsenter(node string, argv ...string) ([]string, error) {
 	return append([]string{"nsenter", "-t", strconv.Itoa(st.Holder.PID), "-n", "-m", "--"}, argv...), nil
 }
 
+// nsenterNet enters only the node's network namespace, for processes that
+// use the host's paths.
+func (b *Bed) nsenterNet(node string, argv ...string) ([]string, error) {
+	st := b.nodeState(node)
+	if st == nil || !st.Holder.alive() {
+		return nil, fmt.Errorf("testbed: node %s has no live namespaces (is the bed up?)", node)
+	}
+	return append([]string{"nsenter", "-t", strconv.Itoa(st.Holder.PID), "-n", "--"}, argv...), nil
+}
+
 func (b *Bed) startLibvirtd(node string) (proc, error) {
 	n := b.nodes[node]
 	argv, err := b.nsenter(node, "libvirtd", "-f", filepath.Join(n.Dir, "etc", "libvirtd.conf"))
@@ -170,7 +185,7 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 	}
 	args = append(args,
 		"--debug-socket", n.DebugSocket,
-		"--metrics-addr", n.MetricsAddr,
+		"--metrics-addr", fmt.Sprintf(":%d", metricsPort),
 		"--sample-interval", "1s",
 		// The veth is the nodes' migration network.
 		"--migration-interface", d.veth,

@@ -20,6 +20,8 @@ type state struct {
 	PlainProxy bool `json:"plain_proxy,omitempty"`
 	// KubeRelays carry an API server on the host's loopback into the nodes.
 	KubeRelays []proc `json:"kube_relays,omitempty"`
+	// Prometheus is the bed's Prometheus server and its API relay.
+	Prometheus []proc `json:"prometheus,omitempty"`
 	// FerrydArgs are extra ferryd flags (e.g. a kubeconfig) for both nodes.
 	FerrydArgs []string              `json:"ferryd_args,omitempty"`
 	Nodes      map[string]*nodeState `json:"nodes"`
