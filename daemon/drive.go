@@ -203,6 +203,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", errConflict, req.Domain)
 	}
 	id := newMigrationID()
+	begun := time.Now()
 	flags, params := migrateFlags(req)
 	domXML, cookie, err := conn.Begin(ctx, dom, params, flags)
 	if err != nil {
@@ -214,7 +215,12 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		DeadlineSeconds: deadline.Seconds()})
 	if err != nil {
 		d.drives.end(req.Domain)
-		return MigrateResponse{}, fmt.Errorf("preparing the migration on the target: %w", err)
+		err = fmt.Errorf("preparing the migration on the target: %w", err)
+		// No libvirt job ever started, so nothing else would record it: a
+		// failed job keeps the failure, its class and its count.
+		d.Tracker.DriveEnded(req.Domain, dom, conn.Socket(), begun,
+			migration.ProxyInfo{MigrationID: id, Target: req.Target, TLS: d.Proxy.TLS(), Parallel: req.Parallel}, err.Error())
+		return MigrateResponse{}, err
 	}
 	// The target's id, not ours, names the streams and the finish: the
 	// target chose it, and only the two nodes know it.

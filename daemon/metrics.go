@@ -67,8 +67,8 @@ var (
 )
 
 var (
-	descTotals = prometheus.NewDesc("ferry_migrations_total", "Migration jobs that ended on this node, by role and result.",
-		[]string{"node", "role", "result"}, nil)
+	descTotals = prometheus.NewDesc("ferry_migrations_total", "Migration jobs that ended on this node, by role and result, and for failed, aborted and post-copy-failed jobs by failure plane and class.",
+		[]string{"node", "role", "result", "plane", "class"}, nil)
 	descLibvirtUp = prometheus.NewDesc("ferry_libvirt_up", "Whether ferryd is connected to the libvirt socket.",
 		[]string{"node", "socket"}, nil)
 	descGlobMatches = prometheus.NewDesc("ferry_libvirt_socket_glob_matches", "Sockets the libvirt socket glob matches now; 0 for long on a node running VMs means a wrong --kubelet-root or mount.",
@@ -191,7 +191,7 @@ func (c *Collector) collectNode(ch chan<- prometheus.Metric, snap migration.Snap
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	for t, n := range snap.Totals {
-		ch <- prometheus.MustNewConstMetric(descTotals, prometheus.CounterValue, float64(n), c.node, string(t.Role), t.Result)
+		ch <- prometheus.MustNewConstMetric(descTotals, prometheus.CounterValue, float64(n), c.node, string(t.Role), t.Result, string(t.Plane), string(t.Class))
 	}
 	for _, d := range snap.Domains {
 		if d.Attention != "" {

@@ -106,6 +106,11 @@ type Job struct {
 	// AbortStatus follows an abort requested through Ferry, as KubeVirt
 	// names it: Aborting, then Succeeded or Failed.
 	AbortStatus AbortStatus `json:"abortStatus,omitempty"`
+	// FailurePlane and FailureClass say where and why a Failed, Aborted or
+	// PostCopyFailed job broke; FailureEvidence the facts that decided it.
+	FailurePlane    FailurePlane `json:"failurePlane,omitempty"`
+	FailureClass    FailureClass `json:"failureClass,omitempty"`
+	FailureEvidence []string     `json:"failureEvidence,omitempty"`
 	// AbortedBy says who asked Ferry for the abort: operator or policy.
 	AbortedBy string `json:"abortedBy,omitempty"`
 	// MaxDowntimeMs is libvirt's allowed downtime for the switch-over, as

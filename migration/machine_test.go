@@ -177,7 +177,7 @@ func TestPostCopyFailureCountedOnceAcrossRestarts(t *testing.T) {
 	now := time.Now()
 	first.apply(input{kind: inStats, socket: sock, dom: dom, at: now, got: now, stats: outgoing(1, 300)})
 	first.apply(input{kind: inList, socket: sock, at: now.Add(time.Second), list: []libvirtx.Domain{paused(libvirtx.PausedPostCopyFailed)}})
-	if got := first.Snapshot().Totals[Total{RoleSource, "postcopy_failed"}]; got != 1 {
+	if got := first.Snapshot().Count(RoleSource, "postcopy_failed"); got != 1 {
 		t.Fatalf("first ferryd counted %d", got)
 	}
 
@@ -187,7 +187,7 @@ func TestPostCopyFailureCountedOnceAcrossRestarts(t *testing.T) {
 	if len(all) != 1 || all[0].Phase != PhasePostCopyFailed || !strings.Contains(all[0].FailureReason, "before ferryd restarted") {
 		t.Fatalf("after restart: %+v", all)
 	}
-	if got := second.Snapshot().Totals[Total{RoleSource, "postcopy_failed"}]; got != 0 {
+	if got := second.Snapshot().Count(RoleSource, "postcopy_failed"); got != 0 {
 		t.Fatalf("a restarted ferryd counted the same failure again (%d)", got)
 	}
 
@@ -195,7 +195,7 @@ func TestPostCopyFailureCountedOnceAcrossRestarts(t *testing.T) {
 	second.apply(input{kind: inList, socket: sock, at: now.Add(3 * time.Second), list: []libvirtx.Domain{running(1)}})
 	third := NewTracker(Config{Node: "a", StateDir: dir})
 	third.apply(input{kind: inList, socket: sock, at: now.Add(4 * time.Second), list: []libvirtx.Domain{paused(libvirtx.PausedPostCopyFailed)}})
-	if got := third.Snapshot().Totals[Total{RoleSource, "postcopy_failed"}]; got != 1 {
+	if got := third.Snapshot().Count(RoleSource, "postcopy_failed"); got != 1 {
 		t.Fatalf("a new failure after recovery counted %d, want 1", got)
 	}
 }
@@ -256,7 +256,7 @@ func TestConcurrentInputs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := tr.Snapshot().Totals[Total{RoleSource, "completed"}]; got != 8 {
+	if got := tr.Snapshot().Count(RoleSource, "completed"); got != 8 {
 		t.Fatalf("%d completed, want 8", got)
 	}
 	if n := len(tr.Jobs(false)); n != 0 {

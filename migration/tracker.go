@@ -3,7 +3,9 @@ package migration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,6 +130,9 @@ type drivenInfo struct {
 type Total struct {
 	Role   Role
 	Result string
+	// Plane and Class are a failure's, empty for other results.
+	Plane FailurePlane
+	Class FailureClass
 }
 
 // NewTracker returns an empty tracker.
@@ -287,6 +292,18 @@ func (t *Tracker) Domains() []Domain {
 	return out
 }
 
+// Count is the number of finished jobs of that role and result, whatever
+// their failure class.
+func (s Snapshot) Count(role Role, result string) uint64 {
+	var n uint64
+	for k, v := range s.Totals {
+		if k.Role == role && k.Result == result {
+			n += v
+		}
+	}
+	return n
+}
+
 // Snapshot is what metrics are served from: copies, no libvirt calls.
 type Snapshot struct {
 	Jobs    []Job
@@ -390,6 +407,10 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	}
 	j.view.Phase = phase
 	j.view.FailureReason = reason
+	if f := ClassifyFailure(j.view); f != nil {
+		j.view.FailurePlane, j.view.FailureClass, j.view.FailureEvidence = f.Plane, f.Class, f.Evidence
+		t.addEvent(j, at, "failure", fmt.Sprintf("%s/%s: %s", f.Plane, f.Class, strings.Join(f.Evidence, "; ")))
+	}
 	j.view.EtaSeconds = nil
 	j.view.EndTime = &at
 	j.view.UpdateTime = at
@@ -413,7 +434,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	}
 	t.latest[key] = j
 	if !j.recovered {
-		t.totals[Total{j.view.Role, resultLabel(phase)}]++
+		t.totals[Total{j.view.Role, resultLabel(phase), j.view.FailurePlane, j.view.FailureClass}]++
 	}
 	if phase == PhasePostCopyFailed {
 		t.ledger.add(ledgerRecord{Socket: j.view.Socket, Domain: j.view.Domain, UUID: j.view.UUID, Role: j.view.Role, Detected: at})

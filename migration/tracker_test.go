@@ -92,7 +92,7 @@ func (f *feed) wantJobs(inFlight, all int) {
 
 func (f *feed) wantTotal(role Role, result string, n uint64) {
 	f.t.Helper()
-	if got := f.tr.Snapshot().Totals[Total{role, result}]; got != n {
+	if got := f.tr.Snapshot().Count(role, result); got != n {
 		f.t.Fatalf("%s %s total %d, want %d", role, result, got, n)
 	}
 }

@@ -1,0 +1,204 @@
+package migration
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// FailurePlane is where a migration broke: its control path (libvirt and
+// Ferry's control stream), its data streams, the guest, or a person or
+// policy who stopped it.
+type FailurePlane string
+
+const (
+	PlaneControl  FailurePlane = "Control"
+	PlaneData     FailurePlane = "Data"
+	PlaneGuest    FailurePlane = "Guest"
+	PlaneOperator FailurePlane = "Operator"
+)
+
+// FailureClass names why, in a word an alert or a runbook can key on.
+type FailureClass string
+
+const (
+	ClassTargetUnreachable   FailureClass = "TargetUnreachable"
+	ClassTargetRefused       FailureClass = "TargetRefused"
+	ClassAuthFailed          FailureClass = "AuthFailed"
+	ClassLinkDown            FailureClass = "LinkDown"
+	ClassConnectionReset     FailureClass = "ConnectionReset"
+	ClassIncomingStreamEnded FailureClass = "IncomingStreamEnded"
+	ClassNotConverging       FailureClass = "NotConverging"
+	ClassDeadlineExceeded    FailureClass = "DeadlineExceeded"
+	ClassPostCopyFailed      FailureClass = "PostCopyFailed"
+	ClassSplitBrain          FailureClass = "SplitBrain"
+	ClassSourceCPUStarved    FailureClass = "SourceCPUStarved"
+	ClassGuestStopped        FailureClass = "GuestStopped"
+	ClassAbortedByOperator   FailureClass = "AbortedByOperator"
+	ClassAbortedByPolicy     FailureClass = "AbortedByPolicy"
+	ClassLibvirtError        FailureClass = "LibvirtError"
+)
+
+// Failure is the class of a failed, aborted or post-copy-failed job with
+// the facts that decided it.
+type Failure struct {
+	Plane    FailurePlane `json:"plane"`
+	Class    FailureClass `json:"class"`
+	Evidence []string     `json:"evidence"`
+}
+
+// starvedPercent of CFS periods throttled marks a QEMU whose cgroup quota,
+// not the guest's dirtying alone, kept pre-copy from keeping up.
+const starvedPercent = 20
+
+// What the error texts of the layers below say, as libvirt, QEMU, Go's net
+// and TLS stacks, and Ferry's own proxy and driver word them.
+var (
+	reTLS         = regexp.MustCompile(`(?i)\btls:|x509:|certificate|handshake`)
+	reUnreachable = regexp.MustCompile(`(?i)connection refused|no route to host|i/o timeout|host is down|dial tcp|connect: network is unreachable`)
+	reLinkDown    = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
+	reReset       = regexp.MustCompile(`(?i)connection reset|broken pipe|stream broke|unexpected EOF|Unable to read from socket`)
+	reRefused     = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
+	reStopped     = regexp.MustCompile(`(?i)domain stopped|not running|crashed|shutoff/(crashed|failed|destroyed)`)
+)
+
+// ClassifyFailure decides the plane and class of a finished job from what
+// the job holds: who asked for an abort, the verdict, the QEMU cgroup's
+// throttling, the domain's state, and the errors the driver and libvirt
+// gave. A finished job that did not fail has none.
+func ClassifyFailure(j Job) *Failure {
+	switch j.Phase {
+	case PhaseFailed, PhaseAborted, PhasePostCopyFailed:
+	default:
+		return nil
+	}
+	f := &Failure{}
+	note := func(format string, a ...any) { f.Evidence = append(f.Evidence, fmt.Sprintf(format, a...)) }
+	set := func(p FailurePlane, c FailureClass) *Failure { f.Plane, f.Class = p, c; return f }
+	reason := j.FailureReason
+	if j.Proxy != nil && len(j.Proxy.Errors) > 0 {
+		reason += "; " + strings.Join(j.Proxy.Errors, "; ")
+	}
+	notConverging := j.Convergence == VerdictStalled || j.Convergence == VerdictDiverging
+	starved := j.QEMU != nil && j.QEMU.ThrottledPercentPeriods >= starvedPercent
+	if notConverging {
+		note("verdict %s: %s", j.Convergence, j.ConvergenceReason)
+	}
+	if starved {
+		note("source QEMU throttled by its cgroup in %.0f %% of CPU periods", j.QEMU.ThrottledPercentPeriods)
+	}
+
+	if j.Phase == PhasePostCopyFailed {
+		note("domain state %s", j.DomainState)
+		if j.Role == RoleSource && strings.HasPrefix(j.DomainState, "running/") {
+			note("the source runs its own vCPUs again after the switch to post-copy")
+			return set(PlaneGuest, ClassSplitBrain)
+		}
+		if m := firstMatch(reason, reLinkDown, reReset); m != "" {
+			note("stream: %s", m)
+		}
+		return set(PlaneData, ClassPostCopyFailed)
+	}
+
+	if j.AbortStatus == AbortSucceeded || j.AbortedBy != "" {
+		switch j.AbortedBy {
+		case AbortByPolicy:
+			note("aborted by the convergence policy")
+			switch {
+			case starved && notConverging:
+				return set(PlaneGuest, ClassSourceCPUStarved)
+			case notConverging:
+				return set(PlaneGuest, ClassNotConverging)
+			case strings.Contains(reason, "backstop"):
+				return set(PlaneGuest, ClassDeadlineExceeded)
+			}
+			return set(PlaneOperator, ClassAbortedByPolicy)
+		default:
+			note("aborted on request through Ferry")
+			return set(PlaneOperator, ClassAbortedByOperator)
+		}
+	}
+	if strings.Contains(reason, "deadline") {
+		note("the migration outran its deadline: %s", excerpt(reason))
+		if starved && notConverging {
+			return set(PlaneGuest, ClassSourceCPUStarved)
+		}
+		if notConverging {
+			return set(PlaneGuest, ClassDeadlineExceeded)
+		}
+		return set(PlaneData, ClassDeadlineExceeded)
+	}
+	if strings.Contains(reason, "preparing the migration on the target") || strings.Contains(reason, "control stream") {
+		switch {
+		case reTLS.MatchString(reason):
+			note("TLS: %s", firstMatch(reason, reTLS))
+			return set(PlaneControl, ClassAuthFailed)
+		case reUnreachable.MatchString(reason):
+			note("target: %s", firstMatch(reason, reUnreachable))
+			return set(PlaneControl, ClassTargetUnreachable)
+		}
+		note("the target refused: %s", excerpt(reason))
+		return set(PlaneControl, ClassTargetRefused)
+	}
+	if j.Role == RoleTarget && strings.HasPrefix(reason, "incoming migration failed") {
+		note("the incoming stream ended before the migration completed (%s); the source's job says why", j.DomainState)
+		return set(PlaneData, ClassIncomingStreamEnded)
+	}
+	if reTLS.MatchString(reason) {
+		note("TLS: %s", firstMatch(reason, reTLS))
+		return set(PlaneControl, ClassAuthFailed)
+	}
+	if reLinkDown.MatchString(reason) {
+		note("link: %s", firstMatch(reason, reLinkDown))
+		return set(PlaneData, ClassLinkDown)
+	}
+	if reReset.MatchString(reason) {
+		note("stream: %s", firstMatch(reason, reReset))
+		return set(PlaneData, ClassConnectionReset)
+	}
+	if reStopped.MatchString(reason) || strings.HasPrefix(j.DomainState, "shutoff/") {
+		note("domain state %s: %s", j.DomainState, excerpt(reason))
+		return set(PlaneGuest, ClassGuestStopped)
+	}
+	if reUnreachable.MatchString(reason) {
+		note("target: %s", firstMatch(reason, reUnreachable))
+		return set(PlaneControl, ClassTargetUnreachable)
+	}
+	if reRefused.MatchString(reason) {
+		note("the target refused: %s", excerpt(reason))
+		return set(PlaneControl, ClassTargetRefused)
+	}
+	note("libvirt: %s", excerpt(reason))
+	return set(PlaneControl, ClassLibvirtError)
+}
+
+func firstMatch(s string, res ...*regexp.Regexp) string {
+	for _, re := range res {
+		if loc := re.FindStringIndex(s); loc != nil {
+			return excerptAround(s, loc[0], loc[1])
+		}
+	}
+	return ""
+}
+
+// excerpt keeps evidence short enough for an Event and a table.
+func excerpt(s string) string {
+	const n = 200
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func excerptAround(s string, a, b int) string {
+	const pad = 60
+	lo, hi := max(0, a-pad), min(len(s), b+pad)
+	out := s[lo:hi]
+	if lo > 0 {
+		out = "…" + out
+	}
+	if hi < len(s) {
+		out += "…"
+	}
+	return out
+}

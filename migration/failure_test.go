@@ -1,0 +1,70 @@
+package migration
+
+import (
+	"strings"
+	"testing"
+)
+
+// The reasons are as the test bed's failures word them (libvirt 11.3,
+// QEMU 10.0, Ferry's driver and proxy).
+func TestClassifyFailure(t *testing.T) {
+	stalled := func(j *Job) { j.Convergence, j.ConvergenceReason = VerdictStalled, "does not shrink" }
+	cases := []struct {
+		name     string
+		job      Job
+		edit     func(*Job)
+		plane    FailurePlane
+		class    FailureClass
+		evidence string
+	}{
+		{name: "link cut", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "migration failed: libvirt migrate (/run/libvirt/libvirt-sock): operation failed: job 'migration out' failed: Unable to read from socket: Connection reset by peer; proxy: memory stream broke: write tcp 10.77.0.1:34216->10.77.0.2:9475: write: network is unreachable; migration link: fa went down at 03:41:22.979"},
+			plane: PlaneData, class: ClassLinkDown, evidence: "went down"},
+		{name: "connections reset", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "migration failed: libvirt migrate (/run/libvirt/libvirt-sock): operation failed: job 'migration out' failed: Unable to read from socket: Connection reset by peer; proxy: memory stream broke: read tcp 10.77.0.1:40112->10.77.0.2:9475: read: connection reset by peer"},
+			plane: PlaneData, class: ClassConnectionReset, evidence: "Connection reset"},
+		{name: "target ferryd down", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: dial tcp 10.77.0.2:9475: connect: connection refused"},
+			plane: PlaneControl, class: ClassTargetUnreachable, evidence: "connection refused"},
+		{name: "wrong certificate", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: remote error: tls: bad certificate"},
+			plane: PlaneControl, class: ClassAuthFailed, evidence: "tls: bad certificate"},
+		{name: "target refuses", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: refused (domain_exists): default_twin already runs on this node"},
+			plane: PlaneControl, class: ClassTargetRefused, evidence: "already runs"},
+		{name: "source QEMU killed", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "shutoff/failed", FailureReason: "the domain stopped during the migration (shutoff/failed)"},
+			plane: PlaneGuest, class: ClassGuestStopped, evidence: "shutoff/failed"},
+		{name: "target side of a broken stream", job: Job{Role: RoleTarget, Phase: PhaseFailed, DomainState: "shutoff/failed", FailureReason: "incoming migration failed: the target domain was stopped (shutoff/failed); the source aborted or the migration stream broke"},
+			plane: PlaneData, class: ClassIncomingStreamEnded, evidence: "source's job says why"},
+		{name: "operator abort", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByOperator, FailureReason: "aborted on request through Ferry"},
+			edit: stalled, plane: PlaneOperator, class: ClassAbortedByOperator, evidence: "aborted on request"},
+		{name: "policy abort of a stalled guest", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: dirty 47.3 MiB/s vs transfer 48.8 MiB/s"},
+			edit: stalled, plane: PlaneGuest, class: ClassNotConverging, evidence: "verdict Stalled"},
+		{name: "policy abort of a CPU-starved source", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: ...",
+			QEMU: &QEMUFigures{ThrottledPercentPeriods: 64}},
+			edit: stalled, plane: PlaneGuest, class: ClassSourceCPUStarved, evidence: "throttled by its cgroup in 64 %"},
+		{name: "deadline on a stalled guest", job: Job{Role: RoleSource, Phase: PhaseAborted, FailureReason: "migration failed: the migration deadline (5m0s) passed; libvirt's job was aborted"},
+			edit: stalled, plane: PlaneGuest, class: ClassDeadlineExceeded, evidence: "deadline"},
+		{name: "post-copy failed", job: Job{Role: RoleSource, Phase: PhasePostCopyFailed, Mode: ModePostCopy, DomainState: "paused/post-copy-failed", FailureReason: "post-copy failed: source paused (paused/post-copy-failed)"},
+			plane: PlaneData, class: ClassPostCopyFailed, evidence: "paused/post-copy-failed"},
+		{name: "split brain", job: Job{Role: RoleSource, Phase: PhasePostCopyFailed, Mode: ModePostCopy, DomainState: "running/post-copy", FailureReason: "post-copy failed: the source resumed its vCPUs"},
+			plane: PlaneGuest, class: ClassSplitBrain, evidence: "runs its own vCPUs"},
+		{name: "anything else", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "running/booted", FailureReason: "migration job ended without completing; libvirt kept no statistics of why"},
+			plane: PlaneControl, class: ClassLibvirtError, evidence: "libvirt kept no statistics"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := c.job
+			if c.edit != nil {
+				c.edit(&j)
+			}
+			f := ClassifyFailure(j)
+			if f == nil || f.Plane != c.plane || f.Class != c.class {
+				t.Fatalf("got %+v, want %s/%s", f, c.plane, c.class)
+			}
+			if ev := strings.Join(f.Evidence, "; "); !strings.Contains(ev, c.evidence) {
+				t.Fatalf("evidence %q lacks %q", ev, c.evidence)
+			}
+		})
+	}
+	for _, p := range []Phase{PhaseCompleted, PhaseRunning, PhaseLost} {
+		if f := ClassifyFailure(Job{Phase: p, FailureReason: "connection reset"}); f != nil {
+			t.Errorf("%s job classified as %+v", p, f)
+		}
+	}
+}
