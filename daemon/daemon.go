@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
+	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -59,7 +60,9 @@ const driveSettle = 10 * time.Second
 
 // New builds a daemon from a validated config.
 func New(cfg Config, log *zap.Logger) (*Daemon, error) {
-	cfg.Policy = cfg.Policy.WithDefaults()
+	if cfg.Policy == (policy.Settings{}) {
+		cfg.Policy = policy.Defaults()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -96,7 +99,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	}
 	d.reg.MustRegister(nodeCollector{col})
 	d.scrape = newScrapeHandler(d.reg, col, log.Named("metrics"))
-	d.steer = newSteerer(d.Tracker, cfg.Policy, log.Named("policy"), d.reg)
+	d.steer = newSteerer(d.Tracker, cfg.Policy, cfg.NodeName, log.Named("policy"), d.reg)
 	d.steer.advised = d.reportAdvice
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming

@@ -129,8 +129,10 @@ func migrationPolicy(node policy.Settings, req MigrateRequest) (policy.Settings,
 		}
 		p.Mode = m
 	}
+	// A request may only lower the node's cap: whoever may ask for a
+	// migration may not thereby allow a longer guest pause than the node.
 	if req.MaxDowntimeMs != 0 {
-		p.MaxDowntimeMs = req.MaxDowntimeMs
+		p.MaxDowntimeMs = min(p.MaxDowntimeMs, req.MaxDowntimeMs)
 	}
 	// Asking for a migration with post-copy enabled allows it, as
 	// KubeVirt's allowPostCopy does.
@@ -236,8 +238,8 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		return MigrateResponse{}, err
 	}
 	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
-	d.steer.drive(req.Domain, drivenPolicy{settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0})
-	d.Tracker.Drive(req.Domain, info)
+	d.steer.drive(req.Domain, drivenPolicy{id: id, settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0, deadline: deadline})
+	d.Tracker.Drive(conn.Socket(), req.Domain, info)
 	go func() {
 		defer d.drives.end(req.Domain)
 		d.drive(req, id, tid, conn, dom, src, info, flags, params, prep.Cookie, deadline)

@@ -5,11 +5,9 @@ import (
 	"sync"
 	"time"
 
-	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
 )
@@ -20,44 +18,48 @@ import (
 type steerer struct {
 	t       *migration.Tracker
 	node    policy.Settings
+	name    string
 	log     *zap.Logger
 	actions *prometheus.CounterVec
-	// apply carries a decision out; a field so that tests of the loop can
-	// see what it would do.
-	apply func(ctx context.Context, domain string, d policy.Decision) error
+	// apply carries a decision out on the job with that ID.
+	apply func(ctx context.Context, jobID string, d policy.Decision) error
 	// advised hears the first advice on each job (a KubeVirt VMI gets it
 	// as an Event); nil without Kubernetes.
 	advised func(j migration.Job, step migration.PolicyStep)
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// driven is what each migration Ferry drives was started with, by
+	// domain, until a job of that migration ends.
 	driven map[string]drivenPolicy
-	mem    map[steerKey]*policy.Memory
-	told   map[steerKey]bool
+	// mem and told are per job ID, for jobs the policy does not merely
+	// observe; swept of jobs no longer in flight.
+	mem  map[string]*policy.Memory
+	told map[string]bool
 }
 
 // drivenPolicy is what a migration Ferry drives was started with.
 type drivenPolicy struct {
+	id       string
 	settings policy.Settings
 	postCopy bool
+	// deadline is the backstop the driver enforces itself.
+	deadline time.Duration
 }
 
-// A job is one (socket, domain, start): a domain migrated twice gets a
-// fresh memory.
-type steerKey struct {
-	socket, domain string
-	start          time.Time
-}
-
-// callTimeout bounds one libvirt call of the policy: a stuck QEMU monitor
-// must not stall the decisions of other jobs.
+// steerCallTimeout bounds one libvirt call of the policy: a stuck QEMU
+// monitor must not stall the decisions of other jobs.
 const steerCallTimeout = 15 * time.Second
 
-func newSteerer(t *migration.Tracker, node policy.Settings, log *zap.Logger, reg prometheus.Registerer) *steerer {
-	s := &steerer{t: t, node: node, log: log, driven: map[string]drivenPolicy{}, mem: map[steerKey]*policy.Memory{}, told: map[steerKey]bool{},
+// sweepEvery drops the memory of jobs whose end the coalescing Watch
+// stream never delivered.
+const sweepEvery = time.Minute
+
+func newSteerer(t *migration.Tracker, node policy.Settings, name string, log *zap.Logger, reg prometheus.Registerer) *steerer {
+	s := &steerer{t: t, node: node, name: name, log: log, driven: map[string]drivenPolicy{}, mem: map[string]*policy.Memory{}, told: map[string]bool{},
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_migration_policy_actions_total",
 			Help: "Decisions of the convergence policy, by action and by mode: act (carried out) or advise (shown only).",
-		}, []string{"action", "mode"})}
+		}, []string{"node", "action", "mode"})}
 	reg.MustRegister(s.actions)
 	s.apply = s.carryOut
 	return s
@@ -71,44 +73,79 @@ func (s *steerer) drive(domain string, p drivenPolicy) {
 }
 
 func (s *steerer) run(ctx context.Context) {
-	for j := range s.t.Watch(ctx) {
-		s.consider(ctx, j)
+	jobs := s.t.Watch(ctx)
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
+	for {
+		select {
+		case j, ok := <-jobs:
+			if !ok {
+				return
+			}
+			s.consider(ctx, j)
+		case <-sweep.C:
+			s.sweep()
+		}
 	}
+}
+
+func (s *steerer) sweep() {
+	live := map[string]bool{}
+	for _, j := range s.t.Jobs(false) {
+		live[j.ID] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.mem {
+		if !live[id] {
+			delete(s.mem, id)
+			delete(s.told, id)
+		}
+	}
+}
+
+// settingsFor is the policy that applies to a job: a driven migration's
+// own, bound to its migration ID, else the node's.
+func (s *steerer) settingsFor(j migration.Job) (policy.Settings, drivenPolicy, bool) {
+	dp, ok := s.driven[j.Domain]
+	if ok && j.Proxy != nil && j.Proxy.MigrationID == dp.id {
+		return dp.settings, dp, true
+	}
+	return s.node, drivenPolicy{}, false
 }
 
 // consider decides at most once per pass of each source pre-copy job.
 func (s *steerer) consider(ctx context.Context, j migration.Job) {
-	key := steerKey{j.Socket, j.Domain, j.StartTime}
 	s.mu.Lock()
 	if j.Phase.Finished() || j.Role != migration.RoleSource {
-		delete(s.mem, key)
-		delete(s.told, key)
-		if j.Phase.Finished() && j.Proxy != nil {
+		delete(s.mem, j.ID)
+		delete(s.told, j.ID)
+		if dp, ok := s.driven[j.Domain]; ok && j.Phase.Finished() && j.Proxy != nil && j.Proxy.MigrationID == dp.id {
 			delete(s.driven, j.Domain)
 		}
 		s.mu.Unlock()
 		return
 	}
-	settings, postCopy := s.node, false
-	dp, isDriven := s.driven[j.Domain]
-	if isDriven && j.Proxy != nil {
-		settings, postCopy = dp.settings, dp.postCopy
+	settings, dp, driven := s.settingsFor(j)
+	mode := settings.ModeFor(driven)
+	if mode == policy.Observe || j.Mode != migration.ModePreCopy {
+		s.mu.Unlock()
+		return
 	}
-	mode := settings.ModeFor(j.Proxy != nil)
-	m := s.mem[key]
+	m := s.mem[j.ID]
 	if m == nil {
 		m = &policy.Memory{}
-		s.mem[key] = m
+		s.mem[j.ID] = m
 	}
 	s.mu.Unlock()
-	if mode == policy.Observe || j.Mode != migration.ModePreCopy || j.Iteration <= m.Iteration {
+	if j.Iteration <= m.Iteration {
 		return
 	}
-	full, ok := s.t.Job(j.Domain)
-	if !ok || full.Socket != j.Socket || !full.StartTime.Equal(j.StartTime) {
+	full, ok := s.t.JobByID(j.ID)
+	if !ok {
 		return
 	}
-	d := policy.Decide(settings, policy.Evidence{Job: full, PostCopyEnabled: postCopy,
+	d := policy.Decide(settings, policy.Evidence{Job: full, PostCopyEnabled: dp.postCopy, Deadline: dp.deadline,
 		MaxDowntime: time.Duration(full.MaxDowntimeMs) * time.Millisecond}, m)
 	if d.Action == policy.None {
 		return
@@ -117,34 +154,35 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 		MaxDowntimeMs: d.MaxDowntimeMs, Reason: d.Reason, Applied: mode == policy.Act}
 	if mode == policy.Act {
 		cctx, cancel := context.WithTimeout(ctx, steerCallTimeout)
-		if err := s.apply(cctx, j.Domain, d); err != nil {
+		if err := s.apply(cctx, j.ID, d); err != nil {
 			step.Error = err.Error()
 		}
 		cancel()
 	}
-	s.t.RecordPolicy(j.Domain, string(mode), step)
+	s.t.RecordPolicy(j.ID, string(mode), step)
+	s.actions.WithLabelValues(s.name, string(d.Action), string(mode)).Inc()
+	s.log.Info("convergence policy", zap.String("domain", j.Domain), zap.String("job", j.ID), zap.String("mode", string(mode)),
+		zap.String("action", string(d.Action)), zap.Uint64("iteration", d.Iteration), zap.String("trigger", d.Trigger),
+		zap.Uint64("maxDowntimeMs", d.MaxDowntimeMs), zap.String("reason", d.Reason), zap.String("error", step.Error))
 	s.mu.Lock()
-	first := mode == policy.Advise && !s.told[key]
-	s.told[key] = s.told[key] || first
+	first := mode == policy.Advise && !s.told[j.ID]
+	if first {
+		s.told[j.ID] = true
+	}
 	s.mu.Unlock()
 	if first && s.advised != nil {
 		s.advised(full, step)
 	}
-	s.actions.WithLabelValues(string(d.Action), string(mode)).Inc()
-	s.log.Info("convergence policy", zap.String("domain", j.Domain), zap.String("mode", string(mode)),
-		zap.String("action", string(d.Action)), zap.Uint64("iteration", d.Iteration), zap.String("trigger", d.Trigger),
-		zap.Uint64("maxDowntimeMs", d.MaxDowntimeMs), zap.String("reason", d.Reason), zap.String("error", step.Error))
 }
 
-func (s *steerer) carryOut(ctx context.Context, domain string, d policy.Decision) error {
+func (s *steerer) carryOut(ctx context.Context, jobID string, d policy.Decision) error {
 	switch d.Action {
 	case policy.RaiseDowntime, policy.SwitchOver:
-		return s.t.SetMaxDowntime(ctx, domain, time.Duration(d.MaxDowntimeMs)*time.Millisecond)
+		return s.t.SetMaxDowntime(ctx, jobID, time.Duration(d.MaxDowntimeMs)*time.Millisecond)
 	case policy.PostCopy:
-		_, err := s.t.StartPostCopy(domain, func(c *libvirtx.Conn, ref libvirt.Domain) error { return c.StartPostCopy(ctx, ref) })
-		return err
+		return s.t.StartPostCopyByID(ctx, jobID)
 	case policy.Abort:
-		_, err := s.t.AbortByPolicy(ctx, domain, d.Reason)
+		_, err := s.t.AbortByPolicy(ctx, jobID, d.Reason)
 		return err
 	}
 	return nil

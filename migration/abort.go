@@ -34,7 +34,7 @@ type AbortResult struct {
 // job's abortStatus is Aborting until the job ends, then Succeeded, or
 // Failed if libvirt refused or the migration completed first.
 func (t *Tracker) Abort(ctx context.Context, domain string, force bool) (AbortResult, error) {
-	return t.abort(ctx, domain, force, AbortByOperator, "")
+	return t.abort(ctx, func() (*job, error) { return t.sourceJob(domain, "abort") }, domain, force, AbortByOperator, "")
 }
 
 // Who asked for an abort.
@@ -43,15 +43,15 @@ const (
 	AbortByPolicy   = "policy"
 )
 
-// AbortByPolicy aborts a pre-copy migration the policy gave up on; why
-// (with its figures) becomes the job's failure reason.
-func (t *Tracker) AbortByPolicy(ctx context.Context, domain, why string) (AbortResult, error) {
-	return t.abort(ctx, domain, false, AbortByPolicy, why)
+// AbortByPolicy aborts the pre-copy job with that ID, which the policy
+// gave up on; why (with its figures) becomes the job's failure reason.
+func (t *Tracker) AbortByPolicy(ctx context.Context, id, why string) (AbortResult, error) {
+	return t.abort(ctx, func() (*job, error) { return t.sourceJobByID(id, "abort") }, id, false, AbortByPolicy, why)
 }
 
-func (t *Tracker) abort(ctx context.Context, domain string, force bool, by, why string) (AbortResult, error) {
+func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain string, force bool, by, why string) (AbortResult, error) {
 	t.mu.Lock()
-	j, err := t.sourceJob(domain, "abort")
+	j, err := find()
 	if err != nil {
 		t.mu.Unlock()
 		return AbortResult{}, err

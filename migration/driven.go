@@ -93,12 +93,12 @@ func (t *Tracker) StartPostCopy(domain string, start func(*libvirtx.Conn, libvir
 
 // Drive tells the tracker that Ferry is driving the domain's migration
 // through its proxy; the job shows it from its first moment.
-func (t *Tracker) Drive(domain string, info ProxyInfo) {
+func (t *Tracker) Drive(socket, domain string, info ProxyInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.driven[domain] = &drivenInfo{proxy: &info}
+	t.driven[domain] = &drivenInfo{proxy: &info, socket: socket}
 	for k, j := range t.jobs {
-		if k.domain == domain && j.view.Role == RoleSource {
+		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
 			j.view.Proxy = &info
 			t.publish(j)
 		}
@@ -121,8 +121,8 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 	di.proxy, di.reason = &info, failure
 	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
 	var best *job
-	for _, j := range t.jobs {
-		if j.view.Domain == domain && j.view.Role == RoleSource {
+	for k, j := range t.jobs {
+		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
 			best = j
 		}
 	}

@@ -64,6 +64,10 @@ const (
 // Job is the public view of one migration job, as served on the debug
 // socket and read by ferryctl. Field names are a stable contract.
 type Job struct {
+	// ID names this job on this node for as long as ferryd runs: a domain
+	// migrated twice, or the same name on two libvirt sockets, are
+	// different jobs.
+	ID        string `json:"id"`
 	Domain    string `json:"domain"`
 	UUID      string `json:"uuid"`
 	Namespace string `json:"namespace,omitempty"`

@@ -118,8 +118,9 @@ func (s *sampler) sample(ctx context.Context, ref libvirt.Domain) []action {
 	got := time.Now()
 	active := err == nil && stats.Type.Active() && stats.Operation == libvirtx.OperationMigrationOut
 	if active && t.needsMaxDowntime(c.Socket(), ref.Name) {
+		asked := time.Now()
 		if md, merr := c.MaxDowntime(ctx, ref); merr == nil {
-			defer t.setMaxDowntime(c.Socket(), ref.Name, md)
+			defer t.setMaxDowntime(c.Socket(), ref.Name, md, asked)
 		}
 	}
 	var cpu *libvirtx.QEMUCPU
@@ -181,10 +182,10 @@ func (t *Tracker) needsMaxDowntime(socket, name string) bool {
 	return j == nil || j.maxDowntime == 0 || j.maxDowntimeIter != j.view.Iteration
 }
 
-func (t *Tracker) setMaxDowntime(socket, name string, d time.Duration) {
+func (t *Tracker) setMaxDowntime(socket, name string, d time.Duration, asked time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if j := t.jobs[jobKey{socket, name}]; j != nil && d > 0 {
+	if j := t.jobs[jobKey{socket, name}]; j != nil && d > 0 && !asked.Before(j.maxDowntimeSetAt) {
 		if j.maxDowntime != 0 && j.maxDowntime != d {
 			t.addEvent(j, time.Now(), "libvirt", fmt.Sprintf("max downtime now %v (was %v)", d, j.maxDowntime))
 		}

@@ -30,12 +30,35 @@ type PolicyInfo struct {
 // and few before it switches over, to post-copy, or aborts.
 const maxPolicySteps = 32
 
-// RecordPolicy puts a policy decision on the domain's in-flight source job.
-func (t *Tracker) RecordPolicy(domain, mode string, step PolicyStep) {
+// sourceJobByID finds an in-flight source job by its ID; the caller holds
+// t.mu. The policy acts on the job it judged, never on another of the
+// same name on another libvirt socket.
+func (t *Tracker) sourceJobByID(id, action string) (*job, error) {
+	for _, j := range t.jobs {
+		if j.view.ID == id {
+			if j.view.Role != RoleSource {
+				return nil, fmt.Errorf("%w: job %s is a target job; %s on the source node", ErrNotSource, id, action)
+			}
+			return j, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: job %s on node %s", ErrNoJob, id, t.cfg.Node)
+}
+
+// RecordPolicy puts a policy decision on the job with that ID, in flight
+// or, when the decision ended it, just finished.
+func (t *Tracker) RecordPolicy(id, mode string, step PolicyStep) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	j, err := t.sourceJob(domain, "policy")
+	j, err := t.sourceJobByID(id, "policy")
 	if err != nil {
+		for _, l := range t.latest {
+			if l.view.ID == id {
+				j = l
+			}
+		}
+	}
+	if j == nil {
 		return
 	}
 	if j.view.Policy == nil {
@@ -64,11 +87,10 @@ func (t *Tracker) RecordPolicy(domain, mode string, step PolicyStep) {
 	t.publish(j)
 }
 
-// SetMaxDowntime raises the allowed downtime of the domain's in-flight
-// pre-copy migration.
-func (t *Tracker) SetMaxDowntime(ctx context.Context, domain string, d time.Duration) error {
+// SetMaxDowntime raises the allowed downtime of the pre-copy job with that ID.
+func (t *Tracker) SetMaxDowntime(ctx context.Context, id string, d time.Duration) error {
 	t.mu.Lock()
-	j, err := t.sourceJob(domain, "set max downtime")
+	j, err := t.sourceJobByID(id, "set max downtime")
 	if err != nil {
 		t.mu.Unlock()
 		return err
@@ -76,13 +98,16 @@ func (t *Tracker) SetMaxDowntime(ctx context.Context, domain string, d time.Dura
 	c, ref := t.conns[j.view.Socket], j.ref
 	t.mu.Unlock()
 	if c == nil {
-		return fmt.Errorf("%w: cannot set %s's max downtime now", ErrNoLibvirt, domain)
+		return fmt.Errorf("%w: cannot set the max downtime of job %s now", ErrNoLibvirt, id)
 	}
+	asked := time.Now()
 	if err := c.SetMaxDowntime(ctx, ref, d); err != nil {
 		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// A reading the sampler asked for before this set is stale.
+	j.maxDowntimeSetAt = asked
 	if j.maxDowntime != d {
 		t.addEvent(j, time.Now(), "libvirt", fmt.Sprintf("max downtime set to %v (was %v)", d, j.maxDowntime))
 	}
@@ -90,4 +115,48 @@ func (t *Tracker) SetMaxDowntime(ctx context.Context, domain string, d time.Dura
 	j.view.MaxDowntimeMs = uint64(d / time.Millisecond)
 	t.publish(j)
 	return nil
+}
+
+// StartPostCopyByID switches the pre-copy job with that ID to post-copy.
+func (t *Tracker) StartPostCopyByID(ctx context.Context, id string) error {
+	t.mu.Lock()
+	j, err := t.sourceJobByID(id, "switch to post-copy")
+	if err != nil {
+		t.mu.Unlock()
+		return err
+	}
+	if j.view.Mode == ModePostCopy {
+		t.mu.Unlock()
+		return fmt.Errorf("%w: job %s", ErrAlreadyPostCopy, id)
+	}
+	c, ref := t.conns[j.view.Socket], j.ref
+	t.addEvent(j, time.Now(), "postcopy", "switch to post-copy requested by the convergence policy")
+	t.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("%w: cannot switch job %s to post-copy now", ErrNoLibvirt, id)
+	}
+	if err := c.StartPostCopy(ctx, ref); err != nil {
+		t.mu.Lock()
+		t.addEvent(j, time.Now(), "postcopy", "switch refused: "+err.Error())
+		t.mu.Unlock()
+		return fmt.Errorf("libvirt refused the switch to post-copy: %w", err)
+	}
+	return nil
+}
+
+// JobByID returns the in-flight job with that ID, with its samples,
+// iterations and events.
+func (t *Tracker) JobByID(id string) (Job, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, j := range t.jobs {
+		if j.view.ID == id {
+			v := j.view
+			v.Samples = j.samples.slice()
+			v.Iterations = append([]Iteration(nil), j.iters...)
+			v.Events = j.events.slice()
+			return v, true
+		}
+	}
+	return Job{}, false
 }

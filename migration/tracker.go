@@ -89,6 +89,9 @@ type job struct {
 	lastError       string
 	// abortWhy is the policy's reason for an abort it asked for.
 	abortWhy string
+	// maxDowntimeSetAt is when Ferry last set the max downtime: a reading
+	// asked for before it is older than the setting.
+	maxDowntimeSetAt time.Time
 }
 
 // Tracker tracks the migration jobs of every libvirt connection on a node.
@@ -118,9 +121,14 @@ type Tracker struct {
 	// stateAt is when an event last told a domain's state, so an older
 	// listing applied later does not put an older state back.
 	stateAt map[jobKey]time.Time
+	// lastID numbers jobs for their IDs.
+	lastID uint64
 }
 
 type drivenInfo struct {
+	// socket is the libvirt the driven domain runs on: a namesake on
+	// another socket is not driven.
+	socket   string
 	proxy    *ProxyInfo
 	reason   string
 	deadline bool
@@ -351,14 +359,16 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 		samples: newRing[Sample](t.cfg.MaxSamples),
 		events:  newRing[Event](t.cfg.MaxEvents),
 	}
+	t.lastID++
 	j.view = Job{
+		ID:     fmt.Sprintf("%s-%d", t.cfg.Node, t.lastID),
 		Domain: ref.Name, UUID: libvirtx.UUIDString(ref.UUID), Node: t.cfg.Node, Socket: socket,
 		Role: role, Phase: PhaseRunning, Mode: ModePreCopy, Convergence: VerdictUnknown,
 		StartTime: start, UpdateTime: time.Now(),
 	}
 	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
 	j.domID, j.opened, j.seen = ref.ID, start, start
-	if di := t.driven[ref.Name]; di != nil && role == RoleSource {
+	if di := t.driven[ref.Name]; di != nil && role == RoleSource && (di.socket == "" || di.socket == socket) {
 		j.view.Proxy = di.proxy
 	}
 	t.jobs[jobKey{socket, ref.Name}] = j
@@ -378,7 +388,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		reason = "post-copy failed: " + reason
 		phase = PhasePostCopyFailed
 	}
-	if di := t.driven[j.view.Domain]; di != nil && j.view.Role == RoleSource {
+	if di := t.driven[j.view.Domain]; di != nil && j.view.Role == RoleSource && (di.socket == "" || di.socket == j.view.Socket) {
 		// The driver's account names what libvirt cannot: the proxy, the
 		// link, a deadline that aborted the job (which libvirt records as
 		// a cancel, as if a client had asked).

@@ -115,7 +115,7 @@ func (c *client) unreachable(err error) *unreachableError {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		msg = fmt.Sprintf("cannot reach ferryd: nothing listens on %s: the socket is left from a ferryd that is no longer running; start ferryd (on Kubernetes, check the ferry pod on this node)", s)
 	case errors.Is(err, fs.ErrPermission):
-		msg = fmt.Sprintf("cannot reach ferryd: permission denied on its debug socket %s%s: run ferryctl as the socket's owner (e.g. with sudo), or let more users in with ferryd's --debug-socket-mode", s, ownerOf(s))
+		msg = fmt.Sprintf("cannot reach ferryd: permission denied on its debug socket %s%s: run ferryctl as the socket's owner (e.g. with sudo); the socket can migrate, abort and pause guests, so widen ferryd's --debug-socket-mode only to a group of node operators", s, ownerOf(s))
 	case errors.Is(err, syscall.ENOTSOCK) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		msg = fmt.Sprintf("cannot reach ferryd at %s: %v: is that path ferryd's debug socket? (%s)", s, rootCause(err), fix)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -32,6 +32,11 @@ func migrateCmd(g *globals) *cobra.Command {
 			if req.Target == "" {
 				return usageError("migrate needs --to HOST:PORT, the target node's proxy address (usage: " + migrateUse + ")")
 			}
+			switch req.Policy {
+			case "", "observe", "advise", "act":
+			default:
+				return usageError(fmt.Sprintf("--policy %q: want observe, advise or act", req.Policy))
+			}
 			req.Domain = name
 			req.PostCopyAfterSeconds = after.Seconds()
 			body, _ := json.Marshal(req)
@@ -60,7 +65,7 @@ func migrateCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
 	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
 	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
-	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost (default: ferryd's --max-downtime-ms)")
+	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
 	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))
 	return c

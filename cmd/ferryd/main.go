@@ -77,8 +77,8 @@ func run(args []string) int {
 	fs.StringVar(&policyMode, "policy", env("FERRY_POLICY", string(pd.Mode)), "convergence policy: observe (verdicts only), advise (decide and show, change nothing) or act (steer: raise the downtime to a switch-over within --max-downtime-ms, post-copy if allowed, else abort)")
 	fs.StringVar(&policyScope, "policy-scope", env("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all")
 	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", pd.MaxDowntimeMs, "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs)")
-	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", envBool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (migrations Ferry drives are then started with post-copy enabled)")
-	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", pd.CompletionTimeoutPerGiB, "policy backstop in seconds per GiB of data: then post-copy if allowed, else abort")
+	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", envBool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (under --policy act, migrations Ferry drives are then started with post-copy enabled)")
+	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", pd.CompletionTimeoutPerGiB, "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {

@@ -44,6 +44,9 @@ type Evidence struct {
 	Job migration.Job
 	// MaxDowntime is libvirt's current setting for the migration.
 	MaxDowntime time.Duration
+	// Deadline, when set, is the backstop the migration's driver enforces
+	// itself; the policy's own applies otherwise.
+	Deadline time.Duration
 	// PostCopyEnabled: the migration was started with VIR_MIGRATE_POSTCOPY,
 	// without which it cannot switch.
 	PostCopyEnabled bool
@@ -84,7 +87,13 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 	if m.Final != "" || j.Mode == migration.ModePostCopy || j.Phase.Finished() || j.Role != migration.RoleSource {
 		return d
 	}
-	if j.Iteration <= m.Iteration {
+	if j.Iteration <= m.Iteration || j.AbortStatus != "" {
+		return d
+	}
+	// A pass is judged by what it started with: until a reading of this
+	// pass is in, the figures are the previous pass's end, the lowest of
+	// it, and would flatter it.
+	if n := len(j.Iterations); n == 0 || j.Iterations[n-1].Number != j.Iteration || j.Iterations[n-1].MemoryRemainingBytes == 0 {
 		return d
 	}
 	m.Iteration = j.Iteration
@@ -95,6 +104,9 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 	}
 	limit := s.MaxDowntime()
 	deadline := Deadline(s, j.DataTotalBytes)
+	if e.Deadline > 0 {
+		deadline = e.Deadline
+	}
 	elapsed := time.Duration(j.ElapsedMs) * time.Millisecond
 
 	switch {
@@ -112,6 +124,13 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 
 	low, lowOK := lowPoint(j.Iterations)
 	transfer := j.TransferRateBytesPerSecond
+	if transfer == 0 {
+		// Nothing moving is the link's trouble, not the guest's: a switch
+		// to post-copy now would stall the guest on every page it lacks,
+		// and an abort would be on no figures. Wait for the next pass.
+		d.Trigger, d.Reason = "", ""
+		return d
+	}
 	figures := fmt.Sprintf("dirty %s/s vs transfer %s/s, %s left at this pass's start",
 		units.IEC(j.DirtyRateBytesPerSecond), units.IEC(transfer), units.IEC(passStart(j)))
 	if lowOK {
@@ -160,7 +179,7 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 
 	why := fmt.Sprintf("a switch-over needs %v, over the %v cap", need.Round(time.Millisecond), limit)
 	if need == 0 {
-		why = "no transfer rate to work a switch-over out from"
+		why = "no pass after the first has been read, so no low point to switch over at"
 	}
 	if s.AllowPostCopy && e.PostCopyEnabled && j.Iteration >= 2 {
 		d.Action, m.Final = PostCopy, PostCopy

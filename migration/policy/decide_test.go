@@ -176,7 +176,12 @@ func TestSwitchOverThatDidNotLandRaisesOnce(t *testing.T) {
 func TestNoDecisionOutsideASourcePreCopy(t *testing.T) {
 	sr := series{starts: []float64{511.7, 383.2, 384.0}, dirty: 2048, transfer: 130,
 		verdicts: verdicts(3, 2, migration.VerdictStalled)}
+	var control Memory
+	if d := Decide(act(500, true), Evidence{Job: sr.job(3), PostCopyEnabled: true}, &control); d.Action != PostCopy {
+		t.Fatalf("the unedited job: %+v, want post-copy", d)
+	}
 	for name, edit := range map[string]func(*migration.Job){
+		"aborting":  func(j *migration.Job) { j.AbortStatus = migration.AbortAborting },
 		"target":    func(j *migration.Job) { j.Role = migration.RoleTarget },
 		"post-copy": func(j *migration.Job) { j.Mode = migration.ModePostCopy },
 		"finished":  func(j *migration.Job) { j.Phase = migration.PhaseCompleted },
@@ -211,5 +216,30 @@ func TestSettings(t *testing.T) {
 	}
 	if d := Deadline(Defaults(), 2<<30); d != 300*time.Second {
 		t.Fatalf("deadline for 2 GiB: %v", d)
+	}
+}
+
+func TestNothingIsDecidedOnANewPassNotYetReadOrAStoppedLink(t *testing.T) {
+	sr := series{starts: []float64{511.7, 383.2, 384.0}, dirty: 2048, transfer: 130,
+		verdicts: verdicts(3, 2, migration.VerdictStalled)}
+	s := act(500, true)
+
+	// Pass 3 has begun but no reading of it is in yet.
+	j := sr.job(3)
+	j.Iterations[2].MemoryRemainingBytes = 0
+	var m Memory
+	if d := Decide(s, Evidence{Job: j, PostCopyEnabled: true}, &m); d.Action != None || m.Iteration != 0 {
+		t.Fatalf("decided %+v (memory %+v) on a pass not yet read", d, m)
+	}
+	if d := Decide(s, Evidence{Job: sr.job(3), PostCopyEnabled: true}, &m); d.Action != PostCopy {
+		t.Fatalf("once read: %+v, want post-copy", d)
+	}
+
+	// A link moving nothing is no reason to switch or abort.
+	j = sr.job(3)
+	j.TransferRateBytesPerSecond = 0
+	m = Memory{}
+	if d := Decide(s, Evidence{Job: j, PostCopyEnabled: true}, &m); d.Action != None {
+		t.Fatalf("decided %+v with nothing moving", d)
 	}
 }

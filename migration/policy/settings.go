@@ -57,7 +57,7 @@ func Defaults() Settings {
 	return Settings{Mode: Observe, Scope: ScopeDriven, MaxDowntimeMs: 500, CompletionTimeoutPerGiB: 150}
 }
 
-// KubeVirt bounds maxDowntimeMs the same way.
+// QEMU's own limit on the allowed downtime (2,000 s).
 const maxDowntimeLimitMs = 2_000_000
 
 // Validate names every field that is wrong.
@@ -103,22 +103,4 @@ func ParseMode(v string) (Mode, error) {
 		return m, nil
 	}
 	return "", fmt.Errorf("policy mode %q: want observe, advise or act", v)
-}
-
-// WithDefaults fills the fields left at zero from Defaults.
-func (s Settings) WithDefaults() Settings {
-	d := Defaults()
-	if s.Mode == "" {
-		s.Mode = d.Mode
-	}
-	if s.Scope == "" {
-		s.Scope = d.Scope
-	}
-	if s.MaxDowntimeMs == 0 {
-		s.MaxDowntimeMs = d.MaxDowntimeMs
-	}
-	if s.CompletionTimeoutPerGiB == 0 {
-		s.CompletionTimeoutPerGiB = d.CompletionTimeoutPerGiB
-	}
-	return s
 }
