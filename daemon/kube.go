@@ -105,20 +105,28 @@ func (d *Daemon) reportVMI(j migration.Job) {
 		m.Kind = kubevirt.KindIrrecoverable
 		m.UID = d.domainUID(j.Domain)
 		m.Reason, m.RemainingBytes, m.PostCopyRequests = j.FailureReason, j.MemoryRemainingBytes, j.PostCopyRequests
-		m.Message = fmt.Sprintf("%s: post-copy migration failed, seen on node %s (%s side): %s; %s left to copy, %d post-copy page requests served",
-			kubevirt.IrrecoverableMessage, d.cfg.NodeName, j.Role, j.FailureReason, units.IEC(j.MemoryRemainingBytes), j.PostCopyRequests)
+		m.Message = fmt.Sprintf("%s: post-copy migration failed (%s), seen on node %s (%s side): %s; %s left to copy, %d post-copy page requests served",
+			kubevirt.IrrecoverableMessage, failureClass(j), d.cfg.NodeName, j.Role, j.FailureReason, units.IEC(j.MemoryRemainingBytes), j.PostCopyRequests)
 	case j.Phase == migration.PhaseAborted && j.Role == migration.RoleSource:
 		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Normal", "MigrationAborted"
-		m.Message = fmt.Sprintf("migration aborted on node %s: %s", d.cfg.NodeName, j.FailureReason)
+		m.Message = fmt.Sprintf("migration aborted on node %s (%s): %s", d.cfg.NodeName, failureClass(j), j.FailureReason)
 	case j.Phase == migration.PhaseFailed && j.Role == migration.RoleSource && strings.HasPrefix(j.DomainState, "paused/"):
 		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Warning", "MigrationFailedGuestPaused"
-		m.Message = fmt.Sprintf("migration failed and left the guest paused (%s) on node %s: %s", j.DomainState, d.cfg.NodeName, j.FailureReason)
+		m.Message = fmt.Sprintf("migration failed (%s) and left the guest paused (%s) on node %s: %s", failureClass(j), j.DomainState, d.cfg.NodeName, j.FailureReason)
 	default:
 		return
 	}
 	if err := d.reporter.Report(m); err != nil {
 		d.log.Error("VMI mark", zap.String("vmi", j.Namespace+"/"+j.Name), zap.Error(err))
 	}
+}
+
+// failureClass names a job's failure as plane/class for a VMI's readers.
+func failureClass(j migration.Job) string {
+	if j.FailureClass == "" {
+		return "unclassified"
+	}
+	return string(j.FailurePlane) + "/" + string(j.FailureClass)
 }
 
 // reportAdvice tells a KubeVirt VMI, once per migration, what the policy

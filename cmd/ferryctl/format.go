@@ -78,7 +78,7 @@ func printJobs(w io.Writer, jobs []migration.Job, wide bool) {
 	tw := table(w)
 	head := "DOMAIN\tROLE\tPHASE\tMODE\tITER\tPROGRESS\tREMAINING\tDIRTY\tTRANSFER\tCONVERGENCE\tETA\tSTARTED"
 	if wide {
-		head += "\tVMI\tSOCKET\tUUID\tREASON"
+		head += "\tVMI\tSOCKET\tUUID\tCLASS\tREASON"
 	}
 	fmt.Fprintln(tw, head)
 	for _, j := range jobs {
@@ -90,11 +90,19 @@ func printJobs(w io.Writer, jobs []migration.Job, wide bool) {
 			if j.Namespace != "" {
 				vmi = j.Namespace + "/" + j.Name
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", vmi, j.Socket, dash(j.UUID), dash(oneLine(j.FailureReason)))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s", vmi, j.Socket, dash(j.UUID), dash(classOf(j)), dash(oneLine(j.FailureReason)))
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// classOf is a failure's plane/class, empty when the job has none.
+func classOf(j migration.Job) string {
+	if j.FailureClass == "" {
+		return ""
+	}
+	return string(j.FailurePlane) + "/" + string(j.FailureClass)
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
@@ -123,6 +131,18 @@ func printJob(w io.Writer, j migration.Job) {
 	kv("Phase", "%s", j.Phase)
 	if j.FailureReason != "" {
 		kv("Failure", "%s", j.FailureReason)
+	}
+	if j.FailureClass != "" {
+		kv("Failure class", "%s (%s)", classOf(j), strings.Join(j.FailureEvidence, "; "))
+	}
+	if p := j.Policy; p != nil {
+		for _, st := range p.Steps {
+			verb := "advised"
+			if st.Applied {
+				verb = "applied"
+			}
+			kv("Policy ("+p.Mode+")", "pass %d: %s %s: %s", st.Iteration, verb, st.Action, st.Reason)
+		}
 	}
 	kv("Mode", "%s", j.Mode)
 	kv("Domain state", "%s", dash(j.DomainState))

@@ -94,6 +94,18 @@ var Rows = []Row{
 			Queries: []Query{{Expr: `sum by (role, result) (increase(ferry_migrations_total{` + sel + `}[$__range]))`, Legend: "{{role}} {{result}}"}},
 		},
 		{
+			Title:       "Failures by plane and class",
+			Description: "Failed, aborted and post-copy-failed jobs in the dashboard's time range by failure plane (Control, Data, Guest, Operator) and class (e.g. LinkDown, NotConverging, AuthFailed); the job's failureEvidence says what decided it.",
+			Kind:        "bargauge", Instant: true,
+			Queries: []Query{{Expr: `sum by (plane, class) (increase(ferry_migrations_total{class!="", ` + sel + `}[$__range]))`, Legend: "{{plane}} {{class}}"}},
+		},
+		{
+			Title:       "Convergence policy decisions",
+			Description: "Decisions of the convergence policy over time, by action (raise-downtime, switch-over, post-copy, abort) and mode (act: carried out; advise: shown only).",
+			Kind:        "timeseries", Unit: "none",
+			Queries: []Query{{Expr: `sum by (node, action, mode) (increase(ferry_migration_policy_actions_total{` + sel + `}[$__rate_interval]))`, Legend: "{{node}} {{mode}} {{action}}"}},
+		},
+		{
 			Title:       "Post-copy failures",
 			Description: "Domains whose post-copy migration failed (1 while the domain is in that state; each such VMI must be restarted from its disks), and post-copy failures counted over time.",
 			Kind:        "timeseries", Unit: "none",

@@ -66,6 +66,8 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 		return err == nil && len(s) == 0
 	})
 	dst := waitJob(t, "b", "hot", "Failed", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	assertClass(t, src, migration.PlaneOperator, migration.ClassAbortedByOperator)
+	assertClass(t, dst, migration.PlaneData, migration.ClassIncomingStreamEnded)
 	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
 	assertTruth(t, "hot", "a", "b", start)
 }

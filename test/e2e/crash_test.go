@@ -157,6 +157,7 @@ func TestSourceQEMUKilledMidPreCopyIsNotCompleted(t *testing.T) {
 	src := waitJob(t, "a", "srckill", "the source job to end", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
 	dst := waitJob(t, "b", "srckill", "the target job to end", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
 	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
+	assertClass(t, src, migration.PlaneGuest, migration.ClassGuestStopped)
 	if src.Phase != migration.PhaseFailed {
 		t.Errorf("source job %s, want Failed: its QEMU was killed mid pre-copy (reason %q)", src.Phase, src.FailureReason)
 	} else if !stoppedReason.MatchString(src.FailureReason) {

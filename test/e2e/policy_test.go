@@ -85,6 +85,7 @@ func TestPolicyActAbortsAHotGuestWithoutPostCopy(t *testing.T) {
 			t.Errorf("failure reason lacks %q: %s", want, src.FailureReason)
 		}
 	}
+	assertClass(t, src, migration.PlaneGuest, migration.ClassNotConverging)
 	step, ok := policyStep(src, "abort")
 	if !ok || !step.Applied {
 		t.Fatalf("no applied abort step: %+v", src.Policy)

@@ -151,6 +151,8 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 	if dst.Phase != migration.PhasePostCopyFailed || dst.Role != migration.RoleTarget {
 		t.Errorf("ferryctl on b: phase %s role %s state %q", dst.Phase, dst.Role, dst.DomainState)
 	}
+	assertClass(t, src, migration.PlaneData, migration.ClassPostCopyFailed)
+	assertClass(t, dst, migration.PlaneData, migration.ClassPostCopyFailed)
 	if st, rs := domainState(t, "a", "pcf"); st != 3 || rs != 13 {
 		t.Errorf("libvirt on a: state %d/%d, want paused/post-copy-failed 3/13", st, rs)
 	}

@@ -190,6 +190,11 @@ func TestBrokenMigrationNamesTheProxyAndCleansUp(t *testing.T) {
 			if !strings.Contains(src.FailureReason, want) {
 				t.Fatalf("failure reason does not name the %s: %q", want, src.FailureReason)
 			}
+			class := migration.ClassConnectionReset
+			if fault == "cut-link" {
+				class = migration.ClassLinkDown
+			}
+			assertClass(t, src, migration.PlaneData, class)
 			<-done
 			if fault == "cut-link" {
 				bed.RestoreLink()
@@ -259,6 +264,8 @@ func TestProxyRefusesToPrepareADomainTheTargetRuns(t *testing.T) {
 		t.Fatalf("migrating onto a node that runs the same domain: %v, want a domain_exists refusal", err)
 	}
 	t.Logf("refused: %v", err)
+	j := waitJob(t, "a", "twin", "the refused migration's job", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	assertClass(t, j, migration.PlaneControl, migration.ClassTargetRefused)
 	if v, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="domain_exists"`); v != before+1 {
 		t.Errorf("ferry_proxy_rejected_total{reason=domain_exists} on b = %v, want %v", v, before+1)
 	}
