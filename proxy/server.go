@@ -146,6 +146,9 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, err
 		}
 		p.tls = s
+		if err := p.checkOwnIdentity(); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
@@ -270,8 +273,22 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		p.serveControl(raw, c)
 		return
 	}
-	target, e, reason, detail := p.reg.lookup(h, time.Now())
+	peer, err := p.peerOf(c)
+	if err != nil {
+		p.reject(raw, reasonInvalidIdentity, err.Error())
+		writeStatus(c, err.Error())
+		c.Close()
+		return
+	}
+	target, e, reason, detail := p.reg.lookup(h, peer.owner(), time.Now())
 	if reason != "" {
+		if reason == reasonWrongPeer {
+			detail = fmt.Sprintf("%s opened a %s stream of migration %s, which another peer prepared", peer, h.Kind, h.ID)
+			p.reject(raw, reason, detail)
+			writeStatus(c, fmt.Sprintf("migration %s is not prepared on this node", h.ID))
+			c.Close()
+			return
+		}
 		p.reject(raw, reason, detail)
 		writeStatus(c, p.scrub(detail))
 		c.Close()
