@@ -44,9 +44,13 @@ type Config struct {
 	// not name their node.
 	ProxyTLSRequireNodeIdentity bool
 	ProxyTLSMinVersion          string
-	ProxySocketDir              string
-	MigrationInterface          string
-	NodeIP                      string
+	// PodName and PodNamespace are this ferryd's pod, when it runs in one:
+	// a proxy certificate may name the pod instead of the node.
+	PodName            string
+	PodNamespace       string
+	ProxySocketDir     string
+	MigrationInterface string
+	NodeIP             string
 	// MigrationAllowedPaths are the directories under which the domain XML
 	// of an incoming migration may name local files; empty, the default,
 	// means none: a peer's XML names no local file unless the operator

@@ -253,3 +253,46 @@ func tlsControlAs(t *testing.T, files TLSFiles, addr string, req ControlRequest)
 	}
 	return resp
 }
+
+// TestPodIdentityNamesItsNode: a certificate that names a ferryd pod names
+// the node its resolver finds; one it cannot resolve is refused.
+func TestPodIdentityNamesItsNode(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	pods := map[string]string{"ferry-system/ferryd-aaaaa": "a", "ferry-system/ferryd-bbbbb": "b"}
+	resolve := func(_ context.Context, ns, pod string) (string, error) {
+		if n, ok := pods[ns+"/"+pod]; ok {
+			return n, nil
+		}
+		return "", errors.New("no such ferryd pod")
+	}
+	podNode := func(name, pod string) *node {
+		f, err := ca.ca.Issue(t.TempDir(), "ferry", PodIdentityURI("ferry", "ferry-system", pod))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA, PeerName: "ferry", RequireNodeIdentity: true}
+		return startNodeWith(t, Config{TLS: &files, Node: name, Pod: "ferry-system/" + pod, ResolvePod: resolve})
+	}
+	src, dst := podNode("a", "ferryd-aaaaa"), podNode("b", "ferryd-bbbbb")
+	resp := prepare(t, src, dst, "m1", 0, false)
+	if resp.PeerNode != "b" {
+		t.Fatalf("source heard node %q, want b", resp.PeerNode)
+	}
+	if reg := dst.p.Registered(); len(reg) != 1 || reg[0].PeerNode != "a" {
+		t.Fatalf("target recorded %+v, want node a", reg)
+	}
+	finish(t, src, dst, "m1", true)
+
+	f, err := ca.ca.Issue(t.TempDir(), "ferry", PodIdentityURI("ferry", "ferry-system", "stranger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tlsControlAs(t, TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}, dst.addr, ControlRequest{Op: OpPrepare, Migration: "m2", Domain: "vm", XML: testXML})
+	if r.Reason != reasonInvalidIdentity || !strings.Contains(r.Error, "no such ferryd pod") {
+		t.Fatalf("a pod nobody knows: %+v, want %s", r, reasonInvalidIdentity)
+	}
+	if _, err := New(Config{TLS: &TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA, PeerName: "ferry"}, Node: "a", Pod: "ferry-system/ferryd-aaaaa",
+		ResolvePod: resolve, SocketDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "but this is pod") {
+		t.Fatalf("a certificate of another pod: %v", err)
+	}
+}

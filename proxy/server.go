@@ -59,6 +59,12 @@ type Config struct {
 	// Node names this node in the refusals of a proxy shutting down;
 	// default the hostname.
 	Node string
+	// Pod is this ferryd's pod, namespace/name, when its certificate names
+	// the pod rather than the node.
+	Pod string
+	// ResolvePod finds the node a peer's pod runs on, for certificates
+	// that name a pod; nil refuses them.
+	ResolvePod func(ctx context.Context, namespace, pod string) (string, error)
 	// SourceDomain names the domain of an outgoing migration for the
 	// shutdown report, since OpenSource is not told it; optional.
 	SourceDomain func(migrationID string) string

@@ -64,6 +64,8 @@ func run(args []string) int {
 	fs.StringVar(&cfg.ProxyTLSCA, "proxy-tls-ca", env("FERRY_PROXY_TLS_CA", "/etc/ferry/tls/ca.crt"), "CA that issues every node's proxy certificate (PEM)")
 	fs.StringVar(&cfg.ProxyTLSPeerName, "proxy-tls-peer-name", env("FERRY_PROXY_TLS_PEER_NAME", "ferry"), "DNS name every peer's proxy certificate must carry")
 	fs.BoolVar(&cfg.ProxyTLSRequireNodeIdentity, "proxy-tls-require-node-identity", envBool("FERRY_PROXY_TLS_REQUIRE_NODE_IDENTITY", false), "refuse peers whose proxy certificate does not name their node (a URI SAN spiffe://PEER-NAME/node/NODE); this node's own certificate must name it too")
+	fs.StringVar(&cfg.PodName, "pod-name", env("POD_NAME", ""), "this ferryd's pod (env POD_NAME), when its proxy certificate names the pod (spiffe://PEER-NAME/ns/NAMESPACE/pod/POD)")
+	fs.StringVar(&cfg.PodNamespace, "pod-namespace", env("POD_NAMESPACE", ""), "this ferryd's namespace (env POD_NAMESPACE); peers' certificates naming a ferryd pod are looked up there for its node")
 	fs.StringVar(&cfg.ProxyTLSMinVersion, "proxy-tls-min-version", env("FERRY_PROXY_TLS_MIN_VERSION", "1.3"), "lowest TLS version accepted between proxies: 1.3 or 1.2")
 	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets, the source's and the target QEMU's")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
