@@ -218,8 +218,7 @@ func (r *registry) lookup(h Header, owner string, now time.Time) (string, *entry
 	case e.ended != "":
 		return "", nil, "expired_migration", fmt.Sprintf("migration %s has ended (%s)", h.ID, e.ended)
 	case e.owner != "" && e.owner != owner:
-		// Told as unknown: a stranger learns nothing of it.
-		return "", nil, reasonWrongPeer, fmt.Sprintf("migration %s is not prepared on this node", h.ID)
+		return "", nil, reasonWrongPeer, fmt.Sprintf("a %s stream of migration %s, which another peer prepared", h.Kind, h.ID)
 	case r.closing != "" && !e.started:
 		return "", nil, reasonShuttingDown, fmt.Sprintf("%s: migration %s had not started and is not let in", r.closing, h.ID)
 	}

@@ -289,8 +289,8 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	target, e, reason, detail := p.reg.lookup(h, peer.owner(), time.Now())
 	if reason != "" {
 		if reason == reasonWrongPeer {
-			detail = fmt.Sprintf("%s opened a %s stream of migration %s, which another peer prepared", peer, h.Kind, h.ID)
-			p.reject(raw, reason, detail)
+			// Told as unknown: the peer learns nothing of it.
+			p.reject(raw, reason, peer.String()+" opened "+detail)
 			writeStatus(c, fmt.Sprintf("migration %s is not prepared on this node", h.ID))
 			c.Close()
 			return
