@@ -35,13 +35,20 @@ type Config struct {
 
 	// ProxyListen is the migration proxy's port (host part optional: the
 	// migration IP is used when empty); "" disables the proxy.
-	ProxyListen        string
-	ProxyTLS           bool
-	ProxyTLSCert       string
-	ProxyTLSKey        string
-	ProxyTLSCA         string
-	ProxyTLSPeerName   string
-	ProxyTLSMinVersion string
+	ProxyListen      string
+	ProxyTLS         bool
+	ProxyTLSCert     string
+	ProxyTLSKey      string
+	ProxyTLSCA       string
+	ProxyTLSPeerName string
+	// ProxyTLSRequireNodeIdentity refuses peers whose certificate does
+	// not name their node.
+	ProxyTLSRequireNodeIdentity bool
+	ProxyTLSMinVersion          string
+	// PodName and PodNamespace are this ferryd's pod, when it runs in one:
+	// a proxy certificate may name the pod instead of the node.
+	PodName            string
+	PodNamespace       string
 	ProxySocketDir     string
 	MigrationInterface string
 	NodeIP             string
@@ -98,6 +105,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ProxyTLSMinVersion != "" && c.ProxyTLSMinVersion != "1.2" && c.ProxyTLSMinVersion != "1.3" {
 		errs = append(errs, fmt.Errorf("--proxy-tls-min-version %q: use 1.2 or 1.3", c.ProxyTLSMinVersion))
+	}
+	if c.ProxyTLSRequireNodeIdentity && (!c.ProxyTLS || c.ProxyListen == "") {
+		errs = append(errs, errors.New("--proxy-tls-require-node-identity needs the proxy with mutual TLS (--proxy-tls): plain TCP names no peer"))
 	}
 	for _, p := range c.MigrationAllowedPaths {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p {

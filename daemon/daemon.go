@@ -36,6 +36,8 @@ type Daemon struct {
 	steer    *steerer
 	reporter *kubevirt.Reporter
 	vmis     *kubevirt.Watcher
+	// pods finds peers' nodes from their pods; nil without Kubernetes.
+	pods *PodNodes
 
 	// ShutdownGrace is how long Run, once its context ends, lets the
 	// migrations going through the proxy finish before cutting them; New
@@ -106,7 +108,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		if len(cfg.LibvirtSockets) > 0 {
 			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], allowed: cfg.MigrationAllowedPaths, log: log.Named("incoming")}
 		}
-		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in)
+		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in, d.pods)
 		if err != nil {
 			return nil, err
 		}
@@ -116,7 +118,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 }
 
 // newProxy builds the migration proxy on the migration network's address.
-func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string, in proxy.Incoming) (*proxy.Proxy, error) {
+func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string, in proxy.Incoming, pods *PodNodes) (*proxy.Proxy, error) {
 	host, port, err := net.SplitHostPort(cfg.ProxyListen)
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-listen %q: %w (want HOST:PORT or :PORT)", cfg.ProxyListen, err)
@@ -144,6 +146,12 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		Log:          log,
 		Registerer:   reg,
 	}
+	if cfg.PodName != "" {
+		pc.Pod = cfg.PodNamespace + "/" + cfg.PodName
+	}
+	if pods != nil {
+		pc.ResolvePod = pods.Resolve
+	}
 	if cfg.LibvirtGlob != "" {
 		pc.Private = append(pc.Private, filepath.Dir(cfg.LibvirtGlob))
 	}
@@ -153,7 +161,7 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 			minV = tls.VersionTLS12
 		}
 		pc.TLS = &proxy.TLSFiles{Cert: cfg.ProxyTLSCert, Key: cfg.ProxyTLSKey, CA: cfg.ProxyTLSCA,
-			PeerName: cfg.ProxyTLSPeerName, MinVersion: minV}
+			PeerName: cfg.ProxyTLSPeerName, RequireNodeIdentity: cfg.ProxyTLSRequireNodeIdentity, MinVersion: minV}
 	}
 	return proxy.New(pc)
 }

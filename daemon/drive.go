@@ -237,7 +237,10 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		d.drives.end(req.Domain)
 		return MigrateResponse{}, err
 	}
-	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
+	// The streams go to the node that prepared the migration, nowhere
+	// else the target's address might lead meanwhile.
+	src.BindTarget(prep.PeerNode)
+	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
 	d.steer.drive(req.Domain, drivenPolicy{id: id, settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0, deadline: deadline})
 	d.Tracker.Drive(conn.Socket(), req.Domain, info)
 	go func() {
@@ -245,10 +248,13 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		d.drive(req, id, tid, conn, dom, src, info, flags, params, prep.Cookie, deadline)
 	}()
 	msg := "migration started through the Ferry proxy"
+	if prep.PeerNode != "" {
+		msg += " to node " + prep.PeerNode
+	}
 	if !d.Proxy.TLS() {
 		msg += " (plain TCP: trusted migration network only)"
 	}
-	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: d.Proxy.TLS(), Message: msg}, nil
+	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: d.Proxy.TLS(), TargetNode: prep.PeerNode, Message: msg}, nil
 }
 
 // cancelTarget tells the target to drop a migration it prepared that this
@@ -268,7 +274,7 @@ func (d *Daemon) cancelTarget(req MigrateRequest, id string, why error) {
 // id is this node's label of the migration, tid the target's id.
 func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
 	info migration.ProxyInfo, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) {
-	log := d.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target))
+	log := d.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))
 	start := time.Now()
 	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[proxy.KindMemory])}}, params...)
 	log.Info("starting a Ferry-driven migration", zap.Bool("postCopy", flags&libvirt.MigratePostcopy != 0), zap.Int("parallel", req.Parallel), zap.Duration("deadline", deadline))

@@ -87,6 +87,15 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	if active {
 		return nil, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
 	}
+	// The target job appears while Prepare runs; it names the peer from
+	// its first moment.
+	in.tracker.ExpectIncoming(m.Domain, m.PeerNode)
+	ok := false
+	defer func() {
+		if !ok {
+			in.tracker.ForgetIncoming(m.Domain)
+		}
+	}()
 	params := []libvirt.TypedParam{
 		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(domXML)},
 		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
@@ -100,6 +109,7 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamDisksURI, Value: *libvirt.NewTypedParamValueString(m.DiskURI)})
 	}
 	ck, err := c.Prepare(ctx, params, cookie, flags, until(ctx))
+	ok = err == nil
 	return ck, peerError(err)
 }
 
@@ -116,6 +126,7 @@ func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cooki
 // an error even when it killed the target QEMU as asked, so what counts is
 // whether the domain still runs afterwards.
 func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
+	in.tracker.ForgetIncoming(m.Domain)
 	c, err := in.conn()
 	if err != nil {
 		return err

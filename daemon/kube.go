@@ -72,6 +72,9 @@ func (d *Daemon) setupKube() error {
 		return err
 	}
 	d.reporter, d.vmis = rep, vmis
+	if d.cfg.PodNamespace != "" {
+		d.pods = NewPodNodes(core, d.cfg.PodNamespace)
+	}
 	d.log.Info("KubeVirt VMI reporting on", zap.String("api", rc.Host), zap.String("from", from),
 		zap.String("stateDir", d.cfg.StateDir))
 	return nil

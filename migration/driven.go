@@ -99,10 +99,45 @@ func (t *Tracker) Drive(socket, domain string, info ProxyInfo) {
 	t.driven[domain] = &drivenInfo{proxy: &info, socket: socket}
 	for k, j := range t.jobs {
 		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
-			j.view.Proxy = &info
+			j.setProxy(&info)
 			t.publish(j)
 		}
 	}
+}
+
+// setProxy puts a driven migration's proxy account on the job, and the
+// target node it names as the job's peer.
+func (j *job) setProxy(info *ProxyInfo) {
+	j.view.Proxy = info
+	if info != nil && info.TargetNode != "" {
+		j.view.PeerNode = info.TargetNode
+	}
+}
+
+// ExpectIncoming records the node that prepared an incoming migration of
+// domain, for its target job, which libvirt's Prepare is about to start.
+func (t *Tracker) ExpectIncoming(domain, peerNode string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if peerNode == "" {
+		delete(t.incoming, domain)
+		return
+	}
+	t.incoming[domain] = peerNode
+	for k, j := range t.jobs {
+		if k.domain == domain && j.view.Role == RoleTarget {
+			j.view.PeerNode = peerNode
+			t.publish(j)
+		}
+	}
+}
+
+// ForgetIncoming drops what ExpectIncoming recorded, for a migration that
+// will not come.
+func (t *Tracker) ForgetIncoming(domain string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.incoming, domain)
 }
 
 // DriveEnded records the driver's final word: proxy figures and, if the
@@ -134,11 +169,11 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 	switch {
 	case best == nil && failure != "":
 		j := t.newJob(socket, ref, RoleSource, start, "migration driven by Ferry")
-		j.view.Proxy = &info
+		j.setProxy(&info)
 		t.finish(j, PhaseFailed, failure, time.Now())
 	case best == nil:
 	case best.view.Phase.Finished():
-		best.view.Proxy = &info
+		best.setProxy(&info)
 		if failure != "" && (best.view.Phase == PhaseFailed || (best.view.Phase == PhaseAborted && di.deadline)) {
 			best.view.FailureReason = failure
 		}
@@ -146,7 +181,7 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 	default:
 		// Still running in the tracker's eyes; finish() applies the
 		// driver's account when libvirt's job goes away.
-		best.view.Proxy = &info
+		best.setProxy(&info)
 		t.publish(best)
 	}
 	if best != nil && best.view.Phase.Finished() {

@@ -77,6 +77,11 @@ type Job struct {
 	Role      Role   `json:"role"`
 	Phase     Phase  `json:"phase"`
 	Mode      Mode   `json:"mode"`
+	// PeerNode is the other end of a migration Ferry drove, as its proxy
+	// certificate names it: on the target the node that prepared it, on
+	// the source the node that answered. Empty when the certificate names
+	// no node.
+	PeerNode string `json:"peerNode,omitempty"`
 
 	Iteration                  uint64 `json:"iteration"`
 	DataTotalBytes             uint64 `json:"dataTotalBytes"`
@@ -156,6 +161,8 @@ type ProxyInfo struct {
 	Target      string `json:"target"`
 	TLS         bool   `json:"tls"`
 	Parallel    int    `json:"parallel,omitempty"`
+	// TargetNode is the node the target's certificate names.
+	TargetNode string `json:"targetNode,omitempty"`
 	// Bytes is stream -> direction -> bytes relayed on this node.
 	Bytes  map[string]map[string]uint64 `json:"bytes,omitempty"`
 	Errors []string                     `json:"errors,omitempty"`

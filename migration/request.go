@@ -27,5 +27,7 @@ type MigrateResponse struct {
 	Domain      string `json:"domain"`
 	Target      string `json:"target"`
 	TLS         bool   `json:"tls"`
-	Message     string `json:"message"`
+	// TargetNode is the node the target's proxy certificate names.
+	TargetNode string `json:"targetNode,omitempty"`
+	Message    string `json:"message"`
 }

@@ -116,6 +116,9 @@ type Tracker struct {
 	// driven holds what a driver told of a domain's migration before the
 	// job existed or ended: its proxy, and its own account of a failure.
 	driven map[string]*drivenInfo
+	// incoming is the peer node that prepared a domain's incoming
+	// migration, for its target job.
+	incoming map[string]string
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
 	// stateAt is when an event last told a domain's state, so an older
@@ -147,19 +150,20 @@ type Total struct {
 func NewTracker(cfg Config) *Tracker {
 	cfg.defaults()
 	return &Tracker{
-		cfg:     cfg,
-		log:     cfg.Log,
-		jobs:    map[jobKey]*job{},
-		history: newRing[*job](cfg.HistorySize),
-		domains: map[string]map[string]libvirtx.Domain{},
-		totals:  map[Total]uint64{},
-		subs:    map[*subscriber]struct{}{},
-		finals:  map[jobKey]*job{},
-		conns:   map[string]*libvirtx.Conn{},
-		latest:  map[jobKey]*job{},
-		driven:  map[string]*drivenInfo{},
-		ledger:  openLedger(cfg.StateDir, cfg.Log),
-		stateAt: map[jobKey]time.Time{},
+		cfg:      cfg,
+		log:      cfg.Log,
+		jobs:     map[jobKey]*job{},
+		history:  newRing[*job](cfg.HistorySize),
+		domains:  map[string]map[string]libvirtx.Domain{},
+		totals:   map[Total]uint64{},
+		subs:     map[*subscriber]struct{}{},
+		finals:   map[jobKey]*job{},
+		conns:    map[string]*libvirtx.Conn{},
+		latest:   map[jobKey]*job{},
+		driven:   map[string]*drivenInfo{},
+		incoming: map[string]string{},
+		ledger:   openLedger(cfg.StateDir, cfg.Log),
+		stateAt:  map[jobKey]time.Time{},
 	}
 }
 
@@ -369,7 +373,10 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
 	j.domID, j.opened, j.seen = ref.ID, start, start
 	if di := t.driven[ref.Name]; di != nil && role == RoleSource && (di.socket == "" || di.socket == socket) {
-		j.view.Proxy = di.proxy
+		j.setProxy(di.proxy)
+	}
+	if role == RoleTarget {
+		j.view.PeerNode = t.incoming[ref.Name]
 	}
 	t.jobs[jobKey{socket, ref.Name}] = j
 	t.addEvent(j, time.Now(), "tracker", "job found: "+why)
@@ -396,9 +403,12 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 			reason = di.reason
 		}
 		if di.proxy != nil {
-			j.view.Proxy = di.proxy
+			j.setProxy(di.proxy)
 		}
 		delete(t.driven, j.view.Domain)
+	}
+	if j.view.Role == RoleTarget {
+		delete(t.incoming, j.view.Domain)
 	}
 	switch j.view.AbortStatus {
 	case AbortAborting:

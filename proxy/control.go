@@ -3,8 +3,6 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -75,6 +73,9 @@ type ControlResponse struct {
 	Reason    string                       `json:"reason,omitempty"`
 	Cookie    []byte                       `json:"cookie,omitempty"`
 	Counters  map[string]map[string]uint64 `json:"counters,omitempty"`
+	// PeerNode is, on the side that asked, the node the answering
+	// proxy's certificate names; never sent.
+	PeerNode string `json:"-"`
 }
 
 // ControlError is a target's negative answer.
@@ -154,6 +155,12 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 }
 
 func (p *Proxy) control(raw, c net.Conn, req ControlRequest) ControlResponse {
+	// Who asks comes first: a peer this node does not take hears nothing
+	// about its request.
+	peer, reason, err := p.checkPeer(c)
+	if err != nil {
+		return p.refuseControl(raw, req, reason, err.Error())
+	}
 	switch req.Op {
 	case OpPrepare, OpFinish, OpCancel:
 	default:
@@ -168,14 +175,13 @@ func (p *Proxy) control(raw, c net.Conn, req ControlRequest) ControlResponse {
 	if len(req.Cookie) > MaxCookie {
 		return p.refuseControl(raw, req, reasonMalformedRequest, fmt.Sprintf("cookie of %d bytes is over %d", len(req.Cookie), MaxCookie))
 	}
-	owner := peerIdentity(c)
 	switch req.Op {
 	case OpPrepare:
-		return p.prepare(raw, c, req, owner)
+		return p.prepare(raw, c, req, peer)
 	case OpFinish:
-		return p.finish(raw, c, req, owner)
+		return p.finish(raw, c, req, peer)
 	default:
-		return p.cancel(raw, req, owner)
+		return p.cancel(raw, req, peer)
 	}
 }
 
@@ -186,21 +192,6 @@ func (p *Proxy) refuseBusy(raw, c net.Conn) {
 	resp := p.refuseControl(raw, ControlRequest{}, reasonTooManyControls, fmt.Sprintf("more than %d control connections at once", MaxControlConns))
 	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	json.NewEncoder(c).Encode(resp)
-}
-
-// peerIdentity is the SHA-256 of the peer's TLS certificate, or empty
-// without TLS.
-func peerIdentity(c net.Conn) string {
-	tc, ok := c.(*tls.Conn)
-	if !ok {
-		return ""
-	}
-	certs := tc.ConnectionState().PeerCertificates
-	if len(certs) == 0 {
-		return ""
-	}
-	sum := sha256.Sum256(certs[0].Raw)
-	return hex.EncodeToString(sum[:])
 }
 
 // newMigrationID is the target's id for a migration it prepares: 128
@@ -216,10 +207,15 @@ func newMigrationID() string {
 // refuseControl counts, logs and words a refusal; what goes back to the
 // peer never names a local path.
 func (p *Proxy) refuseControl(raw net.Conn, req ControlRequest, reason, detail string) ControlResponse {
+	return p.refusePeer(raw, "", req, reason, detail)
+}
+
+// refusePeer is refuseControl for a request whose peer is known.
+func (p *Proxy) refusePeer(raw net.Conn, peerNode string, req ControlRequest, reason, detail string) ControlResponse {
 	p.metrics.rejected.WithLabelValues(reason).Inc()
 	p.log.Warn("proxy refused a control request", zap.String("reason", reason), zap.String("detail", detail),
 		zap.String("op", req.Op), zap.String("migration", req.Migration), zap.String("domain", req.Domain),
-		zap.String("peer", raw.RemoteAddr().String()))
+		zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peerNode))
 	return ControlResponse{Error: p.scrub(detail), Reason: reason}
 }
 
@@ -227,7 +223,7 @@ func (p *Proxy) refuseControl(raw net.Conn, req ControlRequest, reason, detail s
 // ctx bounds the whole exchange (the header timeout when it has no
 // deadline) and cutting it closes the connection.
 func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (ControlResponse, error) {
-	c, err := p.dialPeer(ctx, addr, Header{Kind: KindControl})
+	c, err := p.dialPeer(ctx, addr, "", Header{Kind: KindControl})
 	if err != nil {
 		return ControlResponse{}, err
 	}
@@ -242,6 +238,7 @@ func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (C
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		return ControlResponse{}, fmt.Errorf("control request to %s: %w", addr, err)
 	}
+	peer, _ := p.peerOf(c)
 	var resp ControlResponse
 	if err := json.NewDecoder(io.LimitReader(c, maxControlAnswer)).Decode(&resp); err != nil {
 		if ctx.Err() != nil {
@@ -249,6 +246,7 @@ func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (C
 		}
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
+	resp.PeerNode = peer.Node
 	if resp.Error != "" {
 		return resp, &ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
 	}

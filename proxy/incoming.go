@@ -49,6 +49,9 @@ type IncomingMigration struct {
 	PostCopy  bool
 	MemoryURI string
 	DiskURI   string // empty unless the source asked for a disk stream
+	// PeerNode is the node the source's certificate names; empty when it
+	// names none or without TLS.
+	PeerNode string
 }
 
 // Refusal is an Incoming's "no" to a request, with the reason it is
@@ -89,33 +92,34 @@ func (p *Proxy) newIncoming(id, domain string, parallel int, postCopy, disk bool
 	return m
 }
 
-func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, owner string) ControlResponse {
+func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
 	if p.cfg.Incoming == nil {
-		return p.refuseControl(raw, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
+		return p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
 	}
 	if len(req.XML) == 0 || len(req.XML) > MaxDomainXML {
-		return p.refuseControl(raw, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes (1 to %d)", len(req.XML), MaxDomainXML))
+		return p.refusePeer(raw, peer.Node, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes (1 to %d)", len(req.XML), MaxDomainXML))
 	}
 	if req.Parallel < 0 || req.Parallel > MaxParallel {
-		return p.refuseControl(raw, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
+		return p.refusePeer(raw, peer.Node, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
 	}
 	ttl := p.cfg.RegistrationTTL
 	if req.DeadlineSeconds > 0 {
 		ttl = min(ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
 	}
 	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
+	m.PeerNode = peer.Node
 	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
-		MemoryURI: "unix://" + m.Targets[KindMemory]}
+		MemoryURI: "unix://" + m.Targets[KindMemory], PeerNode: peer.Node}
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
 	}
 	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
 		if err := ck.Check(in, req.XML); err != nil {
-			return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+			return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
 		}
 	}
-	if err := p.reg.add(m, &in, owner); err != nil {
-		return p.refuseControl(raw, req, refusalReason(err, reasonMalformedRequest), err.Error())
+	if err := p.reg.add(m, &in, peer.owner()); err != nil {
+		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonMalformedRequest), err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()
@@ -123,14 +127,14 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, owner string) Contr
 	cookie, err := p.cfg.Incoming.Prepare(ctx, in, req.XML, req.Cookie)
 	if err != nil {
 		p.Unregister(m.ID, "prepare failed")
-		return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
 	}
 	e, err := p.reg.setState(m.ID, m.Domain, statePreparing, statePrepared)
 	if err != nil {
 		// Cut meanwhile (the node is shutting down): libvirt must not
 		// keep a target QEMU nobody will finish.
 		p.cancelLibvirt(in, "cut while preparing")
-		return p.refuseControl(raw, req, refusalReason(err, reasonShuttingDown), err.Error())
+		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonShuttingDown), err.Error())
 	}
 	// A source that never opens a stream, or never finishes, must not
 	// leave a target QEMU waiting: its migration is dropped.
@@ -142,18 +146,19 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, owner string) Contr
 	p.reg.addTimer(e, ttl, func() { p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl)) })
 	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
 		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
-		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()))
+		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
 	return ControlResponse{Migration: m.ID, Cookie: cookie}
 }
 
 // finish runs libvirt's Finish. The migration's streams stay relayable
 // until it returns: in post-copy the guest runs here and pulls its last
 // pages through them meanwhile.
-func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, owner string) ControlResponse {
+func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
+	owner := peer.owner()
 	if !req.Cancelled && p.reg.notStarted(req.Migration, req.Domain, owner) {
 		// libvirt's Finish would wait for a migration that never came,
 		// holding its job and this node's shutdown.
-		return p.refuseControl(raw, req, reasonNotStarted, fmt.Sprintf("migration %s has relayed no stream: nothing to finish (cancel it)", req.Migration))
+		return p.refusePeer(raw, peer.Node, req, reasonNotStarted, fmt.Sprintf("migration %s has relayed no stream: nothing to finish (cancel it)", req.Migration))
 	}
 	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
 	if err != nil {
@@ -162,7 +167,7 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, owner string) Contro
 		if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok {
 			return resp
 		}
-		return p.refuseControl(raw, req, refusalReason(err, reasonWrongState), err.Error())
+		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), e.m.Expires)
 	defer cancel()
@@ -205,10 +210,10 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, owner string) Contro
 	return resp
 }
 
-func (p *Proxy) cancel(raw net.Conn, req ControlRequest, owner string) ControlResponse {
-	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
+func (p *Proxy) cancel(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {
+	e, err := p.reg.claim(req.Migration, req.Domain, peer.owner(), true, statePrepared, stateFinishing)
 	if err != nil {
-		return p.refuseControl(raw, req, refusalReason(err, reasonWrongState), err.Error())
+		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
 	}
 	if e.in != nil {
 		p.cancelLibvirt(*e.in, "cancelled by the source")
@@ -318,7 +323,7 @@ func (p *Proxy) Unregister(id, why string) *Counters {
 	for _, path := range e.m.Targets {
 		os.Remove(path)
 	}
-	p.log.Info("incoming migration ended", zap.String("migration", id), zap.String("domain", e.m.Domain), zap.String("why", why))
+	p.log.Info("incoming migration ended", zap.String("migration", id), zap.String("domain", e.m.Domain), zap.String("peerNode", e.m.PeerNode), zap.String("why", why))
 	return e.counters
 }
 

@@ -17,6 +17,12 @@ const (
 	reasonNotStarted       = "not_started"
 	reasonTooManyControls  = "too_many_control_connections"
 	reasonTooManyIncoming  = "too_many_migrations"
+	// A peer whose certificate names no node, where one is required; one
+	// that names a node badly; one that is not the node that prepared the
+	// migration it names.
+	reasonNoIdentity      = "no_node_identity"
+	reasonInvalidIdentity = "invalid_node_identity"
+	reasonWrongPeer       = "wrong_peer"
 )
 
 // rejectReasons are exported at zero from the start, so a rate over them
@@ -26,6 +32,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
+	reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
 	"invalid_domain_xml", "flags_not_allowed", "domain_exists"}
 
 type metrics struct {

@@ -19,6 +19,8 @@ type Migration struct {
 	Limits  map[Kind]int    `json:"limits"`  // stream -> connections allowed
 	Expires time.Time       `json:"expires"`
 	State   string          `json:"state"`
+	// PeerNode is the node that prepared it, as its certificate names it.
+	PeerNode string `json:"peerNode,omitempty"`
 }
 
 // States of an incoming migration. Data streams are relayed only once
@@ -203,8 +205,9 @@ func (r *registry) setResult(e *entry, resp ControlResponse) {
 }
 
 // lookup finds the socket to relay a stream to and reserves one of the
-// stream's connections, or says why not.
-func (r *registry) lookup(h Header, now time.Time) (string, *entry, string, string) {
+// stream's connections, or says why not. A migration a peer prepared takes
+// streams only from that peer: knowing its id is not enough.
+func (r *registry) lookup(h Header, owner string, now time.Time) (string, *entry, string, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.gcLocked(now)
@@ -214,6 +217,8 @@ func (r *registry) lookup(h Header, now time.Time) (string, *entry, string, stri
 		return "", nil, "unknown_migration", fmt.Sprintf("migration %s is not prepared on this node", h.ID)
 	case e.ended != "":
 		return "", nil, "expired_migration", fmt.Sprintf("migration %s has ended (%s)", h.ID, e.ended)
+	case e.owner != "" && e.owner != owner:
+		return "", nil, reasonWrongPeer, fmt.Sprintf("a %s stream of migration %s, which another peer prepared", h.Kind, h.ID)
 	case r.closing != "" && !e.started:
 		return "", nil, reasonShuttingDown, fmt.Sprintf("%s: migration %s had not started and is not let in", r.closing, h.ID)
 	}

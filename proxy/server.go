@@ -59,6 +59,12 @@ type Config struct {
 	// Node names this node in the refusals of a proxy shutting down;
 	// default the hostname.
 	Node string
+	// Pod is this ferryd's pod, namespace/name, when its certificate names
+	// the pod rather than the node.
+	Pod string
+	// ResolvePod finds the node a peer's pod runs on, for certificates
+	// that name a pod; nil refuses them.
+	ResolvePod func(ctx context.Context, namespace, pod string) (string, error)
 	// SourceDomain names the domain of an outgoing migration for the
 	// shutdown report, since OpenSource is not told it; optional.
 	SourceDomain func(migrationID string) string
@@ -146,6 +152,9 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, err
 		}
 		p.tls = s
+		if err := p.checkOwnIdentity(); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
@@ -270,8 +279,22 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		p.serveControl(raw, c)
 		return
 	}
-	target, e, reason, detail := p.reg.lookup(h, time.Now())
+	peer, err := p.peerOf(c)
+	if err != nil {
+		p.reject(raw, reasonInvalidIdentity, err.Error())
+		writeStatus(c, err.Error())
+		c.Close()
+		return
+	}
+	target, e, reason, detail := p.reg.lookup(h, peer.owner(), time.Now())
 	if reason != "" {
+		if reason == reasonWrongPeer {
+			// Told as unknown: the peer learns nothing of it.
+			p.reject(raw, reason, peer.String()+" opened "+detail)
+			writeStatus(c, fmt.Sprintf("migration %s is not prepared on this node", h.ID))
+			c.Close()
+			return
+		}
 		p.reject(raw, reason, detail)
 		writeStatus(c, p.scrub(detail))
 		c.Close()

@@ -32,6 +32,23 @@ type SourceMigration struct {
 	closed  string
 	wg      sync.WaitGroup
 	errs    []string
+	// node is the target node that prepared the migration, as its
+	// certificate named it: streams go to that node only.
+	node string
+}
+
+// BindTarget makes the migration's streams go only to a target whose
+// certificate names node, the one that answered its prepare.
+func (s *SourceMigration) BindTarget(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.node = node
+}
+
+func (s *SourceMigration) targetNode() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.node
 }
 
 // OpenSource creates the source-side sockets of a migration.
@@ -108,7 +125,7 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 	}
 	defer s.finish(k, local)
 	start := time.Now()
-	remote, err := p.dialPeer(context.Background(), s.Target, Header{Kind: k, ID: s.ID})
+	remote, err := p.dialPeer(context.Background(), s.Target, s.targetNode(), Header{Kind: k, ID: s.ID})
 	if err != nil {
 		s.fail(fmt.Sprintf("%s stream: %v", k, err))
 		p.log.Warn("cannot reach the target proxy", zap.String("migration", s.ID), zap.String("stream", k.String()), zap.String("target", s.Target), zap.Error(err))
@@ -135,7 +152,8 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 
 // dialPeer connects to a peer proxy, secures it, sends the header and waits
 // for the peer's answer; the returned connection is ready to relay.
-func (p *Proxy) dialPeer(ctx context.Context, addr string, h Header) (net.Conn, error) {
+// want, when set, is the node the target's certificate must name.
+func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.Conn, error) {
 	hb, err := h.Encode()
 	if err != nil {
 		return nil, err
@@ -156,6 +174,16 @@ func (p *Proxy) dialPeer(ctx context.Context, addr string, h Header) (net.Conn, 
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			return nil, fmt.Errorf("TLS with target proxy %s: %w", addr, err)
+		}
+		if _, _, err := p.checkPeer(tc); err != nil {
+			tc.Close()
+			return nil, fmt.Errorf("target proxy %s: %w", addr, err)
+		}
+		if want != "" {
+			if peer, _ := p.peerOf(tc); peer.Node != want {
+				tc.Close()
+				return nil, fmt.Errorf("target proxy %s is %s, not node %s, which prepared the migration", addr, peer, want)
+			}
 		}
 		c = tc
 	}

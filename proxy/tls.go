@@ -17,8 +17,12 @@ type TLSFiles struct {
 	// PeerName must appear as a DNS name in the peer's certificate, on both
 	// sides; it is how a ferryd knows it is talking to another ferryd and not
 	// to any holder of a certificate from the same CA.
-	PeerName   string
-	MinVersion uint16 // default TLS 1.3
+	PeerName string
+	// RequireNodeIdentity refuses peers whose certificate does not name
+	// their node (see NodeIdentityURI): control requests on this node, and
+	// targets of this node's migrations.
+	RequireNodeIdentity bool
+	MinVersion          uint16 // default TLS 1.3
 }
 
 // tlsSource serves certificates and CA pools from files, reloading them when

@@ -115,6 +115,9 @@ func printJob(w io.Writer, j migration.Job) {
 		kv("VMI", "%s/%s (not known to the API server, or no API configured)", j.Namespace, j.Name)
 	}
 	kv("Node", "%s, %s side, libvirt %s", j.Node, j.Role, j.Socket)
+	if j.PeerNode != "" {
+		kv("Peer node", "%s (%s), as its proxy certificate names it", j.PeerNode, peerRole(j.Role))
+	}
 	if v := j.VMI; v != nil {
 		kv("VMI", "%s/%s uid %s, phase %s, node %s", v.Namespace, v.Name, v.UID, dash(v.Phase), dash(v.NodeName))
 		if v.EvictionRequested || v.EvacuationNodeName != "" {
@@ -194,6 +197,13 @@ func printJob(w io.Writer, j migration.Job) {
 			fmt.Fprintf(w, "  %s  %-12s %s\n", e.Time.Format("15:04:05.000"), e.Kind, e.Detail)
 		}
 	}
+}
+
+func peerRole(r migration.Role) string {
+	if r == migration.RoleTarget {
+		return "the source, which prepared it"
+	}
+	return "the target, which answered"
 }
 
 func paren(s string) string {
@@ -276,6 +286,9 @@ func summaryLine(j migration.Job) string {
 		d = j.EndTime.Sub(j.StartTime).Round(time.Millisecond).String()
 	}
 	s := fmt.Sprintf("%s %s: %s after %s", j.Domain, j.Role, j.Phase, d)
+	if j.PeerNode != "" {
+		s += ", peer node " + j.PeerNode
+	}
 	if j.Role == migration.RoleSource {
 		s += fmt.Sprintf(", %d iterations, %s sent, mode %s, %d post-copy requests", j.Iteration, units.IEC(j.DataProcessedBytes), j.Mode, j.PostCopyRequests)
 		if j.DowntimeMs > 0 {

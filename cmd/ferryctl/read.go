@@ -111,12 +111,13 @@ type proxyStatus struct {
 	TLS        bool   `json:"tls"`
 	SocketDir  string `json:"socketDir"`
 	Registered []struct {
-		ID      string            `json:"id"`
-		Domain  string            `json:"domain"`
-		Targets map[string]string `json:"targets"`
-		Limits  map[string]int    `json:"limits"`
-		State   string            `json:"state"`
-		Expires time.Time         `json:"expires"`
+		ID       string            `json:"id"`
+		Domain   string            `json:"domain"`
+		Targets  map[string]string `json:"targets"`
+		Limits   map[string]int    `json:"limits"`
+		State    string            `json:"state"`
+		Expires  time.Time         `json:"expires"`
+		PeerNode string            `json:"peerNode,omitempty"`
 	} `json:"registered"`
 }
 
@@ -150,14 +151,14 @@ func printProxy(g *globals, resp proxyStatus) {
 		return
 	}
 	tw := table(g.out)
-	fmt.Fprintln(tw, "MIGRATION\tDOMAIN\tSTATE\tSTREAMS\tEXPIRES")
+	fmt.Fprintln(tw, "MIGRATION\tDOMAIN\tSTATE\tSTREAMS\tPEER NODE\tEXPIRES")
 	for _, m := range resp.Registered {
 		streams := make([]string, 0, len(m.Targets))
 		for k := range m.Targets {
 			streams = append(streams, fmt.Sprintf("%s(%d)", k, m.Limits[k]))
 		}
 		sort.Strings(streams)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Domain, m.State, strings.Join(streams, ","), m.Expires.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Domain, m.State, strings.Join(streams, ","), dash(m.PeerNode), m.Expires.Format(time.RFC3339))
 	}
 	tw.Flush()
 }

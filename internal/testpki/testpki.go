@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,13 +56,14 @@ func NewCA(name string) (*CA, error) {
 
 // Issue writes into dir tls.crt and tls.key for dnsName, good for server
 // and client authentication (each proxy is both), and this CA as ca.crt.
-func (ca *CA) Issue(dir, dnsName string) (Files, error) {
+// uris become URI SANs (a node's identity).
+func (ca *CA) Issue(dir, dnsName string, uris ...*url.URL) (Files, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Files{}, err
 	}
 	now := time.Now()
-	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
+	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName}, URIs: uris,
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +71,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 				t.Fatalf("guest not running on b (state %d)", st)
 			}
 			assertTruth(t, g, "a", "b", start)
+			checkPeerNodes(t, g, "a", "b", tls)
 
 			// Post-copy, b -> a. QEMU 10 refuses post-copy together with
 			// multifd, so this one runs on a single memory connection
@@ -89,11 +92,44 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 				t.Fatalf("guest not running on a after post-copy (state %d)", st)
 			}
 			assertTruth(t, g, "b", "a", start)
+			checkPeerNodes(t, g, "b", "a", tls)
 			if v, ok := ferryOn("a").metric("ferry_proxy_bytes_total", `stream="memory"`, `direction="to_target"`); !ok || v < float64(sent) {
 				t.Errorf("ferry_proxy_bytes_total{stream=memory,direction=to_target} on a = %v, want >= %d", v, sent)
 			}
 			assertTornDown(t, "a", "b")
 		})
+	}
+}
+
+// checkPeerNodes: with mutual TLS each side's job names the other node,
+// as the bed's certificates name them, in ferryctl's JSON and table; plain
+// TCP names no one.
+func checkPeerNodes(t *testing.T, g, from, to string, tls bool) {
+	t.Helper()
+	wantSrc, wantDst := to, from
+	if !tls {
+		wantSrc, wantDst = "", ""
+	}
+	var src, dst migration.Job
+	ctlJSON(t, from, &src, "job", g)
+	ctlJSON(t, to, &dst, "job", g)
+	if src.Role != migration.RoleSource || src.PeerNode != wantSrc {
+		t.Errorf("%s job on %s names peer node %q, want %q", src.Role, from, src.PeerNode, wantSrc)
+	}
+	if src.Proxy == nil || src.Proxy.TargetNode != wantSrc {
+		t.Errorf("source's proxy account on %s names target node %+v, want %q", from, src.Proxy, wantSrc)
+	}
+	if dst.Role != migration.RoleTarget || dst.PeerNode != wantDst {
+		t.Errorf("%s job on %s names peer node %q, want %q", dst.Role, to, dst.PeerNode, wantDst)
+	}
+	out, err := exec.Command(ferryctlBin, "--socket", bed.Node(to).DebugSocket, "job", g).Output()
+	if err != nil {
+		t.Fatalf("ferryctl job %s on %s: %v", g, to, err)
+	}
+	if shown := regexp.MustCompile(`(?m)^Peer node:\s+(\S+)`).FindSubmatch(out); tls && (shown == nil || string(shown[1]) != wantDst) {
+		t.Errorf("ferryctl job on %s does not show peer node %s:\n%s", to, wantDst, out)
+	} else if !tls && shown != nil {
+		t.Errorf("ferryctl job on %s shows a peer node over plain TCP:\n%s", to, out)
 	}
 }
 
