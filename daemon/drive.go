@@ -233,13 +233,13 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	}
 	src, err := d.Proxy.OpenSource(tid, req.Target, []proxy.Kind{proxy.KindMemory})
 	if err != nil {
-		d.cancelTarget(req, tid, err)
+		d.cancelTarget(req, tid, prep.Owner, err)
 		d.drives.end(req.Domain)
 		return MigrateResponse{}, err
 	}
 	// The streams go to the node that prepared the migration, nowhere
 	// else the target's address might lead meanwhile.
-	src.BindTarget(prep.PeerNode)
+	src.BindTarget(prep.Owner)
 	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
 	d.steer.drive(req.Domain, drivenPolicy{id: id, settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0, deadline: deadline})
 	d.Tracker.Drive(conn.Socket(), req.Domain, info)
@@ -260,10 +260,10 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 // cancelTarget tells the target to drop a migration it prepared that this
 // node will not perform; the target also drops it by itself if no stream
 // comes.
-func (d *Daemon) cancelTarget(req MigrateRequest, id string, why error) {
+func (d *Daemon) cancelTarget(req MigrateRequest, id, owner string, why error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
-	if _, err := d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: proxy.OpCancel, Migration: id, Domain: req.Domain}); err != nil {
+	if _, err := d.Proxy.ControlTo(ctx, req.Target, owner, proxy.ControlRequest{Op: proxy.OpCancel, Migration: id, Domain: req.Domain}); err != nil {
 		d.log.Warn("the target did not take the cancel of a migration this node will not perform", zap.String("domain", req.Domain),
 			zap.String("migration", id), zap.NamedError("why", why), zap.Error(err))
 	}
@@ -304,7 +304,9 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 	// in post-copy the guest runs there and pulls its last pages through
 	// them.
 	fctx, cancel := context.WithTimeout(context.Background(), max(time.Until(start.Add(deadline)), 0)+finishMargin)
-	fin, ferr := d.Proxy.Control(fctx, req.Target, proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
+	// Only the proxy that prepared the migration may finish it: the answer
+	// decides whether libvirt here gives the guest up.
+	fin, ferr := d.Proxy.ControlTo(fctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
 		Cookie: performCookie, Cancelled: perr != nil})
 	cancel()
 	cancelled := perr != nil || ferr != nil

@@ -33,7 +33,7 @@ func TestTargetChoosesSecretIDs(t *testing.T) {
 		}
 		texts = append(texts, err.Error(), r.Error, r.Migration)
 	}
-	_, err := other.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m-0123456789abcdef0123456789abcdef"})
+	_, _, err := other.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m-0123456789abcdef0123456789abcdef"})
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "not prepared") {
 		t.Fatalf("a guessed id opened a stream: %v", err)

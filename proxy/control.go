@@ -76,6 +76,9 @@ type ControlResponse struct {
 	// PeerNode is, on the side that asked, the node the answering
 	// proxy's certificate names; never sent.
 	PeerNode string `json:"-"`
+	// Owner is what binds the rest of the migration to the proxy that
+	// answered: ControlTo and BindTarget take it; never sent.
+	Owner string `json:"-"`
 }
 
 // ControlError is a target's negative answer.
@@ -223,7 +226,14 @@ func (p *Proxy) refusePeer(raw net.Conn, peerNode string, req ControlRequest, re
 // ctx bounds the whole exchange (the header timeout when it has no
 // deadline) and cutting it closes the connection.
 func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (ControlResponse, error) {
-	c, err := p.dialPeer(ctx, addr, "", Header{Kind: KindControl})
+	return p.ControlTo(ctx, addr, "", req)
+}
+
+// ControlTo is Control to the one proxy whose owner key (a prepare's
+// ControlResponse.Owner) is owner: a finish or cancel goes only to the
+// proxy that prepared the migration, whatever else answers at addr.
+func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRequest) (ControlResponse, error) {
+	c, peer, err := p.dialPeer(ctx, addr, owner, Header{Kind: KindControl})
 	if err != nil {
 		return ControlResponse{}, err
 	}
@@ -238,7 +248,6 @@ func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (C
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		return ControlResponse{}, fmt.Errorf("control request to %s: %w", addr, err)
 	}
-	peer, _ := p.peerOf(c)
 	var resp ControlResponse
 	if err := json.NewDecoder(io.LimitReader(c, maxControlAnswer)).Decode(&resp); err != nil {
 		if ctx.Err() != nil {
@@ -246,7 +255,7 @@ func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (C
 		}
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
-	resp.PeerNode = peer.Node
+	resp.PeerNode, resp.Owner = peer.Node, peer.owner()
 	if resp.Error != "" {
 		return resp, &ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
 	}

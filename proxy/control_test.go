@@ -133,7 +133,7 @@ func TestControlRefusals(t *testing.T) {
 		return err.Error()
 	}
 	stream := func(id string) string {
-		_, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: id})
+		_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: id})
 		var refused *RefusedError
 		if !errors.As(err, &refused) {
 			t.Fatalf("stream of %s: %v, want a refusal", id, err)
@@ -197,7 +197,7 @@ func TestControlRefusals(t *testing.T) {
 // source side would, and checks it relays.
 func openDirect(t *testing.T, src, dst *node, id string) net.Conn {
 	t.Helper()
-	c, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: id})
+	c, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestPostCopyMayOpenOneMoreMemoryConnection(t *testing.T) {
 	a, b := openDirect(t, src, dst, "pc1"), openDirect(t, src, dst, "pc1")
 	defer a.Close()
 	defer b.Close()
-	_, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "pc1"})
+	_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "pc1"})
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "prepared for 2 memory") {
 		t.Fatalf("third connection of a post-copy migration: %v, want refused", err)

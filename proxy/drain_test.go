@@ -132,7 +132,7 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "ferryd on node-b is shutting down") || !errors.Is(err, ErrShuttingDown) {
 				t.Fatalf("prepare during the shutdown: %v, want a refusal naming node-b's shutdown", err)
 			}
-			_, err = src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m4"})
+			_, _, err = src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m4"})
 			var refused *RefusedError
 			if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "ferryd on node-b is shutting down") {
 				t.Fatalf("first stream of a registered migration that had not started: %v, want refused", err)

@@ -172,7 +172,7 @@ func TestStreamsBoundToThePreparingNode(t *testing.T) {
 	intruder := nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c"))
 	prepare(t, src, dst, "m1", 0, false)
 
-	_, err := intruder.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m1"})
+	_, _, err := intruder.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m1"})
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "not prepared") {
 		t.Fatalf("node c opened a stream of node a's migration: %v", err)
@@ -181,7 +181,7 @@ func TestStreamsBoundToThePreparingNode(t *testing.T) {
 		t.Fatalf("wrong_peer counted %v times, want 1", n)
 	}
 	renewed := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
-	c, err := renewed.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m1"})
+	c, _, err := renewed.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m1"})
 	if err != nil {
 		t.Fatalf("node a with a renewed certificate: %v", err)
 	}
@@ -191,10 +191,10 @@ func TestStreamsBoundToThePreparingNode(t *testing.T) {
 	anonA := startNode(t, ptr(ca.issue(t, t.TempDir(), "ferry")))
 	anonB := startNode(t, ptr(ca.issue(t, t.TempDir(), "ferry")))
 	prepare(t, anonA, dst, "m2", 0, false)
-	if _, err := anonB.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m2"}); !errors.As(err, &refused) {
+	if _, _, err := anonB.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m2"}); !errors.As(err, &refused) {
 		t.Fatalf("another certificate opened a stream of a migration prepared without identity: %v", err)
 	}
-	c, err = anonA.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m2"})
+	c, _, err = anonA.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,10 +208,10 @@ func TestSourceStreamsGoOnlyToTheTargetThatPrepared(t *testing.T) {
 	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
 	dst := nodeWithCert(t, "b", ca.issueNode(t, t.TempDir(), "b"))
 	prepare(t, src, dst, "m1", 0, false)
-	if _, err := src.p.dialPeer(context.Background(), dst.addr, "c", Header{Kind: KindMemory, ID: "m1"}); err == nil || !strings.Contains(err.Error(), "not node c") {
+	if _, _, err := src.p.dialPeer(context.Background(), dst.addr, "node:c", Header{Kind: KindMemory, ID: "m1"}); err == nil || !strings.Contains(err.Error(), "not the node c") {
 		t.Fatalf("a stream bound to node c went to node b: %v", err)
 	}
-	c, err := src.p.dialPeer(context.Background(), dst.addr, "b", Header{Kind: KindMemory, ID: "m1"})
+	c, _, err := src.p.dialPeer(context.Background(), dst.addr, "node:b", Header{Kind: KindMemory, ID: "m1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,5 +294,29 @@ func TestPodIdentityNamesItsNode(t *testing.T) {
 	if _, err := New(Config{TLS: &TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA, PeerName: "ferry"}, Node: "a", Pod: "ferry-system/ferryd-aaaaa",
 		ResolvePod: resolve, SocketDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "but this is pod") {
 		t.Fatalf("a certificate of another pod: %v", err)
+	}
+}
+
+// A finish decides whether the source gives its guest up: it goes only to
+// the proxy that answered the prepare, never to another one holding a
+// valid certificate at the target's address.
+func TestFinishGoesOnlyToTheProxyThatPrepared(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
+	dst := nodeWithCert(t, "b", ca.issueNode(t, t.TempDir(), "b"))
+	impostor := nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c"))
+	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm", XML: testXML})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Owner != "node:b" {
+		t.Fatalf("prepare answered by owner %q, want node:b", resp.Owner)
+	}
+	_, err = src.p.ControlTo(context.Background(), impostor.addr, resp.Owner, ControlRequest{Op: OpFinish, Migration: resp.Migration, Domain: "vm"})
+	if err == nil || !strings.Contains(err.Error(), "not the node b") {
+		t.Fatalf("finish sent to node c: %v", err)
+	}
+	if _, err := src.p.ControlTo(context.Background(), dst.addr, resp.Owner, ControlRequest{Op: OpCancel, Migration: resp.Migration, Domain: "vm"}); err != nil {
+		t.Fatalf("cancel to the preparing node: %v", err)
 	}
 }

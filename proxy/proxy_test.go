@@ -214,7 +214,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	})
 	t.Run("unregistered migration", func(t *testing.T) {
 		before := rejected("unknown_migration")
-		_, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "never-registered"})
+		_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "never-registered"})
 		var refused *RefusedError
 		if !errorsAs(err, &refused) || !bytes.Contains([]byte(refused.Reason), []byte("not prepared")) {
 			t.Fatalf("error %v, want a refusal naming the unregistered migration", err)
@@ -253,7 +253,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	t.Run("ended migration", func(t *testing.T) {
 		finish(t, src, dst, "ok1", false)
 		before := rejected("expired_migration")
-		if _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "ok1"}); err == nil {
+		if _, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "ok1"}); err == nil {
 			t.Fatal("relay of an ended migration accepted")
 		}
 		waitMetric(t, func() bool { return rejected("expired_migration") == before+1 })

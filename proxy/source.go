@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,13 +38,17 @@ type SourceMigration struct {
 	node string
 }
 
-// BindTarget makes the migration's streams go only to a target whose
-// certificate names node, the one that answered its prepare.
-func (s *SourceMigration) BindTarget(node string) {
+// BindTarget makes the migration's streams go only to the proxy that
+// answered its prepare (ControlResponse.Owner): the node its certificate
+// names, else that very certificate; nothing binds plain TCP.
+func (s *SourceMigration) BindTarget(owner string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.node = node
+	s.node = owner
 }
+
+// Owner is the owner key BindTarget was given.
+func (s *SourceMigration) Owner() string { return s.targetNode() }
 
 func (s *SourceMigration) targetNode() string {
 	s.mu.Lock()
@@ -125,7 +130,7 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 	}
 	defer s.finish(k, local)
 	start := time.Now()
-	remote, err := p.dialPeer(context.Background(), s.Target, s.targetNode(), Header{Kind: k, ID: s.ID})
+	remote, _, err := p.dialPeer(context.Background(), s.Target, s.targetNode(), Header{Kind: k, ID: s.ID})
 	if err != nil {
 		s.fail(fmt.Sprintf("%s stream: %v", k, err))
 		p.log.Warn("cannot reach the target proxy", zap.String("migration", s.ID), zap.String("stream", k.String()), zap.String("target", s.Target), zap.Error(err))
@@ -153,52 +158,59 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 // dialPeer connects to a peer proxy, secures it, sends the header and waits
 // for the peer's answer; the returned connection is ready to relay.
 // want, when set, is the node the target's certificate must name.
-func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.Conn, error) {
+func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.Conn, Peer, error) {
 	hb, err := h.Encode()
 	if err != nil {
-		return nil, err
+		return nil, Peer{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: p.cfg.KeepAlive, Control: p.tcpOptions}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("dial target proxy %s: %w", addr, err)
+		return nil, Peer{}, fmt.Errorf("dial target proxy %s: %w", addr, err)
 	}
 	c := raw
 	if deadline, ok := ctx.Deadline(); ok {
 		raw.SetDeadline(deadline)
 	}
+	var peer Peer
 	if p.tls != nil {
 		tc := tls.Client(raw, p.tls.clientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
-			return nil, fmt.Errorf("TLS with target proxy %s: %w", addr, err)
+			return nil, Peer{}, fmt.Errorf("TLS with target proxy %s: %w", addr, err)
 		}
-		if _, _, err := p.checkPeer(tc); err != nil {
+		if peer, _, err = p.checkPeer(tc); err != nil {
 			tc.Close()
-			return nil, fmt.Errorf("target proxy %s: %w", addr, err)
+			return nil, Peer{}, fmt.Errorf("target proxy %s: %w", addr, err)
 		}
-		if want != "" {
-			if peer, _ := p.peerOf(tc); peer.Node != want {
-				tc.Close()
-				return nil, fmt.Errorf("target proxy %s is %s, not node %s, which prepared the migration", addr, peer, want)
-			}
+		if want != "" && peer.owner() != want {
+			tc.Close()
+			return nil, Peer{}, fmt.Errorf("target proxy %s is %s, not the %s that prepared the migration", addr, peer, ownerName(want))
 		}
 		c = tc
 	}
 	if _, err := c.Write(hb); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("header to target proxy %s: %w", addr, err)
+		return nil, Peer{}, fmt.Errorf("header to target proxy %s: %w", addr, err)
 	}
 	if h.Kind != KindControl {
 		if err := readStatus(c); err != nil {
 			c.Close()
-			return nil, err
+			return nil, Peer{}, err
 		}
 	}
 	raw.SetDeadline(time.Time{})
-	return c, nil
+	return c, peer, nil
+}
+
+// ownerName words an owner key for an error.
+func ownerName(owner string) string {
+	if n, ok := strings.CutPrefix(owner, "node:"); ok {
+		return "node " + n
+	}
+	return "certificate"
 }
 
 // begin records a relay of stream k; once the node is shutting down it
