@@ -220,7 +220,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		err = fmt.Errorf("preparing the migration on the target: %w", err)
 		// No libvirt job ever started, so nothing else would record it: a
 		// failed job keeps the failure, its class and its count.
-		d.Tracker.DriveEnded(req.Domain, dom, conn.Socket(), begun,
+		d.Tracker.PrepareFailed(req.Domain, dom, conn.Socket(), begun,
 			migration.ProxyInfo{MigrationID: id, Target: req.Target, TLS: d.Proxy.TLS(), Parallel: req.Parallel}, err.Error())
 		return MigrateResponse{}, err
 	}

@@ -152,14 +152,17 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	}
 	step := migration.PolicyStep{Time: time.Now(), Iteration: d.Iteration, Action: string(d.Action), Trigger: d.Trigger,
 		MaxDowntimeMs: d.MaxDowntimeMs, Reason: d.Reason, Applied: mode == policy.Act}
+	// Recorded before it is carried out: an abort ends the job at once,
+	// and the job's failure class is read from this step.
+	s.t.RecordPolicy(j.ID, string(mode), step)
 	if mode == policy.Act {
 		cctx, cancel := context.WithTimeout(ctx, steerCallTimeout)
 		if err := s.apply(cctx, j.ID, d); err != nil {
 			step.Error = err.Error()
+			s.t.PolicyStepFailed(j.ID, step.Error)
 		}
 		cancel()
 	}
-	s.t.RecordPolicy(j.ID, string(mode), step)
 	s.actions.WithLabelValues(s.name, string(d.Action), string(mode)).Inc()
 	s.log.Info("convergence policy", zap.String("domain", j.Domain), zap.String("job", j.ID), zap.String("mode", string(mode)),
 		zap.String("action", string(d.Action)), zap.Uint64("iteration", d.Iteration), zap.String("trigger", d.Trigger),

@@ -140,6 +140,18 @@ func (t *Tracker) ForgetIncoming(domain string) {
 	delete(t.incoming, domain)
 }
 
+// PrepareFailed records a Ferry-driven migration that failed before
+// libvirt started a job (the target refused or never answered the
+// prepare): nothing else would, and its failure is counted and classified
+// like any other.
+func (t *Tracker) PrepareFailed(domain string, ref libvirt.Domain, socket string, start time.Time, info ProxyInfo, failure string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.newJob(socket, ref, RoleSource, start, "migration driven by Ferry")
+	j.setProxy(&info)
+	t.finish(j, PhaseFailed, failure, time.Now())
+}
+
 // DriveEnded records the driver's final word: proxy figures and, if the
 // migrate call failed, its reason, which replaces the tracker's own guess
 // (libvirt keeps no record of why a migration failed; the caller hears it).
@@ -153,7 +165,7 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		di = &drivenInfo{}
 		t.driven[domain] = di
 	}
-	di.proxy, di.reason = &info, failure
+	di.proxy, di.reason, di.ended = &info, failure, true
 	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
 	var best *job
 	for k, j := range t.jobs {
@@ -176,6 +188,14 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		best.setProxy(&info)
 		if failure != "" && (best.view.Phase == PhaseFailed || (best.view.Phase == PhaseAborted && di.deadline)) {
 			best.view.FailureReason = failure
+		}
+		// The driver's account may name what libvirt's could not (the
+		// link, the proxy): the class follows it, and only now is the job
+		// counted, under its final class.
+		t.classify(best, time.Now())
+		if best.countPending {
+			best.countPending = false
+			t.count(best)
 		}
 		t.publish(best)
 	default:

@@ -36,6 +36,7 @@ const (
 	ClassGuestStopped        FailureClass = "GuestStopped"
 	ClassAbortedByOperator   FailureClass = "AbortedByOperator"
 	ClassAbortedByPolicy     FailureClass = "AbortedByPolicy"
+	ClassAbortedExternally   FailureClass = "AbortedExternally"
 	ClassLibvirtError        FailureClass = "LibvirtError"
 )
 
@@ -59,7 +60,11 @@ var (
 	reLinkDown    = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
 	reReset       = regexp.MustCompile(`(?i)connection reset|broken pipe|stream broke|unexpected EOF|Unable to read from socket`)
 	reRefused     = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
-	reStopped     = regexp.MustCompile(`(?i)domain stopped|not running|crashed|shutoff/(crashed|failed|destroyed)`)
+	// The driver words the target's own answer to a prepare this way (see
+	// proxy.ControlError); what follows is the peer's text, which must not
+	// pick the class.
+	rePrepareAnswer = regexp.MustCompile(`preparing the migration on the target: target \S+ (refused \(([a-z_]+)\)|answered)?`)
+	reStopped       = regexp.MustCompile(`(?i)domain stopped|not running|crashed|shutoff/(crashed|failed|destroyed)`)
 )
 
 // ClassifyFailure decides the plane and class of a finished job from what
@@ -103,14 +108,17 @@ func ClassifyFailure(j Job) *Failure {
 	if j.AbortStatus == AbortSucceeded || j.AbortedBy != "" {
 		switch j.AbortedBy {
 		case AbortByPolicy:
-			note("aborted by the convergence policy")
+			trigger := policyTrigger(j)
+			note("aborted by the convergence policy (trigger %s)", trigger)
 			switch {
-			case starved && notConverging:
-				return set(PlaneGuest, ClassSourceCPUStarved)
-			case notConverging:
-				return set(PlaneGuest, ClassNotConverging)
-			case strings.Contains(reason, "backstop"):
+			case trigger == "deadline" && notConverging:
 				return set(PlaneGuest, ClassDeadlineExceeded)
+			case trigger == "deadline":
+				return set(PlaneData, ClassDeadlineExceeded)
+			case (trigger == "stalled" || trigger == "diverging") && starved:
+				return set(PlaneGuest, ClassSourceCPUStarved)
+			case trigger == "stalled" || trigger == "diverging", trigger == "" && notConverging:
+				return set(PlaneGuest, ClassNotConverging)
 			}
 			return set(PlaneOperator, ClassAbortedByPolicy)
 		default:
@@ -118,7 +126,38 @@ func ClassifyFailure(j Job) *Failure {
 			return set(PlaneOperator, ClassAbortedByOperator)
 		}
 	}
-	if strings.Contains(reason, "deadline") {
+	// Structured facts before any text: a source domain that stopped is
+	// the guest's end, whatever error the stream reported on the way.
+	if j.Role == RoleSource && strings.HasPrefix(j.DomainState, "shutoff/") {
+		note("domain state %s: %s", j.DomainState, excerpt(reason))
+		return set(PlaneGuest, ClassGuestStopped)
+	}
+	if j.Role == RoleTarget && strings.HasPrefix(reason, "incoming migration failed") {
+		note("the incoming stream ended before the migration completed (%s); the source's job says why", j.DomainState)
+		return set(PlaneData, ClassIncomingStreamEnded)
+	}
+	if strings.HasPrefix(reason, "preparing the migration on the target") {
+		if m := rePrepareAnswer.FindStringSubmatch(reason); m != nil && m[1] != "" {
+			code := m[2]
+			note("the target answered the prepare: %s", excerpt(reason))
+			switch code {
+			case "no_node_identity", "invalid_node_identity", "wrong_peer":
+				return set(PlaneControl, ClassAuthFailed)
+			}
+			return set(PlaneControl, ClassTargetRefused)
+		}
+		switch {
+		case reTLS.MatchString(reason):
+			note("TLS: %s", firstMatch(reason, reTLS))
+			return set(PlaneControl, ClassAuthFailed)
+		case reUnreachable.MatchString(reason), strings.Contains(reason, "deadline exceeded"):
+			note("target: %s", excerpt(reason))
+			return set(PlaneControl, ClassTargetUnreachable)
+		}
+		note("the target's answer: %s", excerpt(reason))
+		return set(PlaneControl, ClassTargetRefused)
+	}
+	if j.Phase == PhaseAborted && strings.Contains(reason, "deadline") {
 		note("the migration outran its deadline: %s", excerpt(reason))
 		if starved && notConverging {
 			return set(PlaneGuest, ClassSourceCPUStarved)
@@ -128,21 +167,9 @@ func ClassifyFailure(j Job) *Failure {
 		}
 		return set(PlaneData, ClassDeadlineExceeded)
 	}
-	if strings.Contains(reason, "preparing the migration on the target") || strings.Contains(reason, "control stream") {
-		switch {
-		case reTLS.MatchString(reason):
-			note("TLS: %s", firstMatch(reason, reTLS))
-			return set(PlaneControl, ClassAuthFailed)
-		case reUnreachable.MatchString(reason):
-			note("target: %s", firstMatch(reason, reUnreachable))
-			return set(PlaneControl, ClassTargetUnreachable)
-		}
-		note("the target refused: %s", excerpt(reason))
-		return set(PlaneControl, ClassTargetRefused)
-	}
-	if j.Role == RoleTarget && strings.HasPrefix(reason, "incoming migration failed") {
-		note("the incoming stream ended before the migration completed (%s); the source's job says why", j.DomainState)
-		return set(PlaneData, ClassIncomingStreamEnded)
+	if j.Phase == PhaseAborted {
+		note("libvirt's job was cancelled by a client other than Ferry (e.g. KubeVirt or virsh domjobabort): %s", excerpt(reason))
+		return set(PlaneOperator, ClassAbortedExternally)
 	}
 	if reTLS.MatchString(reason) {
 		note("TLS: %s", firstMatch(reason, reTLS))
@@ -187,13 +214,13 @@ func excerpt(s string) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 func excerptAround(s string, a, b int) string {
 	const pad = 60
 	lo, hi := max(0, a-pad), min(len(s), b+pad)
-	out := s[lo:hi]
+	out := strings.ToValidUTF8(s[lo:hi], "")
 	if lo > 0 {
 		out = "…" + out
 	}
@@ -201,4 +228,17 @@ func excerptAround(s string, a, b int) string {
 		out += "…"
 	}
 	return out
+}
+
+// policyTrigger is what made the policy take its abort.
+func policyTrigger(j Job) string {
+	if j.Policy == nil {
+		return ""
+	}
+	for i := len(j.Policy.Steps) - 1; i >= 0; i-- {
+		if st := j.Policy.Steps[i]; st.Action == "abort" && st.Applied {
+			return st.Trigger
+		}
+	}
+	return ""
 }

@@ -9,6 +9,9 @@ import (
 // QEMU 10.0, Ferry's driver and proxy).
 func TestClassifyFailure(t *testing.T) {
 	stalled := func(j *Job) { j.Convergence, j.ConvergenceReason = VerdictStalled, "does not shrink" }
+	policyAbort := func(trigger string) *PolicyInfo {
+		return &PolicyInfo{Mode: "act", Steps: []PolicyStep{{Action: "abort", Trigger: trigger, Applied: true}}}
+	}
 	cases := []struct {
 		name     string
 		job      Job
@@ -33,9 +36,21 @@ func TestClassifyFailure(t *testing.T) {
 			plane: PlaneData, class: ClassIncomingStreamEnded, evidence: "source's job says why"},
 		{name: "operator abort", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByOperator, FailureReason: "aborted on request through Ferry"},
 			edit: stalled, plane: PlaneOperator, class: ClassAbortedByOperator, evidence: "aborted on request"},
-		{name: "policy abort of a stalled guest", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: dirty 47.3 MiB/s vs transfer 48.8 MiB/s"},
+		{name: "policy abort of a stalled guest", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: dirty 47.3 MiB/s vs transfer 48.8 MiB/s; 20s of a 5m0s backstop used", Policy: policyAbort("stalled")},
 			edit: stalled, plane: PlaneGuest, class: ClassNotConverging, evidence: "verdict Stalled"},
-		{name: "policy abort of a CPU-starved source", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: ...",
+		{name: "policy abort at the backstop of a slow link", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: ...; 5m1s of a 5m0s backstop used", Policy: policyAbort("deadline"), Convergence: VerdictConverging},
+			plane: PlaneData, class: ClassDeadlineExceeded, evidence: "trigger deadline"},
+		{name: "abort by someone else", job: Job{Role: RoleSource, Phase: PhaseAborted, DomainState: "running/migration-canceled", FailureReason: "libvirt's job ended cancelled: operation aborted: migration out job: canceled by client"},
+			edit: stalled, plane: PlaneOperator, class: ClassAbortedExternally, evidence: "canceled by client"},
+		{name: "a target's refusal names a certificate", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: target 10.77.0.2:9475 refused (domain_exists): certificate deadline tls: x509"},
+			plane: PlaneControl, class: ClassTargetRefused, evidence: "refused (domain_exists)"},
+		{name: "a target refusing an identity", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: target 10.77.0.2:9475 refused (no_node_identity): this node requires peers' certificates to name their node"},
+			plane: PlaneControl, class: ClassAuthFailed, evidence: "no_node_identity"},
+		{name: "a prepare that timed out", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: control answer from 10.77.0.2:9475: context deadline exceeded"},
+			plane: PlaneControl, class: ClassTargetUnreachable, evidence: "deadline exceeded"},
+		{name: "source QEMU crashed mid-stream", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "shutoff/crashed", FailureReason: "migration failed: Unable to read from monitor: Connection reset by peer"},
+			plane: PlaneGuest, class: ClassGuestStopped, evidence: "shutoff/crashed"},
+		{name: "policy abort of a CPU-starved source", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: ...", Policy: policyAbort("stalled"),
 			QEMU: &QEMUFigures{ThrottledPercentPeriods: 64}},
 			edit: stalled, plane: PlaneGuest, class: ClassSourceCPUStarved, evidence: "throttled by its cgroup in 64 %"},
 		{name: "deadline on a stalled guest", job: Job{Role: RoleSource, Phase: PhaseAborted, FailureReason: "migration failed: the migration deadline (5m0s) passed; libvirt's job was aborted"},

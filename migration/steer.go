@@ -61,15 +61,16 @@ func (t *Tracker) RecordPolicy(id, mode string, step PolicyStep) {
 	if j == nil {
 		return
 	}
-	if j.view.Policy == nil {
-		j.view.Policy = &PolicyInfo{}
+	// Published views share the pointer: a new record, never an edit.
+	p := &PolicyInfo{Mode: mode}
+	if old := j.view.Policy; old != nil {
+		p.Steps = append([]PolicyStep(nil), old.Steps...)
 	}
-	j.view.Policy.Mode = mode
+	j.view.Policy = p
 	if step.Action != "" {
 		if step.Time.IsZero() {
 			step.Time = time.Now()
 		}
-		p := j.view.Policy
 		p.Steps = append(p.Steps, step)
 		if len(p.Steps) > maxPolicySteps {
 			p.Steps = p.Steps[len(p.Steps)-maxPolicySteps:]
@@ -84,6 +85,30 @@ func (t *Tracker) RecordPolicy(id, mode string, step PolicyStep) {
 		}
 		t.addEvent(j, step.Time, "policy", detail)
 	}
+	t.publish(j)
+}
+
+// PolicyStepFailed notes that the last policy step of the job with that
+// ID could not be carried out.
+func (t *Tracker) PolicyStepFailed(id, why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j, err := t.sourceJobByID(id, "policy")
+	if err != nil {
+		for _, l := range t.latest {
+			if l.view.ID == id {
+				j = l
+			}
+		}
+	}
+	if j == nil || j.view.Policy == nil || len(j.view.Policy.Steps) == 0 {
+		return
+	}
+	p := &PolicyInfo{Mode: j.view.Policy.Mode, Steps: append([]PolicyStep(nil), j.view.Policy.Steps...)}
+	j.view.Policy = p
+	last := &p.Steps[len(p.Steps)-1]
+	last.Error = why
+	t.addEvent(j, time.Now(), "policy", fmt.Sprintf("%s at pass %d failed: %s", last.Action, last.Iteration, why))
 	t.publish(j)
 }
 

@@ -89,6 +89,9 @@ type job struct {
 	lastError       string
 	// abortWhy is the policy's reason for an abort it asked for.
 	abortWhy string
+	// countPending: finished, but counted only once its driver has given
+	// its account, which may change its class.
+	countPending bool
 	// maxDowntimeSetAt is when Ferry last set the max downtime: a reading
 	// asked for before it is older than the setting.
 	maxDowntimeSetAt time.Time
@@ -129,6 +132,8 @@ type Tracker struct {
 }
 
 type drivenInfo struct {
+	// ended: the driver has given its final account.
+	ended bool
 	// socket is the libvirt the driven domain runs on: a namesake on
 	// another socket is not driven.
 	socket   string
@@ -395,10 +400,13 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		reason = "post-copy failed: " + reason
 		phase = PhasePostCopyFailed
 	}
+	driverPending := false
 	if di := t.driven[j.view.Domain]; di != nil && j.view.Role == RoleSource && (di.socket == "" || di.socket == j.view.Socket) {
 		// The driver's account names what libvirt cannot: the proxy, the
 		// link, a deadline that aborted the job (which libvirt records as
-		// a cancel, as if a client had asked).
+		// a cancel, as if a client had asked). Until it has given it, the
+		// job is not counted: its class may still change.
+		driverPending = !di.ended
 		if di.reason != "" && (phase == PhaseFailed || (phase == PhaseAborted && di.deadline)) {
 			reason = di.reason
 		}
@@ -427,10 +435,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	}
 	j.view.Phase = phase
 	j.view.FailureReason = reason
-	if f := ClassifyFailure(j.view); f != nil {
-		j.view.FailurePlane, j.view.FailureClass, j.view.FailureEvidence = f.Plane, f.Class, f.Evidence
-		t.addEvent(j, at, "failure", fmt.Sprintf("%s/%s: %s", f.Plane, f.Class, strings.Join(f.Evidence, "; ")))
-	}
+	t.classify(j, at)
 	j.view.EtaSeconds = nil
 	j.view.EndTime = &at
 	j.view.UpdateTime = at
@@ -453,8 +458,12 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		delete(t.latest, jobKey{old.view.Socket, old.view.Domain})
 	}
 	t.latest[key] = j
-	if !j.recovered {
-		t.totals[Total{j.view.Role, resultLabel(phase), j.view.FailurePlane, j.view.FailureClass}]++
+	switch {
+	case j.recovered:
+	case driverPending:
+		j.countPending = true
+	default:
+		t.count(j)
 	}
 	if phase == PhasePostCopyFailed {
 		t.ledger.add(ledgerRecord{Socket: j.view.Socket, Domain: j.view.Domain, UUID: j.view.UUID, Role: j.view.Role, Detected: at})
@@ -473,6 +482,27 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		v := j.view
 		go t.cfg.OnFinish(v)
 	}
+}
+
+// classify sets a finished job's failure class from what it holds; the
+// caller holds t.mu.
+func (t *Tracker) classify(j *job, at time.Time) {
+	f := ClassifyFailure(j.view)
+	if f == nil {
+		j.view.FailurePlane, j.view.FailureClass, j.view.FailureEvidence = "", "", nil
+		return
+	}
+	if f.Plane == j.view.FailurePlane && f.Class == j.view.FailureClass {
+		j.view.FailureEvidence = f.Evidence
+		return
+	}
+	j.view.FailurePlane, j.view.FailureClass, j.view.FailureEvidence = f.Plane, f.Class, f.Evidence
+	t.addEvent(j, at, "failure", fmt.Sprintf("%s/%s: %s", f.Plane, f.Class, strings.Join(f.Evidence, "; ")))
+}
+
+// count adds a finished job to the totals; the caller holds t.mu.
+func (t *Tracker) count(j *job) {
+	t.totals[Total{j.view.Role, resultLabel(j.view.Phase), j.view.FailurePlane, j.view.FailureClass}]++
 }
 
 func resultLabel(p Phase) string {

@@ -10,7 +10,9 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"strings"
 	"time"
+	"unicode"
 
 	"go.uber.org/zap"
 )
@@ -98,6 +100,27 @@ func (e *ControlError) Error() string {
 // Is lets a shutdown refusal match ErrShuttingDown on the source too.
 func (e *ControlError) Is(target error) bool {
 	return target == ErrShuttingDown && e.Reason == reasonShuttingDown
+}
+
+// A refusal's reason is one of this proxy's own codes, e.g. domain_exists.
+var reasonCode = regexp.MustCompile(`^[a-z_]{0,40}$`)
+
+// maxPeerText bounds what a peer's answer may put into this node's records.
+const maxPeerText = 512
+
+// printable keeps s to printable characters and at most n bytes (0: no
+// limit), so a peer's text cannot move a terminal's cursor or forge lines.
+func printable(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return -1
+	}, strings.ToValidUTF8(s, ""))
+	if n > 0 && len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
 }
 
 var domainName = regexp.MustCompile(`^[^/\x00-\x1f]{1,255}$`)
@@ -256,6 +279,14 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
 	resp.PeerNode, resp.Owner = peer.Node, peer.owner()
+	// The peer's words end up in job records, logs, Events and terminals.
+	resp.Error = printable(resp.Error, maxPeerText)
+	if !reasonCode.MatchString(resp.Reason) {
+		resp.Reason = printable(resp.Reason, 0)
+		if resp.Reason != "" {
+			resp.Reason = "unrecognised"
+		}
+	}
 	if resp.Error != "" {
 		return resp, &ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 
@@ -82,7 +83,7 @@ func printJobs(w io.Writer, jobs []migration.Job, wide bool) {
 	}
 	fmt.Fprintln(tw, head)
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s", j.Domain, j.Role, j.Phase, j.Mode, j.Iteration,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s", oneLine(j.Domain), j.Role, j.Phase, j.Mode, j.Iteration,
 			j.ProgressPercent, units.IEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
 			j.Convergence, etaString(j.EtaSeconds), since(j.StartTime))
 		if wide {
@@ -105,11 +106,23 @@ func classOf(j migration.Job) string {
 	return string(j.FailurePlane) + "/" + string(j.FailureClass)
 }
 
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+func oneLine(s string) string { return clean(strings.ReplaceAll(s, "\n", " ")) }
+
+// clean drops control characters from text that comes from libvirt, a
+// peer or a guest's domain name, so it cannot move the terminal's cursor
+// or forge lines; newlines the caller put in stay.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
+			return r
+		}
+		return '?'
+	}, strings.ToValidUTF8(s, "?"))
+}
 
 func printJob(w io.Writer, j migration.Job) {
 	tw := table(w)
-	kv := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, fmt.Sprintf(f, a...)) }
+	kv := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, oneLine(fmt.Sprintf(f, a...))) }
 	kv("Domain", "%s (%s)", j.Domain, j.UUID)
 	if j.Namespace != "" && j.VMI == nil {
 		kv("VMI", "%s/%s (not known to the API server, or no API configured)", j.Namespace, j.Name)
@@ -252,7 +265,7 @@ func printDomains(w io.Writer, node string, doms []migration.Domain, sockets []s
 // progressLine renders one job as a single line with a progress bar.
 func progressLine(j migration.Job, width int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-20s %-6s ", trunc(j.Domain, 20), j.Role)
+	fmt.Fprintf(&b, "%-20s %-6s ", trunc(oneLine(j.Domain), 20), j.Role)
 	if j.Role == migration.RoleTarget {
 		fmt.Fprintf(&b, "%-14s %s (statistics are on the source)", j.Mode, j.Phase)
 		return b.String()
@@ -285,7 +298,7 @@ func summaryLine(j migration.Job) string {
 	if j.EndTime != nil {
 		d = j.EndTime.Sub(j.StartTime).Round(time.Millisecond).String()
 	}
-	s := fmt.Sprintf("%s %s: %s after %s", j.Domain, j.Role, j.Phase, d)
+	s := fmt.Sprintf("%s %s: %s after %s", oneLine(j.Domain), j.Role, j.Phase, d)
 	if j.PeerNode != "" {
 		s += ", peer node " + j.PeerNode
 	}
@@ -296,7 +309,7 @@ func summaryLine(j migration.Job) string {
 		}
 	}
 	if j.FailureReason != "" {
-		s += "\n  reason: " + j.FailureReason
+		s += "\n  reason: " + oneLine(j.FailureReason)
 	}
 	return s
 }
