@@ -44,6 +44,9 @@ type Config struct {
 	// ProxyTLSRequireNodeIdentity refuses peers whose certificate does
 	// not name their node.
 	ProxyTLSRequireNodeIdentity bool
+	// ProxyTLSIdentityForm, node or pod, accepts only that form of
+	// identity in peers' certificates; empty accepts both.
+	ProxyTLSIdentityForm string
 	ProxyTLSMinVersion          string
 	// PodName and PodNamespace are this ferryd's pod, when it runs in one:
 	// a proxy certificate may name the pod instead of the node.
@@ -105,6 +108,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ProxyTLSMinVersion != "" && c.ProxyTLSMinVersion != "1.2" && c.ProxyTLSMinVersion != "1.3" {
 		errs = append(errs, fmt.Errorf("--proxy-tls-min-version %q: use 1.2 or 1.3", c.ProxyTLSMinVersion))
+	}
+	switch c.ProxyTLSIdentityForm {
+	case "", "node", "pod":
+	default:
+		errs = append(errs, fmt.Errorf("--proxy-tls-identity-form %q: use node, pod or leave it empty for both", c.ProxyTLSIdentityForm))
 	}
 	if c.ProxyTLSRequireNodeIdentity && (!c.ProxyTLS || c.ProxyListen == "") {
 		errs = append(errs, errors.New("--proxy-tls-require-node-identity needs the proxy with mutual TLS (--proxy-tls): plain TCP names no peer"))

@@ -161,7 +161,7 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 			minV = tls.VersionTLS12
 		}
 		pc.TLS = &proxy.TLSFiles{Cert: cfg.ProxyTLSCert, Key: cfg.ProxyTLSKey, CA: cfg.ProxyTLSCA,
-			PeerName: cfg.ProxyTLSPeerName, RequireNodeIdentity: cfg.ProxyTLSRequireNodeIdentity, MinVersion: minV}
+			PeerName: cfg.ProxyTLSPeerName, RequireNodeIdentity: cfg.ProxyTLSRequireNodeIdentity, IdentityForm: cfg.ProxyTLSIdentityForm, MinVersion: minV}
 	}
 	return proxy.New(pc)
 }

@@ -147,6 +147,9 @@ func (p *Proxy) peerOf(c net.Conn) (Peer, error) {
 	sum := sha256.Sum256(certs[0].Raw)
 	peer := Peer{Cert: hex.EncodeToString(sum[:])}
 	id, err := identityOfCert(certs[0], p.tls.files.PeerName)
+	if err == nil {
+		err = p.checkForm(id)
+	}
 	if err != nil || id.Pod == "" {
 		peer.Node = id.Node
 		return peer, err
@@ -168,6 +171,17 @@ func (p *Proxy) peerOf(c net.Conn) (Peer, error) {
 	return peer, nil
 }
 
+// checkForm refuses the identity form this cluster does not use.
+func (p *Proxy) checkForm(id certIdentity) error {
+	switch form := p.tls.files.IdentityForm; {
+	case form == "pod" && id.Node != "" && id.Pod == "":
+		return fmt.Errorf("certificate names %s outright, but proxies here are named by their pod (--proxy-tls-identity-form=pod)", id)
+	case form == "node" && id.Pod != "":
+		return fmt.Errorf("certificate names %s, but proxies here are named by their node (--proxy-tls-identity-form=node)", id)
+	}
+	return nil
+}
+
 // checkOwnIdentity: this node's certificate must name this node (or this
 // pod), if it names any, and must name one when peers' certificates must.
 func (p *Proxy) checkOwnIdentity() error {
@@ -177,6 +191,9 @@ func (p *Proxy) checkOwnIdentity() error {
 		return fmt.Errorf("proxy TLS certificate %s: %w", p.tls.files.Cert, err)
 	}
 	id, err := identityOfCert(leaf, p.tls.files.PeerName)
+	if err == nil {
+		err = p.checkForm(id)
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("proxy TLS certificate %s: %w", p.tls.files.Cert, err)

@@ -320,3 +320,26 @@ func TestFinishGoesOnlyToTheProxyThatPrepared(t *testing.T) {
 		t.Fatalf("cancel to the preparing node: %v", err)
 	}
 }
+
+// Where proxies are named by their pod, a certificate naming a node
+// outright (which no API server vouches for) is refused.
+func TestIdentityFormPodRefusesNodeCertificates(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	dstFiles := ca.issueNode(t, t.TempDir(), "b")
+	dstFiles.IdentityForm = "pod"
+	_, err := New(Config{TLS: &dstFiles, Node: "b", SocketDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "named by their pod") {
+		t.Fatalf("a ferryd whose own certificate names its node started under --proxy-tls-identity-form=pod: %v", err)
+	}
+	dstFiles.IdentityForm = ""
+	dst := nodeWithCert(t, "b", dstFiles)
+	dst.p.tls.files.IdentityForm = "pod"
+	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
+	before := rejectedOf(dst, reasonInvalidIdentity)
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm", XML: testXML}); err == nil {
+		t.Fatal("a node-form certificate prepared a migration where proxies are named by pod")
+	}
+	if rejectedOf(dst, reasonInvalidIdentity) != before+1 {
+		t.Fatal("the refusal was not counted as invalid_node_identity")
+	}
+}

@@ -22,7 +22,12 @@ type TLSFiles struct {
 	// their node (see NodeIdentityURI): control requests on this node, and
 	// targets of this node's migrations.
 	RequireNodeIdentity bool
-	MinVersion          uint16 // default TLS 1.3
+	// IdentityForm, "node" or "pod", accepts only that form of identity:
+	// a cluster whose proxies are named by pod must not also take a
+	// certificate naming a node outright, which no API server vouches for.
+	// Empty accepts both.
+	IdentityForm string
+	MinVersion   uint16 // default TLS 1.3
 }
 
 // tlsSource serves certificates and CA pools from files, reloading them when

@@ -64,6 +64,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.ProxyTLSKey, "proxy-tls-key", env("FERRY_PROXY_TLS_KEY", "/etc/ferry/tls/tls.key"), "key of --proxy-tls-cert (PEM)")
 	fs.StringVar(&cfg.ProxyTLSCA, "proxy-tls-ca", env("FERRY_PROXY_TLS_CA", "/etc/ferry/tls/ca.crt"), "CA that issues every node's proxy certificate (PEM)")
 	fs.StringVar(&cfg.ProxyTLSPeerName, "proxy-tls-peer-name", env("FERRY_PROXY_TLS_PEER_NAME", "ferry"), "DNS name every peer's proxy certificate must carry")
+	fs.StringVar(&cfg.ProxyTLSIdentityForm, "proxy-tls-identity-form", env("FERRY_PROXY_TLS_IDENTITY_FORM", ""), "accept only this form of identity in proxy certificates: pod (spiffe://PEER-NAME/ns/NS/pod/POD, placed on a node by the API server) or node (spiffe://PEER-NAME/node/NODE); empty accepts both")
 	fs.BoolVar(&cfg.ProxyTLSRequireNodeIdentity, "proxy-tls-require-node-identity", envBool("FERRY_PROXY_TLS_REQUIRE_NODE_IDENTITY", false), "refuse peers whose proxy certificate does not name their node (a URI SAN spiffe://PEER-NAME/node/NODE); this node's own certificate must name it too")
 	fs.StringVar(&cfg.PodName, "pod-name", env("POD_NAME", ""), "this ferryd's pod (env POD_NAME), when its proxy certificate names the pod (spiffe://PEER-NAME/ns/NAMESPACE/pod/POD)")
 	fs.StringVar(&cfg.PodNamespace, "pod-namespace", env("POD_NAMESPACE", ""), "this ferryd's namespace (env POD_NAMESPACE); peers' certificates naming a ferryd pod are looked up there for its node")
