@@ -47,7 +47,7 @@ type Config struct {
 	// ProxyTLSIdentityForm, node or pod, accepts only that form of
 	// identity in peers' certificates; empty accepts both.
 	ProxyTLSIdentityForm string
-	ProxyTLSMinVersion          string
+	ProxyTLSMinVersion   string
 	// PodName and PodNamespace are this ferryd's pod, when it runs in one:
 	// a proxy certificate may name the pod instead of the node.
 	PodName            string
