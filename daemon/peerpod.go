@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -32,12 +33,23 @@ func NewPodNodes(core kubernetes.Interface, namespace string) *PodNodes {
 
 type podNode struct {
 	node string
+	err  error
 	at   time.Time
 }
 
-// A pod never moves; the cache only bounds how long a deleted pod's
-// certificate would still be taken for its node.
-const podNodeTTL = time.Minute
+const (
+	// A pod never moves; the cache only bounds how long a deleted pod's
+	// certificate would still be taken for its node.
+	podNodeTTL = time.Minute
+	// podNodeStale is how long a known answer still serves while the API
+	// server cannot be asked: a control-plane outage must not stop drains.
+	podNodeStale = 10 * time.Minute
+	// podNodeRefusedTTL keeps a certificate naming no ferryd pod from
+	// costing an API call per connection.
+	podNodeRefusedTTL = 10 * time.Second
+	// podNodeCacheMax bounds the cache; pods come and go with rollouts.
+	podNodeCacheMax = 1024
+)
 
 // Resolve is the node the ferryd pod namespace/pod runs on.
 func (r *PodNodes) Resolve(ctx context.Context, namespace, pod string) (string, error) {
@@ -45,25 +57,58 @@ func (r *PodNodes) Resolve(ctx context.Context, namespace, pod string) (string, 
 		return "", fmt.Errorf("pod %s/%s is not in ferryd's namespace %s", namespace, pod, r.namespace)
 	}
 	r.mu.Lock()
-	if c, ok := r.cache[pod]; ok && time.Since(c.at) < podNodeTTL {
-		r.mu.Unlock()
+	c, cached := r.cache[pod]
+	r.mu.Unlock()
+	switch {
+	case cached && c.err == nil && time.Since(c.at) < podNodeTTL:
+		return c.node, nil
+	case cached && c.err != nil && time.Since(c.at) < podNodeRefusedTTL:
+		return "", c.err
+	}
+	node, final, err := r.lookup(ctx, namespace, pod)
+	if err != nil && !final && cached && c.err == nil && time.Since(c.at) < podNodeStale {
+		// The API server could not answer: the last known node stands.
 		return c.node, nil
 	}
-	r.mu.Unlock()
+	if err == nil || final {
+		r.remember(pod, podNode{node: node, err: err, at: time.Now()})
+	}
+	return node, err
+}
+
+// lookup asks the API server; final says the answer is the pod's own (it
+// is no ferryd pod, or is gone), not a failure to ask.
+func (r *PodNodes) lookup(ctx context.Context, namespace, pod string) (node string, final bool, err error) {
 	p, err := r.core.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", true, fmt.Errorf("pod %s/%s does not exist", namespace, pod)
+	}
 	if err != nil {
-		return "", fmt.Errorf("looking pod %s/%s up: %w", namespace, pod, err)
+		return "", false, fmt.Errorf("looking pod %s/%s up: %w", namespace, pod, err)
 	}
 	switch {
 	case p.Labels["app.kubernetes.io/component"] != ferrydComponent:
-		return "", fmt.Errorf("pod %s/%s is not a ferryd pod (label app.kubernetes.io/component=%s)", namespace, pod, ferrydComponent)
+		return "", true, fmt.Errorf("pod %s/%s is not a ferryd pod (label app.kubernetes.io/component=%s)", namespace, pod, ferrydComponent)
 	case p.DeletionTimestamp != nil:
-		return "", fmt.Errorf("pod %s/%s is being deleted", namespace, pod)
+		return "", true, fmt.Errorf("pod %s/%s is being deleted", namespace, pod)
 	case p.Spec.NodeName == "":
-		return "", fmt.Errorf("pod %s/%s is on no node yet", namespace, pod)
+		return "", true, fmt.Errorf("pod %s/%s is on no node yet", namespace, pod)
 	}
+	return p.Spec.NodeName, true, nil
+}
+
+func (r *PodNodes) remember(pod string, e podNode) {
 	r.mu.Lock()
-	r.cache[pod] = podNode{node: p.Spec.NodeName, at: time.Now()}
-	r.mu.Unlock()
-	return p.Spec.NodeName, nil
+	defer r.mu.Unlock()
+	if len(r.cache) >= podNodeCacheMax {
+		for k, v := range r.cache {
+			if time.Since(v.at) > podNodeTTL {
+				delete(r.cache, k)
+			}
+		}
+		if len(r.cache) >= podNodeCacheMax {
+			clear(r.cache)
+		}
+	}
+	r.cache[pod] = e
 }

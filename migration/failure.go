@@ -59,6 +59,7 @@ var (
 	reUnreachable = regexp.MustCompile(`(?i)connection refused|no route to host|i/o timeout|host is down|dial tcp|connect: network is unreachable`)
 	reLinkDown    = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
 	reReset       = regexp.MustCompile(`(?i)connection reset|broken pipe|stream broke|unexpected EOF|Unable to read from socket`)
+	reWrongPeer   = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)`)
 	reRefused     = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
 	// The driver words the target's own answer to a prepare this way (see
 	// proxy.ControlError); what follows is the peer's text, which must not
@@ -170,6 +171,10 @@ func ClassifyFailure(j Job) *Failure {
 	if j.Phase == PhaseAborted {
 		note("libvirt's job was cancelled by a client other than Ferry (e.g. KubeVirt or virsh domjobabort): %s", excerpt(reason))
 		return set(PlaneOperator, ClassAbortedExternally)
+	}
+	if reWrongPeer.MatchString(reason) {
+		note("another proxy answered at the target's address: %s", firstMatch(reason, reWrongPeer))
+		return set(PlaneControl, ClassAuthFailed)
 	}
 	if reTLS.MatchString(reason) {
 		note("TLS: %s", firstMatch(reason, reTLS))

@@ -48,6 +48,8 @@ func TestClassifyFailure(t *testing.T) {
 			plane: PlaneControl, class: ClassAuthFailed, evidence: "no_node_identity"},
 		{name: "a prepare that timed out", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: control answer from 10.77.0.2:9475: context deadline exceeded"},
 			plane: PlaneControl, class: ClassTargetUnreachable, evidence: "deadline exceeded"},
+		{name: "another proxy at the target's address", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "running/booted", FailureReason: "migration failed: Unable to read from socket: Connection reset by peer; proxy: memory stream: target proxy 10.77.0.2:9475 is node c, not the node b that prepared the migration"},
+			plane: PlaneControl, class: ClassAuthFailed, evidence: "not the node b"},
 		{name: "source QEMU crashed mid-stream", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "shutoff/crashed", FailureReason: "migration failed: Unable to read from monitor: Connection reset by peer"},
 			plane: PlaneGuest, class: ClassGuestStopped, evidence: "shutoff/crashed"},
 		{name: "policy abort of a CPU-starved source", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: ...", Policy: policyAbort("stalled"),
