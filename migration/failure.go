@@ -172,36 +172,32 @@ func ClassifyFailure(j Job) *Failure {
 		note("libvirt's job was cancelled by a client other than Ferry (e.g. KubeVirt or virsh domjobabort): %s", excerpt(reason))
 		return set(PlaneOperator, ClassAbortedExternally)
 	}
-	if reWrongPeer.MatchString(reason) {
-		note("another proxy answered at the target's address: %s", firstMatch(reason, reWrongPeer))
-		return set(PlaneControl, ClassAuthFailed)
-	}
-	if reTLS.MatchString(reason) {
-		note("TLS: %s", firstMatch(reason, reTLS))
-		return set(PlaneControl, ClassAuthFailed)
-	}
-	if reLinkDown.MatchString(reason) {
-		note("link: %s", firstMatch(reason, reLinkDown))
-		return set(PlaneData, ClassLinkDown)
-	}
-	if reReset.MatchString(reason) {
-		note("stream: %s", firstMatch(reason, reReset))
-		return set(PlaneData, ClassConnectionReset)
-	}
-	if reStopped.MatchString(reason) || strings.HasPrefix(j.DomainState, "shutoff/") {
-		note("domain state %s: %s", j.DomainState, excerpt(reason))
-		return set(PlaneGuest, ClassGuestStopped)
-	}
-	if reUnreachable.MatchString(reason) {
-		note("target: %s", firstMatch(reason, reUnreachable))
-		return set(PlaneControl, ClassTargetUnreachable)
-	}
-	if reRefused.MatchString(reason) {
-		note("the target refused: %s", excerpt(reason))
-		return set(PlaneControl, ClassTargetRefused)
+	for _, r := range textRules {
+		if m := firstMatch(reason, r.re); m != "" {
+			note("%s: %s", r.what, m)
+			return set(r.plane, r.class)
+		}
 	}
 	note("libvirt: %s", excerpt(reason))
 	return set(PlaneControl, ClassLibvirtError)
+}
+
+// textRules are tried in order on what the errors said, once the
+// structured facts decided nothing: a link that went down explains the
+// resets that followed, so it comes first.
+var textRules = []struct {
+	re    *regexp.Regexp
+	what  string
+	plane FailurePlane
+	class FailureClass
+}{
+	{reWrongPeer, "another proxy answered at the target's address", PlaneControl, ClassAuthFailed},
+	{reTLS, "TLS", PlaneControl, ClassAuthFailed},
+	{reLinkDown, "link", PlaneData, ClassLinkDown},
+	{reReset, "stream", PlaneData, ClassConnectionReset},
+	{reStopped, "the domain stopped", PlaneGuest, ClassGuestStopped},
+	{reUnreachable, "target", PlaneControl, ClassTargetUnreachable},
+	{reRefused, "the target refused", PlaneControl, ClassTargetRefused},
 }
 
 func firstMatch(s string, res ...*regexp.Regexp) string {

@@ -50,14 +50,7 @@ func (t *Tracker) sourceJobByID(id, action string) (*job, error) {
 func (t *Tracker) RecordPolicy(id, mode string, step PolicyStep) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	j, err := t.sourceJobByID(id, "policy")
-	if err != nil {
-		for _, l := range t.latest {
-			if l.view.ID == id {
-				j = l
-			}
-		}
-	}
+	j := t.policyJob(id)
 	if j == nil {
 		return
 	}
@@ -88,19 +81,26 @@ func (t *Tracker) RecordPolicy(id, mode string, step PolicyStep) {
 	t.publish(j)
 }
 
+// policyJob is the source job with that ID, in flight or, when a
+// decision just ended it, finished; the caller holds t.mu.
+func (t *Tracker) policyJob(id string) *job {
+	if j, err := t.sourceJobByID(id, "policy"); err == nil {
+		return j
+	}
+	for _, l := range t.latest {
+		if l.view.ID == id {
+			return l
+		}
+	}
+	return nil
+}
+
 // PolicyStepFailed notes that the last policy step of the job with that
 // ID could not be carried out.
 func (t *Tracker) PolicyStepFailed(id, why string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	j, err := t.sourceJobByID(id, "policy")
-	if err != nil {
-		for _, l := range t.latest {
-			if l.view.ID == id {
-				j = l
-			}
-		}
-	}
+	j := t.policyJob(id)
 	if j == nil || j.view.Policy == nil || len(j.view.Policy.Steps) == 0 {
 		return
 	}
