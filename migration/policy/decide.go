@@ -75,6 +75,9 @@ const (
 	// deadlineNear is the share of the backstop after which a slow but
 	// converging migration gets ramp steps.
 	deadlineNear = 0.8
+	// nearCap (percent): a need this close over the cap gets one pass at
+	// the cap before post-copy or an abort.
+	nearCap = 125
 )
 
 // Decide is called at each new pass of a pre-copy job; it returns None
@@ -177,6 +180,16 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 		return d
 	}
 
+	if need > limit && need <= limit*nearCap/100 && cur < limit && m.Raised == 0 {
+		// Just over the cap: the low point is one reading, and QEMU's own
+		// bandwidth may be higher than ours. One pass at the cap before
+		// giving up costs a pass, not the migration.
+		d.Action, d.MaxDowntimeMs = RaiseDowntime, ms(limit)
+		d.Reason = fmt.Sprintf("%s; a switch-over needs %v, just over the %v cap: one pass at the cap, max downtime %v -> %v",
+			figures, need, limit, cur, limit)
+		m.Raised++
+		return d
+	}
 	why := fmt.Sprintf("a switch-over needs %v, over the %v cap", need.Round(time.Millisecond), limit)
 	if need == 0 {
 		why = "no pass after the first has been read, so no low point to switch over at"

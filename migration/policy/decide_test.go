@@ -243,3 +243,20 @@ func TestNothingIsDecidedOnANewPassNotYetReadOrAStoppedLink(t *testing.T) {
 		t.Fatalf("decided %+v with nothing moving", d)
 	}
 }
+
+func TestJustOverTheCapGetsOnePassAtTheCap(t *testing.T) {
+	// ~23.5 MiB pinned on 48 MiB/s: 540 ms with headroom, over a 500 ms cap
+	// by less than a quarter. At the cap QEMU, reading 48 MiB/s itself,
+	// switches over; reading 44 MiB/s it does not, and the policy gives up.
+	sr := series{starts: []float64{511.0, 60.2, 23.4, 23.6, 23.5, 23.7}, dirty: 40, transfer: 48,
+		verdicts: verdicts(6, 4, migration.VerdictStalled), elapsedPerPass: time.Second}
+	ds := replay(t, act(500, false), sr, false)
+	if len(ds) != 1 || ds[0].Action != RaiseDowntime || ds[0].MaxDowntimeMs != 500 {
+		t.Fatalf("decisions %+v, want one step to the 500 ms cap", ds)
+	}
+	sr.qemuTransfer = 44
+	ds = replay(t, act(500, false), sr, false)
+	if len(ds) != 2 || ds[0].Action != RaiseDowntime || ds[1].Action != Abort || ds[1].Iteration != ds[0].Iteration+1 {
+		t.Fatalf("decisions %+v, want one pass at the cap, then the abort", ds)
+	}
+}

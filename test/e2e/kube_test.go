@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ferry-vm/ferry/internal/testpki"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -240,7 +242,24 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 		t.Fatalf("daemonset.yaml: %v", err)
 	}
 	c := ds.Spec.Template.Spec.Containers[0]
-	env := map[string]string{"NODE_NAME": "ds-node", "NODE_IP": "127.0.0.1"}
+	// The DaemonSet's proxy certificate names its pod, as cert-manager's
+	// CSI driver issues it, and ferryd asks the API server for peers' pods.
+	kubeUp(t)
+	pki := filepath.Join(bed.Dir(), "ds-tls")
+	defer os.RemoveAll(pki)
+	ca, err := testpki.NewCA("ferry-proxy-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.Issue(pki, "ferry", &url.URL{Scheme: "spiffe", Host: "ferry", Path: "/ns/ferry-system/pod/ds-pod"}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(bed.Dir(), "ds.kubeconfig")
+	if err := writeTokenKubeconfig(kubeconfig, kube.URL, kube.CAData, ferryToken); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"NODE_NAME": "ds-node", "NODE_IP": "127.0.0.1",
+		"POD_NAME": "ds-pod", "POD_NAMESPACE": "ferry-system", "KUBECONFIG": kubeconfig}
 	var args []string
 	for _, a := range c.Args {
 		for k, v := range env {
@@ -249,9 +268,9 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 		args = append(args, a)
 	}
 	// The DaemonSet's host paths, given to this ferryd in a private mount
-	// namespace: fresh state and sockets, the bed's proxy certificate.
+	// namespace: fresh state and sockets, the pod's proxy certificate.
 	ferryd := filepath.Join(filepath.Dir(ferryctlBin), "ferryd")
-	certs := filepath.Join(bed.Dir(), "tls", "a")
+	certs := pki
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for _, d := range []string{"/run/ferry", "/var/lib/ferry"} {
@@ -273,6 +292,10 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("ferryd's log:\n%s", b)
+		}
 	}()
 	port := ""
 	for _, p := range c.Ports {
