@@ -58,7 +58,7 @@ var (
 	reTLS         = regexp.MustCompile(`(?i)\btls:|x509:|certificate|handshake`)
 	reUnreachable = regexp.MustCompile(`(?i)connection refused|no route to host|i/o timeout|host is down|dial tcp|connect: network is unreachable`)
 	reLinkDown    = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
-	reReset       = regexp.MustCompile(`(?i)connection reset|broken pipe|stream broke|unexpected EOF|Unable to read from socket`)
+	reReset       = regexp.MustCompile(`(?i)connection reset|connection abort|broken pipe|stream broke|unexpected EOF|Unable to read from socket|Channel error`)
 	reWrongPeer   = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)`)
 	reRefused     = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
 	// The driver words the target's own answer to a prepare this way (see
