@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -269,7 +270,7 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 	}
 	c.SetDeadline(deadline)
 	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return ControlResponse{}, fmt.Errorf("control request to %s: %w", addr, err)
+		return ControlResponse{}, fmt.Errorf("control request to %s: %w", addr, tlsAlert(c, err))
 	}
 	var resp ControlResponse
 	if err := json.NewDecoder(io.LimitReader(c, maxControlAnswer)).Decode(&resp); err != nil {
@@ -291,6 +292,21 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 		return resp, &ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
 	}
 	return resp, nil
+}
+
+// tlsAlert: under TLS 1.3 a server that refuses the client's certificate
+// says so after the client's handshake has finished, so the client's
+// first write may fail with a bare reset while the alert that says why
+// (an unknown authority, a bad certificate) waits to be read.
+func tlsAlert(c net.Conn, err error) error {
+	if _, ok := c.(*tls.Conn); !ok {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, rerr := c.Read(make([]byte, 1)); rerr != nil && strings.Contains(rerr.Error(), "tls:") {
+		return fmt.Errorf("%w (TLS: %v)", err, rerr)
+	}
+	return err
 }
 
 // SocketDir is where this node's migration sockets live.

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,6 +190,19 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 			t.Fatal("a peer with a foreign certificate prepared a migration")
 		}
 		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
+	})
+	t.Run("certificate from another CA, trusting ours", func(t *testing.T) {
+		// The client's side of a TLS 1.3 handshake ends before the server
+		// has judged the client's certificate: the refusal must still name
+		// TLS, not a bare reset.
+		other := newTestCA(t, "someone-else")
+		f := other.issue(t, t.TempDir(), "ferry")
+		f.CA = dstFiles.CA
+		stranger := startNode(t, &f)
+		_, err := stranger.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "x", Domain: "vm", XML: testXML})
+		if err == nil || !strings.Contains(err.Error(), "tls:") {
+			t.Fatalf("refusal of an untrusted client certificate: %v, want the TLS alert named", err)
+		}
 	})
 	t.Run("certificate for another name", func(t *testing.T) {
 		f := ca.issue(t, t.TempDir(), "not-ferry")
