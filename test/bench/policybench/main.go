@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string) error {
 	perGiB := fs.Int("completion-timeout-per-gib", 150, "KubeVirt's completionTimeoutPerGiB in seconds, the deadline of none and kubevirt-legacy")
 	fs.DurationVar(&o.settle, "settle", 3*time.Second, "pause between migrations")
 	only := fs.String("cases", "", "comma-separated case names to run (default: all: "+caseNames()+")")
-	pols := fs.String("policies", "none,kubevirt-legacy,ferry", "comma-separated policies, in the order run: none, kubevirt-legacy, ferry, ferry-no-postcopy")
+	pols := fs.String("policies", "none,kubevirt-legacy,ferry,ferry-no-postcopy", "comma-separated policies, in the order run: none, kubevirt-legacy, ferry, ferry-no-postcopy")
 	jsonOut := fs.String("json", "", "also write every run's figures to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -122,8 +123,9 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, c guestCase, k polic
 		mon = newMonitor(deadline, k.PostCopy)
 	}
 	ferryd := unixClient(b.Node(from).DebugSocket)
-	// KubeVirt's monitor polls every 400 ms; so does the bench for all.
-	tick := time.NewTicker(400 * time.Millisecond)
+	// KubeVirt's monitor polls every 400 ms; the bench polls faster to
+	// catch a post-copy phase that lasts a second or less.
+	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var migErr error
 	var switched, ended time.Time
@@ -137,19 +139,19 @@ poll:
 		case <-tick.C:
 		}
 		rd, err := readSource(src, dom)
-		if err != nil {
-			continue // the domain left the source at the end, or a slow call
-		}
-		r.ThrottlePercent = max(r.ThrottlePercent, rd.stats.AutoConvergeThrottle)
 		if rd.postCopy {
 			if switched.IsZero() {
 				switched = time.Now()
 			}
-			if rd.stats.DowntimeMs > 0 {
+			if err == nil && rd.stats.DowntimeMs > 0 {
 				pcDowntime = rd.stats.DowntimeMs
 			}
 			continue
 		}
+		if err != nil {
+			continue // the domain left the source at the end, or a slow call
+		}
+		r.ThrottlePercent = max(r.ThrottlePercent, rd.stats.AutoConvergeThrottle)
 		if mon == nil || !rd.stats.Type.Active() || rd.stats.DataTotal == 0 {
 			continue
 		}
@@ -202,8 +204,21 @@ poll:
 	} else {
 		r.Outcome = "failed (no job)"
 	}
-	if !switched.IsZero() && r.Complete {
-		r.PostCopySeconds = ended.Sub(switched).Seconds()
+	if r.Complete && r.Outcome == "post-copy" {
+		// From libvirt's post-copy event as Ferry recorded it to the job's
+		// end; the bench's own polls when the job lacks either.
+		from, to := switched, ended
+		if j, ok := finishedJob(ferryd, name, id); ok && j.EndTime != nil {
+			for _, e := range j.Events {
+				if e.Kind == "mode" && strings.Contains(strings.ToLower(e.Detail), "post") {
+					from, to = e.Time, *j.EndTime
+					break
+				}
+			}
+		}
+		if !from.IsZero() {
+			r.PostCopySeconds = to.Sub(from).Seconds()
+		}
 	}
 	if r.Complete {
 		if dt, ok := targetDowntime(b, to, name); ok {
