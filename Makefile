@@ -53,7 +53,7 @@ bench: build
 	test/bench/migration.sh
 
 # Ferry's convergence policy against libvirt's defaults and KubeVirt's
-# classic monitor on a matrix of real guests (about 15 minutes).
+# classic monitor on a matrix of real guests (about 17 minutes).
 bench-policy: build
 	test/bench/policy.sh
 

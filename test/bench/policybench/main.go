@@ -92,6 +92,7 @@ func run(ctx context.Context, args []string) error {
 	only := fs.String("cases", "", "comma-separated case names to run (default: all: "+caseNames()+")")
 	pols := fs.String("policies", "none,kubevirt-legacy,ferry,ferry-no-postcopy", "comma-separated policies, in the order run: none, kubevirt-legacy, ferry, ferry-no-postcopy")
 	jsonOut := fs.String("json", "", "also write every run's figures to this file")
+	reread := fs.String("report", "", "print the report of an earlier run's --json file instead of running")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -122,6 +123,18 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--policies: unknown policy %q (want none, kubevirt-legacy, ferry or ferry-no-postcopy)", name)
 		}
 		kinds = append(kinds, k)
+	}
+	if *reread != "" {
+		raw, err := os.ReadFile(*reread)
+		if err != nil {
+			return err
+		}
+		var results []result
+		if err := json.Unmarshal(raw, &results); err != nil {
+			return fmt.Errorf("--report %s: %w", *reread, err)
+		}
+		report(os.Stdout, o, selected, kinds, results)
+		return nil
 	}
 
 	b, err := testbed.Open(testbed.Config{Log: os.Stderr})

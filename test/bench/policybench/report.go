@@ -70,7 +70,9 @@ func report(w io.Writer, o options, cs []guestCase, kinds []policyKind, rs []res
 // goals collects what the issue asks of Ferry's policy, case by case.
 type goals struct {
 	notCompleted, slowHard, slowEasy, overDowntime []string
-	hardRatios, easyRatios                         []float64
+	// unmeasured are completions with no downtime figure at all.
+	unmeasured             []string
+	hardRatios, easyRatios []float64
 }
 
 // judge returns the case's ratio cell and notes the goals it misses.
@@ -86,6 +88,9 @@ func (g *goals) judge(rs []result, c guestCase, hard bool, capMs uint64) string 
 	}
 	if fok && f.Complete && f.DowntimeMs > capMs {
 		g.overDowntime = append(g.overDowntime, fmt.Sprintf("%s (%d ms)", c.Name, f.DowntimeMs))
+	}
+	if fok && f.Complete && f.DowntimeFrom == "" {
+		g.unmeasured = append(g.unmeasured, c.Name)
 	}
 	if !fok || !lok || !f.Complete || !l.Complete {
 		return "-"
@@ -118,6 +123,9 @@ func (g *goals) print(w io.Writer, capMs uint64) {
 	line(len(g.slowHard) == 0, fmt.Sprintf("hard cases: ferry <= 0.5x kubevirt-legacy total time %s", ratios(g.hardRatios)), g.slowHard)
 	line(len(g.slowEasy) == 0, fmt.Sprintf("easy cases: ferry <= 1.1x kubevirt-legacy total time %s", ratios(g.easyRatios)), g.slowEasy)
 	line(len(g.overDowntime) == 0, fmt.Sprintf("ferry's real downtime <= maxDowntimeMs (%d ms)", capMs), g.overDowntime)
+	if len(g.unmeasured) > 0 {
+		fmt.Fprintf(w, "  %-72s %s\n", "  (downtime not measured, no libvirt or QEMU figure, on ferry's runs of)", strings.Join(g.unmeasured, ", "))
+	}
 }
 
 func ratios(rs []float64) string {
