@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all build test unit e2e demo bench lint prepare clean testbed-down dashboard
+.PHONY: all build test unit e2e demo bench bench-policy lint prepare clean testbed-down dashboard
 
 all: build
 
@@ -46,10 +46,16 @@ demo: prepare
 
 # Tracker and scrape cost; the proxy against raw TCP, socat and a
 # KubeVirt-style relay; real migrations through Ferry against socat.
+# The convergence policies have their own, longer run: make bench-policy.
 bench: build
 	test/bench/run.sh
 	test/bench/proxy.sh
 	test/bench/migration.sh
+
+# Ferry's convergence policy against libvirt's defaults and KubeVirt's
+# classic monitor on a matrix of real guests (about 17 minutes).
+bench-policy: build
+	test/bench/policy.sh
 
 # deploy/grafana-dashboard.json from deploy/dashboard.
 dashboard:

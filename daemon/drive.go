@@ -386,8 +386,14 @@ func (d *Daemon) jobFinished(j migration.Job) {
 	if d.Proxy == nil || j.Role != migration.RoleTarget {
 		return
 	}
+	// The migrations of this job are those registered at its end; one of
+	// the same domain prepared later (it migrates back and forth) is not.
+	ended := d.Proxy.IncomingOf(j.Domain)
+	if len(ended) == 0 {
+		return
+	}
 	time.AfterFunc(targetGrace, func() {
-		if ids := d.Proxy.AbandonDomain(j.Domain, "target job ended "+string(j.Phase)+" with no word from the source"); len(ids) > 0 {
+		if ids := d.Proxy.Abandon(ended, "target job ended "+string(j.Phase)+" with no word from the source"); len(ids) > 0 {
 			d.log.Info("incoming migrations dropped after the job", zap.String("domain", j.Domain), zap.Strings("migrations", ids))
 		}
 	})

@@ -32,6 +32,10 @@ type MigrateSpec struct {
 	// Ferry drives (observe, advise or act; empty: the node's).
 	Policy        string
 	MaxDowntimeMs uint64
+	// Started, when set, hears the ID ferryd gave a migration it drives,
+	// once ferryd accepted it: a driver acting on the migration while it
+	// runs needs to know which job is this one.
+	Started func(migrationID string)
 }
 
 // Migrate live-migrates a guest peer-to-peer the way KubeVirt does: the

@@ -38,6 +38,9 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 	}
 	var started migration.MigrateResponse
 	json.Unmarshal(rb, &started)
+	if m.Started != nil {
+		m.Started(started.MigrationID)
+	}
 	logf(b.cfg.Log, "migrating %s %s -> %s through Ferry's proxy (migration %s, tls %v)", m.Name, m.From, m.To, started.MigrationID, !b.plainProxy())
 	t0 := time.Now()
 	for {

@@ -32,6 +32,7 @@ Verbs:
   migrate NAME --from a --to b [--postcopy] [--postcopy-after DURATION] [--auto-converge]
                                [--bandwidth-mibs N] [--postcopy-bandwidth-mibs N]
                                [--parallel N] [--via ferry|socat]
+                               [--policy observe|advise|act] [--max-downtime-ms N]
   console NAME                 the guest's serial console across all nodes
   exec NODE -- CMD...          run CMD in the node's network + mount namespaces
   cut-link | restore-link      take the veth between the nodes down / up
@@ -225,12 +226,22 @@ func migrate(ctx context.Context, open opener, args []string) error {
 	fs.IntVar(&m.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "post-copy bandwidth limit in MiB/s (0 = none)")
 	fs.IntVar(&m.Parallel, "parallel", 0, "multifd connections for the memory stream (Ferry's proxy only)")
 	fs.StringVar(&m.Via, "via", "", "relay: ferry (the source ferryd drives it through Ferry's proxy; default with ferryd) or socat")
+	fs.StringVar(&m.Policy, "policy", "", "convergence policy of a migration via ferry: observe, advise or act (default: ferryd's)")
+	fs.Uint64Var(&m.MaxDowntimeMs, "max-downtime-ms", 0, "downtime cap of the policy of a migration via ferry (can only lower ferryd's)")
 	name, err := oneName(fs, "migrate", args)
 	if err != nil {
 		return err
 	}
 	if m.From == "" || m.To == "" {
 		return usagef("migrate: --from and --to are required")
+	}
+	if (m.Policy != "" || m.MaxDowntimeMs != 0) && m.Via == "socat" {
+		return usagef("migrate: --policy and --max-downtime-ms need --via ferry (the bed's socat relays run no policy)")
+	}
+	switch m.Policy {
+	case "", "observe", "advise", "act":
+	default:
+		return usagef("migrate: --policy %q: want observe, advise or act", m.Policy)
 	}
 	m.Name = name
 	b, err := open()

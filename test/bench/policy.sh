@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Convergence policies side by side on real migrations: a matrix of guests
+# (dirty rate well under, near, over and far over a 48 MiB/s cap; small and
+# large working sets), each migrated under libvirt's defaults with
+# KubeVirt's 150 s/GiB deadline (none), KubeVirt's classic monitor
+# (kubevirt-legacy: post-copy at that deadline) and Ferry's policy in act
+# mode, with and without post-copy (ferry, ferry-no-postcopy), in one run.
+# Prints the table and ferry / kubevirt-legacy.
+# Arguments go to policybench (e.g. --cases small-hot,over, or
+# --policies none,kubevirt-legacy,ferry). BENCH_LOGS=DIR keeps the bed's
+# daemon and guest logs there for a post-mortem.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+make -s build
+go build -o bin/policybench ./test/bench/policybench
+finish() {
+  if [[ -n "${BENCH_LOGS:-}" ]]; then
+    dir=$(bin/testbed env 2>/dev/null | sed -n 's/^FERRY_TESTBED_DIR=//p')
+    for n in a b; do
+      mkdir -p "$BENCH_LOGS/$n"
+      find "$dir/$n" -maxdepth 4 -name '*.log' -exec cp {} "$BENCH_LOGS/$n/" \; 2>/dev/null || true
+    done
+  fi
+  bin/testbed down >/dev/null 2>&1 || true
+}
+trap finish EXIT
+bin/testbed up --ferryd bin/ferryd >/dev/null
+bin/policybench "$@"

@@ -1,0 +1,198 @@
+// Command policybench migrates a matrix of guests on the test bed under
+// three convergence policies in one run (libvirt's defaults with
+// KubeVirt's deadline, KubeVirt's classic monitor, and Ferry's policy in
+// act mode) and prints outcome, total time, libvirt's real downtime, time
+// in post-copy and guest CPU throttle side by side, with the ratios of
+// Ferry's total time to KubeVirt's. Run it on a bed that is up, under the
+// bed's lock; test/bench/policy.sh does both.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// guestCase is one guest of the matrix: its load against the bandwidth cap.
+type guestCase struct {
+	Name      string `json:"name"`
+	Load      string `json:"load"`
+	MemoryMiB int    `json:"memoryMiB"`
+	DirtyMiB  int    `json:"dirtyMiB"`
+	// RateMiBs: 0 dirties as fast as the vCPU can (150+ MiB/s under TCG),
+	// -1 touches the working set once and idles.
+	RateMiBs int `json:"rateMiBs"`
+}
+
+// cases are sized for TCG and a 48 MiB/s cap: a 16 MiB set re-dirtied at
+// full speed needs about 370 ms to switch over, just above libvirt's
+// 300 ms and inside a 500 ms cap; the others span idle to far over the cap
+// with working sets from half of memory to three quarters.
+var cases = []guestCase{
+	{"idle", "well under (idle)", 512, 256, -1},
+	{"slow", "well under", 512, 256, 16},
+	{"near", "near", 512, 256, 40},
+	{"small-hot", "over, small set", 256, 16, 0},
+	{"over", "over", 512, 256, 64},
+	{"far-over", "far over", 512, 256, 0},
+	{"large-over", "over, large set", 512, 384, 96},
+}
+
+// policyKind is one way of steering a migration.
+type policyKind struct {
+	Name string
+	// Mode is ferryd's policy mode for the migration.
+	Mode string
+	// PostCopy starts the migration with post-copy enabled (allowPostCopy).
+	PostCopy bool
+	// Monitor: the bench runs KubeVirt's classic monitor beside it.
+	Monitor bool
+}
+
+var policies = map[string]policyKind{
+	"none":              {Name: "none", Mode: "observe", Monitor: true},
+	"kubevirt-legacy":   {Name: "kubevirt-legacy", Mode: "observe", PostCopy: true, Monitor: true},
+	"ferry":             {Name: "ferry", Mode: "act", PostCopy: true},
+	"ferry-no-postcopy": {Name: "ferry-no-postcopy", Mode: "act"},
+}
+
+type options struct {
+	bandwidth, postCopyBandwidth int
+	maxDowntimeMs                uint64
+	perGiB                       time.Duration
+	settle                       time.Duration
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "policybench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("policybench", flag.ContinueOnError)
+	var o options
+	fs.IntVar(&o.bandwidth, "bandwidth-mibs", 48, "pre-copy bandwidth cap in MiB/s, the same for every policy")
+	fs.IntVar(&o.postCopyBandwidth, "postcopy-bandwidth-mibs", -1, "post-copy bandwidth cap in MiB/s (-1: the pre-copy cap; the cap stands for the link)")
+	fs.Uint64Var(&o.maxDowntimeMs, "max-downtime-ms", 500, "maxDowntimeMs of Ferry's policy, and the downtime the goals are checked against")
+	perGiB := fs.Int("completion-timeout-per-gib", 150, "KubeVirt's completionTimeoutPerGiB in seconds, the deadline of none and kubevirt-legacy")
+	fs.DurationVar(&o.settle, "settle", 3*time.Second, "pause between migrations")
+	only := fs.String("cases", "", "comma-separated case names to run (default: all: "+caseNames()+")")
+	pols := fs.String("policies", "none,kubevirt-legacy,ferry,ferry-no-postcopy", "comma-separated policies, in the order run: none, kubevirt-legacy, ferry, ferry-no-postcopy")
+	jsonOut := fs.String("json", "", "also write every run's figures to this file")
+	reread := fs.String("report", "", "print the report of an earlier run's --json file instead of running")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.bandwidth <= 0 {
+		return fmt.Errorf("--bandwidth-mibs %d: want a cap above 0 (the cases are sized against it)", o.bandwidth)
+	}
+	if o.postCopyBandwidth < 0 {
+		o.postCopyBandwidth = o.bandwidth
+	}
+	if o.maxDowntimeMs == 0 {
+		return errors.New("--max-downtime-ms 0: want at least 1")
+	}
+	if *perGiB <= 0 {
+		return fmt.Errorf("--completion-timeout-per-gib %d: want at least 1", *perGiB)
+	}
+	o.perGiB = time.Duration(*perGiB) * time.Second
+	selected, err := pick(*only)
+	if err != nil {
+		return err
+	}
+	var kinds []policyKind
+	for _, name := range strings.Split(*pols, ",") {
+		k, ok := policies[strings.TrimSpace(name)]
+		if !ok {
+			return fmt.Errorf("--policies: unknown policy %q (want none, kubevirt-legacy, ferry or ferry-no-postcopy)", name)
+		}
+		kinds = append(kinds, k)
+	}
+	if *reread != "" {
+		raw, err := os.ReadFile(*reread)
+		if err != nil {
+			return err
+		}
+		var results []result
+		if err := json.Unmarshal(raw, &results); err != nil {
+			return fmt.Errorf("--report %s: %w", *reread, err)
+		}
+		report(os.Stdout, o, selected, kinds, results)
+		return nil
+	}
+
+	b, err := testbed.Open(testbed.Config{Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	if o.maxDowntimeMs > 500 {
+		// A request can only lower ferryd's cap, whose default is 500 ms.
+		if err := b.SetFerrydArgs(ctx, fmt.Sprintf("--max-downtime-ms=%d", o.maxDowntimeMs)); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	var results []result
+	for i, c := range selected {
+		// Each case starts with another policy, so no policy always
+		// meets the guest first (or the machine in one mood).
+		order := append(append([]policyKind(nil), kinds[i%len(kinds):]...), kinds[:i%len(kinds)]...)
+		rs, err := runCase(ctx, b, o, c, order)
+		results = append(results, rs...)
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "policybench: %d migrations in %s\n", len(results), time.Since(t0).Round(time.Second))
+	report(os.Stdout, o, selected, kinds, results)
+	if *jsonOut != "" {
+		out, _ := json.MarshalIndent(results, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(out, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func caseNames() string {
+	var n []string
+	for _, c := range cases {
+		n = append(n, c.Name)
+	}
+	return strings.Join(n, ",")
+}
+
+func pick(only string) ([]guestCase, error) {
+	if only == "" {
+		return cases, nil
+	}
+	var out []guestCase
+	for _, name := range strings.Split(only, ",") {
+		found := false
+		for _, c := range cases {
+			if c.Name == strings.TrimSpace(name) {
+				out, found = append(out, c), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--cases: unknown case %q (cases: %s)", name, caseNames())
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// result is one migration of one case under one policy.
+type result struct {
+	Case     string `json:"case"`
+	Policy   string `json:"policy"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Complete bool   `json:"completed"`
+	// Outcome is how it ended: pre-copy, post-copy, or the job's phase
+	// and failure class.
+	Outcome      string  `json:"outcome"`
+	TotalSeconds float64 `json:"totalSeconds"`
+	// DowntimeMs is libvirt's completed-job downtime on the target; after
+	// post-copy libvirt keeps none, and it is QEMU's own figure for the
+	// switch, read from the source job while in post-copy (DowntimeFrom
+	// says which).
+	DowntimeMs      uint64  `json:"downtimeMs,omitempty"`
+	DowntimeFrom    string  `json:"downtimeFrom,omitempty"`
+	PostCopySeconds float64 `json:"postCopySeconds,omitempty"`
+	ThrottlePercent uint64  `json:"throttlePercent"`
+	Passes          uint64  `json:"passes"`
+	// Steps are what steered the migration: the bench's KubeVirt monitor
+	// or Ferry's policy steps from the source job.
+	Steps         []string `json:"steps,omitempty"`
+	FailureReason string   `json:"failureReason,omitempty"`
+	Error         string   `json:"error,omitempty"`
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "policybench: "+format+"\n", args...)
+}
+
+// runCase starts the case's guest and migrates it back and forth, once
+// per policy; a guest a migration left broken is started again.
+func runCase(ctx context.Context, b *testbed.Bed, o options, c guestCase, order []policyKind) ([]result, error) {
+	name := "pb-" + c.Name
+	start := func() error {
+		_ = b.DestroyGuest(name)
+		return b.StartGuest(ctx, testbed.GuestSpec{Name: name, Node: "a", MemoryMiB: c.MemoryMiB, DirtyMiB: c.DirtyMiB, DirtyRateMiBs: c.RateMiBs})
+	}
+	if err := start(); err != nil {
+		return nil, err
+	}
+	defer b.DestroyGuest(name)
+	var out []result
+	for _, k := range order {
+		from, err := whereRuns(b, name)
+		if err != nil {
+			logf("%s: %v; starting it again", name, err)
+			if err := start(); err != nil {
+				return out, err
+			}
+			from = "a"
+		}
+		to := map[string]string{"a": "b", "b": "a"}[from]
+		logf("%s (%s) under %s: %s -> %s", c.Name, c.Load, k.Name, from, to)
+		r := runOne(ctx, b, o, c, k, name, from, to)
+		logf("%s under %s: %s in %.1fs, downtime %d ms (%s), post-copy %.1fs, steps %v %s",
+			c.Name, k.Name, r.Outcome, r.TotalSeconds, r.DowntimeMs, r.DowntimeFrom, r.PostCopySeconds, r.Steps, r.Error)
+		out = append(out, r)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		select {
+		case <-time.After(o.settle):
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// runOne migrates the guest once and reads how it went from Ferry's job,
+// libvirt's job statistics on the source while it runs, and libvirt's
+// completed-job statistics on the target after.
+func runOne(ctx context.Context, b *testbed.Bed, o options, c guestCase, k policyKind, name, from, to string) result {
+	r := result{Case: c.Name, Policy: k.Name, From: from, To: to}
+	src, err := b.Libvirt(from)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	defer src.Disconnect()
+	dom, err := src.DomainLookupByName(name)
+	if err != nil {
+		r.Error = fmt.Sprintf("guest %s on %s: %v", name, from, err)
+		return r
+	}
+	deadline := completionDeadline(c.MemoryMiB, o.perGiB)
+	// A run that neither ends nor is ended by its policy is cut off, far
+	// past any policy's own backstop.
+	mctx, cancel := context.WithTimeout(ctx, max(deadline, 5*time.Minute)+3*time.Minute)
+	defer cancel()
+	ids := make(chan string, 1)
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() {
+		done <- b.Migrate(mctx, testbed.MigrateSpec{Name: name, From: from, To: to, Via: "ferry",
+			BandwidthMiBs: o.bandwidth, PostCopyBandwidthMiBs: o.postCopyBandwidth, PostCopy: k.PostCopy,
+			Policy: k.Mode, MaxDowntimeMs: o.maxDowntimeMs, Started: func(id string) { ids <- id }})
+	}()
+	var mon *monitor
+	if k.Monitor {
+		mon = newMonitor(deadline, k.PostCopy)
+	}
+	ferryd := unixClient(b.Node(from).DebugSocket)
+	// KubeVirt's monitor polls every 400 ms; the bench polls faster to
+	// catch a post-copy phase that lasts a second or less.
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var migErr error
+	var switched, ended time.Time
+	var pcDowntime uint64
+poll:
+	for {
+		select {
+		case migErr = <-done:
+			ended = time.Now()
+			break poll
+		case <-tick.C:
+		}
+		rd, err := readSource(src, dom)
+		if rd.postCopy {
+			if switched.IsZero() {
+				switched = time.Now()
+			}
+			if err == nil && rd.stats.DowntimeMs > 0 {
+				pcDowntime = rd.stats.DowntimeMs
+			}
+			continue
+		}
+		if err != nil {
+			continue // the domain left the source at the end, or a slow call
+		}
+		r.ThrottlePercent = max(r.ThrottlePercent, rd.stats.AutoConvergeThrottle)
+		if mon == nil || !rd.stats.Type.Active() || rd.stats.DataTotal == 0 {
+			continue
+		}
+		elapsed := time.Since(t0)
+		mv := mon.observe(elapsed, rd.stats.DataRemaining)
+		path := ""
+		switch mv {
+		case keep:
+			continue
+		case switchPostCopy:
+			path = "/postcopy"
+		default:
+			path = "/abort"
+		}
+		res := post(ferryd, "/v1/jobs/"+name+path)
+		r.Steps = append(r.Steps, fmt.Sprintf("%s %.0fs", mv, elapsed.Seconds()))
+		logf("%s under %s: %s after %.1fs, %d MiB left: %s", c.Name, k.Name, mv, elapsed.Seconds(), rd.stats.DataRemaining>>20, res)
+	}
+	r.TotalSeconds = ended.Sub(t0).Seconds()
+	r.Complete = migErr == nil
+	if migErr != nil {
+		r.Error = migErr.Error()
+	}
+	var id string
+	select {
+	case id = <-ids:
+	default:
+	}
+	if j, ok := finishedJob(ferryd, name, id); ok {
+		r.Passes = j.Iteration
+		r.FailureReason = j.FailureReason
+		r.ThrottlePercent = max(r.ThrottlePercent, j.AutoConvergeThrottle)
+		if j.Policy != nil {
+			for _, s := range j.Policy.Steps {
+				r.Steps = append(r.Steps, stepText(s))
+			}
+		}
+		switch {
+		case r.Complete && (j.Mode == migration.ModePostCopy || !switched.IsZero()):
+			r.Outcome = "post-copy"
+		case r.Complete:
+			r.Outcome = "pre-copy"
+		case j.FailureClass != "":
+			r.Outcome = string(j.Phase) + " " + string(j.FailureClass)
+		default:
+			r.Outcome = string(j.Phase)
+		}
+	} else if r.Complete {
+		r.Outcome = "completed (no job)"
+	} else {
+		r.Outcome = "failed (no job)"
+	}
+	if r.Complete && r.Outcome == "post-copy" {
+		// From libvirt's post-copy event as Ferry recorded it to the job's
+		// end; the bench's own polls when the job lacks either.
+		from, to := switched, ended
+		if j, ok := finishedJob(ferryd, name, id); ok && j.EndTime != nil {
+			for _, e := range j.Events {
+				if e.Kind == "mode" && strings.Contains(strings.ToLower(e.Detail), "post") {
+					from, to = e.Time, *j.EndTime
+					break
+				}
+			}
+		}
+		if !from.IsZero() {
+			r.PostCopySeconds = to.Sub(from).Seconds()
+		}
+	}
+	if r.Complete {
+		if dt, ok := targetDowntime(b, to, name); ok {
+			r.DowntimeMs, r.DowntimeFrom = dt, "libvirt"
+		} else if pcDowntime > 0 {
+			r.DowntimeMs, r.DowntimeFrom = pcDowntime, "qemu"
+		}
+	}
+	return r
+}
+
+func stepText(s migration.PolicyStep) string {
+	t := fmt.Sprintf("%s@%d", s.Action, s.Iteration)
+	if s.MaxDowntimeMs > 0 {
+		t += fmt.Sprintf(" %dms", s.MaxDowntimeMs)
+	}
+	if !s.Applied {
+		t += " (advised)"
+	}
+	if s.Error != "" {
+		t += " (error: " + s.Error + ")"
+	}
+	return t
+}
+
+// sourceReading is one poll of the source's running job.
+type sourceReading struct {
+	stats    libvirtx.JobStats
+	postCopy bool
+}
+
+// callTimeout bounds one libvirt call: go-libvirt has no deadline of its
+// own, and a busy QEMU monitor must not stop the monitor's clock.
+const callTimeout = 5 * time.Second
+
+func within[T any](what string, f func() (T, error)) (T, error) {
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { v, err := f(); ch <- res{v, err} }()
+	select {
+	case x := <-ch:
+		return x.v, x.err
+	case <-time.After(callTimeout):
+		var zero T
+		return zero, fmt.Errorf("libvirt: %s did not answer within %v", what, callTimeout)
+	}
+}
+
+func readSource(l *libvirt.Libvirt, dom libvirt.Domain) (sourceReading, error) {
+	var rd sourceReading
+	st, err := within("state", func() ([2]int32, error) {
+		s, reason, err := l.DomainGetState(dom, 0)
+		return [2]int32{s, reason}, err
+	})
+	if err != nil {
+		return rd, err
+	}
+	rd.postCopy = libvirtx.State(st[0]) == libvirtx.StatePaused && st[1] == libvirtx.PausedPostCopy
+	rd.stats, err = within("job stats", func() (libvirtx.JobStats, error) {
+		typ, params, err := l.DomainGetJobStats(dom, 0)
+		return libvirtx.DecodeJobStats(typ, params), err
+	})
+	return rd, err
+}
+
+// targetDowntime is the downtime in libvirt's completed-job statistics on
+// the target, read without deleting them (KEEP_COMPLETED). libvirt keeps
+// them after a pre-copy migration only.
+func targetDowntime(b *testbed.Bed, node, name string) (uint64, bool) {
+	l, err := b.Libvirt(node)
+	if err != nil {
+		return 0, false
+	}
+	defer l.Disconnect()
+	dom, err := within("lookup", func() (libvirt.Domain, error) { return l.DomainLookupByName(name) })
+	if err != nil {
+		return 0, false
+	}
+	s, err := within("completed job stats", func() (libvirtx.JobStats, error) {
+		typ, params, err := l.DomainGetJobStats(dom, libvirt.DomainJobStatsCompleted|libvirt.DomainJobStatsKeepCompleted)
+		return libvirtx.DecodeJobStats(typ, params), err
+	})
+	if err != nil || s.Type != libvirtx.JobCompleted || s.Operation != libvirtx.OperationMigrationIn {
+		return 0, false
+	}
+	return s.DowntimeMs, true
+}
+
+// whereRuns is the node whose libvirt runs the guest; anything but
+// exactly one running copy is an error.
+func whereRuns(b *testbed.Bed, name string) (string, error) {
+	var running []string
+	for _, n := range []string{"a", "b"} {
+		l, err := b.Libvirt(n)
+		if err != nil {
+			return "", err
+		}
+		dom, err := within("lookup", func() (libvirt.Domain, error) { return l.DomainLookupByName(name) })
+		if err == nil {
+			st, err := within("state", func() (int32, error) { s, _, err := l.DomainGetState(dom, 0); return s, err })
+			if err == nil && libvirtx.State(st) == libvirtx.StateRunning {
+				running = append(running, n)
+			}
+		}
+		l.Disconnect()
+	}
+	if len(running) != 1 {
+		return "", fmt.Errorf("guest %s runs on %d nodes %v, want one", name, len(running), running)
+	}
+	return running[0], nil
+}
+
+func unixClient(socket string) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
+}
+
+// post asks the source ferryd what ferryctl abort / postcopy ask.
+func post(hc *http.Client, path string) string {
+	resp, err := hc.Post("http://ferryd"+path, "application/json", nil)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, body)
+}
+
+// finishedJob is the source job of the migration with that ID once it has
+// ended; the migrate call returns on the job's end, the truth readings
+// around it may lag.
+func finishedJob(hc *http.Client, name, id string) (migration.Job, bool) {
+	until := time.Now().Add(15 * time.Second)
+	for time.Now().Before(until) {
+		var j migration.Job
+		if resp, err := hc.Get("http://ferryd/v1/jobs/" + name); err == nil {
+			if resp.StatusCode == http.StatusOK {
+				json.NewDecoder(resp.Body).Decode(&j)
+			}
+			resp.Body.Close()
+		}
+		if j.Phase.Finished() && j.Proxy != nil && (id == "" || j.Proxy.MigrationID == id) {
+			return j, true
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return migration.Job{}, false
+}
