@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	libvirt "github.com/digitalocean/go-libvirt"
-
 	"github.com/ferry-vm/ferry/internal/testpki"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -74,38 +72,4 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 			}
 		})
 	}
-}
-
-// A source QEMU held to a tenth of a core by its cgroup (libvirt's own
-// global_quota, as a pod's CPU limit would) cannot keep pre-copy going:
-// the policy gives up, and the class names the starvation, with the
-// cgroup's throttling as evidence.
-func TestCPUStarvedSourceIsClassified(t *testing.T) {
-	hotGuest(t, "cls-cpu")
-	l, err := bed.Libvirt("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Disconnect()
-	dom, err := l.DomainLookupByName("cls-cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.DomainSetSchedulerParametersFlags(dom, []libvirt.TypedParam{
-		{Field: "global_period", Value: *libvirt.NewTypedParamValueUllong(100000)},
-		{Field: "global_quota", Value: *libvirt.NewTypedParamValueLlong(10000)},
-	}, uint32(libvirt.DomainAffectLive)); err != nil {
-		t.Fatalf("capping the source QEMU's CPU: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	err = bed.Migrate(ctx, testbed.MigrateSpec{Name: "cls-cpu", From: "a", To: "b", BandwidthMiBs: holdMiBs, Policy: "act", MaxDowntimeMs: 500})
-	if err == nil {
-		t.Fatal("a starved guest that cannot converge migrated without post-copy")
-	}
-	j := waitJob(t, "a", "cls-cpu", "the aborted job", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	if j.QEMU == nil || j.QEMU.ThrottledPercentPeriods < 20 {
-		t.Fatalf("the job's QEMU figures show no throttling: %+v", j.QEMU)
-	}
-	assertClass(t, j, migration.PlaneGuest, migration.ClassSourceCPUStarved)
 }
