@@ -68,6 +68,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if st, _ := domainState(t, "b", g); st != 1 {
 				t.Fatalf("guest not running on b (state %d)", st)
 			}
+			assertStockQEMU(t, "b", g)
 			assertTruth(t, g, "a", "b", start)
 
 			// Post-copy, b -> a. QEMU 10 refuses post-copy together with
@@ -88,6 +89,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if st, _ := domainState(t, "a", g); st != 1 {
 				t.Fatalf("guest not running on a after post-copy (state %d)", st)
 			}
+			assertStockQEMU(t, "a", g)
 			assertTruth(t, g, "b", "a", start)
 			if v, ok := ferryOn("a").metric("ferry_proxy_bytes_total", `stream="memory"`, `direction="to_target"`); !ok || v < float64(sent) {
 				t.Errorf("ferry_proxy_bytes_total{stream=memory,direction=to_target} on a = %v, want >= %d", v, sent)
