@@ -53,6 +53,9 @@ type Config struct {
 	PodName            string
 	PodNamespace       string
 	ProxySocketDir     string
+	// QEMUGroup is the group (name or gid) QEMU runs with, which gets
+	// the socket dir; empty asks the node's libvirt.
+	QEMUGroup          string
 	MigrationInterface string
 	NodeIP             string
 	// MigrationAllowedPaths are the directories under which the domain XML

@@ -108,7 +108,11 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		if len(cfg.LibvirtSockets) > 0 {
 			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], allowed: cfg.MigrationAllowedPaths, log: log.Named("incoming")}
 		}
-		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in, d.pods)
+		group, err := qemuGroup(cfg, d.Tracker)
+		if err != nil {
+			return nil, err
+		}
+		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in, d.pods, group)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +122,8 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 }
 
 // newProxy builds the migration proxy on the migration network's address.
-func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string, in proxy.Incoming, pods *PodNodes) (*proxy.Proxy, error) {
+func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string, in proxy.Incoming,
+	pods *PodNodes, group func(context.Context) (int, error)) (*proxy.Proxy, error) {
 	host, port, err := net.SplitHostPort(cfg.ProxyListen)
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-listen %q: %w (want HOST:PORT or :PORT)", cfg.ProxyListen, err)
@@ -142,6 +147,7 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		Node:         cfg.NodeName,
 		SourceDomain: sourceDomain,
 		Incoming:     in,
+		SocketGroup:  group,
 		Private:      append([]string{cfg.StateDir}, cfg.LibvirtSockets...),
 		Log:          log,
 		Registerer:   reg,

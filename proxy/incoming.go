@@ -121,6 +121,16 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	if err := p.reg.add(m, &in, peer.owner()); err != nil {
 		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonMalformedRequest), err.Error())
 	}
+	if _, err := p.socketGroup(); err != nil {
+		p.Unregister(m.ID, "prepare failed")
+		p.log.Warn("cannot give QEMU the migration socket dir", zap.Error(err))
+		msg := "this node cannot give its QEMU a migration socket (see its log)"
+		var ug *unknownGroupError
+		if errors.As(err, &ug) {
+			msg = p.scrub(err.Error())
+		}
+		return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: "+msg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()
 	start := time.Now()

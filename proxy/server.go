@@ -28,6 +28,11 @@ type Config struct {
 	// listeners and, for incoming migrations, the target QEMU's, at paths
 	// this node chooses.
 	SocketDir string
+	// SocketGroup returns the group QEMU runs with on this node (from
+	// libvirt, or configured); the socket dir and the source sockets are
+	// given to it the first time a migration needs them. nil keeps them
+	// root's, for QEMU running as root.
+	SocketGroup func(ctx context.Context) (int, error)
 	// Incoming runs the target's side of Ferry-driven migrations on this
 	// node's libvirt; nil refuses every prepare.
 	Incoming Incoming
@@ -132,6 +137,9 @@ type Proxy struct {
 
 	controls atomic.Int32 // control connections being served
 
+	groupMu sync.Mutex
+	group   int // QEMU's group once the socket dir is given to it, else -1
+
 	// newID names an incoming migration at prepare, from the source's
 	// label; only tests replace the random one.
 	newID func(label string) string
@@ -141,7 +149,7 @@ type Proxy struct {
 func New(cfg Config) (*Proxy, error) {
 	cfg.defaults()
 	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{},
-		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...),
+		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...), group: -1,
 		newID: func(string) string { return newMigrationID() }}
 	if abs, err := filepath.Abs(cfg.SocketDir); err == nil && abs != cfg.SocketDir {
 		p.private = append(p.private, abs)
@@ -156,7 +164,7 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, err
 		}
 	}
-	if err := os.MkdirAll(cfg.SocketDir, 0o700); err != nil {
+	if err := makeSocketDir(cfg.SocketDir); err != nil {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
 	}
 	removeStaleSockets(cfg.SocketDir, 10*time.Second, p.log)

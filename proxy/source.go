@@ -64,6 +64,10 @@ func (p *Proxy) OpenSource(id, target string, kinds []Kind) (*SourceMigration, e
 	if why := p.closingReason(); why != "" {
 		return nil, p.refuseSource(id, why)
 	}
+	gid, err := p.socketGroup()
+	if err != nil {
+		return nil, fmt.Errorf("source sockets: %w", err)
+	}
 	s := &SourceMigration{ID: id, Target: target, Paths: map[Kind]string{}, Counters: &Counters{},
 		p: p, listeners: map[Kind]net.Listener{}, conns: map[net.Conn]struct{}{}}
 	for _, k := range kinds {
@@ -74,7 +78,11 @@ func (p *Proxy) OpenSource(id, target string, kinds []Kind) (*SourceMigration, e
 			s.Close("setup failed")
 			return nil, fmt.Errorf("source socket for the %s stream: %w", k, err)
 		}
-		os.Chmod(path, 0o600)
+		if err := giveSourceSocket(path, gid); err != nil {
+			ln.Close()
+			s.Close("setup failed")
+			return nil, fmt.Errorf("source socket for the %s stream: %w", k, err)
+		}
 		s.Paths[k] = path
 		s.listeners[k] = ln
 	}

@@ -70,6 +70,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.PodNamespace, "pod-namespace", env("POD_NAMESPACE", ""), "this ferryd's namespace (env POD_NAMESPACE); peers' certificates naming a ferryd pod are looked up there for its node")
 	fs.StringVar(&cfg.ProxyTLSMinVersion, "proxy-tls-min-version", env("FERRY_PROXY_TLS_MIN_VERSION", "1.3"), "lowest TLS version accepted between proxies: 1.3 or 1.2")
 	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets, the source's and the target QEMU's")
+	fs.StringVar(&cfg.QEMUGroup, "qemu-group", env("FERRY_QEMU_GROUP", ""), "group (name or gid) QEMU runs with, given the socket dir so QEMU can create and reach its migration sockets; default: ask the node's libvirt (its DAC base label, e.g. libvirt-qemu on Debian)")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
 	fs.Var(&allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
 	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")

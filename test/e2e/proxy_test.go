@@ -70,6 +70,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if st, _ := domainState(t, "b", g); st != 1 {
 				t.Fatalf("guest not running on b (state %d)", st)
 			}
+			assertStockQEMU(t, "b", g)
 			assertTruth(t, g, "a", "b", start)
 			checkPeerNodes(t, g, "a", "b", tls)
 
@@ -91,6 +92,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if st, _ := domainState(t, "a", g); st != 1 {
 				t.Fatalf("guest not running on a after post-copy (state %d)", st)
 			}
+			assertStockQEMU(t, "a", g)
 			assertTruth(t, g, "b", "a", start)
 			checkPeerNodes(t, g, "b", "a", tls)
 			if v, ok := ferryOn("a").metric("ferry_proxy_bytes_total", `stream="memory"`, `direction="to_target"`); !ok || v < float64(sent) {

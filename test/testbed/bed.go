@@ -109,6 +109,22 @@ func (b *Bed) up(ctx context.Context) error {
 	if err := b.startAll(ctx, b.startLibvirtd, b.waitLibvirtd, func(n *nodeState, p proc) { n.Libvirtd = p }); err != nil {
 		return err
 	}
+	for _, d := range nodeDefs {
+		sec, err := b.checkSecurity(d.name)
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.st.QEMUGID = sec.GID
+		b.mu.Unlock()
+		if d.name == nodeDefs[0].name {
+			logf(b.cfg.Log, "security: %s", describeSecurity(sec))
+		}
+	}
+	// Saved now: starting ferryd reads the state file back.
+	if err := b.save(); err != nil {
+		return err
+	}
 	if b.cfg.FerrydBin != "" {
 		logf(b.cfg.Log, "starting ferryd (%s) on a and b", b.cfg.FerrydBin)
 		if err := b.startAll(ctx, b.startFerryd, b.waitFerryd, func(n *nodeState, p proc) { n.Ferryd = p }); err != nil {

@@ -23,7 +23,9 @@
 // relays/<guest>.json (relay PIDs and ports of in-flight migrations),
 // guests/<guest>.json (console history), and per node <node>/ with etc, run,
 // lib, log, cache (mounted over /etc/libvirt, /run, /var/{lib,log,cache}/libvirt
-// inside the node), sock (libvirt-sock, ferry.sock) and the logs
+// inside the node; lib/images holds the guests' kernel and initrd, as
+// /var/lib/libvirt/images), kvm (a stock root:kvm 0660 /dev/kvm when the
+// host's is not), sock (libvirt-sock, ferry.sock) and the logs
 // libvirtd.log, libvirtd.out, ferryd.log, holder.log. A guest's console is
 // <node>/run/console-<guest>.log. Down keeps the files for post-mortems;
 // the next Up removes all but the QEMU capabilities cache.

@@ -100,7 +100,7 @@ func (b *Bed) domainXML(g GuestSpec) string {
     <memballoon model='none'/>
   </devices>
 </domain>
-`, domType, g.Name, g.MemoryMiB, kernelPath(b.cfg.CacheDir), initrdPath(b.cfg.CacheDir), g.DirtyMiB, g.DirtyRateMiBs, g.Name)
+`, domType, g.Name, g.MemoryMiB, kernelPath(imagesInNode), initrdPath(imagesInNode), g.DirtyMiB, g.DirtyRateMiBs, g.Name)
 }
 
 // StartGuest creates a transient domain and waits until its dirtier has

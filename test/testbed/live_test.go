@@ -58,6 +58,12 @@ func TestLive(t *testing.T) {
 	wg.Wait()
 	wantState(t, b, "b", "live1", libvirt.DomainRunning)
 	wantState(t, b, "a", "live3", libvirt.DomainRunning)
+	// As on a stock host: QEMU is not root, so it read the root-only
+	// kernel because libvirt handed it over, and reached the relays'
+	// sockets because they were given to its group.
+	if c, err := b.QEMUCreds("b", "live1"); err != nil || c.UID == 0 || c.GID == 0 {
+		t.Errorf("QEMU of live1 on b runs as %+v (%v), want a user of its own, not root", c, err)
+	}
 
 	if err := b.Migrate(ctx, MigrateSpec{Name: "live1", From: "b", To: "a", PostCopyAfter: time.Second}); err != nil {
 		t.Fatal(err)

@@ -82,6 +82,10 @@ func deleteNetwork(ctx context.Context) error {
 // ferryd can each be restarted into them with nsenter.
 func startHolder(cfg Config, d nodeDef) (proc, error) {
 	dir := filepath.Join(cfg.Dir, d.name)
+	kvm, err := stockKVMNode(dir)
+	if err != nil {
+		return proc{}, err
+	}
 	script := fmt.Sprintf(`set -e
 mount --bind %[1]s/etc /etc/libvirt
 mount --bind %[1]s/run /run
@@ -90,7 +94,11 @@ for d in lib log cache; do
   mkdir /var/$d/libvirt
   mount --bind %[1]s/$d /var/$d/libvirt
 done
-exec sleep infinity`, dir)
+`, dir)
+	if kvm != "" {
+		script += "mount --bind " + kvm + " /dev/kvm\n"
+	}
+	script += "exec sleep infinity"
 	// nsenter rather than "ip netns exec": the latter mounts a fresh sysfs
 	// without the host's cgroup hierarchies, which ferryd reads QEMU's CPU
 	// figures from (as a DaemonSet does through a hostPath).

@@ -83,21 +83,49 @@ log_outputs = "2:file:%[1]s/libvirtd.log"
 keepalive_interval = 5
 keepalive_count = 5
 `, dir, d.hostUUID),
-		// QEMU runs as root without confinement: the nodes are namespaces, not machines.
-		"qemu.conf": `user = "root"
-group = "root"
-dynamic_ownership = 0
-remember_owner = 0
-security_driver = "none"
-namespaces = [ ]
-stdio_handler = "file"
-clear_emulator_capabilities = 0
-`,
+		// qemu.conf as Debian ships it: QEMU runs as libvirt-qemu, libvirt
+		// chowns what a guest opens and gives it back afterwards
+		// (dynamic_ownership, remember_owner), uses the security driver
+		// the host offers (AppArmor, SELinux or none) and gives each QEMU
+		// a private /dev (namespaces). One line is the bed's: QEMU's own
+		// stdout and stderr go to a file, as a stock host's virtlogd would
+		// be one more daemon per node, and that log changes nothing of
+		// what QEMU may open.
+		"qemu.conf": "stdio_handler = \"file\"\n",
 		// A newline-only libvirt.conf is a syntax error that breaks every client.
 		"libvirt.conf": "# ferry test bed: client defaults\n",
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return placeGuestImages(cfg, dir)
+}
+
+// imagesInNode is where each node keeps the guests' kernel and initrd,
+// Debian's /var/lib/libvirt/images: the same path on both nodes, as on
+// hosts that share images, and out of the bed's root-only directories.
+const imagesInNode = "/var/lib/libvirt/images"
+
+// placeGuestImages copies the kernel and initrd into the node's images
+// directory root-only, as a stock host keeps them: QEMU (libvirt-qemu)
+// reads them only because libvirt hands them over while a guest runs.
+func placeGuestImages(cfg Config, dir string) error {
+	images := filepath.Join(dir, "lib", "images")
+	// 0711 as Debian makes it: QEMU passes, nobody lists.
+	if err := os.Mkdir(images, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(images, 0o711); err != nil {
+		return err
+	}
+	for _, src := range []string{kernelPath(cfg.CacheDir), initrdPath(cfg.CacheDir)} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(images, filepath.Base(src)), b, 0o600); err != nil {
 			return err
 		}
 	}
@@ -198,7 +226,7 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		"--state-dir", filepath.Join(n.Dir, "state"),
 		// The guests' kernel and initrd, and their console files in the
 		// node's own /run: the only local files their XML names.
-		"--migration-allowed-path", filepath.Clean(absPath(b.cfg.CacheDir)),
+		"--migration-allowed-path", imagesInNode,
 		"--migration-allowed-path", "/run",
 	)
 	args = append(args, b.ferrydArgs()...)
@@ -278,11 +306,4 @@ func dialLibvirt(sock string, timeout time.Duration) (*libvirt.Libvirt, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return l, nil
-}
-
-func absPath(p string) string {
-	if a, err := filepath.Abs(p); err == nil {
-		return a
-	}
-	return p
 }

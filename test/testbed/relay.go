@@ -49,8 +49,17 @@ func (b *Bed) startRelays(guest, from, to string) (*relayState, error) {
 		return nil, err
 	}
 	src, dst := b.nodes[from], b.nodes[to]
+	gid := b.qemuGID()
 	for _, dir := range []string{migDir(src, guest), migDir(dst, guest)} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return r, err
+		}
+		// As virt-handler does for its relays: QEMU creates its socket
+		// here on the target and connects to the relay's on the source.
+		if err := os.Chown(dir, -1, gid); err != nil {
+			return r, err
+		}
+		if err := os.Chmod(dir, 0o770); err != nil {
 			return r, err
 		}
 		for _, s := range []string{"libvirt.sock", "qemu.sock"} {
@@ -62,11 +71,13 @@ func (b *Bed) startRelays(guest, from, to string) (*relayState, error) {
 	specs := []struct {
 		node, listen, connect string
 		ready                 func(proc) bool
+		// qemuSocket is a socket the source QEMU connects to.
+		qemuSocket string
 	}{
-		{to, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.RPCPort, dst.IP), "UNIX-CONNECT:" + dst.LibvirtSocket, tcpListening(r.RPCPort)},
-		{to, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.MigPort, dst.IP), "UNIX-CONNECT:" + filepath.Join(migDir(dst, guest), "qemu.sock"), tcpListening(r.MigPort)},
-		{from, "UNIX-LISTEN:" + filepath.Join(srcDir, "libvirt.sock") + ",fork,unlink-early", fmt.Sprintf("TCP:%s:%d", dst.IP, r.RPCPort), unixListening(filepath.Join(srcDir, "libvirt.sock"))},
-		{from, "UNIX-LISTEN:" + filepath.Join(srcDir, "qemu.sock") + ",fork,unlink-early", fmt.Sprintf("TCP:%s:%d", dst.IP, r.MigPort), unixListening(filepath.Join(srcDir, "qemu.sock"))},
+		{to, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.RPCPort, dst.IP), "UNIX-CONNECT:" + dst.LibvirtSocket, tcpListening(r.RPCPort), ""},
+		{to, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.MigPort, dst.IP), "UNIX-CONNECT:" + filepath.Join(migDir(dst, guest), "qemu.sock"), tcpListening(r.MigPort), ""},
+		{from, "UNIX-LISTEN:" + filepath.Join(srcDir, "libvirt.sock") + ",fork,unlink-early", fmt.Sprintf("TCP:%s:%d", dst.IP, r.RPCPort), unixListening(filepath.Join(srcDir, "libvirt.sock")), ""},
+		{from, "UNIX-LISTEN:" + filepath.Join(srcDir, "qemu.sock") + ",fork,unlink-early", fmt.Sprintf("TCP:%s:%d", dst.IP, r.MigPort), unixListening(filepath.Join(srcDir, "qemu.sock")), filepath.Join(srcDir, "qemu.sock")},
 	}
 	for _, s := range specs {
 		st := b.nodeState(s.node)
@@ -85,11 +96,28 @@ func (b *Bed) startRelays(guest, from, to string) (*relayState, error) {
 				err = errors.New("exited")
 			}
 		}
+		if err == nil && s.qemuSocket != "" {
+			err = giveToQEMU(s.qemuSocket, gid)
+		}
 		if err != nil {
 			return r, fmt.Errorf("testbed: relay %s -> %s on node %s: %v: %s", s.listen, s.connect, s.node, err, tail(logPath, 1000))
 		}
 	}
 	return r, nil
+}
+
+// giveToQEMU lets QEMU's group connect to a relay's socket.
+func giveToQEMU(path string, gid int) error {
+	if err := os.Chown(path, -1, gid); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o660)
+}
+
+func (b *Bed) qemuGID() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st.QEMUGID
 }
 
 // stopRelays freezes each listener so it cannot fork while its connection

@@ -18,6 +18,9 @@ type state struct {
 	FerrydBin   string `json:"ferryd_bin,omitempty"`
 	// PlainProxy runs the ferryds' proxies without TLS.
 	PlainProxy bool `json:"plain_proxy,omitempty"`
+	// QEMUGID is the group the nodes' libvirtd run QEMU with, which the
+	// relays' sockets are given to.
+	QEMUGID int `json:"qemu_gid"`
 	// KubeRelays carry an API server on the host's loopback into the nodes.
 	KubeRelays []proc `json:"kube_relays,omitempty"`
 	// Prometheus is the bed's Prometheus server and its API relay.

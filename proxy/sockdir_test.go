@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// The socket dir and the source sockets go to QEMU's group, and nobody
+// else: what the kernel says of the files, as a non-root QEMU meets them.
+func TestSocketsGoToQEMUsGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	const gid = 64055
+	// Not t.TempDir(): its parent is root-only.
+	root, err := os.MkdirTemp("", "sockdir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "run", "ferry", "migrationproxy")
+	asked := 0
+	p, err := New(Config{Listen: "127.0.0.1:0", SocketDir: dir, SocketGroup: func(context.Context) (int, error) {
+		asked++
+		return gid, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("socket dir %v before QEMU's group is known, want root-only", fi.Mode())
+	}
+	for _, id := range []string{"m-one", "m-two"} {
+		s, err := p.OpenSource(id, "127.0.0.1:1", []Kind{KindMemory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close("test over")
+		checkOwner(t, s.Paths[KindMemory], os.ModeSocket|0o660, gid)
+	}
+	checkOwner(t, dir, socketDirMode, gid)
+	if asked != 1 {
+		t.Errorf("QEMU's group was asked for %d times, want once", asked)
+	}
+	// The parents QEMU must pass were made searchable.
+	if err := reachable(filepath.Dir(dir), gid); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSocketsRefusedWhenQEMUsGroupIsUnknown(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mp")
+	p, err := New(Config{Listen: "127.0.0.1:0", SocketDir: dir, SocketGroup: func(context.Context) (int, error) {
+		return -1, errors.New("this node's libvirt is not connected")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.OpenSource("m-x", "127.0.0.1:1", []Kind{KindMemory}); err == nil {
+		t.Fatal("source sockets opened with no group QEMU could use")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("%d sockets left behind", len(ents))
+	}
+}
+
+func TestUnreachableSocketDirIsNamed(t *testing.T) {
+	parent := t.TempDir()
+	if err := os.Chmod(parent, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := reachable(parent, 64055); err == nil {
+		t.Fatalf("%s (0700) passed as searchable by group 64055", parent)
+	}
+}
+
+func checkOwner(t *testing.T, path string, mode os.FileMode, gid int) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode() != mode || int(fi.Sys().(*syscall.Stat_t).Gid) != gid {
+		t.Errorf("%s: mode %v group %d, want %v group %d", path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Gid, mode, gid)
+	}
+}
