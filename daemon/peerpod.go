@@ -81,7 +81,7 @@ func (r *PodNodes) Resolve(ctx context.Context, namespace, pod string) (string, 
 func (r *PodNodes) lookup(ctx context.Context, namespace, pod string) (node string, final bool, err error) {
 	p, err := r.core.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", true, fmt.Errorf("pod %s/%s does not exist", namespace, pod)
+		return "", true, fmt.Errorf("pod %s/%s not found", namespace, pod)
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("looking pod %s/%s up: %w", namespace, pod, err)

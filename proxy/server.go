@@ -319,6 +319,14 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		c.Close()
 		return
 	}
+	if err := p.checkLocalPeer(local, fmt.Sprintf("the %s socket of migration %s", h.Kind, h.ID)); err != nil {
+		local.Close()
+		p.reg.release(e, h.Kind)
+		p.reject(raw, "local_peer_not_qemu", err.Error())
+		writeStatus(c, fmt.Sprintf("the target QEMU of migration %s does not take its %s stream", h.ID, h.Kind))
+		c.Close()
+		return
+	}
 	p.metrics.dial.WithLabelValues("local").Observe(time.Since(start).Seconds())
 	if !p.reg.track(e, c, h.Kind) {
 		local.Close()

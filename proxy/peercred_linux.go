@@ -1,0 +1,43 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// checkLocalPeer refuses a local migration socket whose other end is not a
+// process of QEMU's group. QEMU's user may write the socket dir, so any
+// QEMU could put a link there in place of a target socket; without this
+// check ferryd, as root, would follow it to any root-only socket of the
+// host (libvirt's, a container runtime's) and relay a peer's bytes into
+// it. Nothing to check while QEMU runs as root (no group known).
+func (p *Proxy) checkLocalPeer(c net.Conn, what string) error {
+	p.groupMu.Lock()
+	gid := p.group
+	p.groupMu.Unlock()
+	if gid < 0 {
+		return nil
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("%s: reading its peer's credentials: %w", what, cerr)
+	}
+	if int(cred.Gid) != gid || cred.Uid == 0 {
+		return fmt.Errorf("%s: its peer is pid %d (uid %d, gid %d), not a QEMU of group %d", what, cred.Pid, cred.Uid, cred.Gid, gid)
+	}
+	return nil
+}

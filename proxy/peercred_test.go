@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A local socket whose other end is not of QEMU's group (here: this test,
+// as a root service would be) is refused once the group is known, and
+// taken while QEMU runs as root (no group).
+func TestLocalPeerMustBeOfQEMUsGroup(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the check refuses uid 0 peers, which only root can show")
+	}
+	path := filepath.Join(t.TempDir(), "svc.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := &Proxy{group: -1}
+	if err := p.checkLocalPeer(c, "the memory socket of migration m1"); err != nil {
+		t.Fatalf("no group known: %v", err)
+	}
+	p.group = 64055
+	err = p.checkLocalPeer(c, "the memory socket of migration m1")
+	if err == nil || !strings.Contains(err.Error(), "not a QEMU of group 64055") {
+		t.Fatalf("a root peer passed as QEMU: %v", err)
+	}
+}
