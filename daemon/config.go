@@ -50,9 +50,9 @@ type Config struct {
 	ProxyTLSMinVersion   string
 	// PodName and PodNamespace are this ferryd's pod, when it runs in one:
 	// a proxy certificate may name the pod instead of the node.
-	PodName            string
-	PodNamespace       string
-	ProxySocketDir     string
+	PodName        string
+	PodNamespace   string
+	ProxySocketDir string
 	// QEMUGroup is the group (name or gid) QEMU runs with, which gets
 	// the socket dir; empty asks the node's libvirt.
 	QEMUGroup          string
