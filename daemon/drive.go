@@ -189,6 +189,14 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if pol.Mode == policy.Act && pol.AllowPostCopy {
 		req.PostCopy = true
 	}
+	// The start-time settings of a MigrationPolicy: QEMU's own throttling,
+	// and a bandwidth cap unless the request names one.
+	if pol.AllowAutoConverge {
+		req.AutoConverge = true
+	}
+	if req.BandwidthMiBs == 0 && pol.BandwidthPerMigrationMiBs > 0 {
+		req.BandwidthMiBs = int(min(pol.BandwidthPerMigrationMiBs, 1<<20))
+	}
 	conn, dom, err := d.Tracker.ConnFor(req.Domain)
 	if err != nil {
 		return MigrateResponse{}, fmt.Errorf("%w: %v", errBadRequest, err)

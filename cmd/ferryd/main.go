@@ -83,6 +83,8 @@ func run(args []string) int {
 	fs.StringVar(&policyScope, "policy-scope", env("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all")
 	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", pd.MaxDowntimeMs, "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs)")
 	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", envBool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (under --policy act, migrations Ferry drives are then started with post-copy enabled)")
+	fs.BoolVar(&cfg.Policy.AllowAutoConverge, "allow-auto-converge", envBool("FERRY_ALLOW_AUTO_CONVERGE", false), "start the migrations Ferry drives with QEMU's auto-converge (it throttles the guest's vCPUs until pre-copy converges); the policy waits while the throttle is still rising")
+	fs.Uint64Var(&cfg.Policy.BandwidthPerMigrationMiBs, "bandwidth-per-migration-mibs", 0, "pre-copy bandwidth cap in MiB/s for the migrations Ferry drives that name none (0: none)")
 	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", pd.CompletionTimeoutPerGiB, "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none")
 	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")

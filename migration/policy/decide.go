@@ -78,6 +78,9 @@ const (
 	// nearCap (percent): a need this close over the cap gets one pass at
 	// the cap before post-copy or an abort.
 	nearCap = 125
+	// maxThrottle is QEMU's default cap on auto-converge's throttle
+	// (cpu-throttle-tailslow off, max-cpu-throttle 99 %).
+	maxThrottle = 99
 )
 
 // Decide is called at each new pass of a pre-copy job; it returns None
@@ -125,6 +128,12 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 		return d
 	}
 
+	// Auto-converge is still raising its throttle: QEMU is steering, and
+	// the next pass may converge. The backstop still stands.
+	if t := j.AutoConvergeThrottle; t > 0 && t < maxThrottle && d.Trigger != "deadline" {
+		d.Trigger = ""
+		return d
+	}
 	low, lowOK := lowPoint(j.Iterations)
 	transfer := j.TransferRateBytesPerSecond
 	if transfer == 0 {

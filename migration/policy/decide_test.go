@@ -260,3 +260,19 @@ func TestJustOverTheCapGetsOnePassAtTheCap(t *testing.T) {
 		t.Fatalf("decisions %+v, want one pass at the cap, then the abort", ds)
 	}
 }
+
+func TestAutoConvergeStillRisingIsLeftToQEMU(t *testing.T) {
+	sr := series{starts: []float64{511.7, 383.2, 384.0, 383.6}, dirty: 2048, transfer: 130,
+		verdicts: verdicts(4, 3, migration.VerdictStalled)}
+	j := sr.job(3)
+	j.AutoConvergeThrottle = 40
+	var m Memory
+	if d := Decide(act(500, false), Evidence{Job: j}, &m); d.Action != None {
+		t.Fatalf("acted while auto-converge was still raising its throttle: %+v", d)
+	}
+	j = sr.job(4)
+	j.AutoConvergeThrottle = 99
+	if d := Decide(act(500, false), Evidence{Job: j}, &m); d.Action != Abort {
+		t.Fatalf("throttle at its cap: %+v, want the abort", d)
+	}
+}
