@@ -36,12 +36,16 @@ func TestLocalPeerMustBeOfQEMUsGroup(t *testing.T) {
 	}
 	defer c.Close()
 	p := &Proxy{group: -1}
-	if err := p.checkLocalPeer(c, "the memory socket of migration m1"); err != nil {
+	if err := p.checkLocalPeer(c, "the memory socket of migration m1", false); err != nil {
 		t.Fatalf("no group known: %v", err)
 	}
 	p.group = 64055
-	err = p.checkLocalPeer(c, "the memory socket of migration m1")
+	err = p.checkLocalPeer(c, "the memory socket of migration m1", false)
 	if err == nil || !strings.Contains(err.Error(), "not a QEMU of group 64055") {
 		t.Fatalf("a root peer passed as QEMU: %v", err)
+	}
+	// libvirtd, as root, connects the source's main channel for QEMU.
+	if err := p.checkLocalPeer(c, "the memory socket of migration m1", true); err != nil {
+		t.Fatalf("a root peer on a source socket: %v", err)
 	}
 }

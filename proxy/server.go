@@ -319,7 +319,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		c.Close()
 		return
 	}
-	if err := p.checkLocalPeer(local, fmt.Sprintf("the %s socket of migration %s", h.Kind, h.ID)); err != nil {
+	if err := p.checkLocalPeer(local, fmt.Sprintf("the %s socket of migration %s", h.Kind, h.ID), false); err != nil {
 		local.Close()
 		p.reg.release(e, h.Kind)
 		p.reject(raw, "local_peer_not_qemu", err.Error())

@@ -115,7 +115,7 @@ func (s *SourceMigration) accept(k Kind, ln net.Listener) {
 		if err != nil {
 			return
 		}
-		if err := s.p.checkLocalPeer(c, fmt.Sprintf("the %s socket of migration %s", k, s.ID)); err != nil {
+		if err := s.p.checkLocalPeer(c, fmt.Sprintf("the %s socket of migration %s", k, s.ID), true); err != nil {
 			s.p.log.Warn("refused a connection to a source socket", zap.Error(err))
 			s.p.metrics.rejected.WithLabelValues("local_peer_not_qemu").Inc()
 			c.Close()
