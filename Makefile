@@ -39,7 +39,9 @@ e2e: prepare
 	$(GO) test -count=1 -tags kube -v -timeout 30m ./test/kube/...
 	$(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
 
-test: lint unit e2e
+# prepare first: the unit tests of ferryctl's completion run real bash and
+# zsh, and promtool checks deploy/'s rules; prepare installs them.
+test: prepare lint unit e2e
 
 demo: prepare
 	test/demo.sh
