@@ -124,12 +124,12 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	}
 }
 
-// failureClass names a job's failure as plane/class for a VMI's readers.
+// failureClass names a job's failure for a VMI's readers.
 func failureClass(j migration.Job) string {
-	if j.FailureClass == "" {
-		return "unclassified"
+	if k := j.FailureKind(); k != "" {
+		return k
 	}
-	return string(j.FailurePlane) + "/" + string(j.FailureClass)
+	return "unclassified"
 }
 
 // reportAdvice tells a KubeVirt VMI, once per migration, what the policy

@@ -18,6 +18,15 @@ const (
 	PlaneOperator FailurePlane = "Operator"
 )
 
+// FailureKind is the job's failure as plane/class, e.g. Data/LinkDown;
+// empty when the job has no failure class.
+func (j Job) FailureKind() string {
+	if j.FailureClass == "" {
+		return ""
+	}
+	return string(j.FailurePlane) + "/" + string(j.FailureClass)
+}
+
 // FailureClass names why, in a word an alert or a runbook can key on.
 type FailureClass string
 

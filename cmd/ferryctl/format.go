@@ -91,19 +91,11 @@ func printJobs(w io.Writer, jobs []migration.Job, wide bool) {
 			if j.Namespace != "" {
 				vmi = j.Namespace + "/" + j.Name
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s", vmi, j.Socket, dash(j.UUID), dash(classOf(j)), dash(oneLine(j.FailureReason)))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s", vmi, j.Socket, dash(j.UUID), dash(j.FailureKind()), dash(oneLine(j.FailureReason)))
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
-}
-
-// classOf is a failure's plane/class, empty when the job has none.
-func classOf(j migration.Job) string {
-	if j.FailureClass == "" {
-		return ""
-	}
-	return string(j.FailurePlane) + "/" + string(j.FailureClass)
 }
 
 func oneLine(s string) string { return clean(strings.ReplaceAll(s, "\n", " ")) }
@@ -149,7 +141,7 @@ func printJob(w io.Writer, j migration.Job) {
 		kv("Failure", "%s", j.FailureReason)
 	}
 	if j.FailureClass != "" {
-		kv("Failure class", "%s (%s)", classOf(j), strings.Join(j.FailureEvidence, "; "))
+		kv("Failure class", "%s (%s)", j.FailureKind(), strings.Join(j.FailureEvidence, "; "))
 	}
 	if p := j.Policy; p != nil {
 		for _, st := range p.Steps {

@@ -42,14 +42,15 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 	defer os.RemoveAll(filepath.Dir(stranger.Cert))
 	cases := []struct {
 		name  string
+		guest string
 		node  string
 		args  []string
 		class migration.FailureClass
 	}{
-		{name: "target proxy down", node: "b", args: []string{"--proxy-listen="}, class: migration.ClassTargetUnreachable},
-		{name: "untrusted certificate", node: "a", args: []string{"--proxy-tls-cert", stranger.Cert, "--proxy-tls-key", stranger.Key}, class: migration.ClassAuthFailed},
+		{name: "target proxy down", guest: "cls-down", node: "b", args: []string{"--proxy-listen="}, class: migration.ClassTargetUnreachable},
+		{name: "untrusted certificate", guest: "cls-tls", node: "a", args: []string{"--proxy-tls-cert", stranger.Cert, "--proxy-tls-key", stranger.Key}, class: migration.ClassAuthFailed},
 	}
-	for i, c := range cases {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -57,7 +58,7 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer bed.SetNodeFerrydArgs(context.Background(), c.node)
-			g := []string{"cls-down", "cls-tls"}[i]
+			g := c.guest
 			guest(t, testbed.GuestSpec{Name: g, MemoryMiB: 256, DirtyMiB: 16, DirtyRateMiBs: -1})
 			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "a", To: "b"}); err == nil {
 				t.Fatal("the migration went through")
