@@ -35,7 +35,7 @@ const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | lib
 func (in *incoming) conn() (*libvirtx.Conn, error) {
 	c, err := in.tracker.ConnForSocket(in.socket)
 	if err != nil {
-		return nil, errors.New("this node's libvirt is not connected")
+		return nil, &proxy.Refusal{Reason: reasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 	}
 	return c, nil
 }
@@ -165,8 +165,19 @@ func until(ctx context.Context) time.Duration {
 // answer goes to another node.
 func peerError(err error) error {
 	var ce *libvirtx.CallError
-	if errors.As(err, &ce) {
-		return fmt.Errorf("libvirt %s: %w", ce.Op, ce.Err)
+	if !errors.As(err, &ce) {
+		return err
 	}
-	return err
+	var le libvirt.Error
+	if !errors.As(ce.Err, &le) && !errors.Is(ce.Err, context.DeadlineExceeded) && !errors.Is(ce.Err, context.Canceled) {
+		// No answer from libvirtd at all: the connection is gone, which
+		// the source must hear as this node's hypervisor being away, not
+		// as libvirt refusing the migration.
+		return &proxy.Refusal{Reason: reasonLibvirtUnavailable, Msg: fmt.Sprintf("this node's libvirt did not answer %s (its connection is gone)", ce.Op)}
+	}
+	return fmt.Errorf("libvirt %s: %w", ce.Op, ce.Err)
 }
+
+// reasonLibvirtUnavailable is the refusal of a prepare this node's
+// libvirtd was not there to take.
+const reasonLibvirtUnavailable = "libvirt_unavailable"

@@ -3,14 +3,17 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -39,7 +42,7 @@ func TestPrepareRefusalsFromThisNode(t *testing.T) {
 		{"peer to peer", "vm", good, 1 | 2, "flags_not_allowed", "0x2"},
 		{"persist on the target", "vm", good, 1 | 8, "flags_not_allowed", "0x8"},
 		{"post-copy flag without its stream", "vm", good, 1 | 0x8000, "flags_not_allowed", "postCopy false"},
-		{"libvirt down", "vm", good, 1, "prepare_failed", "not connected"},
+		{"libvirt down", "vm", good, 1, "libvirt_unavailable", "not connected"},
 	}
 	for i, c := range cases {
 		before := testutil.ToFloat64(d.Proxy.RejectedCounter(c.reason))
@@ -61,5 +64,23 @@ func TestPrepareRefusalsFromThisNode(t *testing.T) {
 	}
 	if reg := d.Proxy.Registered(); len(reg) != 0 {
 		t.Fatalf("refused prepares left registrations: %+v", reg)
+	}
+}
+
+// A libvirtd that answered with an error refuses as libvirt; one that did
+// not answer at all is this node's hypervisor being away.
+func TestPeerErrorTellsAnAbsentLibvirtFromARefusingOne(t *testing.T) {
+	gone := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: io.ErrUnexpectedEOF}
+	var r *proxy.Refusal
+	if err := peerError(gone); !errors.As(err, &r) || r.Reason != reasonLibvirtUnavailable || strings.Contains(r.Msg, "/run/") {
+		t.Errorf("connection lost: got %#v, want a %s refusal that names no path", err, reasonLibvirtUnavailable)
+	}
+	said := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: libvirt.Error{Code: uint32(libvirt.ErrOperationFailed), Message: "no"}}
+	if err := peerError(said); errors.As(err, &r) || strings.Contains(err.Error(), "/run/") {
+		t.Errorf("libvirt's own error: got %#v, want it passed on without the socket path", err)
+	}
+	late := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: context.DeadlineExceeded}
+	if err := peerError(late); errors.As(err, &r) {
+		t.Errorf("timeout: got %#v, want no unavailable refusal", err)
 	}
 }

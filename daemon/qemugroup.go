@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/proxy"
 )
 
 // qemuGroup tells the proxy which group QEMU runs with, so that QEMU may
@@ -31,11 +32,11 @@ func qemuGroup(cfg Config, tracker *migration.Tracker) (func(context.Context) (i
 	return func(ctx context.Context) (int, error) {
 		c, err := tracker.ConnForSocket(sock)
 		if err != nil {
-			return -1, errors.New("this node's libvirt is not connected")
+			return -1, &proxy.Refusal{Reason: reasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 		}
 		sec, err := c.Security(ctx)
 		if err != nil {
-			return -1, err
+			return -1, peerError(err)
 		}
 		return sec.GID, nil
 	}, nil

@@ -153,6 +153,9 @@ func ClassifyFailure(j Job) *Failure {
 			switch code {
 			case "no_node_identity", "invalid_node_identity", "wrong_peer":
 				return set(PlaneControl, ClassAuthFailed)
+			case "libvirt_unavailable":
+				note("the target node's ferryd answered, its libvirtd did not")
+				return set(PlaneControl, ClassTargetUnreachable)
 			}
 			return set(PlaneControl, ClassTargetRefused)
 		}

@@ -129,7 +129,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		if errors.As(err, &ug) {
 			msg = p.scrub(err.Error())
 		}
-		return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: "+msg)
+		return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "prepare: "+msg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()

@@ -33,7 +33,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
 	reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
-	"invalid_domain_xml", "flags_not_allowed", "domain_exists"}
+	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable"}
 
 type metrics struct {
 	bytes    *prometheus.CounterVec

@@ -111,23 +111,45 @@ func (b *Bed) ResetMigration() error {
 // RestartLibvirtd kills the node's libvirtd and starts a new one in the same
 // namespaces. Guests keep running: QEMU outlives libvirtd, which reconnects.
 func (b *Bed) RestartLibvirtd(ctx context.Context, node string) error {
+	t0 := time.Now()
+	if err := b.StopLibvirtd(node); err != nil {
+		return err
+	}
+	if err := b.StartLibvirtd(ctx, node); err != nil {
+		return err
+	}
+	logf(b.cfg.Log, "libvirtd on node %s restarted in %.1fs", node, time.Since(t0).Seconds())
+	return nil
+}
+
+// StopLibvirtd kills the node's libvirtd and leaves it down, as a crashed
+// or upgrading hypervisor daemon would be; its guests keep running.
+func (b *Bed) StopLibvirtd(node string) error {
 	if _, err := lookupNode(node); err != nil {
 		return err
 	}
-	t0 := time.Now()
 	if err := b.nodeState(node).Libvirtd.stop(15 * time.Second); err != nil {
 		return fmt.Errorf("testbed: stopping libvirtd on node %s: %w", node, err)
+	}
+	logf(b.cfg.Log, "libvirtd on node %s stopped", node)
+	return nil
+}
+
+// StartLibvirtd starts the node's libvirtd again after StopLibvirtd and
+// waits until it answers.
+func (b *Bed) StartLibvirtd(ctx context.Context, node string) error {
+	if _, err := lookupNode(node); err != nil {
+		return err
+	}
+	if b.nodeState(node).Libvirtd.alive() {
+		return fmt.Errorf("testbed: libvirtd on node %s already runs", node)
 	}
 	p, err := b.startLibvirtd(node)
 	b.setProc(node, func(n *nodeState) { n.Libvirtd = p })
 	if err != nil {
 		return err
 	}
-	if err := b.waitLibvirtd(ctx, node, p); err != nil {
-		return err
-	}
-	logf(b.cfg.Log, "libvirtd on node %s restarted in %.1fs", node, time.Since(t0).Seconds())
-	return nil
+	return b.waitLibvirtd(ctx, node, p)
 }
 
 // RestartFerryd kills the node's ferryd and starts it again with the same flags.
