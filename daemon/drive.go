@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -337,9 +338,12 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 	}
 	info.Bytes = src.Counters.Snapshot()
 	info.Errors = src.Errors()
+	if perr != nil {
+		info.TargetLost = targetLost(ferr)
+	}
 	failure := ""
 	if err != nil {
-		failure = d.failureReason(req.Domain, err, info.Errors, start)
+		failure = d.failureReason(req.Domain, err, info, start)
 		log.Warn("Ferry-driven migration failed", zap.String("reason", failure))
 	} else {
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
@@ -349,15 +353,18 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 
 // failureReason joins what libvirt said with what the proxy and the
 // migration link saw, so the reason names the plane that broke.
-func (d *Daemon) failureReason(domain string, err error, proxyErrs []string, since time.Time) string {
+func (d *Daemon) failureReason(domain string, err error, info migration.ProxyInfo, since time.Time) string {
 	var b strings.Builder
 	b.WriteString("migration failed: ")
 	b.WriteString(err.Error())
-	if len(proxyErrs) > 0 {
-		fmt.Fprintf(&b, "; proxy: %s", proxyErrs[0])
-		if len(proxyErrs) > 1 {
-			fmt.Fprintf(&b, " (+%d more)", len(proxyErrs)-1)
+	if len(info.Errors) > 0 {
+		fmt.Fprintf(&b, "; proxy: %s", info.Errors[0])
+		if len(info.Errors) > 1 {
+			fmt.Fprintf(&b, " (+%d more)", len(info.Errors)-1)
 		}
+	}
+	if info.TargetLost != "" {
+		fmt.Fprintf(&b, "; target: %s", info.TargetLost)
 	}
 	if links := d.linkEvents(domain, since); len(links) > 0 {
 		fmt.Fprintf(&b, "; migration link: %s", strings.Join(links, ", "))
@@ -423,4 +430,20 @@ func (d *Daemon) linkChanged(up bool) {
 	}
 	d.Tracker.NoteEvent(kind, fmt.Sprintf("%s went %s", d.cfg.MigrationInterface, state))
 	d.log.Warn("migration interface changed", zap.String("interface", d.cfg.MigrationInterface), zap.String("state", state))
+}
+
+// targetLost tells a finish that found the target's proxy gone from one
+// that failed otherwise: a cut link times out, a reset stream leaves the
+// target's proxy there to answer.
+func targetLost(ferr error) string {
+	var ce *proxy.ControlError
+	switch {
+	case ferr == nil:
+		return ""
+	case errors.Is(ferr, syscall.ECONNREFUSED):
+		return "nothing listens at its proxy's address any more (its ferryd is down)"
+	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
+		return "its proxy no longer knows the migration (its ferryd restarted)"
+	}
+	return ""
 }

@@ -3,9 +3,13 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,5 +86,28 @@ func TestPeerErrorTellsAnAbsentLibvirtFromARefusingOne(t *testing.T) {
 	late := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: context.DeadlineExceeded}
 	if err := peerError(late); errors.As(err, &r) {
 		t.Errorf("timeout: got %#v, want no unavailable refusal", err)
+	}
+}
+
+// Only a finish that found nobody at the target's proxy, or a proxy that
+// never heard of the migration, says the target lost it.
+func TestTargetLostOnlyFromAGoneOrForgetfulProxy(t *testing.T) {
+	refused := fmt.Errorf("dial target proxy 10.77.0.2:9475: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"finish answered", nil, ""},
+		{"nothing listens", refused, "ferryd is down"},
+		{"restarted", &proxy.ControlError{Target: "10.77.0.2:9475", Reason: proxy.ReasonUnknownMigration, Msg: "migration m-1 is not known on this node"}, "restarted"},
+		{"another refusal", &proxy.ControlError{Target: "10.77.0.2:9475", Reason: "wrong_state", Msg: "unknown migration, says the peer"}, ""},
+		{"timed out", fmt.Errorf("control answer from 10.77.0.2:9475: %w", context.DeadlineExceeded), ""},
+	}
+	for _, c := range cases {
+		got := targetLost(c.err)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: targetLost = %q, want %q", c.name, got, c.want)
+		}
 	}
 }

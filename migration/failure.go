@@ -184,6 +184,12 @@ func ClassifyFailure(j Job) *Failure {
 		note("libvirt's job was cancelled by a client other than Ferry (e.g. KubeVirt or virsh domjobabort): %s", excerpt(reason))
 		return set(PlaneOperator, ClassAbortedExternally)
 	}
+	if j.Role == RoleSource && j.Proxy != nil && j.Proxy.TargetLost != "" && !reLinkDown.MatchString(reason) {
+		// The streams broke because the proxy at their far end went away;
+		// what each stream said on the way is the consequence.
+		note("the target, after the streams broke: %s", j.Proxy.TargetLost)
+		return set(PlaneControl, ClassTargetUnreachable)
+	}
 	for _, r := range textRules {
 		if m := firstMatch(reason, r.re); m != "" {
 			note("%s: %s", r.what, m)

@@ -166,6 +166,11 @@ type ProxyInfo struct {
 	// Bytes is stream -> direction -> bytes relayed on this node.
 	Bytes  map[string]map[string]uint64 `json:"bytes,omitempty"`
 	Errors []string                     `json:"errors,omitempty"`
+	// TargetLost says why, once its streams broke, the source holds the
+	// target's proxy to have lost the migration: the finish found nothing
+	// listening (its ferryd is down), or a proxy there that never heard of
+	// it (its ferryd restarted).
+	TargetLost string `json:"targetLost,omitempty"`
 }
 
 // VMIInfo is a KubeVirt VirtualMachineInstance as it bears on a migration.

@@ -23,13 +23,16 @@ const (
 	reasonNoIdentity      = "no_node_identity"
 	reasonInvalidIdentity = "invalid_node_identity"
 	reasonWrongPeer       = "wrong_peer"
+	// ReasonUnknownMigration: the migration a stream or a finish names was
+	// never prepared on this node, or by another peer.
+	ReasonUnknownMigration = "unknown_migration"
 )
 
 // rejectReasons are exported at zero from the start, so a rate over them
 // has a series to work on before the first refusal. Refusals an Incoming
 // returns with reasons of its own add theirs when they happen.
 var rejectReasons = []string{"malformed_header", "unsupported_version", "header_timeout", "tls_handshake",
-	"unknown_migration", "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
+	ReasonUnknownMigration, "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
 	reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,

@@ -153,7 +153,7 @@ func (r *registry) claim(id, domain, owner string, checkOwner bool, from, to str
 	e, ok := r.entries[id]
 	switch {
 	case !ok || (checkOwner && e.owner != owner):
-		return nil, &regError{"unknown_migration", fmt.Sprintf("migration %s is not known on this node", id)}
+		return nil, &regError{ReasonUnknownMigration, fmt.Sprintf("migration %s is not known on this node", id)}
 	case e.ended != "":
 		return nil, &regError{"expired_migration", fmt.Sprintf("migration %s has ended (%s)", id, e.ended)}
 	case domain != "" && e.m.Domain != domain:
@@ -214,7 +214,7 @@ func (r *registry) lookup(h Header, owner string, now time.Time) (string, *entry
 	e, ok := r.entries[h.ID]
 	switch {
 	case !ok:
-		return "", nil, "unknown_migration", fmt.Sprintf("migration %s is not prepared on this node", h.ID)
+		return "", nil, ReasonUnknownMigration, fmt.Sprintf("migration %s is not prepared on this node", h.ID)
 	case e.ended != "":
 		return "", nil, "expired_migration", fmt.Sprintf("migration %s has ended (%s)", h.ID, e.ended)
 	case e.owner != "" && e.owner != owner:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/internal/testpki"
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -106,4 +107,55 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The target's ferryd crashes mid-migration and its DaemonSet starts it
+// again: the streams it relayed are gone, the new ferryd has never heard
+// of the migration, and the source must say so rather than only "reset".
+func TestTargetFerrydCrashMidMigration(t *testing.T) {
+	const g = "cls-crash"
+	guest(t, testbed.GuestSpec{Name: g, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	done := migrateAsync(t, testbed.MigrateSpec{Name: g, From: "a", To: "b", BandwidthMiBs: holdMiBs})
+	waitJob(t, "a", g, "iteration 1 under way", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 1 && j.DataProcessedBytes > 64<<20 })
+	unknownBefore, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="unknown_migration"`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.CrashFerryd(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the migration completed through a target proxy that crashed")
+	}
+	src := waitJob(t, "a", g, "the failed job", 30*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	t.Logf("source: %s: %s", src.Phase, src.FailureReason)
+	// Whether the source's finish met nothing at the target's address or
+	// the new ferryd is a race with the restart; either says the target
+	// lost the migration.
+	assertClass(t, src, migration.PlaneControl, migration.ClassTargetUnreachable)
+	if !strings.Contains(strings.Join(src.FailureEvidence, " "), "ferryd") {
+		t.Errorf("evidence does not say the target's ferryd went away: %q", src.FailureEvidence)
+	}
+	v, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="unknown_migration"`)
+	t.Logf("the restarted target's refusals of unknown migrations: %v -> %v", unknownBefore, v)
+	if st, _ := domainState(t, "a", g); st != 1 {
+		t.Errorf("guest not running on a (state %d)", st)
+	}
+	// libvirt on the target kills the incoming QEMU once the connection
+	// that prepared it (the crashed ferryd's) is gone.
+	waitFor(t, "no "+g+" left on b", 30*time.Second, func() bool { return !domainExists(t, "b", g) })
+}
+
+// domainExists asks a node's libvirt whether it has the domain at all.
+func domainExists(t *testing.T, node, name string) bool {
+	t.Helper()
+	l, err := bed.Libvirt(node)
+	if err != nil {
+		t.Fatalf("libvirt on %s: %v", node, err)
+	}
+	defer l.Disconnect()
+	_, err = l.DomainLookupByName(name)
+	if err != nil && !libvirtx.IsNoDomain(err) {
+		t.Fatalf("lookup %s on %s: %v", name, node, err)
+	}
+	return err == nil
 }

@@ -176,6 +176,30 @@ func (b *Bed) RestartFerryd(ctx context.Context, node string) error {
 	return nil
 }
 
+// CrashFerryd SIGKILLs the node's ferryd, as the OOM killer or a crash
+// would (no graceful drain of the migrations it relays), then starts it
+// again with the same flags, as the DaemonSet would.
+func (b *Bed) CrashFerryd(ctx context.Context, node string) error {
+	if _, err := lookupNode(node); err != nil {
+		return err
+	}
+	if b.cfg.FerrydBin == "" {
+		return errors.New("testbed: this bed runs no ferryd (it came up without FerrydBin)")
+	}
+	old := b.nodeState(node).Ferryd
+	old.signal(syscall.SIGKILL)
+	if !old.waitGone(5 * time.Second) {
+		return fmt.Errorf("testbed: ferryd pid %d on node %s survived SIGKILL", old.PID, node)
+	}
+	logf(b.cfg.Log, "killed ferryd pid %d on node %s", old.PID, node)
+	p, err := b.startFerryd(node)
+	b.setProc(node, func(n *nodeState) { n.Ferryd = p })
+	if err != nil {
+		return err
+	}
+	return b.waitFerryd(ctx, node, p)
+}
+
 // qemuProc finds the guest's QEMU on a node from the pid file the node's
 // libvirtd keeps. The command line and network namespace must match too: a
 // stale pid file must never make the bed signal a process it did not start.
