@@ -401,9 +401,14 @@ func (d *Daemon) jobFinished(j migration.Job) {
 	if d.Proxy == nil || j.Role != migration.RoleTarget {
 		return
 	}
-	// The migrations of this job are those registered at its end; one of
-	// the same domain prepared later (it migrates back and forth) is not.
-	ended := d.Proxy.IncomingOf(j.Domain)
+	// The job's own migration, named at its prepare: one of the same
+	// domain prepared since (it migrates back and forth) is another. A job
+	// that came without a name (ferryd restarted meanwhile) takes those
+	// registered at its end.
+	ended := []string{j.IncomingID}
+	if j.IncomingID == "" {
+		ended = d.Proxy.IncomingOf(j.Domain)
+	}
 	if len(ended) == 0 {
 		return
 	}

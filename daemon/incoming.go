@@ -89,7 +89,7 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	}
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.
-	in.tracker.ExpectIncoming(m.Domain, m.PeerNode)
+	in.tracker.ExpectIncoming(m.Domain, m.ID, m.PeerNode)
 	ok := false
 	defer func() {
 		if !ok {

@@ -114,19 +114,16 @@ func (j *job) setProxy(info *ProxyInfo) {
 	}
 }
 
-// ExpectIncoming records the node that prepared an incoming migration of
-// domain, for its target job, which libvirt's Prepare is about to start.
-func (t *Tracker) ExpectIncoming(domain, peerNode string) {
+// ExpectIncoming records the target's id of an incoming migration of
+// domain and the node that prepared it, for its target job, which
+// libvirt's Prepare is about to start.
+func (t *Tracker) ExpectIncoming(domain, id, peerNode string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if peerNode == "" {
-		delete(t.incoming, domain)
-		return
-	}
-	t.incoming[domain] = peerNode
+	t.incoming[domain] = incomingInfo{id: id, peer: peerNode}
 	for k, j := range t.jobs {
-		if k.domain == domain && j.view.Role == RoleTarget {
-			j.view.PeerNode = peerNode
+		if k.domain == domain && j.view.Role == RoleTarget && j.view.IncomingID == "" {
+			j.view.PeerNode, j.view.IncomingID = peerNode, id
 			t.publish(j)
 		}
 	}

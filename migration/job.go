@@ -82,6 +82,9 @@ type Job struct {
 	// the source the node that answered. Empty when the certificate names
 	// no node.
 	PeerNode string `json:"peerNode,omitempty"`
+	// IncomingID is, on a target, the id this node's proxy gave the
+	// Ferry-driven migration the job receives.
+	IncomingID string `json:"incomingId,omitempty"`
 
 	Iteration                  uint64 `json:"iteration"`
 	DataTotalBytes             uint64 `json:"dataTotalBytes"`

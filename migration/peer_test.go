@@ -8,24 +8,24 @@ import (
 )
 
 // TestTargetJobNamesThePreparingNode: the node that prepared an incoming
-// migration is on its target job from the first moment, and forgotten
-// when the job ends.
+// migration, and the migration's id, are on its target job from the first
+// moment, and forgotten when the job ends.
 func TestTargetJobNamesThePreparingNode(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming(dom.Name, "a")
+	f.tr.ExpectIncoming(dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
-	if j := f.wantPhase(PhaseRunning); j.PeerNode != "a" {
-		t.Fatalf("target job names peer node %q, want a", j.PeerNode)
+	if j := f.wantPhase(PhaseRunning); j.PeerNode != "a" || j.IncomingID != "m-1" {
+		t.Fatalf("target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
 	}
 	f.list(running(libvirtx.RunningMigrated))
-	if j := f.wantPhase(PhaseCompleted); j.PeerNode != "a" {
-		t.Fatalf("finished target job names peer node %q, want a", j.PeerNode)
+	if j := f.wantPhase(PhaseCompleted); j.PeerNode != "a" || j.IncomingID != "m-1" {
+		t.Fatalf("finished target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
 	}
 	f.tr.mu.Lock()
 	left := f.tr.incoming[dom.Name]
 	f.tr.mu.Unlock()
-	if left != "" {
-		t.Fatalf("the peer node %q outlives its job: the next incoming migration would name it", left)
+	if left != (incomingInfo{}) {
+		t.Fatalf("the prepare %+v outlives its job: the next incoming migration would name it", left)
 	}
 }
 
@@ -39,5 +39,26 @@ func TestSourceJobNamesTheAnsweringNode(t *testing.T) {
 	tr.mu.Unlock()
 	if j.view.PeerNode != "b" || j.view.Proxy.TargetNode != "b" {
 		t.Fatalf("source job names peer node %q, proxy %+v; want b", j.view.PeerNode, j.view.Proxy)
+	}
+}
+
+// TestALateEndKeepsTheNextPrepare: the next migration of the domain was
+// prepared before this job's end was seen; its id is not forgotten with
+// the old job, and the old job keeps its own.
+func TestALateEndKeepsTheNextPrepare(t *testing.T) {
+	f := newFeed(t, "b")
+	f.tr.ExpectIncoming(dom.Name, "m-1", "a")
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	f.wantPhase(PhaseRunning)
+	f.tr.ExpectIncoming(dom.Name, "m-2", "a")
+	f.list(running(libvirtx.RunningMigrated))
+	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "m-1" {
+		t.Fatalf("the ended job names migration %q, want m-1", j.IncomingID)
+	}
+	f.tr.mu.Lock()
+	next := f.tr.incoming[dom.Name]
+	f.tr.mu.Unlock()
+	if next.id != "m-2" {
+		t.Fatalf("the next prepare is %+v after the old job's end, want m-2", next)
 	}
 }

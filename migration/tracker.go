@@ -119,9 +119,9 @@ type Tracker struct {
 	// driven holds what a driver told of a domain's migration before the
 	// job existed or ended: its proxy, and its own account of a failure.
 	driven map[string]*drivenInfo
-	// incoming is the peer node that prepared a domain's incoming
-	// migration, for its target job.
-	incoming map[string]string
+	// incoming is what prepared a domain's incoming migration, for its
+	// target job.
+	incoming map[string]incomingInfo
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
 	// stateAt is when an event last told a domain's state, so an older
@@ -166,7 +166,7 @@ func NewTracker(cfg Config) *Tracker {
 		conns:    map[string]*libvirtx.Conn{},
 		latest:   map[jobKey]*job{},
 		driven:   map[string]*drivenInfo{},
-		incoming: map[string]string{},
+		incoming: map[string]incomingInfo{},
 		ledger:   openLedger(cfg.StateDir, cfg.Log),
 		stateAt:  map[jobKey]time.Time{},
 	}
@@ -381,13 +381,18 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 		j.setProxy(di.proxy)
 	}
 	if role == RoleTarget {
-		j.view.PeerNode = t.incoming[ref.Name]
+		in := t.incoming[ref.Name]
+		j.view.PeerNode, j.view.IncomingID = in.peer, in.id
 	}
 	t.jobs[jobKey{socket, ref.Name}] = j
 	t.addEvent(j, time.Now(), "tracker", "job found: "+why)
 	t.log.Info("migration job found", zap.String("domain", ref.Name), zap.String("role", string(role)), zap.String("why", why))
 	return j
 }
+
+// incomingInfo is a Ferry-driven incoming migration as its prepare left it:
+// the target's id of it and the node that prepared it.
+type incomingInfo struct{ id, peer string }
 
 // finish ends a job and moves it to history; the caller holds t.mu.
 func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
@@ -415,7 +420,9 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		}
 		delete(t.driven, j.view.Domain)
 	}
-	if j.view.Role == RoleTarget {
+	// A prepare of the domain's next migration may already be recorded
+	// when this job's end is seen late; it stays.
+	if in, ok := t.incoming[j.view.Domain]; ok && j.view.Role == RoleTarget && in.id == j.view.IncomingID {
 		delete(t.incoming, j.view.Domain)
 	}
 	switch j.view.AbortStatus {
