@@ -136,11 +136,13 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 func TestMigrateRequestErrorsNameTheField(t *testing.T) {
 	_, hc := startDaemon(t)
 	for body, want := range map[string]string{
-		`{"domain":"","target":"10.0.0.1"}`:                           "domain is empty",
-		`{"domain":"vm","target":"nohostport"}`:                       "not the target node's proxy address",
-		`{"domain":"vm","target":"10.0.0.2:9475","parallel":-1}`:      "parallel -1",
-		`{"domain":"vm","target":"10.0.0.2:9475","bandwith":5}`:       "unknown field",
-		`{"domain":"nosuchvm","target":"10.0.0.2:9475","parallel":2}`: "no running domain",
+		`{"domain":"","target":"10.0.0.1"}`:                                "domain is empty",
+		`{"domain":"vm","target":"nohostport"}`:                            "not the target node's proxy address",
+		`{"domain":"vm","target":"10.0.0.2:9475","parallel":-1}`:           "parallel -1",
+		`{"domain":"vm","target":"10.0.0.2:9475","bandwith":5}`:            "unknown field",
+		`{"domain":"nosuchvm","target":"10.0.0.2:9475","parallel":2}`:      "no running domain",
+		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"Bad_Node"}`: `targetNode "Bad_Node" is not a node name`,
+		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"b"}`:        "targetNode needs the proxy's TLS",
 	} {
 		resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", strings.NewReader(body))
 		if err != nil {

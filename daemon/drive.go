@@ -14,6 +14,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
@@ -96,6 +97,11 @@ func validateMigrate(r MigrateRequest) error {
 	}
 	if r.Parallel < 0 || r.Parallel > 64 {
 		errs = append(errs, fmt.Sprintf("parallel %d is outside 0-64", r.Parallel))
+	}
+	if r.TargetNode != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(r.TargetNode) {
+			errs = append(errs, fmt.Sprintf("targetNode %q is not a node name: %s", r.TargetNode, msg))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", errBadRequest, strings.Join(errs, "; "))
@@ -181,6 +187,9 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if err := validateMigrate(req); err != nil {
 		return MigrateResponse{}, err
 	}
+	if req.TargetNode != "" && !d.Proxy.TLS() {
+		return MigrateResponse{}, fmt.Errorf("%w: targetNode needs the proxy's TLS (--proxy-tls-cert and the rest): without certificates no node can be told from another", errBadRequest)
+	}
 	pol, err := migrationPolicy(d.cfg.Policy, req)
 	if err != nil {
 		return MigrateResponse{}, err
@@ -221,11 +230,21 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		d.drives.end(req.Domain)
 		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
 	}
-	prep, err := d.Proxy.Control(ctx, req.Target, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
+	// A target node named by the caller is checked on the certificate
+	// before the domain's XML is sent anywhere.
+	want := ""
+	if req.TargetNode != "" {
+		want = proxy.NodeOwner(req.TargetNode)
+	}
+	prep, err := d.Proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: deadline.Seconds()})
 	if err != nil {
 		d.drives.end(req.Domain)
+		var wp *proxy.WrongPeerError
+		if errors.As(err, &wp) {
+			err = fmt.Errorf("target proxy %s is %s, not node %s asked for", wp.Addr, wp.Got, req.TargetNode)
+		}
 		err = fmt.Errorf("preparing the migration on the target: %w", err)
 		// No libvirt job ever started, so nothing else would record it: a
 		// failed job keeps the failure, its class and its count.

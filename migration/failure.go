@@ -68,7 +68,7 @@ var (
 	reUnreachable = regexp.MustCompile(`(?i)connection refused|no route to host|i/o timeout|host is down|dial tcp|connect: network is unreachable`)
 	reLinkDown    = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
 	reReset       = regexp.MustCompile(`(?i)connection reset|connection abort|broken pipe|stream broke|unexpected EOF|Unable to read from socket|Channel error`)
-	reWrongPeer   = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)`)
+	reWrongPeer   = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)|not node \S+ asked for`)
 	reRefused     = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
 	// The driver words the target's own answer to a prepare this way (see
 	// proxy.ControlError); what follows is the peer's text, which must not
@@ -160,6 +160,9 @@ func ClassifyFailure(j Job) *Failure {
 			return set(PlaneControl, ClassTargetRefused)
 		}
 		switch {
+		case reWrongPeer.MatchString(reason):
+			note("another proxy answered at the target's address: %s", firstMatch(reason, reWrongPeer))
+			return set(PlaneControl, ClassAuthFailed)
 		case reTLS.MatchString(reason):
 			note("TLS: %s", firstMatch(reason, reTLS))
 			return set(PlaneControl, ClassAuthFailed)

@@ -48,6 +48,8 @@ func TestClassifyFailure(t *testing.T) {
 			plane: PlaneControl, class: ClassAuthFailed, evidence: "no_node_identity"},
 		{name: "target libvirtd down", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: target 10.77.0.2:9475 refused (libvirt_unavailable): this node's libvirt is not connected"},
 			plane: PlaneControl, class: ClassTargetUnreachable, evidence: "its libvirtd did not"},
+		{name: "another node at the target's address", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: target proxy 10.77.0.2:9475 is node c, not node b asked for"},
+			plane: PlaneControl, class: ClassAuthFailed, evidence: "not node b asked for"},
 		{name: "a prepare that timed out", job: Job{Role: RoleSource, Phase: PhaseFailed, FailureReason: "preparing the migration on the target: control answer from 10.77.0.2:9475: context deadline exceeded"},
 			plane: PlaneControl, class: ClassTargetUnreachable, evidence: "deadline exceeded"},
 		{name: "another proxy at the target's address", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "running/booted", FailureReason: "migration failed: Unable to read from socket: Connection reset by peer; proxy: memory stream: target proxy 10.77.0.2:9475 is node c, not the node b that prepared the migration"},

@@ -6,7 +6,11 @@ package migration
 type MigrateRequest struct {
 	Domain string `json:"domain"`
 	// Target is the target node's proxy address, HOST:PORT.
-	Target               string  `json:"target"`
+	Target string `json:"target"`
+	// TargetNode, when set, is the node the migration must go to: the
+	// proxy answering at Target must hold a certificate naming it (directly
+	// or through its ferryd pod), or the prepare is never sent.
+	TargetNode           string  `json:"targetNode,omitempty"`
 	PostCopy             bool    `json:"postCopy,omitempty"`
 	PostCopyAfterSeconds float64 `json:"postCopyAfterSeconds,omitempty"`
 	AutoConverge         bool    `json:"autoConverge,omitempty"`

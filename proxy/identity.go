@@ -115,7 +115,7 @@ type Peer struct {
 func (p Peer) owner() string {
 	switch {
 	case p.Node != "":
-		return "node:" + p.Node
+		return NodeOwner(p.Node)
 	case p.Cert != "":
 		return "cert:" + p.Cert
 	}

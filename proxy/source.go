@@ -201,7 +201,7 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 		}
 		if want != "" && peer.owner() != want {
 			tc.Close()
-			return nil, Peer{}, fmt.Errorf("target proxy %s is %s, not the %s that prepared the migration", addr, peer, ownerName(want))
+			return nil, Peer{}, &WrongPeerError{Addr: addr, Got: peer.String(), Want: ownerName(want)}
 		}
 		c = tc
 	}
@@ -220,6 +220,17 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 }
 
 // ownerName words an owner key for an error.
+// WrongPeerError: the proxy at a target's address is not the one a
+// migration is bound to.
+type WrongPeerError struct{ Addr, Got, Want string }
+
+func (e *WrongPeerError) Error() string {
+	return fmt.Sprintf("target proxy %s is %s, not the %s that prepared the migration", e.Addr, e.Got, e.Want)
+}
+
+// NodeOwner is the owner key of the proxy whose certificate names node.
+func NodeOwner(node string) string { return "node:" + node }
+
 func ownerName(owner string) string {
 	if n, ok := strings.CutPrefix(owner, "node:"); ok {
 		return "node " + n

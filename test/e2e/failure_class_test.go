@@ -29,7 +29,8 @@ func assertClass(t *testing.T, j migration.Job, plane migration.FailurePlane, cl
 }
 
 // A target whose proxy does not listen, a target whose libvirtd is down,
-// and a source whose certificate the target does not trust: each fails
+// a source whose certificate the target does not trust, and a target
+// address answered by another node than the one asked for: each fails
 // before libvirt starts a job, and the failure is still recorded,
 // classified and counted.
 func TestPrepareFailuresAreClassified(t *testing.T) {
@@ -56,7 +57,9 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 		name  string
 		guest string
 		fault func(*testing.T, context.Context) (undo func())
-		class migration.FailureClass
+		// targetNode is the node the migration asks for.
+		targetNode string
+		class      migration.FailureClass
 		// refused is the reason the target's proxy counts the prepare
 		// under, when the target's proxy answered.
 		refused string
@@ -79,6 +82,7 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 					})
 				}
 			}},
+		{name: "another node at the target's address", guest: "cls-node", targetNode: "c", class: migration.ClassAuthFailed},
 		{name: "untrusted certificate", guest: "cls-tls", fault: ferrydArgs("a", "--proxy-tls-cert", stranger.Cert, "--proxy-tls-key", stranger.Key), class: migration.ClassAuthFailed},
 	}
 	for _, c := range cases {
@@ -88,8 +92,10 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 			g := c.guest
 			guest(t, testbed.GuestSpec{Name: g, MemoryMiB: 256, DirtyMiB: 16, DirtyRateMiBs: -1})
 			refusedBefore, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="`+c.refused+`"`)
-			defer c.fault(t, ctx)()
-			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "a", To: "b"}); err == nil {
+			if c.fault != nil {
+				defer c.fault(t, ctx)()
+			}
+			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "a", To: "b", TargetNode: c.targetNode}); err == nil {
 				t.Fatal("the migration went through")
 			}
 			j := waitJob(t, "a", g, "the failed job", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
@@ -104,6 +110,17 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 			}
 			if st, _ := domainState(t, "a", g); st != 1 {
 				t.Errorf("guest not running on a (state %d)", st)
+			}
+			if c.targetNode != "" {
+				// Refused on the certificate: the domain's XML never
+				// reached b, whose ferryd never heard the name.
+				log, err := os.ReadFile(filepath.Join(bed.Node("b").Dir, "ferryd.log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(string(log), g) {
+					t.Errorf("node b's ferryd log names %s: the prepare reached it", g)
+				}
 			}
 		})
 	}

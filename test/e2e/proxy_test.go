@@ -79,7 +79,12 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			// (plus post-copy's own return path).
 			// The pre-copy cap keeps it in pre-copy until the switch.
 			start = time.Now()
-			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "b", To: "a", PostCopyAfter: 2 * time.Second, BandwidthMiBs: 64}); err != nil {
+			// With TLS the target node is named as well, as KubeVirt knows it.
+			targetNode := ""
+			if tls {
+				targetNode = "a"
+			}
+			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "b", To: "a", TargetNode: targetNode, PostCopyAfter: 2 * time.Second, BandwidthMiBs: 64}); err != nil {
 				t.Fatalf("post-copy: %v", err)
 			}
 			back := waitJob(t, "b", g, "Completed", 15*time.Second, completed)

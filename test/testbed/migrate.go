@@ -32,6 +32,9 @@ type MigrateSpec struct {
 	// Ferry drives (observe, advise or act; empty: the node's).
 	Policy        string
 	MaxDowntimeMs uint64
+	// TargetNode, with Ferry's proxy, is the node the target's
+	// certificate must name.
+	TargetNode string
 	// Started, when set, hears the ID ferryd gave a migration it drives,
 	// once ferryd accepted it: a driver acting on the migration while it
 	// runs needs to know which job is this one.

@@ -24,7 +24,7 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 		PostCopy: m.PostCopy, PostCopyAfterSeconds: m.PostCopyAfter.Seconds(),
 		AutoConverge: m.AutoConverge, BandwidthMiBs: m.BandwidthMiBs,
 		PostCopyBandwidthMiBs: m.PostCopyBandwidthMiBs, Parallel: m.Parallel,
-		Policy: m.Policy, MaxDowntimeMs: m.MaxDowntimeMs,
+		Policy: m.Policy, MaxDowntimeMs: m.MaxDowntimeMs, TargetNode: m.TargetNode,
 	})
 	hc := unixHTTPClient(src.DebugSocket)
 	resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", bytes.NewReader(body))
