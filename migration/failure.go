@@ -100,7 +100,8 @@ func ClassifyFailure(j Job) *Failure {
 		note("verdict %s: %s", j.Convergence, j.ConvergenceReason)
 	}
 	if starved {
-		note("source QEMU throttled by its cgroup in %.0f %% of CPU periods", j.QEMU.ThrottledPercentPeriods)
+		note("source QEMU throttled by its cgroup in %.0f %% of CPU periods (%d of them, %.1fs, in cgroup %s)",
+			j.QEMU.ThrottledPercentPeriods, j.QEMU.ThrottledPeriods, j.QEMU.ThrottledSeconds, j.QEMU.ThrottledCgroup)
 	}
 
 	if j.Phase == PhasePostCopyFailed {
