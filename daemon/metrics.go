@@ -61,7 +61,7 @@ var (
 	famThrottle      = jobFamily("auto_converge_throttle_ratio", "Guest CPU throttle applied by auto-converge.")
 	famInfo          = jobFamily("info", "Migration state as labels; always 1.", "mode", "phase", "convergence")
 	famQEMUCPU       = jobFamily("qemu_cpu_usage_ratio", "CPU the source or target QEMU process uses, in cores, from its cgroup.")
-	famQEMUThrottled = jobFamily("qemu_cpu_throttled_seconds", "Seconds the QEMU process's cgroup was CPU-throttled during the job.")
+	famQEMUThrottled = jobFamily("qemu_cpu_throttled_seconds", "Seconds the QEMU process's most throttled cgroup (the domain's, or its vCPU or emulator group) was CPU-throttled during the job.")
 	famVMI           = jobFamily("vmi_info", "The KubeVirt VMI of a migrating domain as the API server shows it; always 1.",
 		"uid", "migration_uid", "evacuation_node", "eviction_requested")
 )

@@ -2,7 +2,9 @@ package libvirtx
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,13 +19,25 @@ import (
 
 // QEMUCPU is one cgroup CPU reading of a domain's QEMU process.
 type QEMUCPU struct {
-	PID              int
+	PID          int
+	Cgroup       string
+	UsageSeconds float64
+	// Throttling holds the CFS bandwidth counters of the domain's group
+	// and of each group below it. A quota throttles only the group it is
+	// set on and counts there alone: libvirt's global_quota on the domain's
+	// group, vcpu_quota on each vcpuN, emulator_quota on emulator (which
+	// holds the migration thread); a parent's cpu.stat does not count its
+	// children's throttling.
+	Throttling []CgroupThrottling
+	Time       time.Time
+}
+
+// CgroupThrottling is one cgroup's cumulative CFS bandwidth counters.
+type CgroupThrottling struct {
 	Cgroup           string
-	UsageSeconds     float64
 	Periods          uint64
 	ThrottledPeriods uint64
 	ThrottledSeconds float64
-	Time             time.Time
 }
 
 // QEMUCgroups reads QEMU processes' cgroup CPU figures on this host, for
@@ -42,8 +56,10 @@ type QEMUCgroups struct {
 type cpuGroup struct {
 	pid  int
 	path string
-	v1   cgroup1.Cgroup
-	v2   *cgroup2.Manager
+	// dir is path in the mounted CPU controller, where cpu.stat is.
+	dir string
+	v1  cgroup1.Cgroup
+	v2  *cgroup2.Manager
 	// procUsage: libvirt left QEMU in the root cpuacct group (as it does
 	// where it manages only some v1 controllers), whose usage is the whole
 	// host's; QEMU's own is then its process CPU time from /proc.
@@ -63,9 +79,8 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 			return r, fmt.Errorf("read cgroup %s: %v", g.path, err)
 		}
 		r.UsageSeconds = float64(st.CPU.UsageUsec) / 1e6
-		r.Periods, r.ThrottledPeriods = st.CPU.NrPeriods, st.CPU.NrThrottled
-		r.ThrottledSeconds = float64(st.CPU.ThrottledUsec) / 1e6
-		return r, nil
+		r.Throttling, err = readThrottling(g.path, g.dir)
+		return r, err
 	}
 	st, err := g.v1.Stat(cgroup1.IgnoreNotExist)
 	if err != nil || st.CPU == nil {
@@ -81,11 +96,88 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 	case st.CPU.Usage != nil:
 		r.UsageSeconds = float64(st.CPU.Usage.Total) / 1e9
 	}
-	if th := st.CPU.Throttling; th != nil {
-		r.Periods, r.ThrottledPeriods = th.Periods, th.ThrottledPeriods
-		r.ThrottledSeconds = float64(th.ThrottledTime) / 1e9
+	if cpu := g.dir; cpu != "" {
+		r.Throttling, err = readThrottling(g.path, cpu)
 	}
-	return r, nil
+	return r, err
+}
+
+// readThrottling reads cpu.stat of the group at dir (cgroup path path)
+// and of every group below it. A group that went away meanwhile (a vCPU
+// unplugged) is skipped; the domain's own group must be there.
+func readThrottling(path, dir string) ([]CgroupThrottling, error) {
+	var out []CgroupThrottling
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			if p != dir && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cpu.stat"))
+		if err != nil {
+			if p != dir && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		t, err := parseCPUStat(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(p, "cpu.stat"), err)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		t.Cgroup = filepath.Join(path, rel)
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read throttling of cgroup %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// parseCPUStat reads the CFS bandwidth counters of a cpu.stat file, v1
+// (throttled_time in ns) or v2 (throttled_usec).
+func parseCPUStat(b []byte) (CgroupThrottling, error) {
+	var t CgroupThrottling
+	seen := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		var ns uint64
+		scale := 0.0
+		switch k {
+		case "nr_periods":
+			dst = &t.Periods
+		case "nr_throttled":
+			dst = &t.ThrottledPeriods
+		case "throttled_time":
+			dst, scale = &ns, 1e9
+		case "throttled_usec":
+			dst, scale = &ns, 1e6
+		default:
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return t, fmt.Errorf("bad %s value %q", k, v)
+		}
+		*dst = n
+		if scale != 0 {
+			t.ThrottledSeconds = float64(ns) / scale
+		}
+		seen++
+	}
+	if seen < 3 {
+		return t, errors.New("no nr_periods, nr_throttled and throttled time")
+	}
+	return t, nil
 }
 
 func (q *QEMUCgroups) proc() string {
@@ -153,7 +245,7 @@ func loadCPUGroup(proc string, pid int) (*cpuGroup, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load cgroup %s: %w", path, err)
 		}
-		return &cpuGroup{pid: pid, path: path, v2: m}, nil
+		return &cpuGroup{pid: pid, path: path, dir: filepath.Join(cgroup2Root, path), v2: m}, nil
 	}
 	paths, err := cgroup1.ParseCgroupFile(filepath.Join(proc, strconv.Itoa(pid), "cgroup"))
 	if err != nil {
@@ -181,7 +273,30 @@ func loadCPUGroup(proc string, pid int) (*cpuGroup, error) {
 		return nil, fmt.Errorf("load cgroup %s of QEMU pid %d: %w", g.path, pid, err)
 	}
 	g.v1 = cg
+	if cpu != "/" {
+		if g.dir, err = v1Dir(cpu); err != nil {
+			return nil, fmt.Errorf("cgroup %s of QEMU pid %d: %w", cpu, pid, err)
+		}
+	}
 	return g, nil
+}
+
+// cgroup2Root is where the unified hierarchy is mounted, as the cgroup2
+// package itself assumes.
+const cgroup2Root = "/sys/fs/cgroup"
+
+// v1Dir is where the v1 cpu controller shows group path.
+func v1Dir(path string) (string, error) {
+	subs, err := cpuSubsystems()
+	if err != nil {
+		return "", err
+	}
+	for _, s := range subs {
+		if p, ok := s.(interface{ Path(string) string }); ok && s.Name() == cgroup1.Cpu {
+			return p.Path(path), nil
+		}
+	}
+	return "", errors.New("no cgroup v1 cpu controller mounted")
 }
 
 // v1Path is the group holding all of QEMU's threads in one v1 controller;

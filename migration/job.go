@@ -148,10 +148,14 @@ type Job struct {
 // QEMUFigures are the QEMU process's cgroup CPU figures during the job: a
 // CPU-starved source is a common reason pre-copy does not converge.
 type QEMUFigures struct {
-	PID                     int     `json:"pid"`
-	CgroupPath              string  `json:"cgroup,omitempty"`
-	CPUUsageSeconds         float64 `json:"cpuUsageSeconds"`
-	CPUPercent              float64 `json:"cpuPercent"`
+	PID             int     `json:"pid"`
+	CgroupPath      string  `json:"cgroup,omitempty"`
+	CPUUsageSeconds float64 `json:"cpuUsageSeconds"`
+	CPUPercent      float64 `json:"cpuPercent"`
+	// The throttled figures are those of the group (the domain's, or a
+	// vcpuN or emulator group below it) throttled in the largest share of
+	// its CFS periods during the job.
+	ThrottledCgroup         string  `json:"throttledCgroup,omitempty"`
 	ThrottledPeriods        uint64  `json:"throttledPeriods"`
 	ThrottledSeconds        float64 `json:"throttledSeconds"`
 	ThrottledPercentPeriods float64 `json:"throttledPercentOfPeriods"`

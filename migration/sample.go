@@ -299,9 +299,11 @@ func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 		j.cpuFirst, j.cpuPrev = &r, nil
 	}
 	f := &QEMUFigures{PID: r.PID, CgroupPath: r.Cgroup,
-		CPUUsageSeconds:  r.UsageSeconds - j.cpuFirst.UsageSeconds,
-		ThrottledPeriods: r.ThrottledPeriods - j.cpuFirst.ThrottledPeriods,
-		ThrottledSeconds: r.ThrottledSeconds - j.cpuFirst.ThrottledSeconds}
+		CPUUsageSeconds: r.UsageSeconds - j.cpuFirst.UsageSeconds}
+	if th, pct := mostThrottled(j.cpuFirst.Throttling, r.Throttling); th.Periods > 0 {
+		f.ThrottledCgroup, f.ThrottledPeriods, f.ThrottledSeconds, f.ThrottledPercentPeriods =
+			th.Cgroup, th.ThrottledPeriods, th.ThrottledSeconds, pct
+	}
 	if j.view.QEMU != nil {
 		f.CPUPercent = j.view.QEMU.CPUPercent
 	}
@@ -314,11 +316,35 @@ func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 		}
 		f.CPUPercent = 100 * (r.UsageSeconds - p.UsageSeconds) / dt
 	}
-	if periods := r.Periods - j.cpuFirst.Periods; periods > 0 {
-		f.ThrottledPercentPeriods = 100 * float64(f.ThrottledPeriods) / float64(periods)
-	}
 	j.cpuPrev = &r
 	return f
+}
+
+// mostThrottled is, over the job, the group whose quota held QEMU back in
+// the largest share of its periods, with that share. Each group counts
+// periods only while it has a quota and runs, so shares of different
+// groups are not added: a vcpu0 throttled in 9 of 10 periods is starved
+// whether or not an idle emulator group with a quota of its own was.
+func mostThrottled(first, now []libvirtx.CgroupThrottling) (libvirtx.CgroupThrottling, float64) {
+	var best libvirtx.CgroupThrottling
+	bestPct := -1.0
+	for _, n := range now {
+		d := n
+		for _, f := range first {
+			if f.Cgroup == n.Cgroup && f.Periods <= n.Periods && f.ThrottledPeriods <= n.ThrottledPeriods {
+				d.Periods, d.ThrottledPeriods = n.Periods-f.Periods, n.ThrottledPeriods-f.ThrottledPeriods
+				d.ThrottledSeconds = n.ThrottledSeconds - f.ThrottledSeconds
+			}
+		}
+		if d.Periods == 0 {
+			continue
+		}
+		pct := 100 * float64(d.ThrottledPeriods) / float64(d.Periods)
+		if pct > bestPct || pct == bestPct && d.ThrottledPeriods > best.ThrottledPeriods {
+			best, bestPct = d, pct
+		}
+	}
+	return best, max(bestPct, 0)
 }
 
 // ApplyStats, ApplyEvent, ApplyDomains and ApplyEnded feed recorded inputs

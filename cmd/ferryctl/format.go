@@ -179,7 +179,7 @@ func printJob(w io.Writer, j migration.Job) {
 	if q := j.QEMU; q != nil && q.PID == 0 && q.Error != "" {
 		kv("QEMU CPU", "unknown: %s", q.Error)
 	} else if q != nil {
-		kv("QEMU CPU", "pid %d: %.0f%% of a core now, %.1fs used, throttled %.1fs (%.0f%% of periods)", q.PID, q.CPUPercent, q.CPUUsageSeconds, q.ThrottledSeconds, q.ThrottledPercentPeriods)
+		kv("QEMU CPU", "pid %d: %.0f%% of a core now, %.1fs used, throttled %.1fs (%.0f%% of periods%s)", q.PID, q.CPUPercent, q.CPUUsageSeconds, q.ThrottledSeconds, q.ThrottledPercentPeriods, inCgroup(q.ThrottledCgroup))
 	}
 	tw.Flush()
 	if len(j.Iterations) > 0 {
@@ -311,4 +311,12 @@ func trunc(s string, n int) string {
 		return s
 	}
 	return s[:n-1] + "…"
+}
+
+// inCgroup names the cgroup the throttled figures are of, when any.
+func inCgroup(path string) string {
+	if path == "" {
+		return ""
+	}
+	return " in " + path
 }

@@ -1,0 +1,52 @@
+package migration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+func throttling(group string, periods, throttled uint64, secs float64) libvirtx.CgroupThrottling {
+	return libvirtx.CgroupThrottling{Cgroup: group, Periods: periods, ThrottledPeriods: throttled, ThrottledSeconds: secs}
+}
+
+func TestMostThrottledGroupOverTheJob(t *testing.T) {
+	const dom, vcpu, emu = "/machine/d", "/machine/d/vcpu0", "/machine/d/emulator"
+	first := []libvirtx.CgroupThrottling{throttling(dom, 90, 90, 7), throttling(vcpu, 0, 0, 0), throttling(emu, 0, 0, 0)}
+	// The domain's counts are from before the job (a quota since lifted);
+	// a vCPU quota set during the job throttles vcpu0 alone, while an
+	// emulator quota on the idle main loop throttles nothing.
+	now := []libvirtx.CgroupThrottling{throttling(dom, 90, 90, 7), throttling(vcpu, 50, 45, 3.5), throttling(emu, 50, 1, 0.01)}
+	got, pct := mostThrottled(first, now)
+	if got.Cgroup != vcpu || got.Periods != 50 || got.ThrottledPeriods != 45 || pct != 90 {
+		t.Fatalf("got %+v at %.0f %%, want vcpu0's 45 of 50 periods", got, pct)
+	}
+	if got, _ := mostThrottled(first, first); got.Periods != 0 {
+		t.Fatalf("no periods during the job, got %+v", got)
+	}
+	// A group recreated under the same name counts from zero again.
+	got, pct = mostThrottled([]libvirtx.CgroupThrottling{throttling(vcpu, 500, 10, 1)}, []libvirtx.CgroupThrottling{throttling(vcpu, 20, 5, 0.5)})
+	if got.ThrottledPeriods != 5 || pct != 25 {
+		t.Fatalf("recreated group: %+v at %.0f %%", got, pct)
+	}
+}
+
+// Readings on iteration events come milliseconds apart; the throttled share
+// is over the whole job and must not wait for a rate window.
+func TestCPUFiguresKeepThrottlingOnCloseReadings(t *testing.T) {
+	tr, j := &Tracker{}, &job{}
+	t0 := time.Now()
+	read := func(at time.Duration, periods, throttled uint64) *QEMUFigures {
+		f := tr.cpuFigures(j, libvirtx.QEMUCPU{PID: 7, Cgroup: "/machine/d", Time: t0.Add(at),
+			Throttling: []libvirtx.CgroupThrottling{throttling("/machine/d", periods, throttled, float64(throttled)/10)}})
+		j.view.QEMU = f
+		return f
+	}
+	read(0, 100, 0)
+	read(time.Second, 110, 10)
+	f := read(time.Second+10*time.Millisecond, 120, 20)
+	if f.ThrottledPeriods != 20 || f.ThrottledPercentPeriods != 100 || f.ThrottledCgroup != "/machine/d" {
+		t.Fatalf("figures %+v, want 20 of 20 periods throttled in /machine/d", f)
+	}
+}
