@@ -25,6 +25,15 @@ func TestMostThrottledGroupOverTheJob(t *testing.T) {
 	if got, _ := mostThrottled(first, first); got.Periods != 0 {
 		t.Fatalf("no periods during the job, got %+v", got)
 	}
+	// Two throttled periods of a group that hardly ran do not outrank a
+	// vCPU throttled in most of many.
+	got, pct = mostThrottled(nil, []libvirtx.CgroupThrottling{throttling(emu, 2, 2, 0.1), throttling(vcpu, 1000, 800, 60)})
+	if got.Cgroup != vcpu || pct != 80 {
+		t.Fatalf("short-lived group won: %+v at %.0f %%", got, pct)
+	}
+	if got, pct := mostThrottled(nil, []libvirtx.CgroupThrottling{throttling(emu, 2, 2, 0.1)}); got.Cgroup != emu || pct != 100 {
+		t.Fatalf("the only group, however short: %+v at %.0f %%", got, pct)
+	}
 	// A group recreated under the same name counts from zero again.
 	got, pct = mostThrottled([]libvirtx.CgroupThrottling{throttling(vcpu, 500, 10, 1)}, []libvirtx.CgroupThrottling{throttling(vcpu, 20, 5, 0.5)})
 	if got.ThrottledPeriods != 5 || pct != 25 {

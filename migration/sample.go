@@ -340,12 +340,25 @@ func mostThrottled(first, now []libvirtx.CgroupThrottling) (libvirtx.CgroupThrot
 			continue
 		}
 		pct := 100 * float64(d.ThrottledPeriods) / float64(d.Periods)
+		enough, bestEnough := d.Periods >= minSharePeriods, best.Periods >= minSharePeriods
+		if enough != bestEnough {
+			if enough {
+				best, bestPct = d, pct
+			}
+			continue
+		}
 		if pct > bestPct || pct == bestPct && d.ThrottledPeriods > best.ThrottledPeriods {
 			best, bestPct = d, pct
 		}
 	}
 	return best, max(bestPct, 0)
 }
+
+// minSharePeriods: a group that ran in fewer CFS periods than this during
+// the job (a second at the default 100 ms period) is chosen only if no
+// group ran longer, so two throttled periods of an idle emulator group do
+// not outrank a vCPU throttled in most of a thousand.
+const minSharePeriods = 10
 
 // ApplyStats, ApplyEvent, ApplyDomains and ApplyEnded feed recorded inputs
 // exactly as the sampler and the event loop feed what they read from
