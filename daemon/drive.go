@@ -420,17 +420,14 @@ func (d *Daemon) jobFinished(j migration.Job) {
 	if d.Proxy == nil || j.Role != migration.RoleTarget {
 		return
 	}
-	// The job's own migration, named at its prepare: one of the same
+	// Only the job's own migration, named at its prepare: one of the same
 	// domain prepared since (it migrates back and forth) is another. A job
-	// that came without a name (ferryd restarted meanwhile) takes those
-	// registered at its end.
-	ended := []string{j.IncomingID}
+	// with no name owns nothing this proxy holds: it was not prepared
+	// through it, or before a restart that emptied the proxy's registry.
 	if j.IncomingID == "" {
-		ended = d.Proxy.IncomingOf(j.Domain)
-	}
-	if len(ended) == 0 {
 		return
 	}
+	ended := []string{j.IncomingID}
 	time.AfterFunc(targetGrace, func() {
 		if ids := d.Proxy.Abandon(ended, "target job ended "+string(j.Phase)+" with no word from the source"); len(ids) > 0 {
 			d.log.Info("incoming migrations dropped after the job", zap.String("domain", j.Domain), zap.Strings("migrations", ids))

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -93,7 +96,7 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	ok := false
 	defer func() {
 		if !ok {
-			in.tracker.ForgetIncoming(m.Domain)
+			in.tracker.ForgetIncoming(m.Domain, m.ID)
 		}
 	}()
 	params := []libvirt.TypedParam{
@@ -126,7 +129,7 @@ func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cooki
 // an error even when it killed the target QEMU as asked, so what counts is
 // whether the domain still runs afterwards.
 func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
-	in.tracker.ForgetIncoming(m.Domain)
+	in.tracker.ForgetIncoming(m.Domain, m.ID)
 	c, err := in.conn()
 	if err != nil {
 		return err
@@ -168,14 +171,26 @@ func peerError(err error) error {
 	if !errors.As(err, &ce) {
 		return err
 	}
-	var le libvirt.Error
-	if !errors.As(ce.Err, &le) && !errors.Is(ce.Err, context.DeadlineExceeded) && !errors.Is(ce.Err, context.Canceled) {
+	if connectionLost(ce.Err) {
 		// No answer from libvirtd at all: the connection is gone, which
 		// the source must hear as this node's hypervisor being away, not
 		// as libvirt refusing the migration.
 		return &proxy.Refusal{Reason: reasonLibvirtUnavailable, Msg: fmt.Sprintf("this node's libvirt did not answer %s (its connection is gone)", ce.Op)}
 	}
 	return fmt.Errorf("libvirt %s: %w", ce.Op, ce.Err)
+}
+
+// connectionLost: the errors of a libvirt connection that broke or was
+// never there, as go-libvirt and the socket give them. A slow libvirtd
+// (libvirtx.ErrTimeout) or one that answered with an error is not one.
+func connectionLost(err error) bool {
+	for _, lost := range []error{libvirt.ErrInterrupted, io.EOF, io.ErrUnexpectedEOF, net.ErrClosed,
+		syscall.EPIPE, syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ENOENT} {
+		if errors.Is(err, lost) {
+			return true
+		}
+	}
+	return false
 }
 
 // reasonLibvirtUnavailable is the refusal of a prepare this node's

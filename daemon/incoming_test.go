@@ -83,9 +83,15 @@ func TestPeerErrorTellsAnAbsentLibvirtFromARefusingOne(t *testing.T) {
 	if err := peerError(said); errors.As(err, &r) || strings.Contains(err.Error(), "/run/") {
 		t.Errorf("libvirt's own error: got %#v, want it passed on without the socket path", err)
 	}
-	late := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: context.DeadlineExceeded}
-	if err := peerError(late); errors.As(err, &r) {
-		t.Errorf("timeout: got %#v, want no unavailable refusal", err)
+	for _, slow := range []error{libvirtx.ErrTimeout, errors.New("xdr: decoding a reply")} {
+		late := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: slow}
+		if err := peerError(late); errors.As(err, &r) {
+			t.Errorf("%v: got %#v, want no unavailable refusal", slow, err)
+		}
+	}
+	interrupted := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: libvirt.ErrInterrupted}
+	if err := peerError(interrupted); !errors.As(err, &r) || r.Reason != reasonLibvirtUnavailable {
+		t.Errorf("call cut by the connection's end: got %#v, want a %s refusal", err, reasonLibvirtUnavailable)
 	}
 }
 

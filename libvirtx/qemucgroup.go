@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,11 +22,10 @@ type QEMUCPU struct {
 	Cgroup       string
 	UsageSeconds float64
 	// Throttling holds the CFS bandwidth counters of the domain's group
-	// and of each group below it. A quota throttles only the group it is
-	// set on and counts there alone: libvirt's global_quota on the domain's
-	// group, vcpu_quota on each vcpuN, emulator_quota on emulator (which
-	// holds the migration thread); a parent's cpu.stat does not count its
-	// children's throttling.
+	// and of its emulator group (see readThrottling). A quota throttles
+	// only the group it is set on and counts there alone: libvirt's
+	// global_quota on the domain's group, emulator_quota on emulator; a
+	// parent's cpu.stat does not count its children's throttling.
 	Throttling []CgroupThrottling
 	Time       time.Time
 }
@@ -79,8 +77,8 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 			return r, fmt.Errorf("read cgroup %s: %v", g.path, err)
 		}
 		r.UsageSeconds = float64(st.CPU.UsageUsec) / 1e6
-		r.Throttling, err = readThrottling(g.path, g.dir)
-		return r, err
+		r.Throttling = readThrottling(g.path, g.dir)
+		return r, nil
 	}
 	st, err := g.v1.Stat(cgroup1.IgnoreNotExist)
 	if err != nil || st.CPU == nil {
@@ -96,47 +94,35 @@ func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
 	case st.CPU.Usage != nil:
 		r.UsageSeconds = float64(st.CPU.Usage.Total) / 1e9
 	}
-	if cpu := g.dir; cpu != "" {
-		r.Throttling, err = readThrottling(g.path, cpu)
+	if g.dir != "" {
+		r.Throttling = readThrottling(g.path, g.dir)
 	}
-	return r, err
+	return r, nil
 }
 
-// readThrottling reads cpu.stat of the group at dir (cgroup path path)
-// and of every group below it. A group that went away meanwhile (a vCPU
-// unplugged) is skipped; the domain's own group must be there.
-func readThrottling(path, dir string) ([]CgroupThrottling, error) {
+// readThrottling reads the CFS bandwidth counters of the domain's group
+// at dir (cgroup path path) and of its emulator group, where libvirt puts
+// QEMU's main loop and its migration thread: the two whose quotas can
+// starve a migration (global_quota, emulator_quota). A vcpuN group's quota
+// only slows the guest, and with it its dirtying, so it is not read; nor
+// is anything deeper, which libvirt does not create. A group whose
+// cpu.stat has no counters (v2 without the cpu controller there) or
+// cannot be read is left out: the usage figures stand without it.
+func readThrottling(path, dir string) []CgroupThrottling {
 	var out []CgroupThrottling
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	for _, sub := range []string{"", "emulator"} {
+		b, err := os.ReadFile(filepath.Join(dir, sub, "cpu.stat"))
 		if err != nil {
-			if p != dir && errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		b, err := os.ReadFile(filepath.Join(p, "cpu.stat"))
-		if err != nil {
-			if p != dir && errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
+			continue
 		}
 		t, err := parseCPUStat(b)
 		if err != nil {
-			return fmt.Errorf("%s: %w", filepath.Join(p, "cpu.stat"), err)
+			continue
 		}
-		rel, _ := filepath.Rel(dir, p)
-		t.Cgroup = filepath.Join(path, rel)
+		t.Cgroup = filepath.Join(path, sub)
 		out = append(out, t)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read throttling of cgroup %s: %w", path, err)
 	}
-	return out, nil
+	return out
 }
 
 // parseCPUStat reads the CFS bandwidth counters of a cpu.stat file, v1

@@ -117,24 +117,24 @@ func (j *job) setProxy(info *ProxyInfo) {
 // ExpectIncoming records the target's id of an incoming migration of
 // domain and the node that prepared it, for its target job, which
 // libvirt's Prepare is about to start.
+//
+// Only a job found after this takes them: a target job of the domain that
+// exists already is an older migration's (one KubeVirt drove, or one from
+// before a ferryd restart), whatever its end is still to show.
 func (t *Tracker) ExpectIncoming(domain, id, peerNode string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.incoming[domain] = incomingInfo{id: id, peer: peerNode}
-	for k, j := range t.jobs {
-		if k.domain == domain && j.view.Role == RoleTarget && j.view.IncomingID == "" {
-			j.view.PeerNode, j.view.IncomingID = peerNode, id
-			t.publish(j)
-		}
-	}
 }
 
-// ForgetIncoming drops what ExpectIncoming recorded, for a migration that
+// ForgetIncoming drops what ExpectIncoming recorded of migration id, which
 // will not come.
-func (t *Tracker) ForgetIncoming(domain string) {
+func (t *Tracker) ForgetIncoming(domain, id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.incoming, domain)
+	if t.incoming[domain].id == id {
+		delete(t.incoming, domain)
+	}
 }
 
 // PrepareFailed records a Ferry-driven migration that failed before

@@ -152,9 +152,9 @@ type QEMUFigures struct {
 	CgroupPath      string  `json:"cgroup,omitempty"`
 	CPUUsageSeconds float64 `json:"cpuUsageSeconds"`
 	CPUPercent      float64 `json:"cpuPercent"`
-	// The throttled figures are those of the group (the domain's, or a
-	// vcpuN or emulator group below it) throttled in the largest share of
-	// its CFS periods during the job.
+	// The throttled figures are those of the group (the domain's, or the
+	// emulator group below it) throttled in the larger share of its CFS
+	// periods during the job.
 	ThrottledCgroup         string  `json:"throttledCgroup,omitempty"`
 	ThrottledPeriods        uint64  `json:"throttledPeriods"`
 	ThrottledSeconds        float64 `json:"throttledSeconds"`

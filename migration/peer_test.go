@@ -62,3 +62,31 @@ func TestALateEndKeepsTheNextPrepare(t *testing.T) {
 		t.Fatalf("the next prepare is %+v after the old job's end, want m-2", next)
 	}
 }
+
+// TestAnOlderJobDoesNotTakeTheNextPrepare: a target job that was running
+// before a prepare (a migration ferryd did not prepare, or one from before
+// its restart) neither takes the new migration's id nor forgets it at its
+// end.
+func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
+	f := newFeed(t, "b")
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	f.wantPhase(PhaseRunning)
+	f.tr.ExpectIncoming(dom.Name, "m-2", "a")
+	f.list(running(libvirtx.RunningMigrated))
+	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "" || j.PeerNode != "" {
+		t.Fatalf("the older job took the new prepare: migration %q, peer %q", j.IncomingID, j.PeerNode)
+	}
+	f.tr.mu.Lock()
+	next := f.tr.incoming[dom.Name]
+	f.tr.mu.Unlock()
+	if next.id != "m-2" {
+		t.Fatalf("the new prepare is %+v after the older job's end, want m-2", next)
+	}
+	f.tr.ForgetIncoming(dom.Name, "m-1")
+	f.tr.mu.Lock()
+	next = f.tr.incoming[dom.Name]
+	f.tr.mu.Unlock()
+	if next.id != "m-2" {
+		t.Fatal("forgetting another migration dropped m-2's prepare")
+	}
+}

@@ -12,30 +12,29 @@ func throttling(group string, periods, throttled uint64, secs float64) libvirtx.
 }
 
 func TestMostThrottledGroupOverTheJob(t *testing.T) {
-	const dom, vcpu, emu = "/machine/d", "/machine/d/vcpu0", "/machine/d/emulator"
-	first := []libvirtx.CgroupThrottling{throttling(dom, 90, 90, 7), throttling(vcpu, 0, 0, 0), throttling(emu, 0, 0, 0)}
+	const dom, emu = "/machine/d", "/machine/d/emulator"
+	first := []libvirtx.CgroupThrottling{throttling(dom, 90, 90, 7), throttling(emu, 0, 0, 0)}
 	// The domain's counts are from before the job (a quota since lifted);
-	// a vCPU quota set during the job throttles vcpu0 alone, while an
-	// emulator quota on the idle main loop throttles nothing.
-	now := []libvirtx.CgroupThrottling{throttling(dom, 90, 90, 7), throttling(vcpu, 50, 45, 3.5), throttling(emu, 50, 1, 0.01)}
+	// an emulator quota set during the job throttles the emulator alone.
+	now := []libvirtx.CgroupThrottling{throttling(dom, 90, 90, 7), throttling(emu, 50, 45, 3.5)}
 	got, pct := mostThrottled(first, now)
-	if got.Cgroup != vcpu || got.Periods != 50 || got.ThrottledPeriods != 45 || pct != 90 {
-		t.Fatalf("got %+v at %.0f %%, want vcpu0's 45 of 50 periods", got, pct)
+	if got.Cgroup != emu || got.Periods != 50 || got.ThrottledPeriods != 45 || pct != 90 {
+		t.Fatalf("got %+v at %.0f %%, want the emulator's 45 of 50 periods", got, pct)
 	}
 	if got, _ := mostThrottled(first, first); got.Periods != 0 {
 		t.Fatalf("no periods during the job, got %+v", got)
 	}
-	// Two throttled periods of a group that hardly ran do not outrank a
-	// vCPU throttled in most of many.
-	got, pct = mostThrottled(nil, []libvirtx.CgroupThrottling{throttling(emu, 2, 2, 0.1), throttling(vcpu, 1000, 800, 60)})
-	if got.Cgroup != vcpu || pct != 80 {
+	// Two throttled periods of a group that hardly ran do not outrank one
+	// throttled in most of many.
+	got, pct = mostThrottled(nil, []libvirtx.CgroupThrottling{throttling(emu, 2, 2, 0.1), throttling(dom, 1000, 800, 60)})
+	if got.Cgroup != dom || pct != 80 {
 		t.Fatalf("short-lived group won: %+v at %.0f %%", got, pct)
 	}
 	if got, pct := mostThrottled(nil, []libvirtx.CgroupThrottling{throttling(emu, 2, 2, 0.1)}); got.Cgroup != emu || pct != 100 {
 		t.Fatalf("the only group, however short: %+v at %.0f %%", got, pct)
 	}
 	// A group recreated under the same name counts from zero again.
-	got, pct = mostThrottled([]libvirtx.CgroupThrottling{throttling(vcpu, 500, 10, 1)}, []libvirtx.CgroupThrottling{throttling(vcpu, 20, 5, 0.5)})
+	got, pct = mostThrottled([]libvirtx.CgroupThrottling{throttling(emu, 500, 10, 1)}, []libvirtx.CgroupThrottling{throttling(emu, 20, 5, 0.5)})
 	if got.ThrottledPeriods != 5 || pct != 25 {
 		t.Fatalf("recreated group: %+v at %.0f %%", got, pct)
 	}

@@ -323,8 +323,8 @@ func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 // mostThrottled is, over the job, the group whose quota held QEMU back in
 // the largest share of its periods, with that share. Each group counts
 // periods only while it has a quota and runs, so shares of different
-// groups are not added: a vcpu0 throttled in 9 of 10 periods is starved
-// whether or not an idle emulator group with a quota of its own was.
+// groups are not added: an emulator group throttled in 9 of 10 periods is
+// starved whether or not the domain's group, without a quota, was.
 func mostThrottled(first, now []libvirtx.CgroupThrottling) (libvirtx.CgroupThrottling, float64) {
 	var best libvirtx.CgroupThrottling
 	bestPct := -1.0

@@ -279,22 +279,11 @@ func (p *Proxy) cancelLibvirt(in IncomingMigration, why string) {
 	}
 }
 
-// IncomingOf lists the incoming migrations of a domain registered now.
-func (p *Proxy) IncomingOf(domain string) []string {
-	var ids []string
-	for _, m := range p.reg.active() {
-		if m.Domain == domain {
-			ids = append(ids, m.ID)
-		}
-	}
-	return ids
-}
-
 // Abandon drops those of the migrations ids that are still prepared, for
 // a domain whose incoming job has ended, in case its source can no longer
 // say so (link down, source gone). Those finishing are left to their
-// finish. Only the IDs listed when the job ended may be dropped: the same
-// domain migrated here again meanwhile is another migration.
+// finish. Only the job's own may be named: the same domain migrated here
+// again meanwhile is another migration.
 func (p *Proxy) Abandon(ids []string, why string) []string {
 	var dropped []string
 	for _, id := range ids {
