@@ -243,7 +243,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		d.drives.end(req.Domain)
 		var wp *proxy.WrongPeerError
 		if errors.As(err, &wp) {
-			err = fmt.Errorf("target proxy %s is %s, not node %s asked for", wp.Addr, wp.Got, req.TargetNode)
+			err = fmt.Errorf("target proxy %s is %s, not node %s, which the migration asked for", wp.Addr, wp.Got, req.TargetNode)
 		}
 		err = fmt.Errorf("preparing the migration on the target: %w", err)
 		// No libvirt job ever started, so nothing else would record it: a
@@ -462,9 +462,9 @@ func targetLost(ferr error) string {
 	case ferr == nil:
 		return ""
 	case errors.Is(ferr, syscall.ECONNREFUSED):
-		return "nothing listens at its proxy's address any more (its ferryd is down)"
+		return "the finish found nothing listening at its proxy's address (its ferryd is likely down)"
 	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
-		return "its proxy no longer knows the migration (its ferryd restarted)"
+		return "its proxy does not know the migration (its ferryd restarted, or the migration is not bound to this node's identity)"
 	}
 	return ""
 }

@@ -105,7 +105,7 @@ func TestTargetLostOnlyFromAGoneOrForgetfulProxy(t *testing.T) {
 		want string
 	}{
 		{"finish answered", nil, ""},
-		{"nothing listens", refused, "ferryd is down"},
+		{"nothing listens", refused, "nothing listening"},
 		{"restarted", &proxy.ControlError{Target: "10.77.0.2:9475", Reason: proxy.ReasonUnknownMigration, Msg: "migration m-1 is not known on this node"}, "restarted"},
 		{"another refusal", &proxy.ControlError{Target: "10.77.0.2:9475", Reason: "wrong_state", Msg: "unknown migration, says the peer"}, ""},
 		{"timed out", fmt.Errorf("control answer from 10.77.0.2:9475: %w", context.DeadlineExceeded), ""},

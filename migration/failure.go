@@ -78,7 +78,7 @@ var (
 	reUnreachable = regexp.MustCompile(`(?i)connection refused|no route to host|i/o timeout|host is down|dial tcp|connect: network is unreachable`)
 	reLinkDown    = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
 	reReset       = regexp.MustCompile(`(?i)connection reset|connection abort|broken pipe|stream broke|unexpected EOF|Unable to read from socket|Channel error`)
-	reWrongPeer   = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)|not node \S+ asked for`)
+	reWrongPeer   = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)|not node \S+, which the migration asked for`)
 	reRefused     = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
 	// The driver words the target's own answer to a prepare this way (see
 	// proxy.ControlError); what follows is the peer's text, which must not

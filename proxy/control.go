@@ -283,12 +283,14 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 	// The peer's words end up in job records, logs, Events and terminals.
 	resp.Error = printable(resp.Error, maxPeerText)
 	if !reasonCode.MatchString(resp.Reason) {
-		resp.Reason = printable(resp.Reason, 0)
-		if resp.Reason != "" {
-			resp.Reason = "unrecognised"
-		}
+		resp.Reason = "unrecognised"
 	}
 	if resp.Error != "" {
+		// Every refusal carries a code, so what follows it, the peer's
+		// own words, is never read as this node's account.
+		if resp.Reason == "" {
+			resp.Reason = "unrecognised"
+		}
 		return resp, &ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
 	}
 	return resp, nil

@@ -189,6 +189,10 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 		raw.SetDeadline(deadline)
 	}
 	var peer Peer
+	if want != "" && p.tls == nil {
+		raw.Close()
+		return nil, Peer{}, fmt.Errorf("target proxy %s: a migration bound to the %s needs TLS to tell it", addr, ownerName(want))
+	}
 	if p.tls != nil {
 		tc := tls.Client(raw, p.tls.clientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -219,7 +223,6 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 	return c, peer, nil
 }
 
-// ownerName words an owner key for an error.
 // WrongPeerError: the proxy at a target's address is not the one a
 // migration is bound to.
 type WrongPeerError struct{ Addr, Got, Want string }
@@ -231,6 +234,7 @@ func (e *WrongPeerError) Error() string {
 // NodeOwner is the owner key of the proxy whose certificate names node.
 func NodeOwner(node string) string { return "node:" + node }
 
+// ownerName words an owner key for an error.
 func ownerName(owner string) string {
 	if n, ok := strings.CutPrefix(owner, "node:"); ok {
 		return "node " + n
