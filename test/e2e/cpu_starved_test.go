@@ -15,8 +15,9 @@ import (
 )
 
 // A source QEMU held at half a CPU by libvirt's own quota (a pod CPU limit
-// in effect) cannot keep up pre-copy: the policy aborts it, and the job
-// says the quota, not only the guest, is why. Its unstarved counterpart is
+// in effect) while pre-copy cannot keep up: the policy aborts it, and the
+// job says QEMU was held below its need, with the cgroup and its figures,
+// besides the verdict's rates. Its unstarved counterpart is
 // TestPolicyActAbortsAHotGuestWithoutPostCopy (NotConverging).
 func TestPolicyActClassifiesACPUStarvedSource(t *testing.T) {
 	const name = "cpu-starved"
