@@ -12,7 +12,9 @@
 # Arguments go to policybench and override those defaults (e.g.
 # --cases small-hot,over, --runs 1, --once "" to repeat all four, or
 # --policies none,kubevirt-legacy,ferry). BENCH_LOGS=DIR keeps the bed's
-# daemon and guest logs there for a post-mortem.
+# daemon and guest logs there for a post-mortem; BENCH_JSON=FILE every
+# migration's figures and lifecycle events (policybench --report FILE
+# prints the tables again).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make -s build
@@ -29,4 +31,4 @@ finish() {
 }
 trap finish EXIT
 bin/testbed up --ferryd bin/ferryd >/dev/null
-bin/policybench --runs 3 --once none,ferry-no-postcopy "$@"
+bin/policybench --runs 3 --once none,ferry-no-postcopy ${BENCH_JSON:+--json "$BENCH_JSON"} "$@"

@@ -43,7 +43,7 @@ func report(w io.Writer, o options, cs []guestCase, kinds []policyKind, rs []res
 		v, ok := libvirtDowntime(r)
 		return r.PauseMs - v, ok && r.PauseMs > 0
 	}); d.N > 0 {
-		fmt.Fprintf(w, "event pause - libvirt downtime, %d pre-copy completions: %s ms\n", d.N, d.text("%+.0f"))
+		fmt.Fprintf(w, "event pause - libvirt downtime, %d pre-copy completions: median %+.1f ms, from %+.1f to %+.1f ms\n", d.N, d.Median, d.Min, d.Max)
 	}
 
 	fmt.Fprintln(w, "\nmedian total seconds (min-max; - none completed)")

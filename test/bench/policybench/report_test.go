@@ -75,7 +75,7 @@ func TestReportShowsMediansSpreadAndDisagreement(t *testing.T) {
 		"| over | over | yes | - (0/1) | 79.5 (79.0-80.0), 2/3 completed | 18.0 (16.0-20.0) | 0.23 |",
 		"| over | 512 / 0 / max | kubevirt-legacy | 3 | post-copy x2, failed PostCopyFailed x1 | 79.5 (79.0-80.0) | - | 85 (80-90) | 4.5 (4.0-5.0) |",
 		"| ferry | 3 | post-copy x2, pre-copy x1 | 18.0 (16.0-20.0) | 40 | 70 (52-75) |",
-		"event pause - libvirt downtime, 1 pre-copy completions: +12 ms",
+		"event pause - libvirt downtime, 1 pre-copy completions: median +12.0 ms, from +12.0 to +12.0 ms",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
