@@ -55,7 +55,7 @@ bench: build
 	test/bench/migration.sh
 
 # Ferry's convergence policy against libvirt's defaults and KubeVirt's
-# classic monitor on a matrix of real guests (about 17 minutes).
+# classic monitor on a matrix of real guests, repeated (about 35 minutes).
 bench-policy: build
 	test/bench/policy.sh
 

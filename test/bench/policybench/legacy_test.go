@@ -47,33 +47,3 @@ func TestMonitorAbortsWithoutProgressBeforeTheDeadline(t *testing.T) {
 	}
 	t.Fatal("no abort after 150 s without a new low of data remaining")
 }
-
-func TestGoalsJudgeEachCase(t *testing.T) {
-	rs := []result{
-		{Case: "hot", Policy: "none"},
-		{Case: "hot", Policy: "kubevirt-legacy", Complete: true, TotalSeconds: 80},
-		{Case: "hot", Policy: "ferry", Complete: true, TotalSeconds: 30, DowntimeMs: 20},
-		{Case: "calm", Policy: "none", Complete: true, TotalSeconds: 10},
-		{Case: "calm", Policy: "kubevirt-legacy", Complete: true, TotalSeconds: 10},
-		{Case: "calm", Policy: "ferry", Complete: true, TotalSeconds: 12, DowntimeMs: 600},
-		{Case: "stuck", Policy: "none"},
-		{Case: "stuck", Policy: "kubevirt-legacy", Complete: true, TotalSeconds: 80},
-		{Case: "stuck", Policy: "ferry"},
-	}
-	var g goals
-	if !isHard(rs, "hot") || isHard(rs, "calm") {
-		t.Fatal("hard is where libvirt's defaults did not finish")
-	}
-	if cell := g.judge(rs, guestCase{Name: "hot"}, true, 500); cell != "0.38" {
-		t.Errorf("hot: %s", cell)
-	}
-	if cell := g.judge(rs, guestCase{Name: "calm"}, false, 500); cell != "1.20" {
-		t.Errorf("calm: %s", cell)
-	}
-	if cell := g.judge(rs, guestCase{Name: "stuck"}, true, 500); cell != "-" {
-		t.Errorf("stuck: %s", cell)
-	}
-	if len(g.slowHard) != 0 || len(g.slowEasy) != 1 || len(g.overDowntime) != 1 || len(g.notCompleted) != 1 || g.notCompleted[0] != "stuck" {
-		t.Errorf("goals: %+v", g)
-	}
-}

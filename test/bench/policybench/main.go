@@ -1,10 +1,12 @@
 // Command policybench migrates a matrix of guests on the test bed under
-// three convergence policies in one run (libvirt's defaults with
-// KubeVirt's deadline, KubeVirt's classic monitor, and Ferry's policy in
-// act mode) and prints outcome, total time, libvirt's real downtime, time
-// in post-copy and guest CPU throttle side by side, with the ratios of
-// Ferry's total time to KubeVirt's. Run it on a bed that is up, under the
-// bed's lock; test/bench/policy.sh does both.
+// four convergence policies (libvirt's defaults with KubeVirt's deadline,
+// KubeVirt's classic monitor, and Ferry's policy in act mode with and
+// without post-copy), repeated, and prints per case and policy the
+// outcomes, the median total time and its spread, libvirt's downtime
+// statistic, the pause read off both libvirtds' lifecycle events, time in
+// post-copy and guest CPU throttle, with the ratios of Ferry's median total
+// time to KubeVirt's. Run it on a bed that is up, under the bed's lock;
+// test/bench/policy.sh does both.
 package main
 
 import (
@@ -70,6 +72,9 @@ type options struct {
 	maxDowntimeMs                uint64
 	perGiB                       time.Duration
 	settle                       time.Duration
+	runs                         int
+	// once are the policies run in the first run only.
+	once map[string]bool
 }
 
 func main() {
@@ -91,6 +96,8 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.settle, "settle", 3*time.Second, "pause between migrations")
 	only := fs.String("cases", "", "comma-separated case names to run (default: all: "+caseNames()+")")
 	pols := fs.String("policies", "none,kubevirt-legacy,ferry,ferry-no-postcopy", "comma-separated policies, in the order run: none, kubevirt-legacy, ferry, ferry-no-postcopy")
+	fs.IntVar(&o.runs, "runs", 1, "repetitions of the matrix; the policies take turns within each")
+	once := fs.String("once", "", "comma-separated policies to run in the first repetition only, if run at all (the ratios need ferry and kubevirt-legacy)")
 	jsonOut := fs.String("json", "", "also write every run's figures to this file")
 	reread := fs.String("report", "", "print the report of an earlier run's --json file instead of running")
 	if err := fs.Parse(args); err != nil {
@@ -112,6 +119,9 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--completion-timeout-per-gib %d: want at least 1", *perGiB)
 	}
 	o.perGiB = time.Duration(*perGiB) * time.Second
+	if o.runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", o.runs)
+	}
 	selected, err := pick(*only)
 	if err != nil {
 		return err
@@ -123,6 +133,16 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--policies: unknown policy %q (want none, kubevirt-legacy, ferry or ferry-no-postcopy)", name)
 		}
 		kinds = append(kinds, k)
+	}
+	o.once = map[string]bool{}
+	if *once != "" {
+		for _, name := range strings.Split(*once, ",") {
+			name = strings.TrimSpace(name)
+			if _, ok := policies[name]; !ok {
+				return fmt.Errorf("--once: unknown policy %q (want none, kubevirt-legacy, ferry or ferry-no-postcopy)", name)
+			}
+			o.once[name] = true
+		}
 	}
 	if *reread != "" {
 		raw, err := os.ReadFile(*reread)
@@ -147,27 +167,54 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	lg, err := listenEvents(ctx, b, "a", "b")
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	var results []result
-	for i, c := range selected {
-		// Each case starts with another policy, so no policy always
-		// meets the guest first (or the machine in one mood).
-		order := append(append([]policyKind(nil), kinds[i%len(kinds):]...), kinds[:i%len(kinds)]...)
-		rs, err := runCase(ctx, b, o, c, order)
-		results = append(results, rs...)
-		if err != nil {
-			return err
+	for run := 1; run <= o.runs; run++ {
+		for i, c := range selected {
+			rs, err := runCase(ctx, b, lg, o, run, c, turn(kinds, o.once, run, i))
+			results = append(results, rs...)
+			// Written as it goes: a run cut short keeps what it measured.
+			if werr := writeJSON(*jsonOut, results); werr != nil {
+				return werr
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Fprintf(os.Stderr, "policybench: %d migrations in %s\n", len(results), time.Since(t0).Round(time.Second))
 	report(os.Stdout, o, selected, kinds, results)
-	if *jsonOut != "" {
-		out, _ := json.MarshalIndent(results, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(out, '\n'), 0o644); err != nil {
-			return err
+	return nil
+}
+
+func writeJSON(path string, results []result) error {
+	if path == "" {
+		return nil
+	}
+	out, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(out, '\n'), 0o644)
+}
+
+// turn is the order of the policies for the i-th case of a run: each run
+// takes every policy case by case, so drift in the machine's load over the
+// run hits all alike, and each case starts with another policy, so no
+// policy always meets the guest first.
+func turn(kinds []policyKind, once map[string]bool, run, i int) []policyKind {
+	var ks []policyKind
+	for _, k := range kinds {
+		if run == 1 || !once[k.Name] {
+			ks = append(ks, k)
 		}
 	}
-	return nil
+	n := (i + run - 1) % len(ks)
+	return append(append([]policyKind(nil), ks[n:]...), ks[:n]...)
 }
 
 func caseNames() string {

@@ -20,8 +20,10 @@ import (
 
 // result is one migration of one case under one policy.
 type result struct {
-	Case     string `json:"case"`
-	Policy   string `json:"policy"`
+	Case   string `json:"case"`
+	Policy string `json:"policy"`
+	// Run counts the repetitions from 1.
+	Run      int    `json:"run"`
 	From     string `json:"from"`
 	To       string `json:"to"`
 	Complete bool   `json:"completed"`
@@ -29,15 +31,21 @@ type result struct {
 	// and failure class.
 	Outcome      string  `json:"outcome"`
 	TotalSeconds float64 `json:"totalSeconds"`
-	// DowntimeMs is libvirt's completed-job downtime on the target; after
-	// post-copy libvirt keeps none, and it is QEMU's own figure for the
-	// switch, read from the source job while in post-copy (DowntimeFrom
-	// says which).
-	DowntimeMs      uint64  `json:"downtimeMs,omitempty"`
-	DowntimeFrom    string  `json:"downtimeFrom,omitempty"`
-	PostCopySeconds float64 `json:"postCopySeconds,omitempty"`
-	ThrottlePercent uint64  `json:"throttlePercent"`
-	Passes          uint64  `json:"passes"`
+	// DowntimeMs is libvirt's completed-job downtime on the target
+	// (DowntimeFrom "libvirt"); after post-copy libvirt keeps none.
+	DowntimeMs   uint64 `json:"downtimeMs,omitempty"`
+	DowntimeFrom string `json:"downtimeFrom,omitempty"`
+	// PauseMs is the pause between the source's suspended and the
+	// target's resumed lifecycle events (PauseVia names them), pre-copy
+	// and post-copy alike.
+	PauseMs  float64 `json:"pauseMs,omitempty"`
+	PauseVia string  `json:"pauseVia,omitempty"`
+	// Events are the guest's lifecycle events on both nodes, from the
+	// migration's start.
+	Events          []string `json:"events,omitempty"`
+	PostCopySeconds float64  `json:"postCopySeconds,omitempty"`
+	ThrottlePercent uint64   `json:"throttlePercent"`
+	Passes          uint64   `json:"passes"`
 	// Steps are what steered the migration: the bench's KubeVirt monitor
 	// or Ferry's policy steps from the source job.
 	Steps         []string `json:"steps,omitempty"`
@@ -51,7 +59,7 @@ func logf(format string, args ...any) {
 
 // runCase starts the case's guest and migrates it back and forth, once
 // per policy; a guest a migration left broken is started again.
-func runCase(ctx context.Context, b *testbed.Bed, o options, c guestCase, order []policyKind) ([]result, error) {
+func runCase(ctx context.Context, b *testbed.Bed, lg *eventLog, o options, run int, c guestCase, order []policyKind) ([]result, error) {
 	name := "pb-" + c.Name
 	start := func() error {
 		_ = b.DestroyGuest(name)
@@ -72,10 +80,11 @@ func runCase(ctx context.Context, b *testbed.Bed, o options, c guestCase, order 
 			from = "a"
 		}
 		to := map[string]string{"a": "b", "b": "a"}[from]
-		logf("%s (%s) under %s: %s -> %s", c.Name, c.Load, k.Name, from, to)
-		r := runOne(ctx, b, o, c, k, name, from, to)
-		logf("%s under %s: %s in %.1fs, downtime %d ms (%s), post-copy %.1fs, steps %v %s",
-			c.Name, k.Name, r.Outcome, r.TotalSeconds, r.DowntimeMs, r.DowntimeFrom, r.PostCopySeconds, r.Steps, r.Error)
+		logf("run %d: %s (%s) under %s: %s -> %s", run, c.Name, c.Load, k.Name, from, to)
+		r := runOne(ctx, b, lg, o, c, k, name, from, to)
+		r.Run = run
+		logf("run %d: %s under %s: %s in %.1fs, downtime %d ms (%s), pause %.1f ms (%s), post-copy %.1fs, steps %v %s",
+			run, c.Name, k.Name, r.Outcome, r.TotalSeconds, r.DowntimeMs, r.DowntimeFrom, r.PauseMs, r.PauseVia, r.PostCopySeconds, r.Steps, r.Error)
 		out = append(out, r)
 		if ctx.Err() != nil {
 			return out, ctx.Err()
@@ -90,9 +99,10 @@ func runCase(ctx context.Context, b *testbed.Bed, o options, c guestCase, order 
 }
 
 // runOne migrates the guest once and reads how it went from Ferry's job,
-// libvirt's job statistics on the source while it runs, and libvirt's
-// completed-job statistics on the target after.
-func runOne(ctx context.Context, b *testbed.Bed, o options, c guestCase, k policyKind, name, from, to string) result {
+// libvirt's job statistics on the source while it runs, libvirt's
+// completed-job statistics on the target after, and both libvirtds'
+// lifecycle events.
+func runOne(ctx context.Context, b *testbed.Bed, lg *eventLog, o options, c guestCase, k policyKind, name, from, to string) result {
 	r := result{Case: c.Name, Policy: k.Name, From: from, To: to}
 	src, err := b.Libvirt(from)
 	if err != nil {
@@ -129,7 +139,6 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, c guestCase, k polic
 	defer tick.Stop()
 	var migErr error
 	var switched, ended time.Time
-	var pcDowntime uint64
 poll:
 	for {
 		select {
@@ -142,9 +151,6 @@ poll:
 		if rd.postCopy {
 			if switched.IsZero() {
 				switched = time.Now()
-			}
-			if err == nil && rd.stats.DowntimeMs > 0 {
-				pcDowntime = rd.stats.DowntimeMs
 			}
 			continue
 		}
@@ -223,11 +229,31 @@ poll:
 	if r.Complete {
 		if dt, ok := targetDowntime(b, to, name); ok {
 			r.DowntimeMs, r.DowntimeFrom = dt, "libvirt"
-		} else if pcDowntime > 0 {
-			r.DowntimeMs, r.DowntimeFrom = pcDowntime, "qemu"
 		}
+		r.PauseMs, r.PauseVia, r.Events = eventPause(lg, name, from, to, t0)
 	}
 	return r
+}
+
+// eventPause pairs the migration's lifecycle events; the target's resumed
+// event may reach the bench a moment after the migrate call returned.
+func eventPause(lg *eventLog, name, from, to string, t0 time.Time) (float64, string, []string) {
+	until := time.Now().Add(3 * time.Second)
+	for {
+		evs, err := lg.since(name, t0)
+		var seen []string
+		for _, e := range evs {
+			seen = append(seen, fmt.Sprintf("+%.3fs %s", e.Time.Sub(t0).Seconds(), e))
+		}
+		if p, ok := pairPause(evs, name, from, to, t0); ok {
+			return p.Ms, p.Via, seen
+		}
+		if err != nil || time.Now().After(until) {
+			logf("%s: no pause in the lifecycle events %v %v", name, seen, err)
+			return 0, "", seen
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func stepText(s migration.PolicyStep) string {
