@@ -138,9 +138,11 @@ func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error
 	active, aerr := c.ActiveDomain(ctx, m.Domain)
 	switch {
 	case aerr != nil:
-		return peerError(errors.Join(ferr, aerr))
-	case active:
+		return peerError(aerr)
+	case active && ferr != nil:
 		return fmt.Errorf("domain %s still runs after the cancel: %w", m.Domain, peerError(ferr))
+	case active:
+		return fmt.Errorf("domain %s still runs after the cancel", m.Domain)
 	}
 	if ferr != nil {
 		in.log.Debug("libvirt's Finish of a cancelled migration", zap.String("domain", m.Domain), zap.Error(ferr))
@@ -181,11 +183,13 @@ func peerError(err error) error {
 }
 
 // connectionLost: the errors of a libvirt connection that broke or was
-// never there, as go-libvirt and the socket give them. A slow libvirtd
-// (libvirtx.ErrTimeout) or one that answered with an error is not one.
+// never there, as go-libvirt and the socket give them (go-libvirt answers
+// a call on a connection it knows is gone with a bare EINVAL). A slow
+// libvirtd (libvirtx.ErrTimeout) or one that answered with an error is
+// not one.
 func connectionLost(err error) bool {
 	for _, lost := range []error{libvirt.ErrInterrupted, io.EOF, io.ErrUnexpectedEOF, net.ErrClosed,
-		syscall.EPIPE, syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ENOENT} {
+		syscall.EPIPE, syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ENOENT, syscall.EINVAL} {
 		if errors.Is(err, lost) {
 			return true
 		}

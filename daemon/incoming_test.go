@@ -89,9 +89,11 @@ func TestPeerErrorTellsAnAbsentLibvirtFromARefusingOne(t *testing.T) {
 			t.Errorf("%v: got %#v, want no unavailable refusal", slow, err)
 		}
 	}
-	interrupted := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: libvirt.ErrInterrupted}
-	if err := peerError(interrupted); !errors.As(err, &r) || r.Reason != reasonLibvirtUnavailable {
-		t.Errorf("call cut by the connection's end: got %#v, want a %s refusal", err, reasonLibvirtUnavailable)
+	for _, cut := range []error{libvirt.ErrInterrupted, syscall.EINVAL} {
+		gone := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: cut}
+		if err := peerError(gone); !errors.As(err, &r) || r.Reason != reasonLibvirtUnavailable {
+			t.Errorf("%v: got %#v, want a %s refusal", cut, err, reasonLibvirtUnavailable)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/ferry-vm/ferry/internal/peertext"
 )
 
 // FailurePlane is where a migration broke: its control path (libvirt and
@@ -104,6 +106,9 @@ func ClassifyFailure(j Job) *Failure {
 	if j.Proxy != nil && len(j.Proxy.Errors) > 0 {
 		reason += "; " + strings.Join(j.Proxy.Errors, "; ")
 	}
+	// What a peer said (a refusal's text) stays in the failure reason for
+	// people; this node's own account alone decides the class.
+	reason = peertext.Strip(reason)
 	notConverging := j.Convergence == VerdictStalled || j.Convergence == VerdictDiverging
 	starved := j.QEMU != nil && j.QEMU.ThrottledPercentPeriods >= starvedPercent
 	if notConverging {

@@ -58,3 +58,21 @@ func TestCPUFiguresKeepThrottlingOnCloseReadings(t *testing.T) {
 		t.Fatalf("figures %+v, want 20 of 20 periods throttled in /machine/d", f)
 	}
 }
+
+// A group missing from the job's first reading counts from when it was
+// first read: its throttling before the job (at boot, say) is not the job's.
+func TestAGroupReadLateCountsFromThen(t *testing.T) {
+	tr, j := &Tracker{}, &job{}
+	t0 := time.Now()
+	read := func(at time.Duration, groups ...libvirtx.CgroupThrottling) *QEMUFigures {
+		f := tr.cpuFigures(j, libvirtx.QEMUCPU{PID: 7, Cgroup: "/machine/d", Time: t0.Add(at), Throttling: groups})
+		j.view.QEMU = f
+		return f
+	}
+	read(0, throttling("/machine/d", 100, 0, 0))
+	read(time.Second, throttling("/machine/d", 110, 0, 0), throttling("/machine/d/emulator", 5000, 4000, 300))
+	f := read(2*time.Second, throttling("/machine/d", 120, 0, 0), throttling("/machine/d/emulator", 5010, 4001, 300.1))
+	if f.ThrottledCgroup != "/machine/d/emulator" || f.ThrottledPeriods != 1 || f.ThrottledPercentPeriods != 10 {
+		t.Fatalf("figures %+v, want the emulator's 1 of 10 periods since it was first read", f)
+	}
+}

@@ -3,6 +3,7 @@ package migration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -296,7 +297,16 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 // cpuFigures turns cumulative cgroup counters into figures over the job.
 func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 	if j.cpuFirst == nil || j.cpuFirst.PID != r.PID {
-		j.cpuFirst, j.cpuPrev = &r, nil
+		first := r
+		first.Throttling = slices.Clone(r.Throttling)
+		j.cpuFirst, j.cpuPrev = &first, nil
+	}
+	// A group first read during the job (one left out of an earlier
+	// reading) counts from that reading, not from QEMU's start.
+	for _, n := range r.Throttling {
+		if !slices.ContainsFunc(j.cpuFirst.Throttling, func(f libvirtx.CgroupThrottling) bool { return f.Cgroup == n.Cgroup }) {
+			j.cpuFirst.Throttling = append(j.cpuFirst.Throttling, n)
+		}
 	}
 	f := &QEMUFigures{PID: r.PID, CgroupPath: r.Cgroup,
 		CPUUsageSeconds: r.UsageSeconds - j.cpuFirst.UsageSeconds}

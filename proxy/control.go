@@ -13,9 +13,10 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/internal/peertext"
 )
 
 // The only requests one ferryd may make of another: run the target's side
@@ -108,21 +109,6 @@ var reasonCode = regexp.MustCompile(`^[a-z_]{0,40}$`)
 
 // maxPeerText bounds what a peer's answer may put into this node's records.
 const maxPeerText = 512
-
-// printable keeps s to printable characters and at most n bytes (0: no
-// limit), so a peer's text cannot move a terminal's cursor or forge lines.
-func printable(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsPrint(r) {
-			return r
-		}
-		return -1
-	}, strings.ToValidUTF8(s, ""))
-	if n > 0 && len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "…"
-	}
-	return s
-}
 
 var domainName = regexp.MustCompile(`^[^/\x00-\x1f]{1,255}$`)
 
@@ -280,14 +266,14 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
 	resp.PeerNode, resp.Owner = peer.Node, peer.owner()
-	// The peer's words end up in job records, logs, Events and terminals.
-	resp.Error = printable(resp.Error, maxPeerText)
 	if !reasonCode.MatchString(resp.Reason) {
 		resp.Reason = "unrecognised"
 	}
 	if resp.Error != "" {
-		// Every refusal carries a code, so what follows it, the peer's
-		// own words, is never read as this node's account.
+		// Every refusal carries a code, and the peer's own words, bound
+		// for job records, logs, Events and terminals, are quoted as
+		// theirs: nothing that classifies a failure reads them.
+		resp.Error = peertext.Quote(resp.Error, maxPeerText)
 		if resp.Reason == "" {
 			resp.Reason = "unrecognised"
 		}

@@ -316,7 +316,7 @@ func TestAPeersRefusalAlwaysCarriesACode(t *testing.T) {
 	defer cancel()
 	_, err = src.p.Control(ctx, ln.Addr().String(), ControlRequest{Op: OpPrepare, Migration: "m-1", Domain: "vm"})
 	var ce *ControlError
-	if !errors.As(err, &ce) || ce.Reason != "unrecognised" || !strings.Contains(err.Error(), "refused (unrecognised): target proxy") {
+	if !errors.As(err, &ce) || ce.Reason != "unrecognised" || !strings.Contains(err.Error(), "refused (unrecognised): ‹target proxy") {
 		t.Fatalf("answer without a code: %v, want a refusal coded unrecognised", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+
+	"github.com/ferry-vm/ferry/internal/peertext"
 )
 
 // Kind names one stream of a migration.
@@ -153,7 +155,7 @@ func readStatus(r io.Reader) error {
 	}
 	reason := make([]byte, b[0])
 	io.ReadFull(r, reason)
-	return &RefusedError{Reason: string(reason)}
+	return &RefusedError{Reason: peertext.Quote(string(reason), 0)}
 }
 
 // MarshalText names the stream in JSON (also as a map key).

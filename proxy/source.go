@@ -177,6 +177,9 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 	if err != nil {
 		return nil, Peer{}, err
 	}
+	if want != "" && p.tls == nil {
+		return nil, Peer{}, fmt.Errorf("target proxy %s: a migration bound to the %s needs TLS to tell it", addr, ownerName(want))
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: p.cfg.KeepAlive, Control: p.tcpOptions}
@@ -189,10 +192,6 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 		raw.SetDeadline(deadline)
 	}
 	var peer Peer
-	if want != "" && p.tls == nil {
-		raw.Close()
-		return nil, Peer{}, fmt.Errorf("target proxy %s: a migration bound to the %s needs TLS to tell it", addr, ownerName(want))
-	}
 	if p.tls != nil {
 		tc := tls.Client(raw, p.tls.clientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
