@@ -4,7 +4,7 @@
 # large working sets), each migrated under libvirt's defaults with
 # KubeVirt's 150 s/GiB deadline (none), KubeVirt's classic monitor
 # (kubevirt-legacy: post-copy at that deadline) and Ferry's policy in act
-# mode, with and without post-copy (ferry, ferry-no-postcopy), in one run.
+# mode, with and without post-copy (ferry, ferry-no-postcopy), taking turns.
 # Prints the table and ferry / kubevirt-legacy of the median total times.
 # Three runs of ferry and kubevirt-legacy, whose ratio is the point, and
 # one of none and ferry-no-postcopy (in the first run): three of all four

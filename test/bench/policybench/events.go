@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +43,15 @@ type pause struct {
 // postcopy-active, for the same pause. It ends at the target's first
 // resumed event after that: resumed/migrated once libvirt starts the vCPUs
 // after a pre-copy, resumed/post-copy once QEMU runs them in post-copy.
+//
+// A migration whose source went into post-copy ends its pause only at the
+// target's resumed/post-copy: its resumed/migrated comes when post-copy is
+// done, and the vCPUs ran all along.
 func pairPause(evs []lifecycle, guest, src, dst string, since time.Time) (pause, bool) {
+	postCopy := slices.ContainsFunc(evs, func(e lifecycle) bool {
+		return e.Domain == guest && !e.Time.Before(since) && e.Node == src &&
+			e.Event == libvirtx.EventSuspended && e.Detail == libvirtx.SuspendedPostCopy
+	})
 	var stop *lifecycle
 	for i := range evs {
 		e := &evs[i]
@@ -57,7 +66,7 @@ func pairPause(evs []lifecycle, guest, src, dst string, since time.Time) (pause,
 			continue
 		}
 		if e.Node == dst && e.Event == libvirtx.EventResumed && !e.Time.Before(stop.Time) &&
-			(e.Detail == libvirtx.ResumedMigrated || e.Detail == libvirtx.ResumedPostCopy) {
+			(e.Detail == libvirtx.ResumedPostCopy || e.Detail == libvirtx.ResumedMigrated && !postCopy) {
 			return pause{
 				Ms:  float64(e.Time.Sub(stop.Time).Microseconds()) / 1000,
 				Via: libvirtx.EventName(stop.Event, stop.Detail) + " -> " + libvirtx.EventName(e.Event, e.Detail),
@@ -118,6 +127,9 @@ func (lg *eventLog) since(guest string, t time.Time) ([]lifecycle, error) {
 			out = append(out, e)
 		}
 	}
+	// Each node's listener appends as its events arrive; pairing needs
+	// them in time order across both.
+	slices.SortStableFunc(out, func(a, b lifecycle) int { return a.Time.Compare(b.Time) })
 	for _, err := range lg.err {
 		return out, err
 	}

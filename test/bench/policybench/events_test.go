@@ -41,11 +41,23 @@ func TestPairPauseFromSourceSuspendToTargetResume(t *testing.T) {
 			ev(18005, "a", g, libvirtx.EventResumed, libvirtx.ResumedPostCopy),
 			ev(18200, "b", g, libvirtx.EventResumed, libvirtx.ResumedPostCopy),
 		}, 200, "suspended/post-copy -> resumed/post-copy"},
+		{"post-copy, the target resuming 30 ms after the stop", []lifecycle{
+			ev(18000, "a", g, libvirtx.EventSuspended, libvirtx.SuspendedMigrated),
+			ev(18002, "a", g, libvirtx.EventSuspended, libvirtx.SuspendedPostCopy),
+			ev(18030, "b", g, libvirtx.EventResumed, libvirtx.ResumedPostCopy),
+			ev(24000, "b", g, libvirtx.EventResumed, libvirtx.ResumedMigrated),
+		}, 30, "suspended/migrated -> resumed/post-copy"},
 	} {
 		p, ok := pairPause(c.evs, g, "a", "b", t0)
 		if !ok || p.Ms != c.ms || p.Via != c.via {
 			t.Errorf("%s: %+v %v, want %v ms via %s", c.name, p, ok, c.ms, c.via)
 		}
+	}
+	// In post-copy the end of the transfer (resumed/migrated) never ends
+	// the pause, even when the resumed/post-copy was missed.
+	late := []lifecycle{ev(18000, "a", g, libvirtx.EventSuspended, libvirtx.SuspendedPostCopy), ev(24000, "b", g, libvirtx.EventResumed, libvirtx.ResumedMigrated)}
+	if p, ok := pairPause(late, g, "a", "b", t0); ok {
+		t.Errorf("post-copy paused until the transfer ended: %+v", p)
 	}
 	// An abort in pre-copy: no suspend, the target's domain stops.
 	abort := []lifecycle{ev(100, "b", g, libvirtx.EventStarted, libvirtx.StartedMigrated), ev(13000, "b", g, libvirtx.EventStopped, libvirtx.StoppedFailed)}

@@ -25,7 +25,7 @@ func TestGoalsJudgeEachCaseOnMedians(t *testing.T) {
 		{Case: "stuck", Policy: "ferry", Run: 2, TotalSeconds: 13, Outcome: "failed NotConverging"},
 	}
 	var g goals
-	if !isHard(rs, "hot") || isHard(rs, "calm") {
+	if !isHard(rs, "hot", 48) || isHard(rs, "calm", 48) {
 		t.Fatal("hard is where libvirt's defaults did not finish")
 	}
 	if cell := g.judge(rs, guestCase{Name: "hot"}, true, 500); cell != "0.38" {
@@ -50,6 +50,16 @@ func TestGoalsJudgeEachCaseOnMedians(t *testing.T) {
 	}
 	if len(g.unmeasured) != 1 || g.unmeasured[0] != "calm run 1" {
 		t.Errorf("unmeasured: %q", g.unmeasured)
+	}
+	// Neither the events nor libvirt gave calm's run a pause: the
+	// downtime goal is not judged rather than met.
+	if len(g.noDowntime) != 1 || g.noDowntime[0] != "calm run 1" {
+		t.Errorf("no downtime at all: %q", g.noDowntime)
+	}
+	var out strings.Builder
+	g.print(&out, 500)
+	if !strings.Contains(out.String(), "NOT JUDGED: no pause measured in calm run 1") {
+		t.Errorf("goals:\n%s", out.String())
 	}
 	if g.worstPause != 510 {
 		t.Errorf("worst pause %v", g.worstPause)
