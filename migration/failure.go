@@ -76,12 +76,13 @@ const starvedPercent = 50
 // What the error texts of the layers below say, as libvirt, QEMU, Go's net
 // and TLS stacks, and Ferry's own proxy and driver word them.
 var (
-	reTLS         = regexp.MustCompile(`(?i)\btls:|x509:|certificate|handshake`)
-	reUnreachable = regexp.MustCompile(`(?i)connection refused|no route to host|i/o timeout|host is down|dial tcp|connect: network is unreachable`)
-	reLinkDown    = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
-	reReset       = regexp.MustCompile(`(?i)connection reset|connection abort|broken pipe|stream broke|unexpected EOF|Unable to read from socket|Channel error`)
-	reWrongPeer   = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)|not node \S+, which the migration asked for`)
-	reRefused     = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
+	reTLS           = regexp.MustCompile(`(?i)\btls:|x509:|certificate|handshake`)
+	reUnreachable   = regexp.MustCompile(`(?i)connection refused|no route to host|i/o timeout|host is down|dial tcp|connect: network is unreachable`)
+	reLinkDown      = regexp.MustCompile(`(?i)migration link: .* went down|network is unreachable`)
+	reReset         = regexp.MustCompile(`(?i)connection reset|connection abort|broken pipe|stream broke|unexpected EOF|Unable to read from socket|Channel error`)
+	reWrongPeer     = regexp.MustCompile(`not the (node \S+|certificate) that prepared the migration|refused \(wrong_peer\)|not node \S+, which the migration asked for`)
+	reRefused       = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
+	reStreamRefused = regexp.MustCompile(`target proxy refused the stream`)
 	// The driver words the target's own answer to a prepare this way (see
 	// proxy.ControlError); what follows is the peer's text, which must not
 	// pick the class.
@@ -230,6 +231,9 @@ var textRules = []struct {
 }{
 	{reWrongPeer, "another proxy answered at the target's address", PlaneControl, ClassAuthFailed},
 	{reTLS, "TLS", PlaneControl, ClassAuthFailed},
+	// The source proxy's own words for a stream the target would not
+	// take; the reset that followed is its consequence.
+	{reStreamRefused, "the target refused a stream", PlaneControl, ClassTargetRefused},
 	{reLinkDown, "link", PlaneData, ClassLinkDown},
 	{reReset, "stream", PlaneData, ClassConnectionReset},
 	{reStopped, "the domain stopped", PlaneGuest, ClassGuestStopped},

@@ -66,7 +66,7 @@ func TestClassifyFailure(t *testing.T) {
 			plane: PlaneControl, class: ClassLibvirtError, evidence: "refused (unrecognised): ‹…›"},
 		{name: "a peer's stream refusal naming another node", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "running/migration canceled", FailureReason: "migration failed: operation failed: job 'migration out' failed",
 			Proxy: &ProxyInfo{Errors: []string{"memory stream: target proxy refused the stream: ‹not the node b that prepared the migration; tls: nope›"}}},
-			plane: PlaneControl, class: ClassLibvirtError},
+			plane: PlaneControl, class: ClassTargetRefused, evidence: "refused the stream: ‹…›"},
 		{name: "source QEMU crashed mid-stream", job: Job{Role: RoleSource, Phase: PhaseFailed, DomainState: "shutoff/crashed", FailureReason: "migration failed: Unable to read from monitor: Connection reset by peer"},
 			plane: PlaneGuest, class: ClassGuestStopped, evidence: "shutoff/crashed"},
 		{name: "policy abort of a CPU-starved source", job: Job{Role: RoleSource, Phase: PhaseAborted, AbortStatus: AbortSucceeded, AbortedBy: AbortByPolicy, FailureReason: "aborted by the convergence policy: ...", Policy: policyAbort("stalled"),

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,8 +105,10 @@ func (e *ControlError) Is(target error) bool {
 	return target == ErrShuttingDown && e.Reason == reasonShuttingDown
 }
 
-// A refusal's reason is one of this proxy's own codes, e.g. domain_exists.
-var reasonCode = regexp.MustCompile(`^[a-z_]{0,40}$`)
+// knownReason: a refusal's code is one this proxy's own peers send, e.g.
+// domain_exists; any other a peer sends is unrecognised, so a code can no
+// more steer a failure's class than the words after it.
+func knownReason(r string) bool { return slices.Contains(rejectReasons, r) }
 
 // maxPeerText bounds what a peer's answer may put into this node's records.
 const maxPeerText = 512
@@ -266,7 +269,7 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
 	resp.PeerNode, resp.Owner = peer.Node, peer.owner()
-	if !reasonCode.MatchString(resp.Reason) {
+	if resp.Reason != "" && !knownReason(resp.Reason) {
 		resp.Reason = "unrecognised"
 	}
 	if resp.Error != "" {

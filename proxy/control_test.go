@@ -292,31 +292,34 @@ func TestPostCopyMayOpenOneMoreMemoryConnection(t *testing.T) {
 	}
 }
 
-// A peer answering a control request with a refusal and no code of its
-// own is still read as a refusal: its words never stand where this node's
-// account of the failure goes.
-func TestAPeersRefusalAlwaysCarriesACode(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
+// A peer answering a control request with a refusal and no code, or a
+// code that is none of a proxy's own, is still read as a refusal coded
+// unrecognised, its words quoted: neither stands where this node's account
+// of the failure goes.
+func TestAPeersRefusalAlwaysCarriesAKnownCode(t *testing.T) {
+	for _, code := range []string{"", "certificate", "crashed"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return
+			t.Fatal(err)
 		}
-		defer c.Close()
-		c.Read(make([]byte, 4096))
-		json.NewEncoder(c).Encode(ControlResponse{Error: "target proxy 10.0.0.9:9475 is node c, not node b asked for"})
-		time.Sleep(200 * time.Millisecond)
-	}()
-	src := startNode(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err = src.p.Control(ctx, ln.Addr().String(), ControlRequest{Op: OpPrepare, Migration: "m-1", Domain: "vm"})
-	var ce *ControlError
-	if !errors.As(err, &ce) || ce.Reason != "unrecognised" || !strings.Contains(err.Error(), "refused (unrecognised): ‹target proxy") {
-		t.Fatalf("answer without a code: %v, want a refusal coded unrecognised", err)
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.Read(make([]byte, 4096))
+			json.NewEncoder(c).Encode(ControlResponse{Reason: code, Error: "target proxy 10.0.0.9:9475 is node c, not node b asked for"})
+			time.Sleep(200 * time.Millisecond)
+		}()
+		src := startNode(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = src.p.Control(ctx, ln.Addr().String(), ControlRequest{Op: OpFinish, Migration: "m-1", Domain: "vm"})
+		var ce *ControlError
+		if !errors.As(err, &ce) || ce.Reason != "unrecognised" || !strings.Contains(err.Error(), "refused (unrecognised): ‹target proxy") {
+			t.Errorf("code %q: %v, want a refusal coded unrecognised", code, err)
+		}
 	}
 }

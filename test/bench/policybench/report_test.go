@@ -56,8 +56,14 @@ func TestGoalsJudgeEachCaseOnMedians(t *testing.T) {
 	if len(g.noDowntime) != 1 || g.noDowntime[0] != "calm run 1" {
 		t.Errorf("no downtime at all: %q", g.noDowntime)
 	}
+	// A run over the cap is a miss, whatever else went unmeasured.
 	var out strings.Builder
 	g.print(&out, 500)
+	if !strings.Contains(out.String(), "MISSED: hot run 2 (510 ms)") {
+		t.Errorf("goals:\n%s", out.String())
+	}
+	out.Reset()
+	(&goals{noDowntime: g.noDowntime}).print(&out, 500)
 	if !strings.Contains(out.String(), "NOT JUDGED: no pause measured in calm run 1") {
 		t.Errorf("goals:\n%s", out.String())
 	}
