@@ -21,9 +21,7 @@ func TestTargetJobNamesThePreparingNode(t *testing.T) {
 	if j := f.wantPhase(PhaseCompleted); j.PeerNode != "a" || j.IncomingID != "m-1" {
 		t.Fatalf("finished target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
 	}
-	f.tr.mu.Lock()
-	left := f.tr.incoming[dom.Name]
-	f.tr.mu.Unlock()
+	left := f.prepared()
 	if left != (incomingInfo{}) {
 		t.Fatalf("the prepare %+v outlives its job: the next incoming migration would name it", left)
 	}
@@ -55,9 +53,7 @@ func TestALateEndKeepsTheNextPrepare(t *testing.T) {
 	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "m-1" {
 		t.Fatalf("the ended job names migration %q, want m-1", j.IncomingID)
 	}
-	f.tr.mu.Lock()
-	next := f.tr.incoming[dom.Name]
-	f.tr.mu.Unlock()
+	next := f.prepared()
 	if next.id != "m-2" {
 		t.Fatalf("the next prepare is %+v after the old job's end, want m-2", next)
 	}
@@ -76,17 +72,21 @@ func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "" || j.PeerNode != "" {
 		t.Fatalf("the older job took the new prepare: migration %q, peer %q", j.IncomingID, j.PeerNode)
 	}
-	f.tr.mu.Lock()
-	next := f.tr.incoming[dom.Name]
-	f.tr.mu.Unlock()
+	next := f.prepared()
 	if next.id != "m-2" {
 		t.Fatalf("the new prepare is %+v after the older job's end, want m-2", next)
 	}
 	f.tr.ForgetIncoming(dom.Name, "m-1")
-	f.tr.mu.Lock()
-	next = f.tr.incoming[dom.Name]
-	f.tr.mu.Unlock()
+	next = f.prepared()
 	if next.id != "m-2" {
 		t.Fatal("forgetting another migration dropped m-2's prepare")
 	}
+}
+
+// prepared is what the tracker holds of the domain's next incoming
+// migration.
+func (f *feed) prepared() incomingInfo {
+	f.tr.mu.Lock()
+	defer f.tr.mu.Unlock()
+	return f.tr.incoming[dom.Name]
 }
