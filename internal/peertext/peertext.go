@@ -33,7 +33,10 @@ func Quote(s string, n int) string {
 	return Open + s + Close
 }
 
-var quoted = regexp.MustCompile(Open + `[^` + Close + `]*` + Close)
+// quoted is one quote as Quote makes it: nothing inside can be a mark, so
+// a mark in this node's own text (a domain name may hold one) never opens
+// a span that runs into a peer's quote.
+var quoted = regexp.MustCompile(Open + `[^` + Open + Close + `]*` + Close)
 
 // Strip empties every quote in s: what is left is this node's own account.
 func Strip(s string) string { return quoted.ReplaceAllString(s, Open+"…"+Close) }
