@@ -94,7 +94,7 @@ func (d *Daemon) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	// A node without VMs matches nothing too, so this is said, not failed.
 	if g, ok := d.Pool.GlobStatus(); ok && g.Empty {
-		fmt.Fprintf(&b, "the libvirt socket glob %s has matched nothing for %s: no VMs here, or a wrong --kubelet-root or mount\n",
+		fmt.Fprintf(&b, "the libvirt socket glob %s has matched nothing for %s: no VMs here, or a wrong --kubelet-pods-dir or mount\n",
 			g.Glob, time.Since(g.Since).Round(time.Second))
 	}
 	if b.Len() == 0 {

@@ -18,10 +18,11 @@ type Config struct {
 	NodeName       string
 	LibvirtSockets []string
 	LibvirtGlob    string
-	// KubeletRoot is the kubelet's root directory, where KubeVirt's
-	// launcher sockets are found when neither sockets nor a glob are given
-	// and ferryd runs on Kubernetes.
-	KubeletRoot string
+	// KubeletPodsDir is the kubelet's pods directory as ferryd sees it
+	// (the DaemonSet mounts it at /pods, as KubeVirt's virt-handler does),
+	// where KubeVirt's launcher sockets are found when neither sockets nor
+	// a glob are given.
+	KubeletPodsDir string
 	// GlobEmptyAfter is how long LibvirtGlob may match nothing before
 	// /readyz says so; 0 means the pool's default (5 minutes).
 	GlobEmptyAfter  time.Duration
@@ -86,15 +87,14 @@ func (c *Config) defaultSockets() string {
 	if len(c.LibvirtSockets) > 0 || c.LibvirtGlob != "" {
 		return ""
 	}
-	if c.KubeletRoot != "" {
-		pods := filepath.Join(c.KubeletRoot, "pods")
+	if pods := c.KubeletPodsDir; pods != "" {
 		if fi, err := os.Stat(pods); err == nil && fi.IsDir() {
-			c.LibvirtGlob = libvirtx.KubeVirtSocketGlob(c.KubeletRoot)
+			c.LibvirtGlob = libvirtx.KubeVirtSocketGlob(pods)
 			return "KubeVirt launcher sockets, as " + pods + " exists"
 		}
 	}
 	c.LibvirtSockets = []string{DefaultLibvirtSocket}
-	return "the system libvirtd, as there is no kubelet pods directory under --kubelet-root"
+	return "the system libvirtd, as there is no kubelet pods directory at --kubelet-pods-dir " + c.KubeletPodsDir
 }
 
 // Validate names the first setting that cannot work.

@@ -157,9 +157,10 @@ func TestMigrateRequestErrorsNameTheField(t *testing.T) {
 	}
 }
 
-func TestDefaultSocketsFollowTheKubeletRoot(t *testing.T) {
+func TestDefaultSocketsFollowTheKubeletPodsDir(t *testing.T) {
 	root := t.TempDir()
-	c := Config{KubeletRoot: root}
+	pods := filepath.Join(root, "pods")
+	c := Config{KubeletPodsDir: pods}
 	c.defaultSockets()
 	if c.LibvirtGlob != "" || len(c.LibvirtSockets) != 1 || c.LibvirtSockets[0] != DefaultLibvirtSocket {
 		t.Errorf("no pods directory: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
@@ -167,12 +168,12 @@ func TestDefaultSocketsFollowTheKubeletRoot(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "pods"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c = Config{KubeletRoot: root}
+	c = Config{KubeletPodsDir: pods}
 	c.defaultSockets()
 	if c.LibvirtGlob != root+"/pods/*/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock" || len(c.LibvirtSockets) != 0 {
 		t.Errorf("with a pods directory: glob %q, sockets %v", c.LibvirtGlob, c.LibvirtSockets)
 	}
-	c = Config{KubeletRoot: root, LibvirtSockets: []string{"/x"}}
+	c = Config{KubeletPodsDir: pods, LibvirtSockets: []string{"/x"}}
 	if why := c.defaultSockets(); c.LibvirtGlob != "" || why != "" {
 		t.Errorf("a configured socket got a glob too: %q (%s)", c.LibvirtGlob, why)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -164,12 +163,7 @@ func (d *Daemon) domainUID(domain string) string {
 	return libvirtx.KubeVirtUID(x)
 }
 
-func (d *Daemon) podsDir() string {
-	if d.cfg.KubeletRoot == "" {
-		return ""
-	}
-	return filepath.Join(d.cfg.KubeletRoot, "pods")
-}
+func (d *Daemon) podsDir() string { return d.cfg.KubeletPodsDir }
 
 // withVMI adds the cached VMI to jobs of KubeVirt domains.
 func (d *Daemon) withVMI(j migration.Job) migration.Job {

@@ -71,7 +71,7 @@ var (
 		[]string{"node", "role", "result", "plane", "class"}, nil)
 	descLibvirtUp = prometheus.NewDesc("ferry_libvirt_up", "Whether ferryd is connected to the libvirt socket.",
 		[]string{"node", "socket"}, nil)
-	descGlobMatches = prometheus.NewDesc("ferry_libvirt_socket_glob_matches", "Sockets the libvirt socket glob matches now; 0 for long on a node running VMs means a wrong --kubelet-root or mount.",
+	descGlobMatches = prometheus.NewDesc("ferry_libvirt_socket_glob_matches", "Sockets the libvirt socket glob matches now; 0 for long on a node running VMs means a wrong --kubelet-pods-dir or mount.",
 		[]string{"node", "glob"}, nil)
 	descAttention = prometheus.NewDesc("ferry_domain_attention", "Domains in a state an operator must act on (1 while it lasts).",
 		[]string{"node", "socket", "domain", "namespace", "name", "reason"}, nil)

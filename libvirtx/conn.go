@@ -9,6 +9,8 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/internal/unixsock"
 )
 
 // ErrTimeout is returned when libvirt does not answer a call within its
@@ -39,7 +41,10 @@ type unixDialer struct {
 }
 
 func (d *unixDialer) Dial() (net.Conn, error) {
-	c, err := net.DialTimeout("unix", d.path, d.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	// KubeVirt's launcher sockets are longer than a unix address holds.
+	c, err := unixsock.Dial(ctx, d.path)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +74,9 @@ func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, e
 	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a
 	// remote-driver connection back to itself, and its main loop then
 	// deadlocks deregistering that connection's events when a client leaves.
+	uri := driverURI(path)
 	err := do(ctx, c, "connect", func(l *libvirt.Libvirt) error {
-		return l.ConnectToURI(libvirt.QEMUSystem)
+		return l.ConnectToURI(uri)
 	})
 	if err != nil {
 		c.dialer.cut()

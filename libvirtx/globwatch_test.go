@@ -34,7 +34,7 @@ func TestPoolFindsANewLauncherSocketAtOnce(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "pods"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	glob := KubeVirtSocketGlob(root)
+	glob := KubeVirtSocketGlob(filepath.Join(root, "pods"))
 	p, h, _ := runPool(t, PoolConfig{Glob: glob, RescanEvery: time.Hour, CallTimeout: time.Second, GlobEmptyAfter: 100 * time.Millisecond})
 	waitFor := func(what string, f func() bool) {
 		t.Helper()

@@ -33,8 +33,10 @@ func KubeVirtUID(domainXML string) string {
 }
 
 // KubeVirtSocketGlob is where KubeVirt's virt-launcher pods put their
-// libvirt's socket, one per pod, under the kubelet's root directory: an
-// emptyDir volume named libvirt-runtime.
-func KubeVirtSocketGlob(kubeletRoot string) string {
-	return filepath.Join(kubeletRoot, "pods", "*", "volumes", "kubernetes.io~empty-dir", "libvirt-runtime", "virtqemud-sock")
+// libvirt's socket, one per pod, in the kubelet's pods directory: the
+// emptyDir volume libvirt-runtime, which is the launcher's /var/run/libvirt.
+// Under /var/lib/kubelet/pods the path is 121 bytes, past what a unix
+// socket address holds; libvirtx dials it through its directory.
+func KubeVirtSocketGlob(podsDir string) string {
+	return filepath.Join(podsDir, "*", "volumes", "kubernetes.io~empty-dir", "libvirt-runtime", "virtqemud-sock")
 }

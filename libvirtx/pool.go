@@ -40,7 +40,7 @@ type PoolConfig struct {
 	Glob        string        // matched kickSettle after inotify events, and every RescanEvery (KubeVirt: one socket per launcher pod)
 	RescanEvery time.Duration // default 5s
 	// GlobEmptyAfter is how long a Glob may match nothing before GlobStatus
-	// calls it empty: a wrong --kubelet-root or mount looks exactly like a
+	// calls it empty: a wrong --kubelet-pods-dir or mount looks exactly like a
 	// node without VMs, except that it lasts. Default 5m.
 	GlobEmptyAfter time.Duration
 	CallTimeout    time.Duration // default DefaultCallTimeout

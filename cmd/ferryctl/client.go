@@ -14,6 +14,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/ferry-vm/ferry/internal/unixsock"
 )
 
 // client talks to ferryd's debug socket.
@@ -24,8 +26,7 @@ type client struct {
 
 func newClient(socket string) *client {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
+		return unixsock.Dial(ctx, socket)
 	}}
 	return &client{socket: socket, hc: &http.Client{Transport: tr}}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,8 +50,10 @@ func run(args []string) int {
 		grace    time.Duration
 	)
 	fs.Var(&sockets, "libvirt-socket", "libvirt socket to watch; repeatable (env FERRY_LIBVIRT_SOCKETS, comma-separated; default "+daemon.DefaultLibvirtSocket+" when no glob is set)")
-	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, followed with inotify and re-read every 5s (one per virt-launcher pod under KubeVirt); default on Kubernetes: KubeVirt's launcher sockets under --kubelet-root")
-	fs.StringVar(&cfg.KubeletRoot, "kubelet-root", env("FERRY_KUBELET_ROOT", "/var/lib/kubelet"), "the kubelet's root directory, for the default --libvirt-socket-glob on Kubernetes")
+	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, followed with inotify and re-read every 5s (one per virt-launcher pod under KubeVirt); default on Kubernetes: KubeVirt's launcher sockets in --kubelet-pods-dir")
+	fs.StringVar(&cfg.KubeletPodsDir, "kubelet-pods-dir", env("FERRY_KUBELET_PODS_DIR", "/var/lib/kubelet/pods"), "the kubelet's pods directory as ferryd sees it (the DaemonSet mounts it at /pods, as virt-handler does): KubeVirt's launcher sockets are looked for there when it exists")
+	var kubeletRoot string
+	fs.StringVar(&kubeletRoot, "kubelet-root", "", "deprecated: use --kubelet-pods-dir ROOT/pods")
 	fs.StringVar(&cfg.NodeName, "node-name", env("NODE_NAME", hostname()), "name of this node in jobs and metrics (env NODE_NAME)")
 	fs.StringVar(&cfg.DebugSocket, "debug-socket", env("FERRY_DEBUG_SOCKET", "/run/ferry/ferry.sock"), "unix socket serving the JSON debug API read by ferryctl")
 	fs.StringVar(&mode, "debug-socket-mode", env("FERRY_DEBUG_SOCKET_MODE", "0600"), "permission bits of the debug socket")
@@ -98,6 +101,11 @@ func run(args []string) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "ferryd: unexpected argument %q (ferryd takes flags only)\n", fs.Arg(0))
 		return 2
+	}
+	if kubeletRoot != "" {
+		// Kept so an older DaemonSet's arguments still start; said once.
+		cfg.KubeletPodsDir = filepath.Join(kubeletRoot, "pods")
+		fmt.Fprintf(os.Stderr, "ferryd: --kubelet-root is deprecated: use --kubelet-pods-dir %s\n", cfg.KubeletPodsDir)
 	}
 	cfg.Policy.Mode, cfg.Policy.Scope = policy.Mode(policyMode), policy.Scope(policyScope)
 	cfg.LibvirtSockets = sockets

@@ -23,7 +23,8 @@
 // relays/<guest>.json (relay PIDs and ports of in-flight migrations),
 // guests/<guest>.json (console history), and per node <node>/ with etc, run,
 // lib, log, cache (mounted over /etc/libvirt, /run, /var/{lib,log,cache}/libvirt
-// inside the node; lib/images holds the guests' kernel and initrd, as
+// inside the node), kubelet (the node's /var/lib/kubelet, where virt-launcher
+// pods live: see StartLauncher); lib/images holds the guests' kernel and initrd, as
 // /var/lib/libvirt/images), kvm (a stock root:kvm 0660 /dev/kvm when the
 // host's is not), sock (libvirt-sock, ferry.sock) and the logs
 // libvirtd.log, libvirtd.out, ferryd.log, holder.log. A guest's console is

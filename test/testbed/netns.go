@@ -94,6 +94,8 @@ for d in lib log cache; do
   mkdir /var/$d/libvirt
   mount --bind %[1]s/$d /var/$d/libvirt
 done
+mkdir /var/lib/kubelet
+mount --bind %[1]s/kubelet /var/lib/kubelet
 `, dir)
 	if kvm != "" {
 		script += "mount --bind " + kvm + " /dev/kvm\n"

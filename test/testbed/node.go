@@ -66,7 +66,7 @@ func prepareNodeDir(cfg Config, d nodeDef) error {
 			}
 		}
 	}
-	for _, sub := range []string{"etc", "run/mig", "lib", "log", "cache", "sock"} {
+	for _, sub := range []string{"etc", "run/mig", "lib", "log", "cache", "sock", "kubelet/pods"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return err
 		}

@@ -28,23 +28,7 @@ func migDir(n *Node, guest string) string {
 // in the source's /run/mig/<guest>/ forward over the veth to TCP listeners on
 // the target, which forward to the target's libvirt and QEMU sockets.
 func (b *Bed) startRelays(guest, from, to string) (*relayState, error) {
-	r := &relayState{Guest: guest, From: from, To: to}
-	err := withLock(b.cfg.Dir, func() error {
-		used := map[int]bool{}
-		for _, o := range loadRelays(b.cfg.Dir) {
-			if o.Guest == guest {
-				return fmt.Errorf("testbed: a migration of %s (%s -> %s) is already in progress", guest, o.From, o.To)
-			}
-			used[o.RPCPort] = true
-		}
-		for slot := 0; ; slot++ {
-			if port := relayPortBase + 2*slot; !used[port] {
-				r.RPCPort, r.MigPort = port, port+1
-				break
-			}
-		}
-		return writeJSON(relayPath(b.cfg.Dir, guest), r)
-	})
+	r, err := b.reserveRelay(guest, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -67,43 +51,89 @@ func (b *Bed) startRelays(guest, from, to string) (*relayState, error) {
 		}
 	}
 	srcDir := migDir(src, guest)
-	logPath := filepath.Join(b.cfg.Dir, "relays", guest+".log")
-	specs := []struct {
-		node, listen, connect string
-		ready                 func(proc) bool
-		// qemuSocket is a socket the source QEMU connects to.
-		qemuSocket string
-	}{
-		{to, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.RPCPort, dst.IP), "UNIX-CONNECT:" + dst.LibvirtSocket, tcpListening(r.RPCPort), ""},
-		{to, fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.MigPort, dst.IP), "UNIX-CONNECT:" + filepath.Join(migDir(dst, guest), "qemu.sock"), tcpListening(r.MigPort), ""},
-		{from, "UNIX-LISTEN:" + filepath.Join(srcDir, "libvirt.sock") + ",fork,unlink-early", fmt.Sprintf("TCP:%s:%d", dst.IP, r.RPCPort), unixListening(filepath.Join(srcDir, "libvirt.sock")), ""},
-		{from, "UNIX-LISTEN:" + filepath.Join(srcDir, "qemu.sock") + ",fork,unlink-early", fmt.Sprintf("TCP:%s:%d", dst.IP, r.MigPort), unixListening(filepath.Join(srcDir, "qemu.sock")), filepath.Join(srcDir, "qemu.sock")},
+	specs := []relaySpec{
+		{node: to, listen: fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.RPCPort, dst.IP), connect: "UNIX-CONNECT:" + dst.LibvirtSocket, ready: tcpListening(r.RPCPort)},
+		{node: to, listen: fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.MigPort, dst.IP), connect: "UNIX-CONNECT:" + filepath.Join(migDir(dst, guest), "qemu.sock"), ready: tcpListening(r.MigPort)},
+		{node: from, listen: "UNIX-LISTEN:" + filepath.Join(srcDir, "libvirt.sock") + ",fork,unlink-early", connect: fmt.Sprintf("TCP:%s:%d", dst.IP, r.RPCPort), ready: unixListening(filepath.Join(srcDir, "libvirt.sock"))},
+		{node: from, listen: "UNIX-LISTEN:" + filepath.Join(srcDir, "qemu.sock") + ",fork,unlink-early", connect: fmt.Sprintf("TCP:%s:%d", dst.IP, r.MigPort), ready: unixListening(filepath.Join(srcDir, "qemu.sock")), qemuSocket: filepath.Join(srcDir, "qemu.sock")},
 	}
 	for _, s := range specs {
-		st := b.nodeState(s.node)
-		if st == nil || !st.Holder.alive() {
-			return r, fmt.Errorf("testbed: node %s has no live namespaces", s.node)
-		}
-		// Only the network namespace: relays use root-namespace paths.
-		p, err := spawn(logPath, "nsenter", "-t", strconv.Itoa(st.Holder.PID), "-n", "--", "socat", s.listen, s.connect)
-		if err == nil {
-			r.Procs = append(r.Procs, p)
-			err = writeJSON(relayPath(b.cfg.Dir, guest), r)
-		}
-		if err == nil {
-			err = waitFor(5*time.Second, func() bool { return s.ready(p) || !p.alive() })
-			if err == nil && !p.alive() {
-				err = errors.New("exited")
-			}
-		}
-		if err == nil && s.qemuSocket != "" {
-			err = giveToQEMU(s.qemuSocket, gid)
-		}
-		if err != nil {
-			return r, fmt.Errorf("testbed: relay %s -> %s on node %s: %v: %s", s.listen, s.connect, s.node, err, tail(logPath, 1000))
+		if err := b.runRelay(r, s, gid); err != nil {
+			return r, err
 		}
 	}
 	return r, nil
+}
+
+// reserveRelay records a migration's relays, with a free pair of ports,
+// before any of them starts.
+func (b *Bed) reserveRelay(guest, from, to string) (*relayState, error) {
+	r := &relayState{Guest: guest, From: from, To: to}
+	err := withLock(b.cfg.Dir, func() error {
+		used := map[int]bool{}
+		for _, o := range loadRelays(b.cfg.Dir) {
+			if o.Guest == guest {
+				return fmt.Errorf("testbed: a migration of %s (%s -> %s) is already in progress", guest, o.From, o.To)
+			}
+			used[o.RPCPort] = true
+		}
+		for slot := 0; ; slot++ {
+			if port := relayPortBase + 2*slot; !used[port] {
+				r.RPCPort, r.MigPort = port, port+1
+				break
+			}
+		}
+		return writeJSON(relayPath(b.cfg.Dir, guest), r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// relaySpec is one socat of a migration's relays.
+type relaySpec struct {
+	node            string
+	listen, connect string
+	ready           func(proc) bool
+	// qemuSocket is a socket the source QEMU connects to, given to its group.
+	qemuSocket string
+	// nsPID, when set, is a process whose network and mount namespaces
+	// the relay runs in (a launcher's); otherwise the node's network
+	// namespace only, with root-namespace paths.
+	nsPID int
+}
+
+// runRelay starts one relay, records it before waiting, and waits until
+// it listens.
+func (b *Bed) runRelay(r *relayState, s relaySpec, gid int) error {
+	st := b.nodeState(s.node)
+	if st == nil || !st.Holder.alive() {
+		return fmt.Errorf("testbed: node %s has no live namespaces", s.node)
+	}
+	ns := []string{"-t", strconv.Itoa(st.Holder.PID), "-n"}
+	if s.nsPID != 0 {
+		ns = []string{"-t", strconv.Itoa(s.nsPID), "-n", "-m"}
+	}
+	logPath := filepath.Join(b.cfg.Dir, "relays", r.Guest+".log")
+	p, err := spawn(logPath, append(append([]string{"nsenter"}, ns...), "--", "socat", s.listen, s.connect)...)
+	if err == nil {
+		r.Procs = append(r.Procs, p)
+		err = writeJSON(relayPath(b.cfg.Dir, r.Guest), r)
+	}
+	if err == nil {
+		err = waitFor(5*time.Second, func() bool { return s.ready(p) || !p.alive() })
+		if err == nil && !p.alive() {
+			err = errors.New("exited")
+		}
+	}
+	if err == nil && s.qemuSocket != "" {
+		err = giveToQEMU(s.qemuSocket, gid)
+	}
+	if err != nil {
+		return fmt.Errorf("testbed: relay %s -> %s on node %s: %v: %s", s.listen, s.connect, s.node, err, tail(logPath, 1000))
+	}
+	return nil
 }
 
 // giveToQEMU lets QEMU's group connect to a relay's socket.

@@ -1,0 +1,131 @@
+package unixsock
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// kubevirtSocket lays out a launcher socket path exactly as the kubelet and
+// KubeVirt do, under root, and pads root so the whole is want bytes.
+func kubevirtSocket(t *testing.T, want int) string {
+	t.Helper()
+	const podUID = "6f1d0c3e-9b2a-4c1e-8e5f-2a7b9c0d1e2f"
+	tail := filepath.Join("pods", podUID, "volumes", "kubernetes.io~empty-dir", "libvirt-runtime", "virtqemud-sock")
+	// A root as long as /var/lib/kubelet, made directly under /tmp: a
+	// TMPDIR may be longer than the whole budget.
+	root, err := os.MkdirTemp("/tmp", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if pad := want - len(root) - 1 - len(tail); pad > 1 {
+		root = filepath.Join(root, strings.Repeat("k", pad-1))
+	} else if pad < 0 {
+		t.Fatalf("temp dir %q too long to build a %d-byte path", root, want)
+	} else if pad == 1 {
+		root += "k"
+		if err := os.Mkdir(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(root) })
+	}
+	p := filepath.Join(root, tail)
+	if len(p) != want {
+		t.Fatalf("built a %d-byte path, want %d", len(p), want)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// listenAt serves an echo on a socket moved to path after binding at a
+// short one: the inode, not the name, is what a connect reaches.
+func listenAt(t *testing.T, path string) {
+	t.Helper()
+	short := filepath.Join(os.TempDir(), "unixsock-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	os.Remove(short)
+	ln, err := net.Listen("unix", short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Rename(short, path); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+}
+
+func TestDialsAKubeVirtLauncherSocketAt121Bytes(t *testing.T) {
+	path := kubevirtSocket(t, 121)
+	listenAt(t, path)
+
+	// The kernel's own answer to the plain dial: the reason this package exists.
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		t.Fatalf("a plain dial of a %d-byte path succeeded; the test no longer covers the limit", len(path))
+	} else if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("plain dial: %v, want EINVAL", err)
+	}
+
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Dial(%d-byte path): %v", len(path), err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo through the long path: %q %v", buf, err)
+	}
+}
+
+func TestDialLongPathErrorsNameThePath(t *testing.T) {
+	path := kubevirtSocket(t, 140)
+	_, err := Dial(context.Background(), path)
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("Dial of a missing socket: %v, want ENOENT", err)
+	}
+	if !strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "/proc/self/fd") {
+		t.Errorf("error %q should name %s and not the /proc alias", err, path)
+	}
+
+	gone := filepath.Join(filepath.Dir(path), "no-such-dir", "virtqemud-sock")
+	if _, err := Dial(context.Background(), gone); !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "opening its directory") {
+		t.Errorf("Dial under a missing directory: %v", err)
+	}
+	if _, err := Dial(context.Background(), filepath.Dir(path)+"/"+strings.Repeat("s", 100)); err == nil || !strings.Contains(err.Error(), "alone is too long") {
+		t.Errorf("Dial of a 100-byte socket name: %v", err)
+	}
+}
+
+func TestDialShortPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	if len(path) > MaxPath {
+		t.Skipf("temp dir too long for a short-path test: %s", path)
+	}
+	listenAt(t, path)
+	c, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
