@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +22,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ferry-vm/ferry/internal/testpki"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -242,24 +240,12 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 		t.Fatalf("daemonset.yaml: %v", err)
 	}
 	c := ds.Spec.Template.Spec.Containers[0]
-	// The DaemonSet's proxy certificate names its pod, as cert-manager's
-	// CSI driver issues it, and ferryd asks the API server for peers' pods.
 	kubeUp(t)
-	pki := filepath.Join(bed.Dir(), "ds-tls")
-	defer os.RemoveAll(pki)
-	ca, err := testpki.NewCA("ferry-proxy-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ca.Issue(pki, "ferry", &url.URL{Scheme: "spiffe", Host: "ferry", Path: "/ns/ferry-system/pod/ds-pod"}); err != nil {
-		t.Fatal(err)
-	}
 	kubeconfig := filepath.Join(bed.Dir(), "ds.kubeconfig")
 	if err := writeTokenKubeconfig(kubeconfig, kube.URL, kube.CAData, ferryToken); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"NODE_NAME": "ds-node", "NODE_IP": "127.0.0.1",
-		"POD_NAME": "ds-pod", "POD_NAMESPACE": "ferry-system", "KUBECONFIG": kubeconfig}
+	env := map[string]string{"NODE_NAME": "ds-node", "KUBECONFIG": kubeconfig}
 	var args []string
 	for _, a := range c.Args {
 		for k, v := range env {
@@ -268,15 +254,13 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 		args = append(args, a)
 	}
 	// The DaemonSet's host paths, given to this ferryd in a private mount
-	// namespace: fresh state and sockets, the pod's proxy certificate.
+	// namespace: fresh state and sockets.
 	ferryd := filepath.Join(filepath.Dir(ferryctlBin), "ferryd")
-	certs := pki
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for _, d := range []string{"/run/ferry", "/var/lib/ferry"} {
 		fmt.Fprintf(&script, "mkdir -p %s && mount -t tmpfs tmpfs %s\n", d, d)
 	}
-	fmt.Fprintf(&script, "mkdir -p /etc/ferry/tls && mount --bind %s /etc/ferry/tls\n", certs)
 	script.WriteString(`exec "$0" "$@"` + "\n")
 	cmd := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", script.String(), ferryd}, args...)...)
 	for k, v := range env {
@@ -311,7 +295,7 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode == 200 && strings.Contains(string(body), "ferry_build_info") && strings.Contains(string(body), "ferry_proxy_rejected_total")
+		return resp.StatusCode == 200 && strings.Contains(string(body), "ferry_build_info")
 	})
 	resp, err := hc.Get("http://127.0.0.1:" + port + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
@@ -322,5 +306,9 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 	log, _ := os.ReadFile(logPath)
 	if !strings.Contains(string(log), `"node":"ds-node"`) {
 		t.Errorf("ferryd did not take NODE_NAME from the DaemonSet's env:\n%s", log)
+	}
+	// KubeVirt relays its own migrations; the DaemonSet leaves Ferry's off.
+	if !strings.Contains(string(log), "migration proxy off") {
+		t.Errorf("the DaemonSet's ferryd runs the migration proxy:\n%s", log)
 	}
 }

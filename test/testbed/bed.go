@@ -304,6 +304,26 @@ func (b *Bed) SetFerrydArgs(ctx context.Context, args ...string) error {
 	return b.restartFerryds(ctx)
 }
 
+func (b *Bed) ferrydOwnArgs() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.st.FerrydOwnArgs...)
+}
+
+// SetFerrydOwnArgs restarts both ferryds with a deployment's own arguments
+// in place of the bed's ("$(NODE_NAME)" becomes the node's name), followed
+// by the bed-wide and per-node extra flags and the bed's debug socket;
+// none restores the bed's own arguments.
+func (b *Bed) SetFerrydOwnArgs(ctx context.Context, args ...string) error {
+	if b.cfg.FerrydBin == "" {
+		return errors.New("testbed: no ferryd runs in this bed")
+	}
+	b.mu.Lock()
+	b.st.FerrydOwnArgs = append([]string(nil), args...)
+	b.mu.Unlock()
+	return b.restartFerryds(ctx)
+}
+
 func (b *Bed) nodeFerrydArgs(node string) []string {
 	if ns := b.nodeState(node); ns != nil {
 		return append([]string(nil), ns.FerrydArgs...)

@@ -16,6 +16,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/ferry-vm/ferry/internal/unixsock"
 )
@@ -198,6 +199,11 @@ keepalive_count = 5
 	if err := chownTree(filepath.Join(l.podDir, emptyDirs), launcherUID, launcherGID); err != nil {
 		return err
 	}
+	for _, dev := range launcherDevices {
+		if err := ownedDevice(filepath.Join(l.podDir, dev), "/dev/"+dev); err != nil {
+			return err
+		}
+	}
 	passwd, err := os.ReadFile("/etc/passwd")
 	if err != nil {
 		return err
@@ -227,6 +233,28 @@ const launcherCacheInNode = "/var/cache/libvirt/launcher"
 
 func (l *Launcher) cacheDir() string {
 	return filepath.Join(l.bed.nodes[l.Node].Dir, "cache", "launcher")
+}
+
+// launcherDevices are the host devices a launcher's QEMU opens as 107:
+// /dev/kvm (KubeVirt's device plugin hands it over) and /dev/userfaultfd,
+// which post-copy needs on the target where vm.unprivileged_userfaultfd is
+// 0, the kernel's default (kubevirt#17780: the sysctl, or the device given
+// to the pod, as containerd's device_ownership_from_security_context does).
+var launcherDevices = []string{"kvm", "userfaultfd"}
+
+// ownedDevice makes a node for the host device at host, owned by the
+// launcher's user, for the launcher to mount over it; none if the host has
+// no such device.
+func ownedDevice(node, host string) error {
+	fi, err := os.Stat(host)
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	_ = os.Remove(node)
+	if err := unix.Mknod(node, unix.S_IFCHR|0o600, int(fi.Sys().(*syscall.Stat_t).Rdev)); err != nil {
+		return err
+	}
+	return os.Chown(node, launcherUID, launcherGID)
 }
 
 // dropID removes the lines of a passwd or group file whose field idx is id.
@@ -264,11 +292,14 @@ mount --bind %[1]s/public %[3]s
 mount --bind %[1]s/private %[4]s
 mount --bind %[5]s/passwd /etc/passwd
 mount --bind %[5]s/group /etc/group
+for dev in %[10]s; do
+  if [ -e %[5]s/$dev ]; then mount --bind %[5]s/$dev /dev/$dev; fi
+done
 exec setpriv --reuid=%[6]d --regid=%[7]d --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=%[4]s/home XDG_RUNTIME_DIR=/var/run XDG_CONFIG_HOME=%[4]s/config XDG_CACHE_HOME=%[8]s \
   %[9]s -f %[4]s/libvirtd.conf
 `, filepath.Join(l.podDir, emptyDirs), launcherRuntime, launcherPublic, launcherPrivate, l.podDir,
-		launcherUID, launcherGID, launcherCacheInNode, l.Daemon)
+		launcherUID, launcherGID, launcherCacheInNode, l.Daemon, strings.Join(launcherDevices, " "))
 	argv, err := l.bed.nsenter(l.Node, "unshare", "-m", "--propagation", "private", "sh", "-c", script)
 	if err != nil {
 		return err

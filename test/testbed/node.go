@@ -204,6 +204,19 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 	d, _ := lookupNode(node)
 	tdir := tlsDir(b.cfg.Dir, node)
 	nodeArgs := b.nodeFerrydArgs(node)
+	if own := b.ferrydOwnArgs(); len(own) > 0 {
+		args := []string{b.cfg.FerrydBin}
+		for _, a := range own {
+			args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", node))
+		}
+		// Last, so it wins: the bed and its tests reach ferryd there.
+		args = append(append(append(args, b.ferrydArgs()...), nodeArgs...), "--debug-socket", n.DebugSocket)
+		argv, err := b.nsenter(node, args...)
+		if err != nil {
+			return proc{}, err
+		}
+		return spawn(filepath.Join(n.Dir, "ferryd.log"), argv...)
+	}
 	args := []string{b.cfg.FerrydBin, "--node-name", node}
 	// A node told which libvirt sockets to watch (say, a glob of
 	// virt-launcher-style sockets) must not also watch the real one: the

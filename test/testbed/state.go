@@ -26,9 +26,13 @@ type state struct {
 	// Prometheus is the bed's Prometheus server and its API relay.
 	Prometheus []proc `json:"prometheus,omitempty"`
 	// FerrydArgs are extra ferryd flags (e.g. a kubeconfig) for both nodes.
-	FerrydArgs []string              `json:"ferryd_args,omitempty"`
-	Nodes      map[string]*nodeState `json:"nodes"`
-	Ready      bool                  `json:"ready"`
+	FerrydArgs []string `json:"ferryd_args,omitempty"`
+	// FerrydOwnArgs, when set, replace the flags the bed gives ferryd
+	// (its libvirt socket, proxy, certificates, state dir): a deployment's
+	// own arguments, $(NODE_NAME) standing for the node.
+	FerrydOwnArgs []string              `json:"ferryd_own_args,omitempty"`
+	Nodes         map[string]*nodeState `json:"nodes"`
+	Ready         bool                  `json:"ready"`
 }
 
 type nodeState struct {

@@ -1,0 +1,216 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"github.com/google/uuid"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/kubevirt"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// TestKubeVirtLaunchers runs ferryd as deploy/'s DaemonSet runs it, with no
+// socket flags, on nodes whose only libvirts are virt-launcher pods laid
+// out as KubeVirt and the kubelet lay them out: session daemons as 107,
+// sockets at 121 bytes under /var/lib/kubelet/pods. ferryd must find them
+// itself, follow a migration between two launchers on both nodes, map both
+// sides to the VMI of KubeVirt's real CRD, and mark it when post-copy fails.
+func TestKubeVirtLaunchers(t *testing.T) {
+	kubeUp(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := bed.SetFerrydOwnArgs(ctx, daemonSetArgs(t)...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := bed.SetFerrydOwnArgs(ctx); err != nil {
+			t.Errorf("restoring the bed's ferryds: %v", err)
+		}
+	})
+
+	t.Run("pre-copy", func(t *testing.T) {
+		src, dst, uid := launcherPair(t, "lpre", testbed.LauncherSpec{MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 8})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := bed.MigrateLauncher(ctx, testbed.LauncherMigration{From: src, To: dst, BandwidthMiBs: 32}); err != nil {
+			t.Fatal(err)
+		}
+		wantLauncherState(t, src, libvirt.DomainShutoff, int32(libvirt.DomainShutoffMigrated))
+		wantLauncherState(t, dst, libvirt.DomainRunning, int32(libvirt.DomainRunningMigrated))
+		for _, l := range []*testbed.Launcher{src, dst} {
+			j := waitJob(t, l.Node, l.Domain, "Completed with its VMI", 30*time.Second, func(j migration.Job) bool {
+				return j.Phase == migration.PhaseCompleted && j.VMI != nil
+			})
+			checkLauncherJob(t, j, l, uid)
+		}
+		var src0 migration.Job
+		ctlJSON(t, "a", &src0, "job", src.Domain)
+		if src0.Iteration < 1 || src0.DataTotalBytes == 0 || src0.DataProcessedBytes == 0 {
+			t.Errorf("the source job carries no figures from libvirt's job statistics: iteration %d, data %d of %d", src0.Iteration, src0.DataProcessedBytes, src0.DataTotalBytes)
+		}
+	})
+
+	t.Run("post-copy failure marks the VMI", func(t *testing.T) {
+		src, dst, uid := launcherPair(t, "lpc", testbed.LauncherSpec{MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			done <- bed.MigrateLauncher(ctx, testbed.LauncherMigration{From: src, To: dst,
+				PostCopyAfter: 3 * time.Second, BandwidthMiBs: holdMiBs, PostCopyBandwidthMiBs: 32})
+		}()
+		waitFor(t, "the source in post-copy", 2*time.Minute, func() bool {
+			s, r, err := src.State()
+			return err == nil && s == int32(libvirt.DomainPaused) && r == int32(libvirt.DomainPausedPostcopy)
+		})
+		time.Sleep(time.Second)
+		if err := bed.ResetMigration(); err != nil {
+			t.Fatalf("reset-migration: %v", err)
+		}
+		if err := <-done; err == nil {
+			t.Fatal("the migration succeeded though its post-copy streams were cut")
+		}
+		wantLauncherState(t, src, libvirt.DomainPaused, int32(libvirt.DomainPausedPostcopyFailed))
+		wantLauncherState(t, dst, libvirt.DomainRunning, int32(libvirt.DomainRunningPostcopyFailed))
+		waitFor(t, "the VMI marked irrecoverable on the API server", 30*time.Second, func() bool {
+			ok, _ := marked(t, getVMI(t, "lpc"))
+			return ok
+		})
+		u := getVMI(t, "lpc")
+		_, f := marked(t, u)
+		if f.Message != kubevirt.IrrecoverableMessage || f.MigrationUID != "mig-lpc" || (f.Node != "a" && f.Node != "b") {
+			t.Errorf("annotation %+v", f)
+		}
+		for _, l := range []*testbed.Launcher{src, dst} {
+			j := waitJob(t, l.Node, l.Domain, "PostCopyFailed with its VMI", 30*time.Second, func(j migration.Job) bool {
+				return j.Phase == migration.PhasePostCopyFailed && j.VMI != nil && j.VMI.Irrecoverable
+			})
+			checkLauncherJob(t, j, l, uid)
+		}
+	})
+}
+
+// daemonSetArgs are deploy/daemonset.yaml's arguments for ferryd, but
+// --kubelet-pods-dir: the bed has no /pods mount (it would have to make
+// /pods on the host), so ferryd keeps its default, the kubelet's own
+// /var/lib/kubelet/pods, where a launcher's socket is 121 bytes.
+func daemonSetArgs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
+		t.Fatalf("daemonset.yaml: %v", err)
+	}
+	var args []string
+	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+		if !strings.HasPrefix(a, "--kubelet-pods-dir") {
+			args = append(args, a)
+		}
+	}
+	return args
+}
+
+// launcherPair creates a VMI as KubeVirt's controller has it during a
+// migration from a to b (its source and target launcher pods both active),
+// and starts both launchers: the source running the guest, the target
+// empty. It returns them and the VMI's UID.
+func launcherPair(t *testing.T, name string, g testbed.LauncherSpec) (src, dst *testbed.Launcher, vmiUID string) {
+	t.Helper()
+	srcPod, dstPod := uuid.NewString(), uuid.NewString()
+	vmiUID = createLauncherVMI(t, name, srcPod, dstPod)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	g.Node, g.Namespace, g.Name, g.VMIUID, g.PodUID = "a", "default", name, vmiUID, srcPod
+	src, err := bed.StartLauncher(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Stop() })
+	dst, err = bed.StartLauncher(ctx, testbed.LauncherSpec{Node: "b", Namespace: "default", Name: name, VMIUID: vmiUID, PodUID: dstPod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst.Stop() })
+	// Each node's ferryd finds its launcher's socket from the glob alone.
+	for _, l := range []*testbed.Launcher{src, dst} {
+		waitFor(t, "ferryd on node "+l.Node+" connected to launcher "+l.PodUID, 30*time.Second, func() bool {
+			var doms struct {
+				Libvirt []struct {
+					Socket string `json:"socket"`
+					Up     bool   `json:"up"`
+				} `json:"libvirt"`
+			}
+			ctlJSON(t, l.Node, &doms, "domains")
+			for _, s := range doms.Libvirt {
+				if s.Socket == l.Socket && s.Up {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	return src, dst, vmiUID
+}
+
+func createLauncherVMI(t *testing.T, name, srcPod, dstPod string) string {
+	t.Helper()
+	ctx := context.Background()
+	res := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default")
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+		"metadata": map[string]any{"name": name, "namespace": "default", "labels": map[string]any{
+			kubevirt.NodeLabel: "a", kubevirt.TargetNodeLabel: "b"}},
+		"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
+		"status": map[string]any{
+			"phase": "Running", "nodeName": "a",
+			"activePods":     map[string]any{srcPod: "a", dstPod: "b"},
+			"migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-" + name, "mode": "PreCopy"},
+		},
+	}}
+	got, err := res.Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating VMI %s: %v", name, err)
+	}
+	t.Cleanup(func() { res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return string(got.GetUID())
+}
+
+func wantLauncherState(t *testing.T, l *testbed.Launcher, state libvirt.DomainState, reason int32) {
+	t.Helper()
+	s, r, err := l.State()
+	if err != nil || s != int32(state) || r != reason {
+		t.Errorf("%s in launcher %s on node %s: libvirt says state %d/%d (%v), want %d/%d", l.Domain, l.PodUID, l.Node, s, r, err, state, reason)
+	}
+}
+
+func checkLauncherJob(t *testing.T, j migration.Job, l *testbed.Launcher, vmiUID string) {
+	t.Helper()
+	role := migration.RoleSource
+	if l.Node == "b" {
+		role = migration.RoleTarget
+	}
+	if j.Socket != l.Socket || j.Role != role || j.Node != l.Node {
+		t.Errorf("node %s: job on socket %q, role %s, node %s; want the launcher's %s, %s", l.Node, j.Socket, j.Role, j.Node, l.Socket, role)
+	}
+	if j.VMI == nil || j.VMI.UID != vmiUID || j.VMI.Namespace != "default" || j.VMI.Name != strings.TrimPrefix(l.Domain, "default_") {
+		t.Errorf("node %s: job's VMI %+v, want UID %s", l.Node, j.VMI, vmiUID)
+	}
+}
