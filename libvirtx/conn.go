@@ -36,6 +36,8 @@ type Conn struct {
 type unixDialer struct {
 	path    string
 	timeout time.Duration
+	// socketOnly refuses a path that is a link: see DialMatched.
+	socketOnly bool
 	mu      sync.Mutex
 	conn    net.Conn
 }
@@ -44,7 +46,11 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
 	// KubeVirt's launcher sockets are longer than a unix address holds.
-	c, err := unixsock.Dial(ctx, d.path)
+	dial := unixsock.Dial
+	if d.socketOnly {
+		dial = unixsock.DialSocket
+	}
+	c, err := dial(ctx, d.path)
 	if err != nil {
 		return nil, err
 	}
@@ -65,10 +71,23 @@ func (d *unixDialer) cut() {
 // Dial connects to the libvirt socket at path. callTimeout bounds each
 // later call (0 means DefaultCallTimeout).
 func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, error) {
+	return dial(ctx, path, callTimeout, false)
+}
+
+// DialMatched connects to a socket a glob matched: only if the path is a
+// unix socket itself, not a link. The glob reaches into every pod's
+// volumes, and a pod could put a link there that points ferryd at another
+// pod's libvirt or the host's; the check and the connect are made on one
+// inode, so the name cannot be swapped in between.
+func DialMatched(ctx context.Context, path string, callTimeout time.Duration) (*Conn, error) {
+	return dial(ctx, path, callTimeout, true)
+}
+
+func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnly bool) (*Conn, error) {
 	if callTimeout <= 0 {
 		callTimeout = DefaultCallTimeout
 	}
-	c := &Conn{socket: path, timeout: callTimeout, dialer: &unixDialer{path: path, timeout: callTimeout}}
+	c := &Conn{socket: path, timeout: callTimeout, dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly}}
 	c.l = libvirt.NewWithDialer(c.dialer)
 	// The dialer already picked the socket; the daemon must be asked for its
 	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a

@@ -364,12 +364,11 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 // once runs a single connection from dial to loss; nil means it was up and
 // then ended (so backoff restarts from the minimum).
 func (p *Pool) once(ctx context.Context, socket string) error {
+	dial := Dial
 	if !p.configured(socket) {
-		if err := realSocket(socket); err != nil {
-			return err
-		}
+		dial = DialMatched
 	}
-	c, err := Dial(ctx, socket, p.cfg.CallTimeout)
+	c, err := dial(ctx, socket, p.cfg.CallTimeout)
 	if err != nil {
 		return err
 	}
@@ -434,21 +433,6 @@ func (p *Pool) configured(socket string) bool {
 		}
 	}
 	return false
-}
-
-// realSocket refuses a glob match that is not itself a unix socket. The
-// glob reaches into every pod's volumes, so a pod could plant a symlink
-// there that points ferryd at another socket on the host, or a file.
-// Checked before every dial, as the path can change between rescans.
-func realSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return err
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("%s is not a unix socket (%s): not dialed", path, fi.Mode().Type())
-	}
-	return nil
 }
 
 // health pings on a schedule; a ping past its deadline means libvirtd is

@@ -1,19 +1,18 @@
-// Package unixsock dials unix sockets at paths of any length.
+// Package unixsock dials unix sockets at paths of any length, and, where
+// a neighbour controls the path, only sockets that are not links.
 //
 // A unix socket address holds at most 107 bytes of path, and KubeVirt's
 // launcher sockets are longer than that where the kubelet keeps them:
 // /var/lib/kubelet/pods/<36-byte pod UID>/volumes/kubernetes.io~empty-dir/
 // libvirt-runtime/virtqemud-sock is 121 bytes, and connect(2) refuses it
-// with EINVAL. A longer path is reached through its directory instead: the
-// directory is opened O_PATH and the socket dialed as
-// /proc/self/fd/N/<name>, which names the same inode in a few bytes.
+// with EINVAL. Such a socket is opened O_PATH and dialed as
+// /proc/self/fd/N, which names the same inode in a few bytes.
 package unixsock
 
 import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -24,36 +23,67 @@ import (
 const MaxPath = len(unix.RawSockaddrUnix{}.Path) - 1
 
 // Dial connects to the unix stream socket at path, however long the path.
-// Errors name path, never the /proc alias it was dialed through.
+// Symbolic links are followed, as connect(2) follows them.
 func Dial(ctx context.Context, path string) (net.Conn, error) {
-	var d net.Dialer
 	if len(path) <= MaxPath {
+		var d net.Dialer
 		return d.DialContext(ctx, "unix", path)
 	}
-	dir, name := filepath.Split(path)
-	if name == "" {
-		return nil, dialError(path, fmt.Errorf("%d-byte path ends in a slash, naming no socket", len(path)))
+	return dialInode(ctx, path, false)
+}
+
+// DialSocket connects to path only if path itself is a unix socket, not a
+// symbolic link to one, however long the path. The check and the connect
+// use one descriptor of one inode, so the name cannot be swapped for a link
+// between them: for paths a neighbour may write, such as a pod's volume.
+func DialSocket(ctx context.Context, path string) (net.Conn, error) {
+	return dialInode(ctx, path, true)
+}
+
+func dialInode(ctx context.Context, path string, noFollow bool) (net.Conn, error) {
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	if noFollow {
+		flags |= unix.O_NOFOLLOW
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, flags, 0)
 	if err != nil {
-		return nil, dialError(path, fmt.Errorf("opening its directory: %w", err))
+		return nil, dialError(path, err)
 	}
 	// connect(2) on a unix stream socket completes or fails at once, so the
-	// directory is only needed until DialContext returns.
+	// descriptor is only needed until DialContext returns.
 	defer unix.Close(fd)
-	short := "/proc/self/fd/" + strconv.Itoa(fd) + "/" + name
-	if len(short) > MaxPath {
-		return nil, dialError(path, fmt.Errorf("socket name %q alone is too long for a unix address", name))
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, dialError(path, err)
 	}
-	c, err := d.DialContext(ctx, "unix", short)
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, dialError(path, fmt.Errorf("not a unix socket (%s): not dialed", kind(st.Mode)))
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 	if err != nil {
 		if oe, ok := err.(*net.OpError); ok {
 			// The caller asked for path; the alias means nothing to them.
-			return nil, dialError(path, oe.Err)
+			err = oe.Err
 		}
 		return nil, dialError(path, err)
 	}
 	return c, nil
+}
+
+func kind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return "symbolic link"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFIFO:
+		return "named pipe"
+	default:
+		return "device"
+	}
 }
 
 func dialError(path string, err error) error {

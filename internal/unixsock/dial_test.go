@@ -107,13 +107,44 @@ func TestDialLongPathErrorsNameThePath(t *testing.T) {
 	if !strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "/proc/self/fd") {
 		t.Errorf("error %q should name %s and not the /proc alias", err, path)
 	}
+}
 
-	gone := filepath.Join(filepath.Dir(path), "no-such-dir", "virtqemud-sock")
-	if _, err := Dial(context.Background(), gone); !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "opening its directory") {
-		t.Errorf("Dial under a missing directory: %v", err)
+// A pod writes its own volume: it may put a link where its socket should
+// be, to another pod's launcher or the host's libvirt. DialSocket refuses a
+// link at any length; Dial follows it, as connect(2) does.
+func TestDialSocketRefusesALink(t *testing.T) {
+	short, err := os.MkdirTemp("/tmp", "s")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := Dial(context.Background(), filepath.Dir(path)+"/"+strings.Repeat("s", 100)); err == nil || !strings.Contains(err.Error(), "alone is too long") {
-		t.Errorf("Dial of a 100-byte socket name: %v", err)
+	t.Cleanup(func() { os.RemoveAll(short) })
+	for _, real := range []string{kubevirtSocket(t, 121), filepath.Join(short, "virtqemud-sock")} {
+		listenAt(t, real)
+		link := real + "-link"
+		if err := os.Symlink(real, link); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := DialSocket(context.Background(), link); err == nil {
+			c.Close()
+			t.Errorf("%d-byte path: DialSocket followed a symbolic link", len(link))
+		} else if !strings.Contains(err.Error(), "not a unix socket (symbolic link): not dialed") || !strings.Contains(err.Error(), link) {
+			t.Errorf("%d-byte path: refusal %q should name the link and say why", len(link), err)
+		}
+		c, err := DialSocket(context.Background(), real)
+		if err != nil {
+			t.Fatalf("DialSocket of the socket itself (%d bytes): %v", len(real), err)
+		}
+		c.Close()
+		c, err = Dial(context.Background(), link)
+		if err != nil {
+			t.Fatalf("Dial through a link (%d bytes): %v", len(link), err)
+		}
+		c.Close()
+	}
+	file := filepath.Join(t.TempDir(), "virtqemud-sock")
+	os.WriteFile(file, nil, 0o600)
+	if _, err := DialSocket(context.Background(), file); err == nil || !strings.Contains(err.Error(), "regular file") {
+		t.Errorf("DialSocket of a regular file: %v", err)
 	}
 }
 
