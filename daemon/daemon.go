@@ -52,8 +52,9 @@ type Daemon struct {
 // terminationGracePeriodSeconds with room for the rest of the shutdown (up
 // to driveSettle, then the HTTP servers' 5 s): past it the kubelet sends
 // SIGKILL, which cuts the migrations with nobody reporting them, and
-// Kubernetes' default of 30 s is short of even the grace. The DaemonSet
-// needs the grace plus 20 s: 80 s or more for this default.
+// Kubernetes' default of 30 s is short of even the grace. A pod running
+// the proxy needs the grace plus 20 s: 80 s or more for this default (on
+// KubeVirt nodes deploy/ leaves the proxy off, and the default is enough).
 const DefaultShutdownGrace = 60 * time.Second
 
 // driveSettle bounds the wait, once the proxy has stopped, for driven

@@ -9,7 +9,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -50,6 +52,19 @@ func TestDaemonSetStaysOnANodeKubeVirtMarksUnschedulable(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("node labelled %v: placed %v, want %v", tc.labels, got, tc.want)
 		}
+	}
+}
+
+// VM nodes are often tainted for their VMs alone; virt-handler reaches
+// them through KubeVirt's nodePlacement, and ferryd must be there too.
+func TestDaemonSetToleratesAVMNodesTaints(t *testing.T) {
+	tolerations := daemonSet(t).Spec.Template.Spec.Tolerations
+	taints := []corev1.Taint{
+		{Key: "dedicated", Value: "vms", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node-role.kubernetes.io/virtualization", Effect: corev1.TaintEffectNoExecute},
+	}
+	if taint, untolerated := schedcorev1.FindMatchingUntoleratedTaint(klog.Background(), taints, tolerations, nil, false); untolerated {
+		t.Errorf("the DaemonSet does not tolerate %v", taint)
 	}
 }
 

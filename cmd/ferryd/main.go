@@ -102,10 +102,21 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "ferryd: unexpected argument %q (ferryd takes flags only)\n", fs.Arg(0))
 		return 2
 	}
+	// --kubelet-root (and FERRY_KUBELET_ROOT) still start an older
+	// deployment, with a warning; with the new flag too, it is a mistake.
+	rootFrom := "--kubelet-root"
+	if kubeletRoot == "" {
+		kubeletRoot, rootFrom = os.Getenv("FERRY_KUBELET_ROOT"), "FERRY_KUBELET_ROOT"
+	}
 	if kubeletRoot != "" {
-		// Kept so an older DaemonSet's arguments still start; said once.
+		podsSet := os.Getenv("FERRY_KUBELET_PODS_DIR") != ""
+		fs.Visit(func(f *flag.Flag) { podsSet = podsSet || f.Name == "kubelet-pods-dir" })
+		if podsSet {
+			fmt.Fprintf(os.Stderr, "ferryd: %s and --kubelet-pods-dir both given: keep --kubelet-pods-dir alone\n", rootFrom)
+			return 2
+		}
 		cfg.KubeletPodsDir = filepath.Join(kubeletRoot, "pods")
-		fmt.Fprintf(os.Stderr, "ferryd: --kubelet-root is deprecated: use --kubelet-pods-dir %s\n", cfg.KubeletPodsDir)
+		fmt.Fprintf(os.Stderr, "ferryd: %s is deprecated: use --kubelet-pods-dir %s\n", rootFrom, cfg.KubeletPodsDir)
 	}
 	cfg.Policy.Mode, cfg.Policy.Scope = policy.Mode(policyMode), policy.Scope(policyScope)
 	cfg.LibvirtSockets = sockets

@@ -32,13 +32,14 @@ func TestKubeVirtLaunchers(t *testing.T) {
 	kubeUp(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := bed.SetFerrydOwnArgs(ctx, daemonSetArgs(t)...); err != nil {
+	args, caps := daemonSetArgs(t)
+	if err := bed.SetFerrydOwnArgs(ctx, caps, args...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := bed.SetFerrydOwnArgs(ctx); err != nil {
+		if err := bed.SetFerrydOwnArgs(ctx, nil); err != nil {
 			t.Errorf("restoring the bed's ferryds: %v", err)
 		}
 	})
@@ -108,8 +109,9 @@ func TestKubeVirtLaunchers(t *testing.T) {
 // daemonSetArgs are deploy/daemonset.yaml's arguments for ferryd, but
 // --kubelet-pods-dir: the bed has no /pods mount (it would have to make
 // /pods on the host), so ferryd keeps its default, the kubelet's own
-// /var/lib/kubelet/pods, where a launcher's socket is 121 bytes.
-func daemonSetArgs(t *testing.T) []string {
+// /var/lib/kubelet/pods, where a launcher's socket is 121 bytes. caps are
+// the capabilities its securityContext adds, the only ones ferryd keeps.
+func daemonSetArgs(t *testing.T) (args, caps []string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "daemonset.yaml"))
 	if err != nil {
@@ -119,13 +121,21 @@ func daemonSetArgs(t *testing.T) []string {
 	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
 		t.Fatalf("daemonset.yaml: %v", err)
 	}
-	var args []string
-	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+	c := ds.Spec.Template.Spec.Containers[0]
+	for _, a := range c.Args {
 		if !strings.HasPrefix(a, "--kubelet-pods-dir") {
 			args = append(args, a)
 		}
 	}
-	return args
+	if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil {
+		for _, c := range sc.Capabilities.Add {
+			caps = append(caps, string(c))
+		}
+	}
+	if len(caps) == 0 {
+		t.Fatal("the DaemonSet adds no capability: ferryd could not open a launcher's 0700 socket")
+	}
+	return args, caps
 }
 
 // launcherPair creates a VMI as KubeVirt's controller has it during a

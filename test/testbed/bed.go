@@ -304,22 +304,24 @@ func (b *Bed) SetFerrydArgs(ctx context.Context, args ...string) error {
 	return b.restartFerryds(ctx)
 }
 
-func (b *Bed) ferrydOwnArgs() []string {
+func (b *Bed) ferrydOwnArgs() (args, caps []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]string(nil), b.st.FerrydOwnArgs...)
+	return append([]string(nil), b.st.FerrydOwnArgs...), append([]string(nil), b.st.FerrydCaps...)
 }
 
-// SetFerrydOwnArgs restarts both ferryds with a deployment's own arguments
-// in place of the bed's ("$(NODE_NAME)" becomes the node's name), followed
-// by the bed-wide and per-node extra flags and the bed's debug socket;
-// none restores the bed's own arguments.
-func (b *Bed) SetFerrydOwnArgs(ctx context.Context, args ...string) error {
+// SetFerrydOwnArgs restarts both ferryds as a deployment runs them: its
+// own arguments in place of the bed's ("$(NODE_NAME)" becomes the node's
+// name), followed by the bed-wide and per-node extra flags and the bed's
+// debug socket, as root with only the capabilities caps (e.g.
+// DAC_OVERRIDE). No args restores the bed's own ferryds.
+func (b *Bed) SetFerrydOwnArgs(ctx context.Context, caps []string, args ...string) error {
 	if b.cfg.FerrydBin == "" {
 		return errors.New("testbed: no ferryd runs in this bed")
 	}
 	b.mu.Lock()
 	b.st.FerrydOwnArgs = append([]string(nil), args...)
+	b.st.FerrydCaps = append([]string(nil), caps...)
 	b.mu.Unlock()
 	return b.restartFerryds(ctx)
 }

@@ -127,9 +127,13 @@ func (b *Bed) StartLauncher(ctx context.Context, s LauncherSpec) (*Launcher, err
 		l.Daemon = "virtqemud"
 	}
 	if err := l.layOut(); err != nil {
+		l.Stop()
 		return nil, err
 	}
 	if err := l.start(ctx); err != nil {
+		// A daemon that started but never answered must not stay in the
+		// node's launcher glob for the tests after this one.
+		l.Stop()
 		return nil, err
 	}
 	logf(b.cfg.Log, "launcher pod %s on node %s: %s as %d:%d in session mode at %s (%d bytes)",
@@ -475,11 +479,14 @@ func (l *Launcher) Stop() error {
 		c.Disconnect()
 	}
 	l.killQEMU()
-	errs = append(errs, l.daemon.stop(15*time.Second))
+	if l.daemon.PID != 0 {
+		errs = append(errs, l.daemon.stop(15*time.Second))
+	}
+	errs = append(errs, os.RemoveAll(l.podDir))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("testbed: stopping launcher %s on node %s: %w", l.PodUID, l.Node, err)
 	}
-	return os.RemoveAll(l.podDir)
+	return nil
 }
 
 // killQEMU kills the launcher's QEMU, found from the pidfile its session

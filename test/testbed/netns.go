@@ -122,7 +122,7 @@ func waitHolder(cfg Config, d nodeDef, p proc) error {
 }
 
 // Commands the bed runs inside a node's netns; a stray one can only be ours.
-var bedComms = map[string]bool{"sleep": true, "sh": true, "ip": true, "unshare": true, "nsenter": true, "libvirtd": true, "socat": true, "qemu-system-x86": true, "prometheus": true}
+var bedComms = map[string]bool{"sleep": true, "sh": true, "ip": true, "unshare": true, "nsenter": true, "libvirtd": true, "virtqemud": true, "setpriv": true, "socat": true, "qemu-system-x86": true, "prometheus": true}
 
 // strayProcs finds bed processes left in the node's netns whose PID never
 // made it into the state file (a crash between starting and recording them).

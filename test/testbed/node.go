@@ -204,8 +204,12 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 	d, _ := lookupNode(node)
 	tdir := tlsDir(b.cfg.Dir, node)
 	nodeArgs := b.nodeFerrydArgs(node)
-	if own := b.ferrydOwnArgs(); len(own) > 0 {
-		args := []string{b.cfg.FerrydBin}
+	if own, caps := b.ferrydOwnArgs(); len(own) > 0 {
+		bounding := "-all"
+		for _, c := range caps {
+			bounding += ",+" + strings.ToLower(c)
+		}
+		args := []string{"setpriv", "--bounding-set=" + bounding, "--inh-caps=-all", "--", b.cfg.FerrydBin}
 		for _, a := range own {
 			args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", node))
 		}

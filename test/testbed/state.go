@@ -30,9 +30,13 @@ type state struct {
 	// FerrydOwnArgs, when set, replace the flags the bed gives ferryd
 	// (its libvirt socket, proxy, certificates, state dir): a deployment's
 	// own arguments, $(NODE_NAME) standing for the node.
-	FerrydOwnArgs []string              `json:"ferryd_own_args,omitempty"`
-	Nodes         map[string]*nodeState `json:"nodes"`
-	Ready         bool                  `json:"ready"`
+	FerrydOwnArgs []string `json:"ferryd_own_args,omitempty"`
+	// FerrydCaps, with FerrydOwnArgs, are the only capabilities ferryd
+	// keeps (root's others are dropped from its bounding set), as a
+	// container's securityContext leaves them.
+	FerrydCaps []string              `json:"ferryd_caps,omitempty"`
+	Nodes      map[string]*nodeState `json:"nodes"`
+	Ready      bool                  `json:"ready"`
 }
 
 type nodeState struct {
