@@ -3,6 +3,9 @@
 package ferryd_test
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +38,19 @@ func TestPeerPodResolvesToItsNode(t *testing.T) {
 			srv.Clientset.CoreV1().Pods("ferry-system").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		})
 	}
+	// The proxy's own Role, which deploy/'s KubeVirt DaemonSet leaves out.
+	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "proxy", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Apply(ctx, rbac, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rb := srv.Clientset.RbacV1()
+		rb.RoleBindings("ferry-system").Delete(context.Background(), "ferry-peer-pods", metav1.DeleteOptions{})
+		rb.Roles("ferry-system").Delete(context.Background(), "ferry-peer-pods", metav1.DeleteOptions{})
+	})
 	pod("ferryd-peer1", "ferryd", "kvm-7")
 	pod("impostor", "web", "kvm-8")
 	core, err := kubernetes.NewForConfig(ferryConfig())
