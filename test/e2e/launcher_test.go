@@ -59,6 +59,10 @@ func TestKubeVirtLaunchers(t *testing.T) {
 			})
 			checkLauncherJob(t, j, l, uid)
 		}
+		// A completed migration leaves the VMI as it was.
+		if ok, f := marked(t, getVMI(t, "lpre")); ok {
+			t.Errorf("the VMI of a completed migration is marked: %+v", f)
+		}
 		var src0 migration.Job
 		ctlJSON(t, "a", &src0, "job", src.Domain)
 		if src0.Iteration < 1 || src0.DataTotalBytes == 0 || src0.DataProcessedBytes == 0 {
