@@ -43,6 +43,10 @@ func callWithin[T any](ctx context.Context, c *Conn, op string, timeout time.Dur
 	select {
 	case r := <-res:
 		if r.err != nil {
+			if refused := c.dialer.refusal(); refused != nil {
+				// go-libvirt says only that the call was interrupted.
+				r.err = refused
+			}
 			return r.v, &CallError{Op: op, Socket: c.socket, Err: r.err}
 		}
 		return r.v, nil

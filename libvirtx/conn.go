@@ -40,6 +40,18 @@ type unixDialer struct {
 	socketOnly bool
 	mu      sync.Mutex
 	conn    net.Conn
+	framed  *framedConn
+}
+
+// refusal is why the connection's packet check cut it, or nil.
+func (d *unixDialer) refusal() error {
+	d.mu.Lock()
+	f := d.framed
+	d.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f.refusal()
 }
 
 func (d *unixDialer) Dial() (net.Conn, error) {
@@ -54,10 +66,11 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	f := &framedConn{Conn: c}
 	d.mu.Lock()
-	d.conn = c
+	d.conn, d.framed = c, f
 	d.mu.Unlock()
-	return &framedConn{Conn: c}, nil
+	return f, nil
 }
 
 func (d *unixDialer) cut() {

@@ -111,15 +111,26 @@ func TestFakeLibvirtWorksThroughFraming(t *testing.T) {
 
 // Packets come through whole and in order however the reads are cut.
 func TestFramedConnSplitsAtPacketBoundaries(t *testing.T) {
+	// Replies to a domain-XML call, whose payload is one string.
 	pkt := func(n int) []byte {
 		b := binary.BigEndian.AppendUint32(nil, uint32(n))
-		return append(b, bytes.Repeat([]byte{byte(n)}, n-4)...)
+		b = be32AppendHeader(b, rpcRemoteProgram, 14, rpcReply, rpcStatusOK)
+		s := n - len(b) - 4
+		b = binary.BigEndian.AppendUint32(b, uint32(s))
+		return append(b, bytes.Repeat([]byte{'x'}, s)...)
 	}
-	want := append(append(pkt(28), pkt(100)...), pkt(5000)...)
+	want := append(append(pkt(32), pkt(100)...), pkt(5000)...)
 	a, b := net.Pipe()
 	go func() { b.Write(want); b.Close() }()
 	got, err := io.ReadAll(iotest.OneByteReader(&framedConn{Conn: a}))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(want))
 	}
+}
+
+func be32AppendHeader(b []byte, prog, proc, typ, status uint32) []byte {
+	for _, v := range []uint32{prog, 1, proc, typ, 0, status} {
+		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	return b
 }

@@ -445,6 +445,9 @@ func (p *Pool) health(ctx context.Context, c *Conn) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.Done():
+			if err := c.dialer.refusal(); err != nil {
+				return err
+			}
 			return errConnClosed
 		case <-t.C:
 			start := time.Now()

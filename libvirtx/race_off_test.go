@@ -1,0 +1,5 @@
+//go:build !race
+
+package libvirtx
+
+const raceEnabled = false

@@ -1,0 +1,227 @@
+package libvirtx
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// go-libvirt's XDR decoder allocates whatever length a reply claims, an
+// array's count or a string's size, before it reads a byte of it: 16 bytes
+// claiming 2^31-1 typed parameters end ferryd with a fatal, unrecoverable
+// out-of-memory. Any pod can serve such replies where the launcher glob
+// looks. So every packet is walked here first, along the layout go-libvirt
+// will decode it with, and refused unless each length fits in what is left
+// of the packet and under libvirt's own limit for that field. A packet of a
+// kind Ferry never asks for is refused too, or, for an event, dropped.
+
+// Limits from libvirt's remote_protocol.x.
+const (
+	xdrStringMax        = 4 << 20 // REMOTE_STRING_MAX
+	xdrCookieMax        = 4 << 20 // REMOTE_MIGRATE_COOKIE_MAX
+	xdrAuthTypesMax     = 20      // REMOTE_AUTH_TYPE_LIST_MAX
+	xdrDomainListMax    = 16384   // REMOTE_DOMAIN_LIST_MAX
+	xdrDomainStatsMax   = 262144  // REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX
+	xdrJobStatsMax      = 64      // REMOTE_DOMAIN_JOB_STATS_MAX
+	xdrFieldMax         = 80      // VIR_TYPED_PARAM_FIELD_LENGTH
+	xdrMinTypedParam    = 4 + 4 + 4
+	xdrMinNonnullDomain = 4 + 16 + 4
+)
+
+// RPC header values (libvirt's virnetprotocol.x).
+const (
+	rpcRemoteProgram = 0x20008086
+	rpcReply         = 1
+	rpcMessage       = 2
+	rpcStatusOK      = 0
+	rpcStatusError   = 1
+)
+
+// errDropPacket marks a packet that is skipped, not fatal: an event Ferry
+// did not subscribe to.
+var errDropPacket = errors.New("event not subscribed to")
+
+// xdrWalk reads an XDR payload without allocating; the first problem sticks.
+type xdrWalk struct {
+	b   []byte
+	err error
+}
+
+func (w *xdrWalk) fail(format string, args ...any) {
+	if w.err == nil {
+		w.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (w *xdrWalk) take(n int, what string) []byte {
+	if w.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(w.b) {
+		w.fail("%s needs %d bytes, %d left", what, n, len(w.b))
+		return nil
+	}
+	p := w.b[:n]
+	w.b = w.b[n:]
+	return p
+}
+
+func (w *xdrWalk) u32(what string) uint32 {
+	p := w.take(4, what)
+	if p == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint32(p)
+}
+
+// bytes walks a variable-length string or opaque of at most max bytes,
+// padded to 4.
+func (w *xdrWalk) bytes(max int, what string) {
+	n := w.u32(what + " length")
+	if w.err != nil {
+		return
+	}
+	if n > uint32(max) {
+		w.fail("%s claims %d bytes, over libvirt's limit of %d", what, n, max)
+		return
+	}
+	w.take(int(n+3)&^3, what)
+}
+
+// count walks an array's count: at most max, and no more elements than
+// the bytes left can hold at min bytes each.
+func (w *xdrWalk) count(max, min int, what string) int {
+	n := w.u32(what + " count")
+	if w.err != nil {
+		return 0
+	}
+	if n > uint32(max) {
+		w.fail("%s claims %d elements, over libvirt's limit of %d", what, n, max)
+		return 0
+	}
+	if int(n) > len(w.b)/min {
+		w.fail("%s claims %d elements in %d bytes", what, n, len(w.b))
+		return 0
+	}
+	return int(n)
+}
+
+func (w *xdrWalk) optString(what string) {
+	switch w.u32(what + " presence") {
+	case 0:
+	case 1:
+		w.bytes(xdrStringMax, what)
+	default:
+		w.fail("%s: bad optional-string flag", what)
+	}
+}
+
+func (w *xdrWalk) domain() {
+	w.bytes(xdrStringMax, "domain name")
+	w.take(16+4, "domain UUID and ID")
+}
+
+func (w *xdrWalk) typedParams(max int) {
+	n := w.count(max, xdrMinTypedParam, "typed parameters")
+	for i := 0; i < n && w.err == nil; i++ {
+		w.bytes(xdrFieldMax, "typed parameter name")
+		switch t := w.u32("typed parameter type"); t {
+		case 1, 2, 6: // int, uint, boolean
+			w.take(4, "typed parameter value")
+		case 3, 4, 5: // llong, ullong, double
+			w.take(8, "typed parameter value")
+		case 7: // string
+			w.bytes(xdrStringMax, "typed parameter value")
+		default:
+			w.fail("typed parameter of unknown type %d", t)
+		}
+	}
+}
+
+// replyLayouts are the replies to the calls Ferry makes, by procedure,
+// walked as go-libvirt decodes them.
+var replyLayouts = map[uint32]func(*xdrWalk){
+	1:   func(*xdrWalk) {},                                                                         // connect open
+	2:   func(*xdrWalk) {},                                                                         // connect close
+	7:   func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                // connect get capabilities
+	14:  func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                  // domain get XML desc
+	17:  func(w *xdrWalk) { w.take(8, "max memory") },                                              // domain get max memory
+	23:  func(w *xdrWalk) { w.domain() },                                                           // domain lookup by name
+	66:  func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },    // auth list
+	150: func(w *xdrWalk) { w.take(4, "active") },                                                  // domain is active
+	157: func(w *xdrWalk) { w.take(8, "version") },                                                 // connect get lib version
+	164: func(*xdrWalk) {},                                                                         // domain abort job
+	166: func(*xdrWalk) {},                                                                         // domain migrate set max downtime
+	212: func(w *xdrWalk) { w.take(8, "state and reason") },                                        // domain get state
+	298: func(w *xdrWalk) { w.take(4, "job type"); w.typedParams(xdrJobStatsMax) },                 // domain get job stats
+	302: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.bytes(xdrStringMax, "domain XML") }, // begin3
+	303: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.optString("URI") },                  // prepare3
+	305: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie") },                                      // perform3
+	306: func(w *xdrWalk) { w.domain(); w.bytes(xdrCookieMax, "cookie") },                          // finish3
+	307: func(*xdrWalk) {},                                                                         // confirm3
+	316: func(w *xdrWalk) { w.take(4, "callback ID") },                                             // event callback register any
+	317: func(*xdrWalk) {},                                                                         // event callback deregister any
+	344: func(w *xdrWalk) { // connect get all domain stats
+		n := w.count(xdrDomainListMax, xdrMinNonnullDomain+4, "domain stats records")
+		for i := 0; i < n && w.err == nil; i++ {
+			w.domain()
+			w.typedParams(xdrDomainStatsMax)
+		}
+	},
+	364: func(*xdrWalk) {},                              // domain migrate start post-copy
+	387: func(w *xdrWalk) { w.take(8, "max downtime") }, // domain migrate get max downtime
+	442: func(*xdrWalk) {},                              // domain abort job flags
+}
+
+// eventLayouts are the events Ferry subscribes to.
+var eventLayouts = map[uint32]func(*xdrWalk){
+	318: func(w *xdrWalk) { w.take(4, "callback ID"); w.domain(); w.take(8, "event and detail") }, // lifecycle
+	359: func(w *xdrWalk) { w.take(4, "callback ID"); w.domain(); w.take(4, "iteration") },        // migration iteration
+	363: func(w *xdrWalk) { w.take(4, "callback ID"); w.domain(); w.typedParams(xdrJobStatsMax) }, // job completed
+}
+
+// checkPacket walks one whole packet, its length word excluded: nil to
+// hand it to go-libvirt, errDropPacket to skip it, any other error to
+// drop the connection.
+func checkPacket(p []byte) error {
+	w := &xdrWalk{b: p}
+	prog, _ := w.u32("program"), w.u32("version")
+	proc, typ := w.u32("procedure"), w.u32("type")
+	_, status := w.u32("serial"), w.u32("status")
+	if w.err != nil {
+		return w.err
+	}
+	if typ == rpcMessage && (prog != rpcRemoteProgram || eventLayouts[proc] == nil) {
+		// QEMU monitor events, keepalive pings: go-libvirt would only
+		// drop them itself.
+		return errDropPacket
+	}
+	if prog != rpcRemoteProgram {
+		return fmt.Errorf("packet of program %#x: not libvirt's remote protocol", prog)
+	}
+	var layout func(*xdrWalk)
+	switch {
+	case typ == rpcMessage:
+		layout = eventLayouts[proc]
+	case typ == rpcReply && status == rpcStatusError:
+		// As go-libvirt reads an error: code, domain, a word it skips,
+		// the message, the level.
+		layout = func(w *xdrWalk) {
+			w.take(12, "error code")
+			w.bytes(xdrStringMax, "error message")
+			w.take(4, "error level")
+		}
+	case typ == rpcReply && status == rpcStatusOK:
+		layout = replyLayouts[proc]
+		if layout == nil {
+			return fmt.Errorf("reply to procedure %d, which Ferry never calls", proc)
+		}
+	default:
+		return fmt.Errorf("packet of type %d, status %d: Ferry takes only replies and events", typ, status)
+	}
+	layout(w)
+	if w.err != nil {
+		return fmt.Errorf("procedure %d: %w", proc, w.err)
+	}
+	return nil
+}
