@@ -2,6 +2,7 @@ package migration
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -27,6 +28,14 @@ func TestVMIName(t *testing.T) {
 		{"plain-domain", "", ""},
 		{"a_b_c", "", ""},
 		{"_x", "", ""},
+		{"default_vm.example", "default", "vm.example"},
+		// Names from a hostile socket: none may become a path or a key.
+		{"/../../../../../etc/cni/net.d/00-x_vm", "", ""},
+		{"default_../../x", "", ""},
+		{"default_a/b", "", ""},
+		{"Default_vm", "", ""},
+		{"default_vm..x", "", ""},
+		{"default_" + strings.Repeat("v", 254), "", ""},
 	} {
 		ns, n, _ := vmiName(c.in)
 		if ns != c.ns || n != c.name {

@@ -1,13 +1,24 @@
 package migration
 
-import "strings"
+import (
+	"regexp"
+	"strings"
+)
 
-// vmiName splits a KubeVirt domain name "<namespace>_<name>". Namespaces
-// and VMI names are DNS names and never contain '_', so a name with exactly
-// one underscore and non-empty halves is read as a VMI.
+// A namespace is a DNS label and a VMI's name a DNS subdomain (RFC 1123,
+// as Kubernetes validates them): neither holds '_', '/' or "..".
+var (
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// vmiName splits a KubeVirt domain name "<namespace>_<name>". A domain name
+// comes from whatever serves a libvirt socket, any pod included, and the
+// halves go into file names and API paths: only a valid namespace and VMI
+// name are read as a VMI.
 func vmiName(domain string) (namespace, name string, ok bool) {
 	ns, n, found := strings.Cut(domain, "_")
-	if !found || ns == "" || n == "" || strings.Contains(n, "_") {
+	if !found || len(ns) > 63 || len(n) > 253 || !dnsLabel.MatchString(ns) || !dnsSubdomain.MatchString(n) {
 		return "", "", false
 	}
 	return ns, n, true

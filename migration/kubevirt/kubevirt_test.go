@@ -103,6 +103,23 @@ func TestMarkValidation(t *testing.T) {
 	if err := (Mark{Kind: KindIrrecoverable, Name: "n"}).validate(); err == nil {
 		t.Error("missing namespace accepted")
 	}
+	// A domain served by any pod names the mark's file: no path may come of it.
+	for _, m := range []Mark{
+		{Kind: KindIrrecoverable, Namespace: "/../../../../../etc/cni/net.d/00-x", Name: "vm"},
+		{Kind: KindIrrecoverable, Namespace: "default", Name: "../../x"},
+		{Kind: KindIrrecoverable, Namespace: "default", Name: "a/b"},
+	} {
+		if err := m.validate(); err == nil {
+			t.Errorf("mark for %q/%q accepted", m.Namespace, m.Name)
+		}
+	}
+	s, err := newStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(Mark{ID: "irrecoverable_/../../../../../etc/cni/net.d/00-x_vm_1"}); err == nil {
+		t.Error("the store wrote a mark whose ID is a path")
+	}
 }
 
 func TestPodUIDFromSocket(t *testing.T) {

@@ -1,6 +1,8 @@
 package kubevirt
 
 import (
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -53,8 +55,13 @@ func (m Mark) key() string { return m.Namespace + "/" + m.Name }
 
 func (m Mark) validate() error {
 	var errs []string
-	if m.Namespace == "" || m.Name == "" {
-		errs = append(errs, "namespace and name are required")
+	// The namespace and name become a file name and an API path: only
+	// what Kubernetes itself accepts.
+	if msgs := validation.IsDNS1123Label(m.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Sprintf("namespace %q: %s", m.Namespace, strings.Join(msgs, ", ")))
+	}
+	if msgs := validation.IsDNS1123Subdomain(m.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Sprintf("name %q: %s", m.Name, strings.Join(msgs, ", ")))
 	}
 	if m.Kind != KindIrrecoverable && m.Kind != KindEvent {
 		errs = append(errs, fmt.Sprintf("kind %q is neither %s nor %s", m.Kind, KindIrrecoverable, KindEvent))

@@ -25,8 +25,19 @@ func newStore(stateDir string) (*store, error) {
 
 func (s *store) path(id string) string { return filepath.Join(s.dir, id+".json") }
 
+// checkID keeps a mark's file a plain name in the store's directory.
+func checkID(id string) error {
+	if id == "" || strings.ContainsAny(id, `/\`) || id == "." || id == ".." || !filepath.IsLocal(id+".json") {
+		return fmt.Errorf("mark ID %q is not a plain file name", id)
+	}
+	return nil
+}
+
 // save writes atomically: a crash leaves the old file or the new one.
 func (s *store) save(m Mark) error {
+	if err := checkID(m.ID); err != nil {
+		return err
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
@@ -37,6 +48,9 @@ func (s *store) save(m Mark) error {
 // park moves a mark's file into refused/, out of what load reads, and
 // returns where it now is.
 func (s *store) park(m Mark) (string, error) {
+	if err := checkID(m.ID); err != nil {
+		return "", err
+	}
 	dir := filepath.Join(s.dir, "refused")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
@@ -55,6 +69,9 @@ func (s *store) park(m Mark) (string, error) {
 }
 
 func (s *store) remove(id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
 	err := os.Remove(s.path(id))
 	if os.IsNotExist(err) {
 		return nil
