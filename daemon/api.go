@@ -118,10 +118,13 @@ func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("domain")
-	j, ok := d.Tracker.Job(name)
-	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no migration job for domain %q on node %s (in flight or in history)", name, d.cfg.NodeName))
+	j, err := d.Tracker.JobByName(r.PathValue("domain"))
+	switch {
+	case errors.Is(err, migration.ErrAmbiguous):
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, d.withVMI(j))
@@ -187,7 +190,7 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 			writeJSON(w, http.StatusAccepted, res)
 		case errors.Is(err, migration.ErrNoJob):
 			writeError(w, http.StatusNotFound, err.Error())
-		case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrPostCopyNeedsForce):
+		case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrPostCopyNeedsForce), errors.Is(err, migration.ErrAmbiguous):
 			writeError(w, http.StatusConflict, err.Error())
 		default:
 			writeError(w, http.StatusBadGateway, err.Error())
@@ -227,7 +230,7 @@ func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, migration.AbortResult{Job: j, Message: "switching to post-copy: the target now runs the guest and pulls the remaining pages on demand"})
 	case errors.Is(err, migration.ErrNoJob):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrAlreadyPostCopy):
+	case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrAlreadyPostCopy), errors.Is(err, migration.ErrAmbiguous):
 		writeError(w, http.StatusConflict, err.Error())
 	default:
 		writeError(w, http.StatusBadGateway, err.Error())

@@ -105,7 +105,7 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	switch {
 	case j.Phase == migration.PhasePostCopyFailed:
 		m.Kind = kubevirt.KindIrrecoverable
-		m.UID = d.domainUID(j.Domain)
+		m.UID = d.domainUID(j.Socket, j.Domain)
 		m.Reason, m.RemainingBytes, m.PostCopyRequests = j.FailureReason, j.MemoryRemainingBytes, j.PostCopyRequests
 		m.Message = fmt.Sprintf("%s: post-copy migration failed (%s), seen on node %s (%s side): %s; %s left to copy, %d post-copy page requests served",
 			kubevirt.IrrecoverableMessage, failureClass(j), d.cfg.NodeName, j.Role, j.FailureReason, units.IEC(j.MemoryRemainingBytes), j.PostCopyRequests)
@@ -147,10 +147,10 @@ func (d *Daemon) reportAdvice(j migration.Job, step migration.PolicyStep) {
 	}
 }
 
-// domainUID reads the VMI UID from the domain's KubeVirt metadata, briefly:
-// the mark must not wait on a slow libvirt.
-func (d *Daemon) domainUID(domain string) string {
-	c, ref, err := d.Tracker.ConnFor(domain)
+// domainUID reads the VMI UID from the KubeVirt metadata of the domain on
+// the job's own socket, briefly: the mark must not wait on a slow libvirt.
+func (d *Daemon) domainUID(socket, domain string) string {
+	c, ref, err := d.Tracker.ConnOn(socket, domain)
 	if err != nil {
 		return ""
 	}

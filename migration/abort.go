@@ -109,6 +109,9 @@ func postCopyRefusal(domain string) error {
 // sourceJob finds the domain's in-flight job that this node is the source
 // of, or says why an action cannot be taken here; the caller holds t.mu.
 func (t *Tracker) sourceJob(domain, action string) (*job, error) {
+	if err := t.unambiguous(domain); err != nil {
+		return nil, err
+	}
 	for k, j := range t.jobs {
 		if k.domain != domain {
 			continue

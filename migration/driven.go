@@ -14,6 +14,9 @@ import (
 func (t *Tracker) ConnFor(domain string) (*libvirtx.Conn, libvirt.Domain, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err := t.unambiguous(domain); err != nil {
+		return nil, libvirt.Domain{}, err
+	}
 	for socket, doms := range t.domains {
 		if d, ok := doms[domain]; ok {
 			if c := t.conns[socket]; c != nil {

@@ -259,8 +259,18 @@ func (t *Tracker) Jobs(all bool) []Job {
 // Job returns the newest job of a domain with its full evidence: the
 // in-flight one if any, else the latest finished one.
 func (t *Tracker) Job(domain string) (Job, bool) {
+	j, err := t.JobByName(domain)
+	return j, err == nil
+}
+
+// JobByName is Job, but says why there is none: ErrNoJob, or ErrAmbiguous
+// when more than one socket serves a domain of that name.
+func (t *Tracker) JobByName(domain string) (Job, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err := t.unambiguous(domain); err != nil {
+		return Job{}, err
+	}
 	var best *job
 	for k, j := range t.jobs {
 		if k.domain == domain && (best == nil || j.view.StartTime.After(best.view.StartTime)) {
@@ -277,13 +287,13 @@ func (t *Tracker) Job(domain string) (Job, bool) {
 		}
 	}
 	if best == nil {
-		return Job{}, false
+		return Job{}, noJobError(fmt.Sprintf("no migration job for domain %q on node %s (in flight or in history)", domain, t.cfg.Node))
 	}
 	v := best.view
 	v.Samples = best.samples.slice()
 	v.Iterations = append([]Iteration(nil), best.iters...)
 	v.Events = best.events.slice()
-	return v, true
+	return v, nil
 }
 
 // Domains lists every domain on every connected socket as last sampled.

@@ -1,0 +1,67 @@
+package migration
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// ErrAmbiguous refuses a request naming a domain that more than one
+// libvirt socket serves. Any pod can serve a socket where the launcher glob
+// looks, and list a domain named like another's VM; a request by name must
+// not land on whichever the map yields first.
+var ErrAmbiguous = errors.New("domain name served by more than one libvirt socket")
+
+// socketsOf lists, sorted, the sockets that list a domain of that name or
+// hold an in-flight job for it. t.mu is held.
+func (t *Tracker) socketsOf(domain string) []string {
+	var out []string
+	for socket, doms := range t.domains {
+		if _, ok := doms[domain]; ok {
+			out = append(out, socket)
+		}
+	}
+	for k := range t.jobs {
+		if k.domain == domain && !slices.Contains(out, k.socket) {
+			out = append(out, k.socket)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// unambiguous refuses a domain name more than one socket serves, naming
+// them. t.mu is held.
+func (t *Tracker) unambiguous(domain string) error {
+	if s := t.socketsOf(domain); len(s) > 1 {
+		return fmt.Errorf("%w: %q is on %s on node %s; refused as ambiguous", ErrAmbiguous, domain, strings.Join(s, " and "), t.cfg.Node)
+	}
+	return nil
+}
+
+// ConnOn is the connection and domain handle of a domain on one socket: a
+// job's own, never another socket's domain of the same name.
+func (t *Tracker) ConnOn(socket, domain string) (*libvirtx.Conn, libvirt.Domain, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.domains[socket][domain]
+	if !ok {
+		return nil, libvirt.Domain{}, fmt.Errorf("no domain %q on %s on node %s", domain, socket, t.cfg.Node)
+	}
+	c := t.conns[socket]
+	if c == nil {
+		return nil, libvirt.Domain{}, fmt.Errorf("%w (%s)", ErrNoLibvirt, socket)
+	}
+	return c, d.Ref, nil
+}
+
+// noJobError says there is no job in its own words and is ErrNoJob.
+type noJobError string
+
+func (e noJobError) Error() string { return string(e) }
+func (e noJobError) Unwrap() error { return ErrNoJob }

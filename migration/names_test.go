@@ -1,0 +1,51 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// A pod's socket in the launcher glob lists a domain named like a VM's and
+// runs a migration job for it. Requests by name must neither pick one of
+// the two at random (map order: 25 of 200 aborts hit the pod's job) nor
+// show the pod's job as the VM's: they are refused, naming both sockets.
+func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
+	const vm = "/var/lib/kubelet/pods/aaaa/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock"
+	const pod = "/var/lib/kubelet/pods/bbbb/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock"
+	f := newFeed(t, "a")
+	for _, s := range []string{vm, pod} {
+		at := f.tick()
+		f.tr.apply(input{kind: inList, socket: s, at: at, got: at, list: []libvirtx.Domain{running(1)}})
+		f.tr.apply(input{kind: inStats, socket: s, dom: f.dom, at: f.tick(), got: f.tick(), stats: outgoing(1, 400)})
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrAmbiguous) || !strings.Contains(err.Error(), vm) || !strings.Contains(err.Error(), pod) {
+			t.Errorf("%s: %v, want a refusal as ambiguous naming both sockets", what, err)
+		}
+	}
+	_, err := f.tr.JobByName(dom.Name)
+	check("job", err)
+	if _, ok := f.tr.Job(dom.Name); ok {
+		t.Error("Job found one of two same-named domains")
+	}
+	_, err = f.tr.Abort(context.Background(), dom.Name, false)
+	check("abort", err)
+	_, _, err = f.tr.ConnFor(dom.Name)
+	check("connection", err)
+	_, err = f.tr.StartPostCopy(dom.Name, nil)
+	check("post-copy", err)
+
+	// Each job is still its own, on its own socket.
+	jobs := f.tr.Jobs(false)
+	if len(jobs) != 2 || jobs[0].Socket == jobs[1].Socket {
+		t.Errorf("jobs %+v, want one per socket", jobs)
+	}
+	if _, _, err := f.tr.ConnOn(pod, dom.Name); !errors.Is(err, ErrNoLibvirt) {
+		t.Errorf("ConnOn(pod's socket): %v, want its own (here unconnected) socket's answer", err)
+	}
+}
