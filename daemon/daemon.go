@@ -336,13 +336,40 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 		}
 		os.Remove(path)
 	}
-	ln, err := net.Listen("unix", path)
+	// Bound in a directory only root can enter, given its mode there, then
+	// renamed into place: at path it never has any mode but its own, so no
+	// local user can connect in between.
+	private, err := os.MkdirTemp(filepath.Dir(path), ".ferry-sock-")
 	if err != nil {
 		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
 	}
-	if err := os.Chmod(path, mode); err != nil {
+	defer os.RemoveAll(private)
+	bound := filepath.Join(private, "s")
+	ln, err := net.Listen("unix", bound)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(bound, mode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
 	}
-	return ln, nil
+	if err := os.Rename(bound, path); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("--debug-socket %s: %w", path, err)
+	}
+	return &unlinkOnClose{UnixListener: ul, path: path}, nil
+}
+
+// unlinkOnClose removes the socket where it was moved to when it closes.
+type unlinkOnClose struct {
+	*net.UnixListener
+	path string
+}
+
+func (l *unlinkOnClose) Close() error {
+	err := l.UnixListener.Close()
+	os.Remove(l.path)
+	return err
 }
