@@ -112,7 +112,7 @@ func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	jobs := d.Tracker.Jobs(all)
 	for i := range jobs {
-		jobs[i] = d.withVMI(jobs[i])
+		jobs[i] = d.forAPI(jobs[i])
 	}
 	writeJSON(w, http.StatusOK, JobsResponse{Node: d.cfg.NodeName, Jobs: jobs})
 }
@@ -127,7 +127,7 @@ func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, d.withVMI(j))
+	writeJSON(w, http.StatusOK, d.forAPI(j))
 }
 
 func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {
@@ -156,7 +156,7 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 		if domain != "" && j.Domain != domain {
 			continue
 		}
-		if err := enc.Encode(j); err != nil {
+		if err := enc.Encode(d.forAPI(j)); err != nil {
 			return
 		}
 		fl.Flush()
@@ -250,7 +250,7 @@ func (d *Daemon) proxyStatus(w http.ResponseWriter, _ *http.Request) {
 	if d.Proxy != nil {
 		resp.Enabled, resp.TLS, resp.SocketDir = true, d.Proxy.TLS(), d.Proxy.SocketDir()
 		if reg := d.Proxy.Registered(); reg != nil {
-			resp.Registered = reg
+			resp.Registered = redactRegistered(reg)
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)

@@ -1,0 +1,29 @@
+package daemon
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// Whoever reads the debug API must not learn the IDs that let streams into
+// a prepared migration; the reference still tells migrations apart.
+func TestDebugAPIShowsNoMigrationSecrets(t *testing.T) {
+	const secret = "m-0123456789abcdef"
+	reg := redactRegistered([]proxy.Migration{{ID: secret, Domain: "vm"}, {ID: "m-other", Domain: "vm2"}})
+	d := &Daemon{}
+	j := d.forAPI(migration.Job{Domain: "vm", IncomingID: secret})
+	b, _ := json.Marshal(struct {
+		R []proxy.Migration
+		J migration.Job
+	}{reg, j})
+	if strings.Contains(string(b), secret) {
+		t.Fatalf("the reply carries the migration ID: %s", b)
+	}
+	if reg[0].ID == reg[1].ID || reg[0].ID != j.IncomingID || !strings.HasPrefix(j.IncomingID, "ref-") {
+		t.Errorf("references %q, %q, %q: want one per migration, the same on the job", reg[0].ID, reg[1].ID, j.IncomingID)
+	}
+}
