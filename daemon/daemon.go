@@ -225,7 +225,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	servers := []*http.Server{{Handler: d.apiHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, BaseContext: base}}
 	listeners := []net.Listener{debugLn}
 	if metricsLn != nil {
-		servers = append(servers, &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, BaseContext: base})
+		// Reachable from the network: a client that sends or reads slowly
+		// holds a connection for a bounded time only.
+		servers = append(servers, &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10, BaseContext: base})
 		listeners = append(listeners, metricsLn)
 	}
 
