@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // socketDirMode lets QEMU's group create its listening socket here (write)
@@ -32,7 +34,35 @@ func makeSocketDir(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
 		return err
 	}
-	return nil
+	fd, err := openOwnDir(dir)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
+
+// openOwnDir opens the socket dir only if it is a directory of ferryd's
+// own user that nobody else may write, not a link to one: ferryd later
+// gives it to QEMU's group, and a link planted there beforehand would hand
+// over whatever it points to.
+func openOwnDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return -1, fmt.Errorf("%s is not a directory of its own (a link, or a file): refusing to use it", dir)
+		}
+		return -1, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o002 != 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s belongs to uid %d with mode %o, not to ferryd's uid %d with no write for others: refusing to use it", dir, st.Uid, st.Mode&0o7777, os.Geteuid())
+	}
+	return fd, nil
 }
 
 // socketGroup returns the group QEMU runs with, -1 when none was
@@ -57,10 +87,17 @@ func (p *Proxy) socketGroup() (int, error) {
 	if err := reachable(filepath.Dir(dir), gid); err != nil {
 		return -1, err
 	}
-	if err := os.Chown(dir, -1, gid); err != nil {
+	// On the directory checked, through its descriptor: it cannot be
+	// swapped for a link in between.
+	fd, err := openOwnDir(dir)
+	if err != nil {
 		return -1, err
 	}
-	if err := os.Chmod(dir, socketDirMode); err != nil {
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, -1, gid); err != nil {
+		return -1, err
+	}
+	if err := unix.Fchmod(fd, unix.S_ISVTX|uint32(socketDirMode.Perm())); err != nil {
 		return -1, err
 	}
 	p.group = gid

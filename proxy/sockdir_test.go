@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -89,5 +90,44 @@ func checkOwner(t *testing.T, path string, mode os.FileMode, gid int) {
 	}
 	if fi.Mode() != mode || int(fi.Sys().(*syscall.Stat_t).Gid) != gid {
 		t.Errorf("%s: mode %v group %d, want %v group %d", path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Gid, mode, gid)
+	}
+}
+
+// The socket dir is given to QEMU's group: a link planted where it is
+// expected, or a directory someone else owns, is refused, never chown-ed.
+func TestSocketDirMustBeFerrydsOwn(t *testing.T) {
+	base := t.TempDir()
+	victim := filepath.Join(base, "etc")
+	if err := os.Mkdir(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(victim, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeSocketDir(link); err == nil || !strings.Contains(err.Error(), "not a directory of its own") {
+		t.Errorf("a link as the socket dir: %v", err)
+	}
+	if fi, _ := os.Stat(victim); fi.Mode().Perm() != 0o755 {
+		t.Errorf("the link's target changed mode to %v", fi.Mode())
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o777)
+	if err := makeSocketDir(open); err == nil || !strings.Contains(err.Error(), "no write for others") {
+		t.Errorf("a world-writable socket dir: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		other := filepath.Join(base, "other")
+		os.Mkdir(other, 0o700)
+		os.Chown(other, 107, 107)
+		if err := makeSocketDir(other); err == nil || !strings.Contains(err.Error(), "belongs to uid 107") {
+			t.Errorf("a socket dir of uid 107: %v", err)
+		}
+	}
+	if err := makeSocketDir(filepath.Join(base, "fresh")); err != nil {
+		t.Errorf("a fresh socket dir: %v", err)
 	}
 }
