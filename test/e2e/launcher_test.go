@@ -68,6 +68,7 @@ func TestKubeVirtLaunchers(t *testing.T) {
 		if src0.Iteration < 1 || src0.DataTotalBytes == 0 || src0.DataProcessedBytes == 0 {
 			t.Errorf("the source job carries no figures from libvirt's job statistics: iteration %d, data %d of %d", src0.Iteration, src0.DataProcessedBytes, src0.DataTotalBytes)
 		}
+		t.Run("a hostile socket beside it", func(t *testing.T) { testHostileSocket(t, src) })
 	})
 
 	t.Run("post-copy failure marks the VMI", func(t *testing.T) {
