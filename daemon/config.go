@@ -64,6 +64,9 @@ type Config struct {
 	// means none: a peer's XML names no local file unless the operator
 	// chose where.
 	MigrationAllowedPaths []string
+	// MigrationAllowedBridges are the host bridges an incoming migration's
+	// interfaces may join; none unless the operator names some.
+	MigrationAllowedBridges []string
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.

@@ -107,7 +107,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
-			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], allowed: cfg.MigrationAllowedPaths, log: log.Named("incoming")}
+			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], policy: incomingPolicy(cfg), log: log.Named("incoming")}
 		}
 		group, err := qemuGroup(cfg, d.Tracker)
 		if err != nil {

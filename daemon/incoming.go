@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"syscall"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
@@ -27,7 +29,7 @@ import (
 type incoming struct {
 	tracker *migration.Tracker
 	socket  string
-	allowed []string
+	policy  libvirtx.IncomingPolicy
 	log     *zap.Logger
 }
 
@@ -66,7 +68,7 @@ func (in *incoming) check(m proxy.IncomingMigration, domXML string) (string, err
 		// other.
 		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("postCopy %v does not match the migration flags %#x", m.PostCopy, uint32(flags))}
 	}
-	canon, err := libvirtx.CanonicalIncomingXML(domXML, m.Domain, in.allowed)
+	canon, err := libvirtx.CanonicalIncomingXML(domXML, m.Domain, in.policy)
 	if err != nil {
 		return "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
@@ -200,3 +202,16 @@ func connectionLost(err error) bool {
 // reasonLibvirtUnavailable is the refusal of a prepare this node's
 // libvirtd was not there to take.
 const reasonLibvirtUnavailable = "libvirt_unavailable"
+
+// incomingPolicy is what this node lets an incoming domain bring: the
+// operator's paths and bridges, and no more memory or vCPUs than the node
+// itself has.
+func incomingPolicy(cfg Config) libvirtx.IncomingPolicy {
+	pol := libvirtx.IncomingPolicy{AllowedPaths: cfg.MigrationAllowedPaths, AllowedBridges: cfg.MigrationAllowedBridges,
+		MaxVCPUs: uint(runtime.NumCPU())}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		pol.MaxMemoryKiB = uint64(si.Totalram) * uint64(si.Unit) / 1024
+	}
+	return pol
+}

@@ -38,9 +38,9 @@ type unixDialer struct {
 	timeout time.Duration
 	// socketOnly refuses a path that is a link: see DialMatched.
 	socketOnly bool
-	mu      sync.Mutex
-	conn    net.Conn
-	framed  *framedConn
+	mu         sync.Mutex
+	conn       net.Conn
+	framed     *framedConn
 }
 
 // refusal is why the connection's packet check cut it, or nil.

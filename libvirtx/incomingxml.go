@@ -39,10 +39,9 @@ func (e *XMLRefusal) Error() string { return "domain XML refused: " + e.Msg }
 func refuse(format string, a ...any) error { return &XMLRefusal{Msg: fmt.Sprintf(format, a...)} }
 
 // CheckIncomingXML checks the domain XML of an incoming migration of the
-// domain name; allowed are the directories local files may be in, none
-// unless the operator names some.
-func CheckIncomingXML(domXML, name string, allowed []string) error {
-	_, err := CanonicalIncomingXML(domXML, name, allowed)
+// domain name against what the node allows.
+func CheckIncomingXML(domXML, name string, pol IncomingPolicy) error {
+	_, err := CanonicalIncomingXML(domXML, name, pol)
 	return err
 }
 
@@ -51,8 +50,8 @@ func CheckIncomingXML(domXML, name string, allowed []string) error {
 // never the peer's bytes. Go's parser and libvirt's may read the same
 // bytes differently (of a repeated element, Go keeps the last and libvirt
 // the first); the re-marshalled XML holds only what was checked.
-func CanonicalIncomingXML(domXML, name string, allowed []string) (string, error) {
-	d, err := checkIncomingXML(domXML, name, allowed)
+func CanonicalIncomingXML(domXML, name string, pol IncomingPolicy) (string, error) {
+	d, err := checkIncomingXML(domXML, name, pol)
 	if err != nil {
 		return "", err
 	}
@@ -61,20 +60,23 @@ func CanonicalIncomingXML(domXML, name string, allowed []string) (string, error)
 		return "", refuse("it does not marshal again: %v", err)
 	}
 	// What libvirtxml writes back must pass the same sweep.
-	if err := sweepXML(canon, allowed); err != nil {
+	if err := sweepXML(canon, pol); err != nil {
 		return "", err
 	}
 	return canon, nil
 }
 
-func checkIncomingXML(domXML, name string, allowed []string) (*libvirtxml.Domain, error) {
-	d, err := checkDomain(domXML, name, allowed)
+func checkIncomingXML(domXML, name string, pol IncomingPolicy) (*libvirtxml.Domain, error) {
+	d, err := checkDomain(domXML, name, pol.AllowedPaths)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSizes(d, pol); err != nil {
+		return nil, err
+	}
 	// The typed checks name what they refuse best; the sweep catches what
-	// they do not know.
-	if err := sweepXML(domXML, allowed); err != nil {
+	// they do not know, and allows only what is listed.
+	if err := sweepXML(domXML, pol); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -263,7 +265,8 @@ func relativePath(v string) bool {
 	return strings.Contains(v, "/") && !strings.HasPrefix(v, "/")
 }
 
-// allowedPath says why path may not be used, or nil.
+// allowedPath says why path may not be used, or nil: it must lie under an
+// allowed directory, and resolve there without passing a link.
 func allowedPath(path string, allowed []string) error {
 	if !filepath.IsAbs(path) {
 		return errors.New("not an absolute path")
@@ -272,6 +275,9 @@ func allowedPath(path string, allowed []string) error {
 	for _, a := range allowed {
 		a = filepath.Clean(a)
 		if clean == a || strings.HasPrefix(clean, a+"/") || a == "/" {
+			if err := noLinksBeneath(a, clean); err != nil {
+				return fmt.Errorf("does not resolve beneath %s without links: %v", a, err)
+			}
 			return nil
 		}
 	}
@@ -282,11 +288,14 @@ func allowedPath(path string, allowed []string) error {
 // them: anything in the QEMU namespace is refused, and so is any value
 // that is an absolute path outside the allowed prefixes, save the few
 // places where a path is not a file libvirt opens here.
-func sweepXML(domXML string, allowed []string) error {
+func sweepXML(domXML string, pol IncomingPolicy) error {
+	allowed := pol.AllowedPaths
 	dec := xml.NewDecoder(strings.NewReader(domXML))
 	type elem struct {
 		name  string
 		attrs []xml.Attr
+		// device and deviceType are the <devices> child this element is in.
+		device, deviceType string
 	}
 	var stack []elem
 	metadata := 0 // depth inside <metadata>, free-form by design
@@ -310,7 +319,7 @@ func sweepXML(domXML string, allowed []string) error {
 		case xml.StartElement:
 			if metadata > 0 || (t.Name.Local == "metadata" && len(stack) == 1) {
 				metadata++
-				stack = append(stack, elem{t.Name.Local, nil})
+				stack = append(stack, elem{name: t.Name.Local})
 				continue
 			}
 			if t.Name.Space == qemuNamespace {
@@ -321,12 +330,19 @@ func sweepXML(domXML string, allowed []string) error {
 					return refuse("<%s qemu:%s>: QEMU pass-through is not accepted", t.Name.Local, a.Name.Local)
 				}
 			}
-			e := elem{t.Name.Local, t.Attr}
+			e := elem{name: t.Name.Local, attrs: t.Attr}
 			parent := elem{}
 			if len(stack) > 0 {
 				parent = stack[len(stack)-1]
 			}
+			e.device, e.deviceType = parent.device, parent.deviceType
+			if parent.name == "devices" {
+				e.device, e.deviceType = e.name, attr(e, "type")
+			}
 			if err := refusedElement(t, parent.name); err != nil {
+				return err
+			}
+			if err := allowElement(t, parent.name, e.device, e.deviceType, pol); err != nil {
 				return err
 			}
 			// A pty's path is the one the source got; the target opens

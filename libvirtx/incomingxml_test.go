@@ -2,6 +2,8 @@ package libvirtx
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -25,6 +27,7 @@ func guestXML(name, extraTop, devices string) string {
     <disk type='file' device='disk'>
       <driver name='qemu' type='qcow2'/>
       <source file='/var/lib/libvirt/images/vm.qcow2'/>
+      <backingStore/>
       <target dev='vda' bus='virtio'/>
     </disk>
     <serial type='pty'><source path='/dev/pts/3'/><target port='0'/></serial>
@@ -39,17 +42,23 @@ func guestXML(name, extraTop, devices string) string {
 
 var allowedForTest = []string{"/var/lib/libvirt/images", "/var/lib/kubelet/pods"}
 
+var policyForTest = IncomingPolicy{AllowedPaths: allowedForTest, AllowedBridges: []string{"br0"}, MaxMemoryKiB: 64 << 20, MaxVCPUs: 64}
+
 func TestIncomingXMLAcceptsOrdinaryGuests(t *testing.T) {
 	for name, x := range map[string]string{
 		"plain":             guestXML("vm", "", ""),
 		"kubevirt volumes":  guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/kubelet/pods/1234/volumes/kubernetes.io~empty-dir/disk.img'/><target dev='vdb'/></disk>`),
 		"file serial":       guestXML("vm", "", `<serial type='file'><source path='/var/lib/libvirt/images/console.log'/><target port='1'/></serial>`),
-		"network disk":      guestXML("vm", "", `<disk type='network' device='disk'><source protocol='rbd' name='pool/img'><host name='10.0.0.5' port='6789'/></source><target dev='vdc'/></disk>`),
+		"libvirt network":   guestXML("vm", "", `<interface type='network'><source network='default'/><model type='virtio'/></interface>`),
+		"raw disk":          guestXML("vm", "", `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/var/lib/libvirt/images/d.img'/><target dev='vdb'/></disk>`),
+		"stated chain":      guestXML("vm", "", `<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='/var/lib/libvirt/images/top.qcow2'/><backingStore type='file'><format type='qcow2'/><source file='/var/lib/libvirt/images/base.qcow2'/><backingStore/></backingStore><target dev='vdb'/></disk>`),
+		"vnc on loopback":   guestXML("vm", "", `<graphics type='vnc' port='-1' autoport='yes' listen='127.0.0.1'><listen type='address' address='127.0.0.1'/></graphics><video><model type='virtio'/></video>`),
+		"no audio":          guestXML("vm", "", `<audio id='1' type='none'/><input type='tablet' bus='usb'/><memballoon model='virtio'/>`),
 		"empty cdrom":       guestXML("vm", "", `<disk type='file' device='cdrom'><target dev='sda' bus='sata'/></disk>`),
 		"bridge nic":        guestXML("vm", "", `<interface type='bridge'><source bridge='br0'/><model type='virtio'/></interface>`),
 		"no emulator given": strings.Replace(guestXML("vm", "", ""), "<emulator>/usr/bin/qemu-system-x86_64</emulator>", "", 1),
 	} {
-		if err := CheckIncomingXML(x, "vm", allowedForTest); err != nil {
+		if err := CheckIncomingXML(x, "vm", policyForTest); err != nil {
 			t.Errorf("%s: refused: %v", name, err)
 		}
 	}
@@ -86,10 +95,10 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"unconfined", strings.Replace(guestXML("vm", "", ""), "<seclabel type='none' model='none'/>", "<seclabel type='none'/>", 1), "vm", "<seclabel"},
 		{"rng from a host file", strings.Replace(guestXML("vm", "", ""), "/dev/urandom", "/dev/sda", 1), "vm", "<rng>"},
 		{"graphics socket", guestXML("vm", "", `<graphics type='vnc'><listen type='socket' socket='/etc/vnc.sock'/></graphics>`), "vm", "/etc/vnc.sock"},
-		{"audio file", guestXML("vm", "", `<audio id='1' type='file' path='/etc/x.wav'/>`), "vm", "/etc/x.wav"},
+		{"audio file", guestXML("vm", "", `<audio id='1' type='file' path='/etc/x.wav'/>`), "vm", "<audio type='file'>"},
 		{"relative kernel first of two", strings.Replace(guestXML("vm", "", ""), "<kernel>", "<kernel>boot/vmlinuz</kernel><kernel>", 1), "vm", "relative path"},
 		{"fw_cfg file", guestXML("vm", `<sysinfo type='fwcfg'><entry name='opt/x' file='etc/shadow'/></sysinfo>`, ""), "vm", "<sysinfo>"},
-		{"disk secret", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='rbd' name='pool/img'><host name='10.0.0.5'/><auth username='admin'><secret type='ceph' usage='x'/></auth></source><target dev='vdc'/></disk>`), "vm", "<auth>"},
+		{"disk secret", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='rbd' name='pool/img'><host name='10.0.0.5'/><auth username='admin'><secret type='ceph' usage='x'/></auth></source><target dev='vdc'/></disk>`), "vm", "<disk type='network'>"},
 		{"disk encryption", guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/libvirt/images/e.qcow2'><encryption format='luks'><secret type='passphrase' uuid='0a81f5b2-8403-7b23-c8d6-21ccc2f80d6f'/></encryption></source><target dev='vdb'/></disk>`), "vm", "<encryption>"},
 		{"any filesystem", guestXML("vm", "", `<filesystem type='mount'><source dir='/var/lib/libvirt/images/share'/><target dir='share'/></filesystem>`), "vm", "<filesystem>"},
 		{"direct nic", guestXML("vm", "", `<interface type='direct'><source dev='eth0' mode='bridge'/></interface>`), "vm", "type='direct'"},
@@ -112,11 +121,33 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"shmem", guestXML("vm", "", `<shmem name='x'><model type='ivshmem-plain'/><size unit='M'>4</size></shmem>`), "vm", "<shmem>"},
 		{"evdev input", guestXML("vm", "", `<input type='evdev'><source dev='/dev/input/event1'/></input>`), "vm", "evdev"},
 		{"passthrough input", guestXML("vm", "", `<input type='passthrough' bus='virtio'><source evdev='/dev/input/event1'/></input>`), "vm", "passthrough"},
-		{"nbd relative socket", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='nbd' name='x'><host transport='unix' socket='run/x.sock'/></source><target dev='vdb'/></disk>`), "vm", "relative path"},
+		{"nbd relative socket", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='nbd' name='x'><host transport='unix' socket='run/x.sock'/></source><target dev='vdb'/></disk>`), "vm", "<disk type='network'>"},
 		{"not XML", "<domain><name>vm</name", "vm", "does not parse"},
+		// The allowlist: what a hostile peer tried and a denylist let through.
+		{"udp nic", guestXML("vm", "", `<interface type='udp'><source address='127.0.0.1' port='2379'><local address='127.0.0.1' port='11111'/></source></interface>`), "vm", "<interface type='udp'>"},
+		{"client nic", guestXML("vm", "", `<interface type='client'><source address='127.0.0.1' port='2379'/></interface>`), "vm", "<interface type='client'>"},
+		{"server nic", guestXML("vm", "", `<interface type='server'><source address='0.0.0.0' port='5558'/></interface>`), "vm", "<interface type='server'>"},
+		{"mcast nic", guestXML("vm", "", `<interface type='mcast'><source address='230.0.0.1' port='5558'/></interface>`), "vm", "<interface type='mcast'>"},
+		{"user networking", guestXML("vm", "", `<interface type='user'><backend type='passt'/><portForward proto='tcp'><range start='22'/></portForward></interface>`), "vm", "<interface type='user'>"},
+		{"another bridge", guestXML("vm", "", `<interface type='bridge'><source bridge='br-storage'/></interface>`), "vm", "br-storage"},
+		{"ovs port", guestXML("vm", "", `<interface type='bridge'><source bridge='br0'/><virtualport type='openvswitch'><parameters interfaceid='09b11c53-8b5c-4eeb-8f00-d84eaa0aaa4f'/></virtualport></interface>`), "vm", "<virtualport>"},
+		{"egd rng", strings.Replace(guestXML("vm", "", ""), "<backend model='random'>/dev/urandom</backend>", "<backend model='egd' type='tcp'><source mode='connect' host='127.0.0.1' service='2379'/></backend>", 1), "vm", "<rng><backend model='egd'>"},
+		{"nbd to loopback", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='nbd' name='x'><host name='127.0.0.1' port='10809'/></source><target dev='vdb'/></disk>`), "vm", "<disk type='network'>"},
+		{"iscsi", guestXML("vm", "", `<disk type='network' device='lun'><source protocol='iscsi' name='iqn.2013-07.com.example:iscsi-nopool/1'><host name='10.0.0.9' port='3260'/><initiator><iqn name='iqn.2013-07.com.example:client'/></initiator></source><target dev='sdb'/></disk>`), "vm", "<disk type='network'>"},
+		{"http disk", guestXML("vm", "", `<disk type='network' device='cdrom'><source protocol='http' name='/latest/meta-data'><host name='169.254.169.254' port='80'/></source><target dev='sdc'/></disk>`), "vm", "<disk type='network'>"},
+		{"host smbios", strings.Replace(guestXML("vm", "", ""), "</os>", "<smbios mode='host'/></os>", 1), "vm", "<smbios mode='host'>"},
+		{"smartcard from host", guestXML("vm", "", `<smartcard mode='host'/>`), "vm", "<devices><smartcard>"},
+		{"vnc everywhere", guestXML("vm", "", `<graphics type='vnc' port='-1' autoport='yes' listen='0.0.0.0'/>`), "vm", "<graphics listen='0.0.0.0'>"},
+		{"vnc listen element", guestXML("vm", "", `<graphics type='vnc' port='-1'><listen type='address' address='10.0.0.1'/></graphics>`), "vm", "<graphics><listen address='10.0.0.1'>"},
+		{"alsa", guestXML("vm", "", `<audio id='1' type='alsa'><input dev='hw:0'/><output dev='hw:0'/></audio>`), "vm", "<audio type='alsa'>"},
+		{"vsock", guestXML("vm", "", `<vsock model='virtio'><cid auto='yes'/></vsock>`), "vm", "<devices><vsock>"},
+		{"qcow2 with no chain", strings.Replace(guestXML("vm", "", ""), "<backingStore/>", "", 1), "vm", "no <backingStore>"},
+		{"chain with an open end", guestXML("vm", "", `<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='/var/lib/libvirt/images/top.qcow2'/><backingStore type='file'><format type='qcow2'/><source file='/var/lib/libvirt/images/base.qcow2'/></backingStore><target dev='vdb'/></disk>`), "vm", "no <backingStore> of its own"},
+		{"4 TiB", strings.Replace(guestXML("vm", "", ""), "<memory unit='KiB'>524288</memory>", "<memory unit='TiB'>4</memory>", 1), "vm", "<memory unit='TiB'>4</memory>"},
+		{"4096 vCPUs", strings.Replace(guestXML("vm", "", ""), "<memory unit='KiB'>524288</memory>", "<memory unit='KiB'>524288</memory><vcpu>4096</vcpu>", 1), "vm", "<vcpu>4096</vcpu>"},
 	}
 	for _, c := range cases {
-		err := CheckIncomingXML(c.xml, c.domain, allowedForTest)
+		err := CheckIncomingXML(c.xml, c.domain, policyForTest)
 		var r *XMLRefusal
 		if !errors.As(err, &r) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want a refusal naming %q", c.name, err, c.says)
@@ -132,7 +163,7 @@ func TestCanonicalXMLHoldsOnlyWhatWasChecked(t *testing.T) {
 		"name twice":     {strings.Replace(guestXML("vm", "", ""), "<name>vm</name>", "<name>other</name><name>vm</name>", 1), "other"},
 		"emulator twice": {strings.Replace(guestXML("vm", "", ""), "<emulator>", "<emulator>/bin/sh</emulator><emulator>", 1), "/bin/sh"},
 	} {
-		canon, err := CanonicalIncomingXML(c.xml, "vm", allowedForTest)
+		canon, err := CanonicalIncomingXML(c.xml, "vm", policyForTest)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -153,6 +184,36 @@ func TestAllowedPathIsWholeComponents(t *testing.T) {
 	} {
 		if err := allowedPath(path, allowedForTest); (err == nil) != ok {
 			t.Errorf("%s: %v, want allowed=%v", path, err, ok)
+		}
+	}
+}
+
+// A path is resolved beneath its allowed directory, not compared as text:
+// a link there to /etc/shadow would be opened by libvirt as root.
+func TestIncomingPathsAreResolvedWithoutLinks(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "disk.img"), nil, 0o600)
+	os.Symlink("/etc/shadow", filepath.Join(dir, "shadow.img"))
+	os.Mkdir(filepath.Join(dir, "real"), 0o755)
+	os.Symlink("/etc", filepath.Join(dir, "etc"))
+	pol := IncomingPolicy{AllowedPaths: []string{dir}}
+	disk := func(path string) string {
+		return strings.Replace(guestXML("vm", "", `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='`+path+`'/><target dev='vdb'/></disk>`),
+			"/var/lib/libvirt/images/", dir+"/", -1)
+	}
+	for path, ok := range map[string]bool{
+		dir + "/disk.img":     true,
+		dir + "/real/new.img": true, // not there yet: libvirt creates or fails
+		dir + "/shadow.img":   false,
+		dir + "/etc/shadow":   false,
+		dir + "/etc/new.img":  false,
+	} {
+		err := CheckIncomingXML(disk(path), "vm", pol)
+		if (err == nil) != ok {
+			t.Errorf("%s: %v, want accepted=%v", path, err, ok)
+		}
+		if !ok && err != nil && !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("%s: refusal %q does not say a link is in the way", path, err)
 		}
 	}
 }

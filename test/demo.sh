@@ -25,4 +25,4 @@ $CTL --socket "$FERRY_A_DEBUG_SOCKET" job demo
 say "what ferryd on node b (target) recorded"
 $CTL --socket "$FERRY_B_DEBUG_SOCKET" job demo
 say "the guest, still dirtying memory on node b"
-grep -a rate= "$FERRY_TESTBED_DIR/b/run/console-demo.log" | tail -3
+grep -a rate= "$FERRY_TESTBED_DIR/b/run/consoles/console-demo.log" | tail -3

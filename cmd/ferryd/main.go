@@ -44,6 +44,7 @@ func run(args []string) int {
 		cfg      daemon.Config
 		sockets  stringList
 		allowed  stringList
+		bridges  stringList
 		mode     string
 		logLevel string
 		showVer  bool
@@ -75,6 +76,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets, the source's and the target QEMU's")
 	fs.StringVar(&cfg.QEMUGroup, "qemu-group", env("FERRY_QEMU_GROUP", ""), "group (name or gid) QEMU runs with, given the socket dir so QEMU can create and reach its migration sockets; default: ask the node's libvirt (its DAC base label, e.g. libvirt-qemu on Debian)")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
+	fs.Var(&bridges, "migration-allowed-bridge", "host bridge an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_BRIDGES, comma-separated); default none: a migrated guest's NICs use libvirt networks only")
 	fs.Var(&allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
 	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
@@ -124,6 +126,14 @@ func run(args []string) int {
 		for _, s := range strings.Split(os.Getenv("FERRY_LIBVIRT_SOCKETS"), ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				cfg.LibvirtSockets = append(cfg.LibvirtSockets, s)
+			}
+		}
+	}
+	cfg.MigrationAllowedBridges = bridges
+	if len(cfg.MigrationAllowedBridges) == 0 {
+		for _, b := range strings.Split(os.Getenv("FERRY_MIGRATION_ALLOWED_BRIDGES"), ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				cfg.MigrationAllowedBridges = append(cfg.MigrationAllowedBridges, b)
 			}
 		}
 	}

@@ -432,7 +432,7 @@ func assertTruth(t *testing.T, domain, src, dst string, since time.Time) outcome
 // consoleAdvances reports whether the guest printed on that node's console
 // within d (the guest prints a line every second while it lives).
 func consoleAdvances(node, domain string, d time.Duration) bool {
-	path := filepath.Join(bed.Node(node).Dir, "run", "console-"+domain+".log")
+	path := filepath.Join(bed.Node(node).Dir, "run", "consoles", "console-"+domain+".log")
 	size := func() int64 {
 		fi, err := os.Stat(path)
 		if err != nil {

@@ -28,6 +28,6 @@
 // /var/lib/libvirt/images), kvm (a stock root:kvm 0660 /dev/kvm when the
 // host's is not), sock (libvirt-sock, ferry.sock) and the logs
 // libvirtd.log, libvirtd.out, ferryd.log, holder.log. A guest's console is
-// <node>/run/console-<guest>.log. Down keeps the files for post-mortems;
+// <node>/run/consoles/console-<guest>.log. Down keeps the files for post-mortems;
 // the next Up removes all but the QEMU capabilities cache.
 package testbed

@@ -68,7 +68,7 @@ func (g GuestSpec) check() error {
 }
 
 func consolePath(n *Node, guest string) string {
-	return filepath.Join(n.Dir, "run", "console-"+guest+".log")
+	return filepath.Join(n.Dir, "run", "consoles", "console-"+guest+".log")
 }
 
 func (b *Bed) domainXML(g GuestSpec) string {
@@ -94,13 +94,13 @@ func (b *Bed) domainXML(g GuestSpec) string {
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
     <controller type='usb' model='none'/>
     <serial type='file'>
-      <source path='/run/console-%s.log' append='on'/>
+      <source path='%s/console-%s.log' append='on'/>
       <target port='0'/>
     </serial>
     <memballoon model='none'/>
   </devices>
 </domain>
-`, domType, g.Name, g.MemoryMiB, kernelPath(imagesInNode), initrdPath(imagesInNode), g.DirtyMiB, g.DirtyRateMiBs, g.Name)
+`, domType, g.Name, g.MemoryMiB, kernelPath(imagesInNode), initrdPath(imagesInNode), g.DirtyMiB, g.DirtyRateMiBs, consolesInNode, g.Name)
 }
 
 // StartGuest creates a transient domain and waits until its dirtier has

@@ -66,7 +66,7 @@ func prepareNodeDir(cfg Config, d nodeDef) error {
 			}
 		}
 	}
-	for _, sub := range []string{"etc", "run/mig", "lib", "log", "cache", "sock", "kubelet/pods"} {
+	for _, sub := range []string{"etc", "run/mig", "run/consoles", "lib", "log", "cache", "sock", "kubelet/pods"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return err
 		}
@@ -102,6 +102,10 @@ keepalive_count = 5
 	}
 	return placeGuestImages(cfg, dir)
 }
+
+// consolesInNode is where guests' serial consoles are written, root's
+// alone (not /run, where /run/lock is anyone's).
+const consolesInNode = "/run/consoles"
 
 // imagesInNode is where each node keeps the guests' kernel and initrd,
 // Debian's /var/lib/libvirt/images: the same path on both nodes, as on
@@ -241,10 +245,10 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		"--proxy-tls-peer-name", PeerName,
 		fmt.Sprintf("--proxy-tls=%v", !b.plainProxy()),
 		"--state-dir", filepath.Join(n.Dir, "state"),
-		// The guests' kernel and initrd, and their console files in the
-		// node's own /run: the only local files their XML names.
+		// The guests' kernel and initrd, and their console files in a
+		// directory of their own: the only local files their XML names.
 		"--migration-allowed-path", imagesInNode,
-		"--migration-allowed-path", "/run",
+		"--migration-allowed-path", consolesInNode,
 	)
 	args = append(args, b.ferrydArgs()...)
 	args = append(args, nodeArgs...)

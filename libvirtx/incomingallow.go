@@ -1,0 +1,239 @@
+package libvirtx
+
+import (
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"libvirt.org/go/libvirtxml"
+)
+
+// IncomingPolicy is what this node lets the domain of an incoming
+// migration bring. Everything not named here is refused: a peer holding a
+// cluster certificate is still a peer, and the target's libvirt acts on
+// the XML as root.
+type IncomingPolicy struct {
+	// AllowedPaths are the directories local files may be in; a path is
+	// resolved beneath them without following links.
+	AllowedPaths []string
+	// AllowedBridges are the host bridges an interface may join.
+	AllowedBridges []string
+	// MaxMemoryKiB and MaxVCPUs bound the guest (the node's own size);
+	// zero leaves that bound off.
+	MaxMemoryKiB uint64
+	MaxVCPUs     uint
+}
+
+// allowedDevices are the children of <devices> a migrated guest may have:
+// the emulator, its disks and NICs (their back-ends checked below), and
+// devices QEMU emulates without anything of the host. Host devices,
+// shared directories, host memory and TPMs, vsock and the like are not.
+var allowedDevices = []string{"emulator", "disk", "controller", "interface", "serial", "console", "channel",
+	"input", "graphics", "video", "sound", "audio", "memballoon", "rng", "watchdog", "panic", "iommu"}
+
+// allowedTypes are the back-ends each device may use, by its type.
+var allowedTypes = map[string][]string{
+	// Network disks would reach storage with the target's own address
+	// and trust; directories are host trees.
+	"disk": {"file", "block"},
+	// User networking reaches the host's loopback and forwards host ports;
+	// direct, ethernet, UDP, multicast and socket NICs are host sockets
+	// and devices.
+	"interface": {"network", "bridge"},
+	"serial":    {"pty", "file", "null"},
+	"console":   {"pty", "file", "null"},
+	"channel":   {"pty", "file", "null"},
+	"parallel":  {"pty", "file", "null"},
+	"graphics":  {"vnc", "spice"},
+	"audio":     {"none"},
+	"input":     {"mouse", "keyboard", "tablet"},
+}
+
+// allowElement says why element t (its parent named parent, the device it
+// is in named device, with that device's type) is not allowed, or nil.
+func allowElement(t xml.StartElement, parent, device, deviceType string, pol IncomingPolicy) error {
+	name := t.Name.Local
+	attr := func(n string) (string, bool) {
+		for _, a := range t.Attr {
+			if a.Name.Local == n && a.Name.Space == "" {
+				return a.Value, true
+			}
+		}
+		return "", false
+	}
+	typ, _ := attr("type")
+	if parent == "devices" {
+		if !slices.Contains(allowedDevices, name) {
+			return refuse("<devices><%s>: not among the devices an incoming migration may bring (%s)", name, strings.Join(allowedDevices, ", "))
+		}
+		if types, ok := allowedTypes[name]; ok && !slices.Contains(types, typ) {
+			return refuse("<%s type='%s'>: an incoming migration's %s may be of type %s only", name, typ, name, strings.Join(types, ", "))
+		}
+	}
+	switch {
+	case name == "virtualport":
+		return refuse("<virtualport>: a peer does not choose the switch port (Open vSwitch interface ID) its NIC takes")
+	case name == "source" && device == "interface" && deviceType == "bridge":
+		br, _ := attr("bridge")
+		if !slices.Contains(pol.AllowedBridges, br) {
+			return refuse("<interface type='bridge'><source bridge='%s'>: not a bridge this node lets migrated guests join (--migration-allowed-bridge)", br)
+		}
+	case name == "backend" && device == "rng":
+		if m, _ := attr("model"); m != "random" && m != "builtin" {
+			return refuse("<rng><backend model='%s'>: only the host's random devices and QEMU's own generator are taken", m)
+		}
+	case name == "smbios":
+		if m, _ := attr("mode"); m != "emulate" {
+			return refuse("<smbios mode='%s'>: the guest does not get the host's SMBIOS tables", m)
+		}
+	case name == "launchSecurity":
+		return refuse("<launchSecurity>: memory encryption is set up on the target, not asked for by a peer")
+	case device == "graphics" && (name == "graphics" || name == "listen"):
+		if addr, ok := attr("listen"); ok && name == "graphics" && !loopback(addr) {
+			return refuse("<graphics listen='%s'>: a migrated guest's display listens on loopback only", addr)
+		}
+		if name == "listen" {
+			switch typ {
+			case "address":
+				if addr, _ := attr("address"); !loopback(addr) {
+					return refuse("<graphics><listen address='%s'>: a migrated guest's display listens on loopback only", addr)
+				}
+			case "socket", "none":
+			default:
+				return refuse("<graphics><listen type='%s'>: a migrated guest's display listens on loopback or a socket only", typ)
+			}
+		}
+	}
+	return nil
+}
+
+func loopback(addr string) bool {
+	if addr == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(addr)
+	return err == nil && a.IsLoopback()
+}
+
+// checkSizes bounds the guest by what the node can hold, and requires a
+// backing chain to be stated: a qcow2 image with no <backingStore> has
+// libvirt follow whatever backing file the image's own header names.
+func checkSizes(d *libvirtxml.Domain, pol IncomingPolicy) error {
+	if pol.MaxMemoryKiB > 0 {
+		type size struct {
+			what string
+			v    uint
+			unit string
+		}
+		var sizes []size
+		if m := d.Memory; m != nil {
+			sizes = append(sizes, size{"memory", m.Value, m.Unit})
+		}
+		if m := d.CurrentMemory; m != nil {
+			sizes = append(sizes, size{"currentMemory", m.Value, m.Unit})
+		}
+		if m := d.MaximumMemory; m != nil {
+			sizes = append(sizes, size{"maxMemory", m.Value, m.Unit})
+		}
+		for _, m := range sizes {
+			if kib, err := memoryKiB(m.v, m.unit); err != nil || kib > pol.MaxMemoryKiB {
+				return refuse("<%s unit='%s'>%d</%s>: more than this node's %d KiB", m.what, m.unit, m.v, m.what, pol.MaxMemoryKiB)
+			}
+		}
+	}
+	if pol.MaxVCPUs > 0 && d.VCPU != nil && d.VCPU.Value > pol.MaxVCPUs {
+		return refuse("<vcpu>%d</vcpu>: more than this node's %d CPUs", d.VCPU.Value, pol.MaxVCPUs)
+	}
+	if d.Devices == nil {
+		return nil
+	}
+	for _, disk := range d.Devices.Disks {
+		dev := "?"
+		if disk.Target != nil {
+			dev = disk.Target.Dev
+		}
+		if disk.Source == nil {
+			continue
+		}
+		format := ""
+		if disk.Driver != nil {
+			format = disk.Driver.Type
+		}
+		if format != "" && format != "raw" && disk.BackingStore == nil {
+			return refuse("<disk> %s of format %s with no <backingStore>: libvirt would follow the backing file the image itself names; state the chain, or use raw", dev, format)
+		}
+		for bs := disk.BackingStore; bs != nil; bs = bs.BackingStore {
+			if bs.Source != nil && bs.Format != nil && bs.Format.Type != "raw" && bs.BackingStore == nil {
+				return refuse("<disk> %s: a <backingStore> of format %s with no <backingStore> of its own", dev, bs.Format.Type)
+			}
+		}
+	}
+	return nil
+}
+
+// memoryKiB converts a libvirt memory size to KiB.
+func memoryKiB(v uint, unit string) (uint64, error) {
+	mult := map[string]uint64{"": 1 << 10, "b": 1, "bytes": 1, "KB": 1000, "k": 1 << 10, "KiB": 1 << 10,
+		"MB": 1000 * 1000, "M": 1 << 20, "MiB": 1 << 20, "GB": 1000 * 1000 * 1000, "G": 1 << 30, "GiB": 1 << 30,
+		"TB": 1000 * 1000 * 1000 * 1000, "T": 1 << 40, "TiB": 1 << 40}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("unknown unit %q", unit)
+	}
+	bytes := uint64(v) * mult
+	if mult != 0 && bytes/mult != uint64(v) {
+		return 0, errors.New("overflows")
+	}
+	return bytes / 1024, nil
+}
+
+// noLinksBeneath walks path down from root, one component at a time and
+// never following a link: a file under an allowed directory that is a
+// link to /etc/shadow would be opened by libvirt as root all the same. A
+// component that does not exist yet ends the walk (libvirt creates it, or
+// fails).
+func noLinksBeneath(root, path string) error {
+	rel, err := filepath.Rel(root, path)
+	if err != nil || !filepath.IsLocal(rel) && rel != "." {
+		return fmt.Errorf("not beneath %s", root)
+	}
+	if rel == "." {
+		return nil
+	}
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", root, err)
+	}
+	at := root
+	for _, comp := range strings.Split(rel, string(os.PathSeparator)) {
+		next, err := unix.Openat(fd, comp, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("opening %s: %w", filepath.Join(at, comp), err)
+		}
+		at = filepath.Join(at, comp)
+		var st unix.Stat_t
+		if err := unix.Fstat(next, &st); err != nil {
+			unix.Close(next)
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			unix.Close(next)
+			return fmt.Errorf("%s is a symbolic link", at)
+		}
+		fd = next
+	}
+	unix.Close(fd)
+	return nil
+}
