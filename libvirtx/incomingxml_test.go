@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // guestXML is a domain as libvirt's Begin gives it, with devices spliced in.
@@ -216,4 +217,16 @@ func TestIncomingPathsAreResolvedWithoutLinks(t *testing.T) {
 			t.Errorf("%s: refusal %q does not say a link is in the way", path, err)
 		}
 	}
+}
+
+// 2 MiB of <rng/> cost 1.5 s of CPU per check: a domain with more tags
+// than any real one is refused before it is parsed.
+func TestIncomingXMLWithTooManyTagsIsRefusedCheaply(t *testing.T) {
+	x := guestXML("vm", "", strings.Repeat("<rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>", 30000))
+	start := time.Now()
+	err := CheckIncomingXML(x, "vm", policyForTest)
+	if err == nil || !strings.Contains(err.Error(), "tags, more than any domain's") {
+		t.Fatalf("%d bytes of RNGs: %v", len(x), err)
+	}
+	t.Logf("refused %d bytes in %v", len(x), time.Since(start))
 }

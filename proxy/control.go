@@ -40,6 +40,8 @@ const (
 	// and not yet ended, each a target QEMU.
 	MaxControlConns  = 64
 	MaxIncoming      = 16
+	// MaxOpeningConns bounds connections not yet past their header.
+	MaxOpeningConns = 256
 	maxControlAnswer = 1 << 20
 )
 
@@ -141,6 +143,14 @@ func (l *limitedReader) Read(b []byte) (int, error) {
 // bounds it) and answers.
 func (p *Proxy) serveControl(raw, c net.Conn) {
 	defer c.Close()
+	// Who asks comes first, before a byte of the request is read: a peer
+	// this node does not take makes it allocate nothing, and hears nothing
+	// about its request.
+	peer, reason, err := p.checkPeer(c)
+	if err != nil {
+		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reason, err.Error()))
+		return
+	}
 	c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	lr := &limitedReader{r: c, n: MaxControlRequest}
 	dec := json.NewDecoder(lr)
@@ -160,8 +170,12 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 		resp = p.refuseControl(raw, req, reason, "control request: "+err.Error())
 	} else {
 		c.SetReadDeadline(time.Time{})
-		resp = p.control(raw, c, req)
+		resp = p.control(raw, c, req, peer)
 	}
+	p.answer(c, req, resp)
+}
+
+func (p *Proxy) answer(c net.Conn, req ControlRequest, resp ControlResponse) {
 	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	if err := json.NewEncoder(c).Encode(resp); err != nil && req.Op == OpPrepare && resp.Error == "" {
 		// The source never hears that the target is ready; it will not
@@ -170,13 +184,7 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 	}
 }
 
-func (p *Proxy) control(raw, c net.Conn, req ControlRequest) ControlResponse {
-	// Who asks comes first: a peer this node does not take hears nothing
-	// about its request.
-	peer, reason, err := p.checkPeer(c)
-	if err != nil {
-		return p.refuseControl(raw, req, reason, err.Error())
-	}
+func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
 	switch req.Op {
 	case OpPrepare, OpFinish, OpCancel:
 	default:

@@ -245,7 +245,7 @@ func TestRefusalsNeverNameLocalPaths(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	resp := bare.control(a, a, ControlRequest{Op: OpPrepare, Migration: "p9", Domain: "vm", XML: testXML})
+	resp := bare.control(a, a, ControlRequest{Op: OpPrepare, Migration: "p9", Domain: "vm", XML: testXML}, Peer{})
 	if resp.Reason != reasonIncomingDisabled {
 		t.Fatalf("prepare on a node without Incoming: %+v", resp)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -341,5 +342,30 @@ func TestIdentityFormPodRefusesNodeCertificates(t *testing.T) {
 	}
 	if rejectedOf(dst, reasonInvalidIdentity) != before+1 {
 		t.Fatal("the refusal was not counted as invalid_node_identity")
+	}
+}
+
+// A peer this node does not take gets its refusal before it has sent its
+// request, so it cannot make the node read and decode 4 MiB first (64 such
+// connections held 640 MB).
+func TestAPeerIsCheckedBeforeItsRequestIsRead(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	anon := startNode(t, ptr(ca.issue(t, t.TempDir(), "ferry")))
+	reqFiles := ca.issueNode(t, t.TempDir(), "b")
+	reqFiles.RequireNodeIdentity = true
+	dst := nodeWithCert(t, "b", reqFiles)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := anon.p.dialPeer(ctx, dst.addr, "", Header{Kind: KindControl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Half a request, and no more: the answer must not wait for the rest.
+	c.Write([]byte(`{"op":"prepare","xml":"`))
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var resp ControlResponse
+	if err := json.NewDecoder(c).Decode(&resp); err != nil || resp.Reason != reasonNoIdentity {
+		t.Fatalf("answer to a half-sent request from a peer naming no node: %+v %v, want %s at once", resp, err, reasonNoIdentity)
 	}
 }

@@ -17,6 +17,7 @@ const (
 	reasonNotStarted       = "not_started"
 	reasonTooManyControls  = "too_many_control_connections"
 	reasonTooManyIncoming  = "too_many_migrations"
+	reasonTooManyOpening   = "too_many_opening_connections"
 	// A peer whose certificate names no node, where one is required; one
 	// that names a node badly; one that is not the node that prepared the
 	// migration it names.
@@ -35,7 +36,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	ReasonUnknownMigration, "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
-	reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
+	reasonTooManyOpening, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
 	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable"}
 
 type metrics struct {

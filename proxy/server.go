@@ -136,6 +136,9 @@ type Proxy struct {
 	stopErr  error
 
 	controls atomic.Int32 // control connections being served
+	// opening counts connections still in their TLS handshake or header:
+	// each holds a goroutine until the header deadline.
+	opening atomic.Int32
 
 	groupMu sync.Mutex
 	group   int // QEMU's group once the socket dir is given to it, else -1
@@ -247,6 +250,20 @@ func (p *Proxy) reject(c net.Conn, reason, detail string) {
 
 // handle serves one inbound connection: TLS, header, then control or relay.
 func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
+	if p.opening.Add(1) > MaxOpeningConns {
+		// Thousands of half-sent headers would each hold a goroutine
+		// and buffers for the whole header timeout.
+		p.opening.Add(-1)
+		p.reject(raw, reasonTooManyOpening, fmt.Sprintf("more than %d connections in their handshake or header at once", MaxOpeningConns))
+		raw.Close()
+		return
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			p.opening.Add(-1)
+		}
+	}()
 	c := raw
 	c.SetDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	if p.tls != nil {
@@ -262,6 +279,8 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		c = tc
 	}
 	h, err := ReadHeader(c)
+	opened = true
+	p.opening.Add(-1)
 	if err != nil {
 		reason := "malformed_header"
 		var ne net.Error
