@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all build test unit e2e demo bench bench-policy lint prepare clean testbed-down dashboard
+.PHONY: all build test unit fuzz fuzz-short e2e demo bench bench-policy lint prepare clean testbed-down dashboard
 
 all: build
 
@@ -30,6 +30,22 @@ lint:
 unit:
 	$(GO) test -race -count=1 ./...
 
+# Every parser of what a neighbour sends: libvirt packets, a peer's domain
+# XML, the proxy's headers, mark files. A short run of each in make test, a
+# long one in make fuzz; a crasher lands in the package's testdata/fuzz and
+# becomes a regression test.
+FUZZ_TARGETS := libvirtx:FuzzCheckPacket libvirtx:FuzzIncomingXML proxy:FuzzReadHeader migration/kubevirt:FuzzStoreLoad
+FUZZTIME ?= 5m
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in ./$${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=10s ./$${t%%:*}; \
+	done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
 # Real libvirt daemons and QEMU guests in two network namespaces, and a real
 # etcd + kube-apiserver on loopback (built from the Go module proxy on first
 # use, cached after); serial.
@@ -41,7 +57,7 @@ e2e: prepare
 
 # prepare first: the unit tests of ferryctl's completion run real bash and
 # zsh, and promtool checks deploy/'s rules; prepare installs them.
-test: prepare lint unit e2e
+test: prepare lint unit fuzz-short e2e
 
 demo: prepare
 	test/demo.sh

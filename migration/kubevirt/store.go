@@ -102,6 +102,11 @@ func (s *store) load() ([]Mark, []error) {
 			errs = append(errs, fmt.Errorf("pending mark %s is unreadable (left in place): %w", e.Name(), err))
 			continue
 		}
+		// A file is taken only as what save would have written there.
+		if err := m.validate(); err != nil || m.ID+".json" != e.Name() {
+			errs = append(errs, fmt.Errorf("pending mark %s is not a mark of its own name (left in place): %v", e.Name(), err))
+			continue
+		}
 		marks = append(marks, m)
 	}
 	sort.Slice(marks, func(i, j int) bool { return marks[i].Detected.Before(marks[j].Detected) })
