@@ -38,10 +38,10 @@ const (
 	// MaxControlConns and MaxIncoming bound what peers may hold at once:
 	// control connections being served, and incoming migrations prepared
 	// and not yet ended, each a target QEMU.
-	MaxControlConns  = 64
-	MaxIncoming      = 16
+	MaxControlConns = 64
+	MaxIncoming     = 16
 	// MaxOpeningConns bounds connections not yet past their header.
-	MaxOpeningConns = 256
+	MaxOpeningConns  = 256
 	maxControlAnswer = 1 << 20
 )
 
