@@ -102,7 +102,11 @@ func repoRoot(t *testing.T) string {
 // createVMI creates a VMI on node a with conditions other writers own, and
 // a migrationState as KubeVirt's controller would have set it. KubeVirt's
 // CRD has no status subresource: the status goes in with the create.
-func createVMI(t *testing.T, name string) {
+func createVMI(t *testing.T, name string) { createVMIWithPods(t, name, nil) }
+
+// createVMIWithPods is createVMI with KubeVirt's activePods (pod UID ->
+// node), and returns the UID the API server gave the VMI.
+func createVMIWithPods(t *testing.T, name string, activePods map[string]any) string {
 	t.Helper()
 	ctx := context.Background()
 	res := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default")
@@ -120,10 +124,15 @@ func createVMI(t *testing.T, name string) {
 			"migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-" + name, "mode": "PreCopy"},
 		},
 	}}
-	if _, err := res.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+	if activePods != nil {
+		unstructured.SetNestedMap(u.Object, activePods, "status", "activePods")
+	}
+	got, err := res.Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatalf("creating VMI %s: %v", name, err)
 	}
 	t.Cleanup(func() { res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return string(got.GetUID())
 }
 
 func getVMI(t *testing.T, name string) *unstructured.Unstructured {

@@ -230,7 +230,9 @@ func TestDeployManifestsPassServerSideDryRun(t *testing.T) {
 	}
 }
 
-func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
+// daemonSet reads deploy/daemonset.yaml, strictly.
+func daemonSet(t *testing.T) appsv1.DaemonSet {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "daemonset.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +241,11 @@ func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
 	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
 		t.Fatalf("daemonset.yaml: %v", err)
 	}
+	return ds
+}
+
+func TestFerrydRunsFromTheDaemonSetArgs(t *testing.T) {
+	ds := daemonSet(t)
 	c := ds.Spec.Template.Spec.Containers[0]
 	kubeUp(t)
 	kubeconfig := filepath.Join(bed.Dir(), "ds.kubeconfig")

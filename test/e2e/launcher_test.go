@@ -4,18 +4,12 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/uuid"
-	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
@@ -118,15 +112,7 @@ func TestKubeVirtLaunchers(t *testing.T) {
 // the capabilities its securityContext adds, the only ones ferryd keeps.
 func daemonSetArgs(t *testing.T) (args, caps []string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "daemonset.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
-		t.Fatalf("daemonset.yaml: %v", err)
-	}
-	c := ds.Spec.Template.Spec.Containers[0]
+	c := daemonSet(t).Spec.Template.Spec.Containers[0]
 	for _, a := range c.Args {
 		if !strings.HasPrefix(a, "--kubelet-pods-dir") {
 			args = append(args, a)
@@ -150,7 +136,7 @@ func daemonSetArgs(t *testing.T) (args, caps []string) {
 func launcherPair(t *testing.T, name string, g testbed.LauncherSpec) (src, dst *testbed.Launcher, vmiUID string) {
 	t.Helper()
 	srcPod, dstPod := uuid.NewString(), uuid.NewString()
-	vmiUID = createLauncherVMI(t, name, srcPod, dstPod)
+	vmiUID = createVMIWithPods(t, name, map[string]any{srcPod: "a", dstPod: "b"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	g.Node, g.Namespace, g.Name, g.VMIUID, g.PodUID = "a", "default", name, vmiUID, srcPod
@@ -183,29 +169,6 @@ func launcherPair(t *testing.T, name string, g testbed.LauncherSpec) (src, dst *
 		})
 	}
 	return src, dst, vmiUID
-}
-
-func createLauncherVMI(t *testing.T, name, srcPod, dstPod string) string {
-	t.Helper()
-	ctx := context.Background()
-	res := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default")
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-		"metadata": map[string]any{"name": name, "namespace": "default", "labels": map[string]any{
-			kubevirt.NodeLabel: "a", kubevirt.TargetNodeLabel: "b"}},
-		"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
-		"status": map[string]any{
-			"phase": "Running", "nodeName": "a",
-			"activePods":     map[string]any{srcPod: "a", dstPod: "b"},
-			"migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-" + name, "mode": "PreCopy"},
-		},
-	}}
-	got, err := res.Create(ctx, u, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating VMI %s: %v", name, err)
-	}
-	t.Cleanup(func() { res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	return string(got.GetUID())
 }
 
 func wantLauncherState(t *testing.T, l *testbed.Launcher, state libvirt.DomainState, reason int32) {

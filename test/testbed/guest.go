@@ -72,14 +72,38 @@ func consolePath(n *Node, guest string) string {
 }
 
 func (b *Bed) domainXML(g GuestSpec) string {
+	return b.guestXML(guestDomain{name: g.Name, memoryMiB: g.MemoryMiB, dirtyMiB: g.DirtyMiB, dirtyRate: g.DirtyRateMiBs,
+		kernel: kernelPath(imagesInNode), initrd: initrdPath(imagesInNode), console: consolesInNode + "/console-" + g.Name + ".log"})
+}
+
+// guestDomain is what differs between the bed's guests: a node's and a
+// launcher's differ in where their files are and in KubeVirt's metadata.
+type guestDomain struct {
+	name                           string
+	memoryMiB, dirtyMiB, dirtyRate int
+	kernel, initrd, console        string
+	// vmiUID, when set, is written into KubeVirt's domain metadata.
+	vmiUID string
+}
+
+func (b *Bed) guestXML(g guestDomain) string {
 	domType := "qemu" // libvirt's name for TCG
 	if b.Accel() == "kvm" {
 		domType = "kvm"
 	}
+	metadata := ""
+	if g.vmiUID != "" {
+		metadata = fmt.Sprintf(`
+  <metadata>
+    <kubevirt xmlns="http://kubevirt.io">
+      <uid>%s</uid>
+    </kubevirt>
+  </metadata>`, g.vmiUID)
+	}
 	return fmt.Sprintf(`<domain type='%s'>
   <name>%s</name>
   <memory unit='MiB'>%d</memory>
-  <vcpu>1</vcpu>
+  <vcpu>1</vcpu>%s
   <os>
     <type arch='x86_64' machine='pc'>hvm</type>
     <kernel>%s</kernel>
@@ -94,13 +118,13 @@ func (b *Bed) domainXML(g GuestSpec) string {
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
     <controller type='usb' model='none'/>
     <serial type='file'>
-      <source path='%s/console-%s.log' append='on'/>
+      <source path='%s' append='on'/>
       <target port='0'/>
     </serial>
     <memballoon model='none'/>
   </devices>
 </domain>
-`, domType, g.Name, g.MemoryMiB, kernelPath(imagesInNode), initrdPath(imagesInNode), g.DirtyMiB, g.DirtyRateMiBs, consolesInNode, g.Name)
+`, domType, g.name, g.memoryMiB, metadata, g.kernel, g.initrd, g.dirtyMiB, g.dirtyRate, g.console)
 }
 
 // StartGuest creates a transient domain and waits until its dirtier has

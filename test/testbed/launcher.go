@@ -378,40 +378,8 @@ func (l *Launcher) Libvirt() (*libvirt.Libvirt, error) {
 // domainXML is the bed's guest as KubeVirt would define it: the VMI's
 // name and UID in KubeVirt's metadata, the kernel and console in the pod.
 func (l *Launcher) domainXML(s LauncherSpec) string {
-	domType := "qemu"
-	if l.bed.Accel() == "kvm" {
-		domType = "kvm"
-	}
-	return fmt.Sprintf(`<domain type='%s'>
-  <name>%s</name>
-  <memory unit='MiB'>%d</memory>
-  <vcpu>1</vcpu>
-  <metadata>
-    <kubevirt xmlns="http://kubevirt.io">
-      <uid>%s</uid>
-    </kubevirt>
-  </metadata>
-  <os>
-    <type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>%s/vmlinuz</kernel>
-    <initrd>%s/initrd.gz</initrd>
-    <cmdline>console=ttyS0 panic=-1 quiet dirty.mb=%d dirty.rate=%d</cmdline>
-  </os>
-  <clock offset='utc'/>
-  <on_poweroff>destroy</on_poweroff>
-  <on_reboot>destroy</on_reboot>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <emulator>/usr/bin/qemu-system-x86_64</emulator>
-    <controller type='usb' model='none'/>
-    <serial type='file'>
-      <source path='%s/console.log' append='on'/>
-      <target port='0'/>
-    </serial>
-    <memballoon model='none'/>
-  </devices>
-</domain>
-`, domType, l.Domain, s.MemoryMiB, s.VMIUID, launcherPrivate, launcherPrivate, s.DirtyMiB, s.DirtyRateMiBs, launcherPrivate)
+	return l.bed.guestXML(guestDomain{name: l.Domain, memoryMiB: s.MemoryMiB, dirtyMiB: s.DirtyMiB, dirtyRate: s.DirtyRateMiBs,
+		kernel: launcherPrivate + "/vmlinuz", initrd: launcherPrivate + "/initrd.gz", console: launcherPrivate + "/console.log", vmiUID: s.VMIUID})
 }
 
 // startGuest defines the domain persistently and starts it, as

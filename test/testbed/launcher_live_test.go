@@ -23,19 +23,7 @@ import (
 func TestLiveLaunchers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cfg := Config{Log: testWriter{t}}
-	if err := Prepare(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	b, err := Up(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := b.Down(); err != nil {
-			t.Error(err)
-		}
-	}()
+	b := liveBed(ctx, t)
 	vmi := uuid.NewString()
 	src, err := b.StartLauncher(ctx, LauncherSpec{Node: "a", Namespace: "default", Name: "lvm", VMIUID: vmi, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 16})
 	if err != nil {

@@ -17,19 +17,7 @@ import (
 func TestLive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cfg := Config{Log: testWriter{t}}
-	if err := Prepare(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	b, err := Up(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := b.Down(); err != nil {
-			t.Error(err)
-		}
-	}()
+	b := liveBed(ctx, t)
 
 	for _, g := range []GuestSpec{
 		{Name: "live1", Node: "a", MemoryMiB: 512, DirtyMiB: 256, DirtyRateMiBs: 64},
@@ -145,6 +133,25 @@ func wantStateReason(t *testing.T, b *Bed, node, name string, want libvirt.Domai
 	if err != nil || st != int32(want) || (reason >= 0 && rs != reason) {
 		t.Errorf("%s on %s: state %d/%d (%v), want %d/%d", name, node, st, rs, err, want, reason)
 	}
+}
+
+// liveBed brings a bed up for one test and down after it.
+func liveBed(ctx context.Context, t *testing.T) *Bed {
+	t.Helper()
+	cfg := Config{Log: testWriter{t}}
+	if err := Prepare(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Up(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Down(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
 }
 
 type testWriter struct{ t *testing.T }
