@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,18 +11,13 @@ import (
 	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 )
 
 func daemonSet(t *testing.T) appsv1.DaemonSet {
 	t.Helper()
-	b, err := os.ReadFile("daemonset.yaml")
+	ds, err := DaemonSet()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
-		t.Fatalf("daemonset.yaml: %v", err)
 	}
 	return ds
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ferry-vm/ferry/deploy"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -230,16 +231,11 @@ func TestDeployManifestsPassServerSideDryRun(t *testing.T) {
 	}
 }
 
-// daemonSet reads deploy/daemonset.yaml, strictly.
 func daemonSet(t *testing.T) appsv1.DaemonSet {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "daemonset.yaml"))
+	ds, err := deploy.DaemonSet()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
-		t.Fatalf("daemonset.yaml: %v", err)
 	}
 	return ds
 }
