@@ -29,6 +29,7 @@ type framedConn struct {
 	packet []byte // the checked packet being handed on, length word included
 	off    int
 	err    error
+	calls  rpcCalls
 	// refused is why the connection was cut, for callers on other
 	// goroutines: go-libvirt only says a call was interrupted.
 	refused atomic.Pointer[error]
@@ -78,13 +79,21 @@ func (c *framedConn) next() error {
 	if _, err := io.ReadFull(c.Conn, c.packet[4:]); err != nil {
 		return err
 	}
-	switch err := checkPacket(c.packet[4:]); {
+	switch err := checkPacket(c.packet[4:], &c.calls); {
 	case errors.Is(err, errDropPacket):
 		c.packet = c.packet[:0]
 	case err != nil:
 		return c.refuse(fmt.Errorf("libvirt packet refused: %w: not libvirtd, or not as it answers", err))
 	}
 	return nil
+}
+
+// Write notes each call go-libvirt sends, before it can be answered.
+func (c *framedConn) Write(p []byte) (int, error) {
+	c.calls.mu.Lock()
+	c.calls.written(p)
+	c.calls.mu.Unlock()
+	return c.Conn.Write(p)
 }
 
 func (c *framedConn) refuse(err error) error {

@@ -112,9 +112,11 @@ func TestFakeLibvirtWorksThroughFraming(t *testing.T) {
 // Packets come through whole and in order however the reads are cut.
 func TestFramedConnSplitsAtPacketBoundaries(t *testing.T) {
 	// Replies to a domain-XML call, whose payload is one string.
+	serial := uint32(0)
 	pkt := func(n int) []byte {
+		serial++
 		b := binary.BigEndian.AppendUint32(nil, uint32(n))
-		b = be32AppendHeader(b, rpcRemoteProgram, 14, rpcReply, rpcStatusOK)
+		b = be32AppendHeader(b, rpcRemoteProgram, 14, rpcReply, serial, rpcStatusOK)
 		s := n - len(b) - 4
 		b = binary.BigEndian.AppendUint32(b, uint32(s))
 		return append(b, bytes.Repeat([]byte{'x'}, s)...)
@@ -122,14 +124,18 @@ func TestFramedConnSplitsAtPacketBoundaries(t *testing.T) {
 	want := append(append(pkt(32), pkt(100)...), pkt(5000)...)
 	a, b := net.Pipe()
 	go func() { b.Write(want); b.Close() }()
-	got, err := io.ReadAll(iotest.OneByteReader(&framedConn{Conn: a}))
+	fc := &framedConn{Conn: a}
+	for s := uint32(1); s <= 3; s++ {
+		fc.calls.expect(s, 14)
+	}
+	got, err := io.ReadAll(iotest.OneByteReader(fc))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(want))
 	}
 }
 
-func be32AppendHeader(b []byte, prog, proc, typ, status uint32) []byte {
-	for _, v := range []uint32{prog, 1, proc, typ, 0, status} {
+func be32AppendHeader(b []byte, prog, proc, typ, serial, status uint32) []byte {
+	for _, v := range []uint32{prog, 1, proc, typ, serial, status} {
 		b = binary.BigEndian.AppendUint32(b, v)
 	}
 	return b

@@ -12,8 +12,8 @@ func FuzzCheckPacket(f *testing.F) {
 	f.Add(append(header(rpcRemoteProgram, 1, rpcReply, rpcStatusError), be32(1, 10, 1, 3, 0x61626300, 2)...))
 	f.Add(append(append(header(rpcRemoteProgram, 318, rpcMessage, rpcStatusOK), be32(1)...), append(domainXDR("vm"), be32(5, 3)...)...))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		err := checkPacket(p)
-		if again := checkPacket(p); (err == nil) != (again == nil) {
+		err := checkOwn(p)
+		if again := checkOwn(p); (err == nil) != (again == nil) {
 			t.Fatalf("checked twice: %v, then %v", err, again)
 		}
 	})

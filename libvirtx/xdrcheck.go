@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // go-libvirt's XDR decoder allocates whatever length a reply claims, an
@@ -17,13 +18,15 @@ import (
 
 // Limits from libvirt's remote_protocol.x.
 const (
-	xdrStringMax        = 4 << 20 // REMOTE_STRING_MAX
-	xdrCookieMax        = 4 << 20 // REMOTE_MIGRATE_COOKIE_MAX
-	xdrAuthTypesMax     = 20      // REMOTE_AUTH_TYPE_LIST_MAX
-	xdrDomainListMax    = 16384   // REMOTE_DOMAIN_LIST_MAX
-	xdrDomainStatsMax   = 262144  // REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX
-	xdrJobStatsMax      = 64      // REMOTE_DOMAIN_JOB_STATS_MAX
-	xdrFieldMax         = 80      // VIR_TYPED_PARAM_FIELD_LENGTH
+	xdrStringMax      = 4 << 20 // REMOTE_STRING_MAX
+	xdrCookieMax      = 4 << 20 // REMOTE_MIGRATE_COOKIE_MAX
+	xdrAuthTypesMax   = 20      // REMOTE_AUTH_TYPE_LIST_MAX
+	xdrDomainListMax  = 16384   // REMOTE_DOMAIN_LIST_MAX
+	xdrDomainStatsMax = 262144  // REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX
+	// Ferry asks only for the state group: two parameters a domain.
+	xdrStateStatsMax    = 64
+	xdrJobStatsMax      = 64 // REMOTE_DOMAIN_JOB_STATS_MAX
+	xdrFieldMax         = 80 // VIR_TYPED_PARAM_FIELD_LENGTH
 	xdrMinTypedParam    = 4 + 4 + 4
 	xdrMinNonnullDomain = 4 + 16 + 4
 )
@@ -31,6 +34,7 @@ const (
 // RPC header values (libvirt's virnetprotocol.x).
 const (
 	rpcRemoteProgram = 0x20008086
+	rpcQEMUProgram   = 0x20008087
 	rpcReply         = 1
 	rpcMessage       = 2
 	rpcStatusOK      = 0
@@ -165,7 +169,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 		n := w.count(xdrDomainListMax, xdrMinNonnullDomain+4, "domain stats records")
 		for i := 0; i < n && w.err == nil; i++ {
 			w.domain()
-			w.typedParams(xdrDomainStatsMax)
+			w.typedParams(xdrStateStatsMax)
 		}
 	},
 	364: func(*xdrWalk) {},                              // domain migrate start post-copy
@@ -180,48 +184,135 @@ var eventLayouts = map[uint32]func(*xdrWalk){
 	363: func(w *xdrWalk) { w.take(4, "callback ID"); w.domain(); w.typedParams(xdrJobStatsMax) }, // job completed
 }
 
+// goLibvirtEvents are the procedures go-libvirt's Route decodes as events,
+// whatever a packet's type, status or serial: a packet is checked the way
+// go-libvirt will take it, not the way it says it is.
+var goLibvirtEvents = map[uint32]bool{318: true, 319: true, 320: true, 321: true, 322: true, 323: true, 324: true,
+	325: true, 326: true, 327: true, 328: true, 329: true, 330: true, 331: true, 332: true, 333: true, 346: true,
+	348: true, 354: true, 359: true, 363: true, 367: true, 379: true}
+
+const rpcQEMUMonitorEvent = 6 // QEMU program: go-libvirt's only event there
+
 // checkPacket walks one whole packet, its length word excluded: nil to
 // hand it to go-libvirt, errDropPacket to skip it, any other error to
-// drop the connection.
-func checkPacket(p []byte) error {
+// drop the connection. A reply is walked as the reply to the call waiting
+// on its serial, which is what go-libvirt decodes it as, not as the
+// procedure its header names.
+func checkPacket(p []byte, calls *rpcCalls) error {
 	w := &xdrWalk{b: p}
 	prog, _ := w.u32("program"), w.u32("version")
 	proc, typ := w.u32("procedure"), w.u32("type")
-	_, status := w.u32("serial"), w.u32("status")
+	serial, status := w.u32("serial"), w.u32("status")
 	if w.err != nil {
 		return w.err
 	}
-	if typ == rpcMessage && (prog != rpcRemoteProgram || eventLayouts[proc] == nil) {
-		// QEMU monitor events, keepalive pings: go-libvirt would only
-		// drop them itself.
+	switch {
+	case prog == rpcQEMUProgram && proc == rpcQEMUMonitorEvent:
+		return errDropPacket
+	case prog == rpcRemoteProgram && goLibvirtEvents[proc]:
+		layout := eventLayouts[proc]
+		if layout == nil {
+			return errDropPacket
+		}
+		layout(w)
+		return w.whole(fmt.Sprintf("event %d", proc))
+	}
+	call, ok := calls.take(serial)
+	if !ok {
+		// No call waits on it: go-libvirt would drop it too.
 		return errDropPacket
 	}
-	if prog != rpcRemoteProgram {
-		return fmt.Errorf("packet of program %#x: not libvirt's remote protocol", prog)
+	if prog != rpcRemoteProgram || proc != call || typ != rpcReply {
+		return fmt.Errorf("answer to call %d (procedure %d) is of program %#x, procedure %d, type %d", serial, call, prog, proc, typ)
 	}
-	var layout func(*xdrWalk)
-	switch {
-	case typ == rpcMessage:
-		layout = eventLayouts[proc]
-	case typ == rpcReply && status == rpcStatusError:
-		// As go-libvirt reads an error: code, domain, a word it skips,
-		// the message, the level.
-		layout = func(w *xdrWalk) {
-			w.take(12, "error code")
-			w.bytes(xdrStringMax, "error message")
-			w.take(4, "error level")
+	switch status {
+	case rpcStatusError:
+		// As go-libvirt reads an error: code, domain, a word it skips, the
+		// message, the level; the rest of libvirt's error it never reads.
+		w.take(12, "error code")
+		w.bytes(xdrStringMax, "error message")
+		w.take(4, "error level")
+		if w.err != nil {
+			return fmt.Errorf("error answering procedure %d: %w", call, w.err)
 		}
-	case typ == rpcReply && status == rpcStatusOK:
-		layout = replyLayouts[proc]
+		return nil
+	case rpcStatusOK:
+		layout := replyLayouts[call]
 		if layout == nil {
-			return fmt.Errorf("reply to procedure %d, which Ferry never calls", proc)
+			return fmt.Errorf("reply to procedure %d, which Ferry never calls", call)
 		}
-	default:
-		return fmt.Errorf("packet of type %d, status %d: Ferry takes only replies and events", typ, status)
+		layout(w)
+		return w.whole(fmt.Sprintf("procedure %d", call))
 	}
-	layout(w)
+	return fmt.Errorf("answer to procedure %d with status %d", call, status)
+}
+
+// whole says what went wrong walking it, or that it did not end where the
+// packet does.
+func (w *xdrWalk) whole(what string) error {
+	if w.err == nil && len(w.b) != 0 {
+		w.fail("%d bytes past its end", len(w.b))
+	}
 	if w.err != nil {
-		return fmt.Errorf("procedure %d: %w", proc, w.err)
+		return fmt.Errorf("%s: %w", what, w.err)
 	}
 	return nil
+}
+
+// rpcCalls follows the calls go-libvirt writes, by serial, so each answer
+// is checked as the reply to its own call.
+type rpcCalls struct {
+	mu    sync.Mutex
+	calls map[uint32]uint32 // serial -> procedure
+	// The outgoing stream is cut anywhere: a header may come in pieces.
+	hdr  [28]byte
+	have int
+	skip uint32
+}
+
+// expect records a call of procedure proc under serial.
+func (r *rpcCalls) expect(serial, proc uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calls == nil {
+		r.calls = map[uint32]uint32{}
+	}
+	r.calls[serial] = proc
+}
+
+func (r *rpcCalls) take(serial uint32) (uint32, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	proc, ok := r.calls[serial]
+	delete(r.calls, serial)
+	return proc, ok
+}
+
+// written reads the calls out of bytes go-libvirt writes; r.mu is held.
+func (r *rpcCalls) written(b []byte) {
+	for len(b) > 0 {
+		if r.skip > 0 {
+			n := uint32(min(len(b), int(min(r.skip, 1<<30))))
+			b, r.skip = b[n:], r.skip-n
+			continue
+		}
+		n := copy(r.hdr[r.have:], b)
+		r.have += n
+		b = b[n:]
+		if r.have < len(r.hdr) {
+			return
+		}
+		r.have = 0
+		h := r.hdr[:]
+		length := binary.BigEndian.Uint32(h[0:4])
+		if binary.BigEndian.Uint32(h[16:20]) == 0 { // a call
+			if r.calls == nil {
+				r.calls = map[uint32]uint32{}
+			}
+			r.calls[binary.BigEndian.Uint32(h[20:24])] = binary.BigEndian.Uint32(h[12:16])
+		}
+		if length > uint32(len(r.hdr)) {
+			r.skip = length - uint32(len(r.hdr))
+		}
+	}
 }
