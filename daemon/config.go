@@ -67,6 +67,9 @@ type Config struct {
 	// MigrationAllowedBridges are the host bridges an incoming migration's
 	// interfaces may join; none unless the operator names some.
 	MigrationAllowedBridges []string
+	// MigrationAllowedNetworks are the node's libvirt networks they may
+	// join; none unless the operator names some.
+	MigrationAllowedNetworks []string
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.

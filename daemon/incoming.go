@@ -208,7 +208,8 @@ const reasonLibvirtUnavailable = "libvirt_unavailable"
 // itself has.
 func incomingPolicy(cfg Config) libvirtx.IncomingPolicy {
 	pol := libvirtx.IncomingPolicy{AllowedPaths: cfg.MigrationAllowedPaths, AllowedBridges: cfg.MigrationAllowedBridges,
-		MaxVCPUs: uint(runtime.NumCPU())}
+		AllowedNetworks: cfg.MigrationAllowedNetworks,
+		MaxVCPUs:        uint(runtime.NumCPU())}
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
 		pol.MaxMemoryKiB = uint64(si.Totalram) * uint64(si.Unit) / 1024

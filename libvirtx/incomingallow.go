@@ -24,6 +24,9 @@ type IncomingPolicy struct {
 	AllowedPaths []string
 	// AllowedBridges are the host bridges an interface may join.
 	AllowedBridges []string
+	// AllowedNetworks are the node's libvirt networks an interface may
+	// join: a network can pass host devices or macvtap a host NIC.
+	AllowedNetworks []string
 	// MaxMemoryKiB and MaxVCPUs bound the guest (the node's own size);
 	// zero leaves that bound off.
 	MaxMemoryKiB uint64
@@ -76,7 +79,25 @@ func allowElement(t xml.StartElement, parent, device, deviceType string, pol Inc
 			return refuse("<%s type='%s'>: an incoming migration's %s may be of type %s only", name, typ, name, strings.Join(types, ", "))
 		}
 	}
+	// A storage back-end by any name, at any depth (a backing store, a
+	// mirror, an NVRAM, a data store): the target would reach storage with
+	// its own address and trust.
+	if storageSources[name] && slices.Contains(remoteStorage, typ) {
+		return refuse("<%s type='%s'>: an incoming migration's storage is local files and block devices only", name, typ)
+	}
 	switch {
+	case name == "mirror":
+		return refuse("<mirror>: a block copy is not carried into an incoming migration")
+	case name == "source" && device == "interface" && deviceType == "network":
+		net, _ := attr("network")
+		if !slices.Contains(pol.AllowedNetworks, net) {
+			return refuse("<interface type='network'><source network='%s'>: not a network this node lets migrated guests join (--migration-allowed-network)", net)
+		}
+		for _, a := range []string{"portgroup", "portid"} {
+			if v, ok := attr(a); ok {
+				return refuse("<interface type='network'><source %s='%s'>: a peer does not choose the network's port", a, v)
+			}
+		}
 	case name == "virtualport":
 		return refuse("<virtualport>: a peer does not choose the switch port (Open vSwitch interface ID) its NIC takes")
 	case name == "source" && device == "interface" && deviceType == "bridge":
@@ -112,6 +133,13 @@ func allowElement(t xml.StartElement, parent, device, deviceType string, pol Inc
 	}
 	return nil
 }
+
+// storageSources are the elements whose type selects a storage back-end.
+var storageSources = map[string]bool{"disk": true, "backingStore": true, "mirror": true, "nvram": true, "dataStore": true, "source": true}
+
+// remoteStorage are the back-ends reached over the network or through
+// host storage management, never a local file or block device.
+var remoteStorage = []string{"network", "volume", "nvme", "vhostuser", "vhostvdpa", "dir"}
 
 func loopback(addr string) bool {
 	if addr == "localhost" {
@@ -234,6 +262,21 @@ func noLinksBeneath(root, path string) error {
 		}
 		fd = next
 	}
-	unix.Close(fd)
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		// Another name of the same file may be anywhere on the
+		// filesystem: /etc/shadow by a second name is /etc/shadow.
+		if st.Nlink > 1 {
+			return fmt.Errorf("%s has %d names (hard links)", path, st.Nlink)
+		}
+	case unix.S_IFDIR, unix.S_IFBLK:
+	default:
+		return fmt.Errorf("%s is neither a file, a directory nor a block device", path)
+	}
 	return nil
 }

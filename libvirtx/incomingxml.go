@@ -280,6 +280,11 @@ func allowedPath(path string, allowed []string) error {
 		return errors.New("not an absolute path")
 	}
 	clean := filepath.Clean(path)
+	// Checked as written: libvirt resolves "dir/link/.." through the link,
+	// so what is checked must be what it opens.
+	if clean != path {
+		return fmt.Errorf("not a clean path (%s): no '.', '..', '//' or trailing slash", clean)
+	}
 	for _, a := range allowed {
 		a = filepath.Clean(a)
 		if clean == a || strings.HasPrefix(clean, a+"/") || a == "/" {

@@ -45,6 +45,7 @@ func run(args []string) int {
 		sockets  stringList
 		allowed  stringList
 		bridges  stringList
+		networks stringList
 		mode     string
 		logLevel string
 		showVer  bool
@@ -76,6 +77,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets, the source's and the target QEMU's")
 	fs.StringVar(&cfg.QEMUGroup, "qemu-group", env("FERRY_QEMU_GROUP", ""), "group (name or gid) QEMU runs with, given the socket dir so QEMU can create and reach its migration sockets; default: ask the node's libvirt (its DAC base label, e.g. libvirt-qemu on Debian)")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
+	fs.Var(&networks, "migration-allowed-network", "libvirt network of this node an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_NETWORKS, comma-separated); default none")
 	fs.Var(&bridges, "migration-allowed-bridge", "host bridge an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_BRIDGES, comma-separated); default none: a migrated guest's NICs use libvirt networks only")
 	fs.Var(&allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
 	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
@@ -121,30 +123,10 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "ferryd: %s is deprecated: use --kubelet-pods-dir %s\n", rootFrom, cfg.KubeletPodsDir)
 	}
 	cfg.Policy.Mode, cfg.Policy.Scope = policy.Mode(policyMode), policy.Scope(policyScope)
-	cfg.LibvirtSockets = sockets
-	if len(cfg.LibvirtSockets) == 0 {
-		for _, s := range strings.Split(os.Getenv("FERRY_LIBVIRT_SOCKETS"), ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				cfg.LibvirtSockets = append(cfg.LibvirtSockets, s)
-			}
-		}
-	}
-	cfg.MigrationAllowedBridges = bridges
-	if len(cfg.MigrationAllowedBridges) == 0 {
-		for _, b := range strings.Split(os.Getenv("FERRY_MIGRATION_ALLOWED_BRIDGES"), ",") {
-			if b = strings.TrimSpace(b); b != "" {
-				cfg.MigrationAllowedBridges = append(cfg.MigrationAllowedBridges, b)
-			}
-		}
-	}
-	cfg.MigrationAllowedPaths = allowed
-	if len(cfg.MigrationAllowedPaths) == 0 {
-		for _, p := range strings.Split(os.Getenv("FERRY_MIGRATION_ALLOWED_PATHS"), ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				cfg.MigrationAllowedPaths = append(cfg.MigrationAllowedPaths, p)
-			}
-		}
-	}
+	cfg.LibvirtSockets = listOrEnv(sockets, "FERRY_LIBVIRT_SOCKETS")
+	cfg.MigrationAllowedBridges = listOrEnv(bridges, "FERRY_MIGRATION_ALLOWED_BRIDGES")
+	cfg.MigrationAllowedNetworks = listOrEnv(networks, "FERRY_MIGRATION_ALLOWED_NETWORKS")
+	cfg.MigrationAllowedPaths = listOrEnv(allowed, "FERRY_MIGRATION_ALLOWED_PATHS")
 	m, err := strconv.ParseUint(mode, 8, 32)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ferryd: --debug-socket-mode %q is not an octal mode like 0600\n", mode)
@@ -186,6 +168,21 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// listOrEnv is a repeatable flag's values, or else the environment
+// variable's comma-separated ones.
+func listOrEnv(flagged stringList, key string) []string {
+	if len(flagged) > 0 {
+		return flagged
+	}
+	var out []string
+	for _, v := range strings.Split(os.Getenv(key), ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func env(key, def string) string {
