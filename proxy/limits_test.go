@@ -39,9 +39,9 @@ func TestControlConnectionsAreCapped(t *testing.T) {
 	}
 }
 
-// Connections that never finish their header are bounded: past the cap
-// each new one is closed at once, so 600 of them hold at most
-// MaxOpeningConns goroutines, and real migrations go on once they go.
+// Connections that never finish their header are bounded, per address:
+// 600 of them from one address hold at most MaxOpeningPerAddr goroutines,
+// and a peer at another address still prepares and relays meanwhile.
 func TestHalfOpenConnectionsAreBounded(t *testing.T) {
 	src := startNode(t, nil)
 	dst := startNode(t, nil)
@@ -52,8 +52,9 @@ func TestHalfOpenConnectionsAreBounded(t *testing.T) {
 			c.Close()
 		}
 	}()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	for i := 0; i < 600; i++ {
-		c, err := net.Dial("tcp", dst.addr)
+		c, err := d.Dial("tcp", dst.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,15 +62,17 @@ func TestHalfOpenConnectionsAreBounded(t *testing.T) {
 		conns = append(conns, c)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for rejectedOf(dst, reasonTooManyOpening) < 600-MaxOpeningConns {
+	for rejectedOf(dst, reasonTooManyOpening) < 600-MaxOpeningPerAddr {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v connections refused as too many opening, want %d", rejectedOf(dst, reasonTooManyOpening), 600-MaxOpeningConns)
+			t.Fatalf("%v connections refused as too many opening, want %d", rejectedOf(dst, reasonTooManyOpening), 600-MaxOpeningPerAddr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := runtime.NumGoroutine() - base; n > MaxOpeningConns+50 {
-		t.Errorf("%d goroutines for 600 half-open connections, want at most about %d", n, MaxOpeningConns)
+	if n := runtime.NumGoroutine() - base; n > MaxOpeningPerAddr+50 {
+		t.Errorf("%d goroutines for 600 half-open connections from one address, want at most about %d", n, MaxOpeningPerAddr)
 	}
+	// The peer, at its own address, is not locked out.
+	prepare(t, src, dst, "h1", 0, false)
 	for _, c := range conns {
 		c.Close()
 	}
@@ -79,5 +82,4 @@ func TestHalfOpenConnectionsAreBounded(t *testing.T) {
 			t.Fatalf("%d connections still counted as opening after all closed", dst.p.opening.Load())
 		}
 	}
-	prepare(t, src, dst, "h1", 0, false)
 }

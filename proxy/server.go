@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -137,8 +138,12 @@ type Proxy struct {
 
 	controls atomic.Int32 // control connections being served
 	// opening counts connections still in their TLS handshake or header:
-	// each holds a goroutine until the header deadline.
-	opening atomic.Int32
+	// each holds a goroutine until the header deadline. Per address too,
+	// so one address cannot take every slot from the peers.
+	opening   atomic.Int32
+	openingMu  sync.Mutex
+	openingBy  map[netip.Addr]int
+	openingLog logLimit
 
 	groupMu sync.Mutex
 	group   int // QEMU's group once the socket dir is given to it, else -1
@@ -250,18 +255,21 @@ func (p *Proxy) reject(c net.Conn, reason, detail string) {
 
 // handle serves one inbound connection: TLS, header, then control or relay.
 func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
-	if p.opening.Add(1) > MaxOpeningConns {
+	release, why := p.open(raw)
+	if why != "" {
 		// Thousands of half-sent headers would each hold a goroutine
 		// and buffers for the whole header timeout.
-		p.opening.Add(-1)
-		p.reject(raw, reasonTooManyOpening, fmt.Sprintf("more than %d connections in their handshake or header at once", MaxOpeningConns))
+		p.metrics.rejected.WithLabelValues(reasonTooManyOpening).Inc()
+		if p.openingLog.Allow() {
+			p.log.Warn("proxy refused a connection", zap.String("reason", reasonTooManyOpening), zap.String("detail", why), zap.String("peer", raw.RemoteAddr().String()))
+		}
 		raw.Close()
 		return
 	}
 	opened := false
 	defer func() {
 		if !opened {
-			p.opening.Add(-1)
+			release()
 		}
 	}()
 	c := raw
@@ -280,7 +288,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	}
 	h, err := ReadHeader(c)
 	opened = true
-	p.opening.Add(-1)
+	release()
 	if err != nil {
 		reason := "malformed_header"
 		var ne net.Error
