@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -203,13 +206,43 @@ func connectionLost(err error) bool {
 // libvirtd was not there to take.
 const reasonLibvirtUnavailable = "libvirt_unavailable"
 
+// onlineCPUs counts the node's CPUs, not those ferryd's own affinity (a
+// cpuset, the kubelet's pool) leaves it.
+func onlineCPUs() uint {
+	if b, err := os.ReadFile("/sys/devices/system/cpu/online"); err == nil {
+		if n, ok := countCPUList(string(b)); ok {
+			return n
+		}
+	}
+	return uint(runtime.NumCPU())
+}
+
+// countCPUList counts a kernel CPU list such as "0-3,8,10-11".
+func countCPUList(list string) (uint, bool) {
+	var n uint
+	for _, r := range strings.Split(strings.TrimSpace(list), ",") {
+		lo, hi, found := strings.Cut(r, "-")
+		first, err1 := strconv.Atoi(lo)
+		last := first
+		var err2 error
+		if found {
+			last, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || last < first {
+			return 0, false
+		}
+		n += uint(last - first + 1)
+	}
+	return n, true
+}
+
 // incomingPolicy is what this node lets an incoming domain bring: the
 // operator's paths and bridges, and no more memory or vCPUs than the node
 // itself has.
 func incomingPolicy(cfg Config) libvirtx.IncomingPolicy {
 	pol := libvirtx.IncomingPolicy{AllowedPaths: cfg.MigrationAllowedPaths, AllowedBridges: cfg.MigrationAllowedBridges,
 		AllowedNetworks: cfg.MigrationAllowedNetworks,
-		MaxVCPUs:        uint(runtime.NumCPU())}
+		MaxVCPUs:        onlineCPUs()}
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
 		pol.MaxMemoryKiB = uint64(si.Totalram) * uint64(si.Unit) / 1024

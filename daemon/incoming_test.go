@@ -119,3 +119,16 @@ func TestTargetLostOnlyFromAGoneOrForgetfulProxy(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUListIsCounted(t *testing.T) {
+	for list, want := range map[string]uint{"0-3,8,10-11\n": 7, "0": 1, "0-127": 128} {
+		if n, ok := countCPUList(list); !ok || n != want {
+			t.Errorf("%q: %d %v, want %d", list, n, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "3-1", "a-b"} {
+		if _, ok := countCPUList(bad); ok {
+			t.Errorf("%q counted", bad)
+		}
+	}
+}

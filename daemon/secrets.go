@@ -3,6 +3,7 @@ package daemon
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
@@ -22,7 +23,13 @@ func idRef(id string) string {
 func redactRegistered(ms []proxy.Migration) []proxy.Migration {
 	out := make([]proxy.Migration, len(ms))
 	for i, m := range ms {
-		m.ID = idRef(m.ID)
+		ref := idRef(m.ID)
+		// The target sockets are named after the ID too.
+		targets := make(map[proxy.Kind]string, len(m.Targets))
+		for k, path := range m.Targets {
+			targets[k] = strings.ReplaceAll(path, m.ID, ref)
+		}
+		m.ID, m.Targets = ref, targets
 		out[i] = m
 	}
 	return out

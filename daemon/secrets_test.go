@@ -13,7 +13,8 @@ import (
 // a prepared migration; the reference still tells migrations apart.
 func TestDebugAPIShowsNoMigrationSecrets(t *testing.T) {
 	const secret = "m-0123456789abcdef"
-	reg := redactRegistered([]proxy.Migration{{ID: secret, Domain: "vm"}, {ID: "m-other", Domain: "vm2"}})
+	reg := redactRegistered([]proxy.Migration{{ID: secret, Domain: "vm", Targets: map[proxy.Kind]string{proxy.KindMemory: "/run/ferry/migrationproxy/" + secret + "-49152-target.sock"}},
+		{ID: "m-other", Domain: "vm2"}})
 	d := &Daemon{}
 	j := d.forAPI(migration.Job{Domain: "vm", IncomingID: secret})
 	b, _ := json.Marshal(struct {

@@ -38,7 +38,7 @@ type IncomingPolicy struct {
 // devices QEMU emulates without anything of the host. Host devices,
 // shared directories, host memory and TPMs, vsock and the like are not.
 var allowedDevices = []string{"emulator", "disk", "controller", "interface", "serial", "console", "channel",
-	"input", "graphics", "video", "sound", "audio", "memballoon", "rng", "watchdog", "panic", "iommu"}
+	"input", "graphics", "video", "sound", "audio", "memballoon", "rng", "watchdog", "panic", "iommu", "hub", "redirdev"}
 
 // allowedTypes are the back-ends each device may use, by its type.
 var allowedTypes = map[string][]string{
@@ -51,11 +51,14 @@ var allowedTypes = map[string][]string{
 	"interface": {"network", "bridge"},
 	"serial":    {"pty", "file", "null"},
 	"console":   {"pty", "file", "null"},
-	"channel":   {"pty", "file", "null"},
-	"parallel":  {"pty", "file", "null"},
-	"graphics":  {"vnc", "spice"},
-	"audio":     {"none"},
-	"input":     {"mouse", "keyboard", "tablet"},
+	// spicevmc goes to the SPICE client, over the display's own
+	// connection; a unix channel is a guest agent's, in libvirt's directory.
+	"channel":  {"pty", "file", "null", "unix", "spicevmc"},
+	"redirdev": {"spicevmc"},
+	"parallel": {"pty", "file", "null"},
+	"graphics": {"vnc", "spice"},
+	"audio":    {"none", "spice"},
+	"input":    {"mouse", "keyboard", "tablet"},
 }
 
 // allowElement says why element t (its parent named parent, the device it
@@ -97,6 +100,15 @@ func allowElement(t xml.StartElement, parent, device, deviceType string, pol Inc
 			if v, ok := attr(a); ok {
 				return refuse("<interface type='network'><source %s='%s'>: a peer does not choose the network's port", a, v)
 			}
+		}
+	case name == "source" && device == "channel" && deviceType == "unix":
+		// libvirt drops the path it made from a migratable definition;
+		// one named by a peer would be a host socket to bind or reach.
+		if path, ok := attr("path"); ok {
+			return refuse("<channel type='unix'><source path='%s'>: a channel's socket is libvirt's to place", path)
+		}
+		if mode, _ := attr("mode"); mode != "bind" {
+			return refuse("<channel type='unix'><source mode='%s'>: a channel connects to nothing of the host", mode)
 		}
 	case name == "virtualport":
 		return refuse("<virtualport>: a peer does not choose the switch port (Open vSwitch interface ID) its NIC takes")
@@ -141,8 +153,10 @@ var storageSources = map[string]bool{"disk": true, "backingStore": true, "mirror
 // host storage management, never a local file or block device.
 var remoteStorage = []string{"network", "volume", "nvme", "vhostuser", "vhostvdpa", "dir"}
 
+// loopback: an empty address is the node's own default (qemu.conf's
+// vnc_listen and spice_listen, loopback unless its operator says else).
 func loopback(addr string) bool {
-	if addr == "localhost" {
+	if addr == "" || addr == "localhost" {
 		return true
 	}
 	a, err := netip.ParseAddr(addr)
@@ -205,6 +219,17 @@ func checkSizes(d *libvirtxml.Domain, pol IncomingPolicy) error {
 	return nil
 }
 
+// blockDeviceLink allows one link: the last name under an allowed
+// directory of /dev, which udev and LVM make (/dev/vg/lv, /dev/disk/by-id/…)
+// and only root can write, when it names a block device.
+func blockDeviceLink(root, path string) bool {
+	if root != "/dev" && !strings.HasPrefix(root, "/dev/") {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK
+}
+
 // memoryKiB converts a libvirt memory size to KiB.
 func memoryKiB(v uint, unit string) (uint64, error) {
 	mult := map[string]uint64{"": 1 << 10, "b": 1, "bytes": 1, "KB": 1000, "k": 1 << 10, "KiB": 1 << 10,
@@ -241,7 +266,8 @@ func noLinksBeneath(root, path string) error {
 		return fmt.Errorf("opening %s: %w", root, err)
 	}
 	at := root
-	for _, comp := range strings.Split(rel, string(os.PathSeparator)) {
+	comps := strings.Split(rel, string(os.PathSeparator))
+	for i, comp := range comps {
 		next, err := unix.Openat(fd, comp, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if errors.Is(err, unix.ENOENT) {
@@ -258,6 +284,9 @@ func noLinksBeneath(root, path string) error {
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			unix.Close(next)
+			if i == len(comps)-1 && blockDeviceLink(root, path) {
+				return nil
+			}
 			return fmt.Errorf("%s is a symbolic link", at)
 		}
 		fd = next

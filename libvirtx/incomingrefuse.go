@@ -22,7 +22,7 @@ var refusedElements = map[string]string{
 	"iothreadsched": "real-time scheduling is the target's to choose",
 	"emulatorsched": "real-time scheduling is the target's to choose",
 	"baselabel":     "the target chooses its QEMU's security label",
-	"tpm":           "the host's TPM is not passed through an incoming migration",
+	"tpm":           "TPMs (the host's, or an emulator's state) are not carried into an incoming migration",
 	"shmem":         "host shared memory is not passed through an incoming migration",
 }
 
@@ -56,7 +56,10 @@ func refusedElement(t xml.StartElement, parent string) error {
 	case name == "seclabel" && parent != "domain":
 		return refuse("<%s><seclabel>: the target chooses its QEMU's security labels", parent)
 	case name == "interface" && slices.Contains(refusedInterfaces, typ):
-		return refuse("<interface type='%s'>: only bridge, network and user interfaces are taken", typ)
+		return refuse("<interface type='%s'>: only network and bridge interfaces are taken", typ)
+	case name == "channel" && typ == "unix":
+		// A guest agent's channel: a socket libvirt makes in its own
+		// directory, checked where its <source> is.
 	case slices.Contains(chardevElements, name) && slices.Contains(refusedChardevs, typ):
 		return refuse("<%s type='%s'>: host sockets and devices are not opened for a peer", name, typ)
 	case name == "input" && slices.Contains(refusedInputs, typ):

@@ -246,3 +246,41 @@ func TestIncomingXMLWithTooManyTagsIsRefusedCheaply(t *testing.T) {
 	}
 	t.Logf("refused %d bytes in %v", len(x), time.Since(start))
 }
+
+// A guest as virt-manager makes it, with SPICE and a guest agent, and an
+// LVM volume by its udev link: nothing in it reaches the host.
+func TestIncomingXMLAcceptsASpiceGuestOnLVM(t *testing.T) {
+	devs := `<channel type='unix'><source mode='bind'/><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+    <channel type='spicevmc'><target type='virtio' name='com.redhat.spice.0'/></channel>
+    <graphics type='spice' autoport='yes'><listen type='address'/><image compression='off'/></graphics>
+    <sound model='ich9'/><audio id='1' type='spice'/>
+    <video><model type='qxl' ram='65536' vram='65536' vgamem='16384' heads='1' primary='yes'/></video>
+    <redirdev bus='usb' type='spicevmc'/><redirdev bus='usb' type='spicevmc'/><hub type='usb'/>`
+	if err := CheckIncomingXML(guestXML("vm", "", devs), "vm", policyForTest); err != nil {
+		t.Errorf("a SPICE guest: %v", err)
+	}
+	// /dev/loop0 stands for a logical volume; its link is what LVM makes.
+	dev := "/dev/loop0"
+	if fi, err := os.Stat(dev); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		t.Skipf("no %s here to stand for a logical volume", dev)
+	}
+	vg, err := os.MkdirTemp("/dev", "ferry-vg-")
+	if err != nil {
+		t.Skipf("cannot make a directory in /dev: %v", err)
+	}
+	defer os.RemoveAll(vg)
+	os.Symlink(dev, filepath.Join(vg, "lv"))
+	os.Symlink("/etc/passwd", filepath.Join(vg, "notblock"))
+	pol := IncomingPolicy{AllowedPaths: []string{vg}}
+	for path, ok := range map[string]bool{vg + "/lv": true, vg + "/notblock": false} {
+		x := strings.Replace(guestXML("vm", "", `<disk type='block' device='disk'><driver name='qemu' type='raw'/><source dev='`+path+`'/><target dev='vdb'/></disk>`),
+			"/var/lib/libvirt/images/vmlinuz", vg+"/lv", 1)
+		x = strings.Replace(x, `<disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='/var/lib/libvirt/images/vm.qcow2'/>`, `<disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>`, 1)
+		if err := CheckIncomingXML(x, "vm", pol); (err == nil) != ok {
+			t.Errorf("%s: %v, want accepted=%v", path, err, ok)
+		}
+	}
+}

@@ -152,6 +152,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	17:  func(w *xdrWalk) { w.take(8, "max memory") },                                              // domain get max memory
 	23:  func(w *xdrWalk) { w.domain() },                                                           // domain lookup by name
 	66:  func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },    // auth list
+	70:  func(w *xdrWalk) { w.take(4, "complete") },                                                // auth polkit, go-libvirt's own call
 	150: func(w *xdrWalk) { w.take(4, "active") },                                                  // domain is active
 	157: func(w *xdrWalk) { w.take(8, "version") },                                                 // connect get lib version
 	164: func(*xdrWalk) {},                                                                         // domain abort job

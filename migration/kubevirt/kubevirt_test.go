@@ -93,6 +93,21 @@ func TestStoreKeepsMarksAcrossRestarts(t *testing.T) {
 	}
 }
 
+func TestALongVMINameStillNamesAFile(t *testing.T) {
+	s, err := newStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Mark{Kind: KindIrrecoverable, Namespace: strings.Repeat("n", 63), Name: strings.Repeat("v", 253), Detected: time.Unix(1, 0)}
+	m.ID = markID(m)
+	if err := s.save(m); err != nil {
+		t.Fatalf("a mark for the longest VMI name: %v", err)
+	}
+	if got, errs := s.load(); len(got) != 1 || len(errs) > 0 {
+		t.Fatalf("loaded %v, %v", got, errs)
+	}
+}
+
 func TestMarkValidation(t *testing.T) {
 	if err := (Mark{Kind: KindEvent, Namespace: "ns", Name: "n", EventType: "Bad", EventReason: "X"}).validate(); err == nil {
 		t.Error("event type Bad accepted")

@@ -84,7 +84,7 @@ func (r *Reporter) Report(m Mark) error {
 		m.Detected = time.Now()
 	}
 	m.Reason, m.Message = capText(m.Reason), capText(m.Message)
-	m.ID = fmt.Sprintf("%s_%s_%s_%d", m.Kind, m.Namespace, m.Name, m.Detected.UnixNano())
+	m.ID = markID(m)
 	r.mu.Lock()
 	for _, p := range r.pending {
 		if p.Kind == m.Kind && p.key() == m.key() && p.EventReason == m.EventReason {

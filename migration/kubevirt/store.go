@@ -1,6 +1,8 @@
 package kubevirt
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,6 +26,17 @@ func newStore(stateDir string) (*store, error) {
 }
 
 func (s *store) path(id string) string { return filepath.Join(s.dir, id+".json") }
+
+// markID names a mark's file: readable, and within a file name's 255
+// bytes even for a 253-character VMI name, whose long names are hashed.
+func markID(m Mark) string {
+	name := m.Name
+	if len(name) > 100 {
+		sum := sha256.Sum256([]byte(name))
+		name = name[:60] + "-" + hex.EncodeToString(sum[:8])
+	}
+	return fmt.Sprintf("%s_%s_%s_%d", m.Kind, m.Namespace, name, m.Detected.UnixNano())
+}
 
 // checkID keeps a mark's file a plain name in the store's directory.
 func checkID(id string) error {
