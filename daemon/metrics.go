@@ -78,7 +78,7 @@ var (
 	descBuild        = prometheus.NewDesc("ferry_build_info", "ferryd build information; always 1.", []string{"version", "goversion"}, nil)
 	descMarksPending = prometheus.NewDesc("ferry_vmi_marks_pending", "VMI marks (post-copy failures, Events) not yet delivered to the API server.",
 		[]string{"node"}, nil)
-	descMarksDone = prometheus.NewDesc("ferry_vmi_marks_total", "VMI marks done, by outcome: marked, already_marked (by the other node), event, vmi_gone, uid_mismatch, pod_mismatch (a socket of a pod not among the VMI's active pods), refused (400/403/422 from the API server; not retried).",
+	descMarksDone = prometheus.NewDesc("ferry_vmi_marks_total", "VMI marks done, by outcome: marked, already_marked (by the other node), event, vmi_gone, uid_mismatch, no_vmi_uid (the domain carries no KubeVirt metadata), pod_mismatch (a socket of a pod not among the VMI's active pods), refused (400/403/422 from the API server; not retried).",
 		[]string{"node", "outcome"}, nil)
 )
 

@@ -233,10 +233,15 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// The UID check applies whenever the domain carries KubeVirt metadata.
-	// A domain without any (a plain libvirt guest named like a VMI, as on
-	// the test bed) is still marked: refusing it would lose every mark
-	// there, and the name alone already picks the VMI.
+	// A VMI is marked irrecoverable only by the UID in its domain's
+	// KubeVirt metadata, which virt-launcher always writes: a domain named
+	// like a VMI without it (a plain guest, a peer's prepared domain, a
+	// pod's fake) marks nothing.
+	if m.Kind == KindIrrecoverable && m.UID == "" {
+		r.log.Warn("the domain carries no KubeVirt metadata naming its VMI; dropping the mark rather than match by name alone",
+			zap.String("vmi", m.key()), zap.String("socket", m.Socket))
+		return "no_vmi_uid", nil
+	}
 	if m.UID != "" && string(vmi.GetUID()) != m.UID {
 		r.log.Warn("VMI has another UID than the domain's KubeVirt metadata: a different VMI by the same name; dropping the mark",
 			zap.String("vmi", m.key()), zap.String("domainUID", m.UID), zap.String("vmiUID", string(vmi.GetUID())))

@@ -102,7 +102,7 @@ func repoRoot(t *testing.T) string {
 // createVMI creates a VMI on node a with conditions other writers own, and
 // a migrationState as KubeVirt's controller would have set it. KubeVirt's
 // CRD has no status subresource: the status goes in with the create.
-func createVMI(t *testing.T, name string) { createVMIWithPods(t, name, nil) }
+func createVMI(t *testing.T, name string) string { return createVMIWithPods(t, name, nil) }
 
 // createVMIWithPods is createVMI with KubeVirt's activePods (pod UID ->
 // node), and returns the UID the API server gave the VMI.

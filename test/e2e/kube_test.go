@@ -30,8 +30,8 @@ import (
 
 func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
 	kubeUp(t)
-	createVMI(t, "pcvmi")
-	guest(t, testbed.GuestSpec{Name: "default_pcvmi", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	uid := createVMI(t, "pcvmi")
+	guest(t, testbed.GuestSpec{Name: "default_pcvmi", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, VMIUID: uid})
 	start := time.Now()
 	failedAt := breakPostCopy(t, "default_pcvmi")
 
@@ -105,9 +105,9 @@ func TestMarkLandsAfterAnAPIOutage(t *testing.T) {
 			name = "outage-restart"
 		}
 		t.Run(name, func(t *testing.T) {
-			createVMI(t, name)
+			uid := createVMI(t, name)
 			domain := "default_" + name
-			guest(t, testbed.GuestSpec{Name: domain, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+			guest(t, testbed.GuestSpec{Name: domain, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, VMIUID: uid})
 			if err := kube.StopAPIServer(); err != nil {
 				t.Fatal(err)
 			}

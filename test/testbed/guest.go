@@ -24,6 +24,9 @@ type GuestSpec struct {
 	MemoryMiB     int
 	DirtyMiB      int
 	DirtyRateMiBs int
+	// VMIUID, when set, goes into KubeVirt's domain metadata, as
+	// virt-launcher writes it: a mark must match the VMI by it.
+	VMIUID string
 }
 
 const (
@@ -73,7 +76,7 @@ func consolePath(n *Node, guest string) string {
 
 func (b *Bed) domainXML(g GuestSpec) string {
 	return b.guestXML(guestDomain{name: g.Name, memoryMiB: g.MemoryMiB, dirtyMiB: g.DirtyMiB, dirtyRate: g.DirtyRateMiBs,
-		kernel: kernelPath(imagesInNode), initrd: initrdPath(imagesInNode), console: consolesInNode + "/console-" + g.Name + ".log"})
+		kernel: kernelPath(imagesInNode), initrd: initrdPath(imagesInNode), console: consolesInNode + "/console-" + g.Name + ".log", vmiUID: g.VMIUID})
 }
 
 // guestDomain is what differs between the bed's guests: a node's and a

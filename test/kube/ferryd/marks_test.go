@@ -40,9 +40,15 @@ func reporter(t *testing.T, node, stateDir string) *kubevirt.Reporter {
 	return r
 }
 
+// postCopyMark carries the VMI's UID, as the domain's KubeVirt metadata
+// gives it, when the VMI exists.
 func postCopyMark(ns, name, node, side string) kubevirt.Mark {
+	var uid string
+	if u, err := srv.Dynamic.Resource(kubevirt.VMIResource).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+		uid = string(u.GetUID())
+	}
 	return kubevirt.Mark{
-		Kind: kubevirt.KindIrrecoverable, Namespace: ns, Name: name, Node: node, Role: side,
+		Kind: kubevirt.KindIrrecoverable, Namespace: ns, Name: name, Node: node, Role: side, UID: uid,
 		Detected: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC),
 		Message:  kubevirt.IrrecoverableMessage + ": post-copy migration failed, seen on node " + node,
 		Reason:   "connection reset by peer", RemainingBytes: 3 << 28, PostCopyRequests: 41,
@@ -178,8 +184,8 @@ func TestSecondNodeAddsNoEvent(t *testing.T) {
 	checkMarked(t, ctx, before, "target", "node-b")
 }
 
-// A mark whose domain names another VMI's UID is dropped; one for a domain without
-// KubeVirt metadata (no UID) is delivered.
+// A mark whose domain names another VMI's UID is dropped, and so is one for a
+// domain without KubeVirt metadata (no UID): a VMI is never marked by name alone.
 func TestMarkChecksTheUIDWhenKnown(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	ns := newNamespace(t, ctx, "marks-uid")
@@ -194,6 +200,16 @@ func TestMarkChecksTheUIDWhenKnown(t *testing.T) {
 	}
 	if l := getVMI(t, ctx, ns, "vm1").GetLabels(); l[kubevirt.IrrecoverableLabel] != "" {
 		t.Errorf("a VMI of another UID was marked: %v", l)
+	}
+	m.UID = ""
+	m.Detected = m.Detected.Add(time.Second)
+	r.Report(m)
+	runUntilDone(t, ctx, r)
+	if d := r.Delivered(); d["no_vmi_uid"] != 1 {
+		t.Errorf("outcomes %v, want no_vmi_uid", d)
+	}
+	if l := getVMI(t, ctx, ns, "vm1").GetLabels(); l[kubevirt.IrrecoverableLabel] != "" {
+		t.Errorf("a VMI was marked by name alone: %v", l)
 	}
 	m.UID = string(before.GetUID())
 	m.Detected = m.Detected.Add(time.Second)

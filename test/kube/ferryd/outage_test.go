@@ -27,8 +27,11 @@ func TestMarkLandsOnceAfterAnAPIOutage(t *testing.T) {
 		}
 	}()
 	a, b := reporter(t, "node-a", dirA), reporter(t, "node-b", dirB)
-	a.Report(postCopyMark(ns, "vm1", "node-a", "source"))
-	b.Report(postCopyMark(ns, "vm1", "node-b", "target"))
+	// The domains' metadata names the VMI; the API server is away.
+	ma, mb := postCopyMark(ns, "vm1", "node-a", "source"), postCopyMark(ns, "vm1", "node-b", "target")
+	ma.UID, mb.UID = string(before.GetUID()), string(before.GetUID())
+	a.Report(ma)
+	b.Report(mb)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
 	go func() { a.Run(rctx); done <- struct{}{} }()
