@@ -35,7 +35,11 @@ type Daemon struct {
 
 	steer    *steerer
 	reporter *kubevirt.Reporter
-	vmis     *kubevirt.Watcher
+	// uids are the VMI UIDs of running jobs' domains, by job ID, read
+	// when each job started.
+	uidMu sync.Mutex
+	uids  map[string]string
+	vmis  *kubevirt.Watcher
 	// pods finds peers' nodes from their pods; nil without Kubernetes.
 	pods *PodNodes
 
@@ -73,7 +77,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		log.Info("no libvirt socket configured: watching "+why,
 			zap.String("glob", cfg.LibvirtGlob), zap.Strings("sockets", cfg.LibvirtSockets))
 	}
-	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace}
+	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{}}
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,
 		SampleInterval: cfg.SampleInterval,
@@ -81,6 +85,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		CPU:            &libvirtx.QEMUCgroups{},
 		Log:            log.Named("tracker"),
 		OnFinish:       d.jobFinished,
+		OnStart:        d.jobStarted,
 		StateDir:       cfg.StateDir,
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{

@@ -98,6 +98,7 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	if d.reporter == nil || j.Namespace == "" {
 		return
 	}
+	uid := d.jobVMIUID(j) // taken now, whatever the outcome, so none is kept
 	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role), Socket: j.Socket}
 	if j.EndTime != nil {
 		m.Detected = *j.EndTime
@@ -105,7 +106,7 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	switch {
 	case j.Phase == migration.PhasePostCopyFailed:
 		m.Kind = kubevirt.KindIrrecoverable
-		m.UID = d.domainUID(j.Socket, j.Domain)
+		m.UID = uid
 		m.Reason, m.RemainingBytes, m.PostCopyRequests = j.FailureReason, j.MemoryRemainingBytes, j.PostCopyRequests
 		m.Message = fmt.Sprintf("%s: post-copy migration failed (%s), seen on node %s (%s side): %s; %s left to copy, %d post-copy page requests served",
 			kubevirt.IrrecoverableMessage, failureClass(j), d.cfg.NodeName, j.Role, j.FailureReason, units.IEC(j.MemoryRemainingBytes), j.PostCopyRequests)
@@ -145,6 +146,36 @@ func (d *Daemon) reportAdvice(j migration.Job, step migration.PolicyStep) {
 	if err := d.reporter.Report(m); err != nil {
 		d.log.Error("VMI policy advice", zap.String("vmi", j.Namespace+"/"+j.Name), zap.Error(err))
 	}
+}
+
+// jobStarted reads the VMI UID of a KubeVirt domain while its libvirt
+// still answers: once post-copy fails, every call on the target's domain
+// waits on its state-change lock, and a mark needs the UID then.
+func (d *Daemon) jobStarted(j migration.Job) {
+	if d.reporter == nil || j.Namespace == "" {
+		return
+	}
+	if uid := d.domainUID(j.Socket, j.Domain); uid != "" {
+		d.uidMu.Lock()
+		if d.uids == nil {
+			d.uids = map[string]string{}
+		}
+		d.uids[j.ID] = uid
+		d.uidMu.Unlock()
+	}
+}
+
+// jobVMIUID is the UID read when the job started, or else read now (only
+// for a mark: a completed job needs none).
+func (d *Daemon) jobVMIUID(j migration.Job) string {
+	d.uidMu.Lock()
+	uid, ok := d.uids[j.ID]
+	delete(d.uids, j.ID)
+	d.uidMu.Unlock()
+	if ok || j.Phase != migration.PhasePostCopyFailed {
+		return uid
+	}
+	return d.domainUID(j.Socket, j.Domain)
 }
 
 // domainUID reads the VMI UID from the KubeVirt metadata of the domain on

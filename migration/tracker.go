@@ -32,6 +32,8 @@ type Config struct {
 	Log            *zap.Logger
 	// OnFinish is called, outside the tracker's lock, with each job that ends.
 	OnFinish func(Job)
+	// OnStart is called, outside the tracker's lock, with each job found.
+	OnStart func(Job)
 	// StateDir, when set, keeps the post-copy failures already recorded, so
 	// a restarted ferryd neither counts nor reports them again.
 	StateDir string
@@ -397,6 +399,10 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 	t.jobs[jobKey{socket, ref.Name}] = j
 	t.addEvent(j, time.Now(), "tracker", "job found: "+why)
 	t.log.Info("migration job found", zap.String("domain", ref.Name), zap.String("role", string(role)), zap.String("why", why))
+	if t.cfg.OnStart != nil {
+		v := j.view
+		go t.cfg.OnStart(v)
+	}
 	return j
 }
 
