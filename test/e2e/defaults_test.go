@@ -139,9 +139,9 @@ func TestFerrydProxyWithoutCertificatesRefuses(t *testing.T) {
 	}
 }
 
-// metricsInNetns scrapes addr inside the network namespace of pid: the
-// connection is made from a thread moved into it.
-func metricsInNetns(t *testing.T, pid int, addr string) string {
+// dialInNetns connects to addr from inside the network namespace of pid:
+// the connection is made from a thread moved into it.
+func dialInNetns(t *testing.T, pid int, addr string) net.Conn {
 	t.Helper()
 	type result struct {
 		conn net.Conn
@@ -169,13 +169,20 @@ func metricsInNetns(t *testing.T, pid int, addr string) string {
 	if r.err != nil {
 		t.Fatalf("connecting to %s in the namespace of pid %d: %v", addr, pid, r.err)
 	}
-	defer r.conn.Close()
-	r.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return r.conn
+}
+
+// metricsInNetns scrapes addr inside the network namespace of pid.
+func metricsInNetns(t *testing.T, pid int, addr string) string {
+	t.Helper()
+	conn := dialInNetns(t, pid, addr)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err := req.Write(r.conn); err != nil {
+	if err := req.Write(conn); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(r.conn), req)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
 	if err != nil {
 		t.Fatal(err)
 	}
