@@ -70,6 +70,9 @@ type Config struct {
 	// MigrationAllowedNetworks are the node's libvirt networks they may
 	// join; none unless the operator names some.
 	MigrationAllowedNetworks []string
+	// MigrationAllowAnyTarget lets a migration go to a proxy address
+	// without naming the node whose certificate the target must hold.
+	MigrationAllowAnyTarget bool
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.

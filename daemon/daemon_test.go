@@ -17,14 +17,21 @@ import (
 	"go.uber.org/zap"
 )
 
-func startDaemon(t *testing.T) (*Daemon, *http.Client) {
+func startDaemon(t *testing.T) (*Daemon, *http.Client) { return startDaemonWith(t, nil) }
+
+// startDaemonWith starts a daemon whose configuration tweak may change.
+func startDaemonWith(t *testing.T, tweak func(*Config)) (*Daemon, *http.Client) {
 	t.Helper()
 	dir := t.TempDir()
-	d, err := New(Config{
+	cfg := Config{
 		NodeName: "test", DebugSocket: filepath.Join(dir, "ferry.sock"), DebugSocketMode: 0o600,
 		LibvirtSockets: []string{filepath.Join(dir, "no-libvirt-here")}, SampleInterval: time.Second,
 		ProxyListen: "127.0.0.1:0", ProxySocketDir: filepath.Join(dir, "proxy"),
-	}, zap.NewNop())
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	d, err := New(cfg, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +140,25 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 	}
 }
 
-func TestMigrateRequestErrorsNameTheField(t *testing.T) {
+// Whoever reaches the debug socket must not send a guest's memory to an
+// address of their choosing: a migration names the node whose certificate
+// the target must hold, unless ferryd was told to take bare addresses.
+func TestAMigrationNamesItsTargetNode(t *testing.T) {
 	_, hc := startDaemon(t)
+	resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", strings.NewReader(`{"domain":"vm","target":"203.0.113.9:9475"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e ErrorResponse
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(e.Error, "targetNode") || !strings.Contains(e.Error, "--migration-allow-any-target") {
+		t.Errorf("a migration to a bare address: %d %q, want 400 naming targetNode and --migration-allow-any-target", resp.StatusCode, e.Error)
+	}
+}
+
+func TestMigrateRequestErrorsNameTheField(t *testing.T) {
+	_, hc := startDaemonWith(t, func(c *Config) { c.MigrationAllowAnyTarget = true })
 	for body, want := range map[string]string{
 		`{"domain":"","target":"10.0.0.1"}`:                                "domain is empty",
 		`{"domain":"vm","target":"nohostport"}`:                            "not the target node's proxy address",

@@ -190,6 +190,11 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if req.TargetNode != "" && !d.Proxy.TLS() {
 		return MigrateResponse{}, fmt.Errorf("%w: targetNode needs the proxy's TLS (--proxy-tls-cert and the rest): without certificates no node can be told from another", errBadRequest)
 	}
+	if req.TargetNode == "" && !d.cfg.MigrationAllowAnyTarget {
+		// Whoever reaches the debug socket would otherwise send the
+		// guest's memory wherever they name.
+		return MigrateResponse{}, fmt.Errorf("%w: name the target's node (targetNode; ferryctl migrate --to-node NODE), whose certificate the target's proxy must then hold; ferryd --migration-allow-any-target takes a bare address (a plain-TCP proxy needs it)", errBadRequest)
+	}
 	pol, err := migrationPolicy(d.cfg.Policy, req)
 	if err != nil {
 		return MigrateResponse{}, err

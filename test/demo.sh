@@ -17,8 +17,8 @@ $TB guest start demo --node a --memory-mib 512 --dirty-mib 256 --dirty-rate-mibs
 $CTL --socket "$FERRY_A_DEBUG_SOCKET" domains
 
 say "live migration a -> b, driven by ferryd on a through Ferry's mTLS proxy (capped at 96 MiB/s so there is something to watch)"
-echo "\$ ferryctl migrate demo --to $FERRY_B_PROXY --bandwidth-mibs 96"
-$CTL --socket "$FERRY_A_DEBUG_SOCKET" migrate demo --to "$FERRY_B_PROXY" --bandwidth-mibs 96
+echo "\$ ferryctl migrate demo --to $FERRY_B_PROXY --to-node b --bandwidth-mibs 96"
+$CTL --socket "$FERRY_A_DEBUG_SOCKET" migrate demo --to "$FERRY_B_PROXY" --to-node b --bandwidth-mibs 96
 
 say "what ferryd on node a (source) recorded"
 $CTL --socket "$FERRY_A_DEBUG_SOCKET" job demo

@@ -58,7 +58,7 @@ func migrateCmd(g *globals) *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&req.Target, "to", "", "target node's proxy address HOST:PORT")
-	f.StringVar(&req.TargetNode, "to-node", "", "the node the target must be: its proxy's certificate must name it (needs the proxy's TLS)")
+	f.StringVar(&req.TargetNode, "to-node", "", "the node the target must be: its proxy's certificate must name it (needs the proxy's TLS; required unless ferryd runs with --migration-allow-any-target)")
 	f.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switch with `ferryctl postcopy NAME`, or let --policy act switch)")
 	f.DurationVar(&after, "postcopy-after", 0, "switch to post-copy this long after the start")
 	f.BoolVar(&req.AutoConverge, "auto-converge", false, "let QEMU throttle the guest's CPU so pre-copy converges")

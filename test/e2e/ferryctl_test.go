@@ -27,7 +27,7 @@ func TestFerryctlMigrateThenPostCopy(t *testing.T) {
 	var out, errOut bytes.Buffer
 	start := time.Now()
 	migrate := exec.CommandContext(ctx, ferryctlBin, "--socket", bed.Node("a").DebugSocket, "-o", "json",
-		"migrate", "ctl", "--to", bed.Node("b").ProxyAddr, "--postcopy", "--bandwidth-mibs", "64")
+		"migrate", "ctl", "--to", bed.Node("b").ProxyAddr, "--to-node", "b", "--postcopy", "--bandwidth-mibs", "64")
 	migrate.Stdout, migrate.Stderr = &out, &errOut
 	if err := migrate.Start(); err != nil {
 		t.Fatal(err)

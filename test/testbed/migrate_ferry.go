@@ -16,6 +16,10 @@ import (
 // through Ferry's proxy, then follows the job until it ends.
 func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 	src, dst := b.nodes[m.From], b.nodes[m.To]
+	if m.TargetNode == "" && !b.plainProxy() {
+		// Each node's certificate names it: the migration goes to that node.
+		m.TargetNode = m.To
+	}
 	if err := b.noteConsoleMove(m.Name, m.To); err != nil {
 		return err
 	}

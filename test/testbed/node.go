@@ -244,6 +244,8 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		"--proxy-tls-ca", filepath.Join(tdir, "ca.crt"),
 		"--proxy-tls-peer-name", PeerName,
 		fmt.Sprintf("--proxy-tls=%v", !b.plainProxy()),
+		// Without TLS no node can be named: bare addresses it is.
+		fmt.Sprintf("--migration-allow-any-target=%v", b.plainProxy()),
 		"--state-dir", filepath.Join(n.Dir, "state"),
 		// The guests' kernel and initrd, and their console files in a
 		// directory of their own: the only local files their XML names.
