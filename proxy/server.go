@@ -140,7 +140,7 @@ type Proxy struct {
 	// opening counts connections still in their TLS handshake or header:
 	// each holds a goroutine until the header deadline. Per address too,
 	// so one address cannot take every slot from the peers.
-	opening   atomic.Int32
+	opening    atomic.Int32
 	openingMu  sync.Mutex
 	openingBy  map[netip.Addr]int
 	openingLog logLimit
