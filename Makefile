@@ -68,6 +68,7 @@ demo: prepare
 bench: build
 	test/bench/run.sh
 	test/bench/proxy.sh
+	test/bench/hostile.sh
 	test/bench/migration.sh
 
 # Ferry's convergence policy against libvirt's defaults and KubeVirt's

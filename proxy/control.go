@@ -41,7 +41,7 @@ const (
 	MaxControlConns = 64
 	MaxIncoming     = 16
 	// MaxOpeningConns bounds connections not yet past their header.
-	MaxOpeningConns  = 256
+	MaxOpeningConns  = 1024
 	maxControlAnswer = 1 << 20
 )
 
@@ -151,7 +151,13 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reason, err.Error()))
 		return
 	}
-	c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+	deadline := time.Now().Add(p.cfg.HeaderTimeout)
+	release, err := p.startReading(peer, raw, deadline)
+	if err != nil {
+		p.answer(c, ControlRequest{}, p.refusePeer(raw, peer.Node, ControlRequest{}, reasonTooManyReading, err.Error()))
+		return
+	}
+	c.SetReadDeadline(deadline)
 	lr := &limitedReader{r: c, n: MaxControlRequest}
 	dec := json.NewDecoder(lr)
 	dec.DisallowUnknownFields()
@@ -167,8 +173,10 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 		case errors.As(err, &ne) && ne.Timeout():
 			reason = "header_timeout"
 		}
+		release()
 		resp = p.refuseControl(raw, req, reason, "control request: "+err.Error())
 	} else {
+		release()
 		c.SetReadDeadline(time.Time{})
 		resp = p.control(raw, c, req, peer)
 	}

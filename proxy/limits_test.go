@@ -83,3 +83,42 @@ func TestHalfOpenConnectionsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// A peer reads at most MaxReadingPerPeer requests at once; another peer
+// is not held back by it, and a slot given back is taken again.
+func TestRequestsAreReadAFewAtATimePerPeer(t *testing.T) {
+	p, err := New(Config{Listen: "127.0.0.1:0", SocketDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	peer := Peer{Node: "a"}
+	var releases []func()
+	for i := 0; i < MaxReadingPerPeer; i++ {
+		r, err := p.startReading(peer, a, time.Now())
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		releases = append(releases, r)
+	}
+	if _, err := p.startReading(peer, a, time.Now().Add(50*time.Millisecond)); err == nil {
+		t.Fatal("a peer read one more request than its share")
+	}
+	other, err := p.startReading(Peer{Node: "b"}, a, time.Now())
+	if err != nil {
+		t.Fatalf("another peer held back: %v", err)
+	}
+	other()
+	releases[0]()
+	releases[0]() // once only
+	if r, err := p.startReading(peer, a, time.Now()); err != nil {
+		t.Fatalf("a slot given back is not taken again: %v", err)
+	} else {
+		r()
+	}
+	if p.reading != MaxReadingPerPeer-1 {
+		t.Errorf("%d requests counted as being read, want %d", p.reading, MaxReadingPerPeer-1)
+	}
+}

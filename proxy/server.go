@@ -144,6 +144,10 @@ type Proxy struct {
 	openingMu  sync.Mutex
 	openingBy  map[netip.Addr]int
 	openingLog logLimit
+	// reading counts control requests being read, in all and by peer.
+	readingMu sync.Mutex
+	reading   int
+	readingBy map[string]int
 
 	groupMu sync.Mutex
 	group   int // QEMU's group once the socket dir is given to it, else -1

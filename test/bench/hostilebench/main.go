@@ -1,0 +1,269 @@
+// Command hostilebench measures what hostile neighbours on the proxy port
+// cost a real ferryd in memory: its resident set, sampled every 20 ms, at
+// rest and under each load, side by side with the ratio to rest and the
+// 128 MiB goal. Not a pass/fail test: the figures are for reading.
+//
+//	go run ./test/bench/hostilebench   (as root; builds ferryd itself)
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-vm/ferry/internal/testpki"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+const goalMiB = 128
+
+func main() {
+	controls := flag.Int("controls", 64, "control connections a peer holds, each sending 4 MiB of a request it never ends")
+	halfOpen := flag.Int("half-open", 2000, "connections that begin a header and never end it, from 63 loopback addresses")
+	hold := flag.Duration("hold", 3*time.Second, "how long each load is held while sampling")
+	flag.Parse()
+	if err := run(*controls, *halfOpen, *hold); err != nil {
+		fmt.Fprintln(os.Stderr, "hostilebench:", err)
+		os.Exit(1)
+	}
+}
+
+type phase struct {
+	name    string
+	peakMiB float64
+	note    string
+}
+
+func run(controls, halfOpen int, hold time.Duration) error {
+	dir, err := os.MkdirTemp("", "hostilebench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ferryd := filepath.Join(dir, "ferryd")
+	build := exec.Command("go", "build", "-o", ferryd, "./cmd/ferryd")
+	build.Stdout, build.Stderr, build.Env = os.Stderr, os.Stderr, append(os.Environ(), "CGO_ENABLED=0")
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building ferryd: %w", err)
+	}
+	ca, err := testpki.NewCA("hostilebench")
+	if err != nil {
+		return err
+	}
+	node := func(name string) *url.URL { return proxy.NodeIdentityURI("ferry", name) }
+	self, err := ca.Issue(filepath.Join(dir, "self"), "ferry", node("target"))
+	if err != nil {
+		return err
+	}
+	peer, err := ca.Issue(filepath.Join(dir, "peer"), "ferry", node("peer"))
+	if err != nil {
+		return err
+	}
+	stranger, err := ca.Issue(filepath.Join(dir, "stranger"), "ferry") // names no node
+	if err != nil {
+		return err
+	}
+	addr, err := freePort()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(ferryd, "--node-name", "target", "--libvirt-socket", filepath.Join(dir, "no-libvirt"),
+		"--debug-socket", filepath.Join(dir, "ferry.sock"), "--metrics-addr", "", "--state-dir", filepath.Join(dir, "state"),
+		"--proxy-listen", addr, "--proxy-socket-dir", filepath.Join(dir, "mp"), "--qemu-group", "0",
+		"--proxy-tls-cert", self.Cert, "--proxy-tls-key", self.Key, "--proxy-tls-ca", self.CA,
+		"--proxy-tls-require-node-identity", "--log-level", "error")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if err := waitPort(addr); err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+
+	var phases []phase
+	measure := func(name, note string, load func(stop <-chan struct{}) error) error {
+		stop := make(chan struct{})
+		errc := make(chan error, 1)
+		go func() { errc <- load(stop) }()
+		peak := 0.0
+		for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			peak = max(peak, rssMiB(pid))
+		}
+		close(stop)
+		if err := <-errc; err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		phases = append(phases, phase{name, peak, note})
+		time.Sleep(time.Second) // let the connections go
+		return nil
+	}
+	if err := measure("at rest", "", func(<-chan struct{}) error { return nil }); err != nil {
+		return err
+	}
+	if err := measure(fmt.Sprintf("%d control connections, a peer naming no node", controls), "refused before a byte is read",
+		func(stop <-chan struct{}) error { return holdControls(addr, stranger, controls, stop) }); err != nil {
+		return err
+	}
+	if err := measure(fmt.Sprintf("%d half-open connections", halfOpen), fmt.Sprintf("%d per address, %d in all, held", proxy.MaxOpeningPerAddr, proxy.MaxOpeningConns),
+		func(stop <-chan struct{}) error { return holdHalfOpen(addr, halfOpen, stop) }); err != nil {
+		return err
+	}
+	if err := measure(fmt.Sprintf("%d control connections, a taken peer", controls), fmt.Sprintf("read %d at a time per peer, %d in all", proxy.MaxReadingPerPeer, proxy.MaxReading),
+		func(stop <-chan struct{}) error { return holdControls(addr, peer, controls, stop) }); err != nil {
+		return err
+	}
+	if err := ping(addr, peer); err != nil {
+		return fmt.Errorf("after the loads, the peer's control request: %w", err)
+	}
+	rest := phases[0].peakMiB
+	fmt.Printf("ferryd resident memory under hostile connections (peak of 20 ms samples over %v; goal under %d MiB)\n\n", hold, goalMiB)
+	fmt.Printf("%-52s %10s %8s %6s  %s\n", "load", "peak MiB", "x rest", "goal", "")
+	for _, p := range phases {
+		ok := "met"
+		if p.peakMiB >= goalMiB {
+			ok = "MISSED"
+		}
+		fmt.Printf("%-52s %10.1f %8.2f %6s  %s\n", p.name, p.peakMiB, p.peakMiB/rest, ok, p.note)
+	}
+	fmt.Println("\nafter the loads a peer's control request is still answered")
+	return nil
+}
+
+func clientConfig(f testpki.Files) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "ferry", MinVersion: tls.VersionTLS13}, nil
+}
+
+// holdControls opens n control connections and sends 4 MiB of a prepare
+// request on each that never ends, until stop.
+func holdControls(addr string, f testpki.Files, n int, stop <-chan struct{}) error {
+	cfg, err := clientConfig(f)
+	if err != nil {
+		return err
+	}
+	hb, _ := proxy.Header{Kind: proxy.KindControl}.Encode()
+	body := append([]byte(`{"op":"prepare","migration":"x","domain":"vm","xml":"`), strings.Repeat("a", proxy.MaxControlRequest-100)...)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tls.Dial("tcp", addr, cfg)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			c.Write(hb)
+			c.Write(body)
+		}()
+	}
+	<-stop
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
+	wg.Wait()
+	return nil
+}
+
+// holdHalfOpen opens n connections from 63 loopback addresses, each with
+// one byte of a header, until stop.
+func holdHalfOpen(addr string, n int, stop <-chan struct{}) error {
+	var conns []net.Conn
+	for i := 0; i < n; i++ {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%63))}, Timeout: time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			continue // refused past the caps: what they are for
+		}
+		c.Write([]byte{0x16})
+		conns = append(conns, c)
+	}
+	<-stop
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+// ping sends a well-formed control request as the peer and waits for the
+// answer (a refusal is an answer: the node has no libvirt here).
+func ping(addr string, f testpki.Files) error {
+	cfg, err := clientConfig(f)
+	if err != nil {
+		return err
+	}
+	c, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	hb, _ := proxy.Header{Kind: proxy.KindControl}.Encode()
+	c.Write(hb)
+	if err := json.NewEncoder(c).Encode(proxy.ControlRequest{Op: proxy.OpCancel, Migration: "nothing", Domain: "vm"}); err != nil {
+		return err
+	}
+	var resp proxy.ControlResponse
+	return json.NewDecoder(c).Decode(&resp)
+}
+
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func waitPort(addr string) error {
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil
+		}
+	}
+	return fmt.Errorf("ferryd's proxy never listened on %s", addr)
+}
