@@ -151,15 +151,20 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reason, err.Error()))
 		return
 	}
-	deadline := time.Now().Add(p.cfg.HeaderTimeout)
-	release, err := p.startReading(peer, raw, deadline)
-	if err != nil {
-		p.answer(c, ControlRequest{}, p.refusePeer(raw, peer.Node, ControlRequest{}, reasonTooManyReading, err.Error()))
-		return
-	}
-	c.SetReadDeadline(deadline)
+	c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	lr := &limitedReader{r: c, n: MaxControlRequest}
-	dec := json.NewDecoder(lr)
+	// A request past readGate (a prepare's domain XML) waits for a reading
+	// slot; a finish or a cancel is smaller and never waits.
+	gr := &gatedReader{r: lr, acquire: func() (func(), error) {
+		release, err := p.startReading(peer, raw, time.Now().Add(p.cfg.HeaderTimeout))
+		if err == nil {
+			// The wait is not the peer's: it gets its whole time to send.
+			c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
+		}
+		return release, err
+	}}
+	defer gr.release()
+	dec := json.NewDecoder(gr)
 	dec.DisallowUnknownFields()
 	var req ControlRequest
 	var resp ControlResponse
@@ -167,16 +172,18 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 		reason := reasonMalformedRequest
 		var ne net.Error
 		switch {
+		case errors.Is(err, errBusyReading):
+			reason = reasonTooManyReading
 		case lr.hit:
 			reason = reasonTooLarge
 			err = fmt.Errorf("control request larger than %d bytes", MaxControlRequest)
 		case errors.As(err, &ne) && ne.Timeout():
 			reason = "header_timeout"
 		}
-		release()
+		gr.release()
 		resp = p.refuseControl(raw, req, reason, "control request: "+err.Error())
 	} else {
-		release()
+		gr.release()
 		c.SetReadDeadline(time.Time{})
 		resp = p.control(raw, c, req, peer)
 	}

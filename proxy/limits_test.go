@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -120,5 +121,44 @@ func TestRequestsAreReadAFewAtATimePerPeer(t *testing.T) {
 	}
 	if p.reading != MaxReadingPerPeer-1 {
 		t.Errorf("%d requests counted as being read, want %d", p.reading, MaxReadingPerPeer-1)
+	}
+}
+
+// Prepares trickling their domain XML hold every reading slot; a finish or
+// a cancel, a few hundred bytes, is still answered at once: it never waits
+// behind them (a finish that waits keeps a guest paused, or in post-copy
+// loses it).
+func TestSmallRequestsNeverWaitForAReadingSlot(t *testing.T) {
+	src := startNode(t, nil)
+	dst := startNode(t, nil)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	for i := 0; i < MaxReading; i++ {
+		release, err := dst.p.startReading(Peer{Node: fmt.Sprintf("x%d", i)}, a, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := src.p.Control(ctx, dst.addr, ControlRequest{Op: OpCancel, Migration: "gone", Domain: "vm"})
+	var ce *ControlError
+	if !errors.As(err, &ce) || ce.Reason == reasonTooManyReading {
+		t.Fatalf("a cancel while every reading slot is held: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the cancel was answered after %v", d)
+	}
+	// A large request does wait, and is refused saying why.
+	big := append([]byte(`{"op":"prepare","migration":"p","domain":"vm","xml":"`), make([]byte, 2*readGate)...)
+	for i := range big[len(big)-2*readGate:] {
+		big[len(big)-2*readGate+i] = 'a'
+	}
+	resp := rawControl(t, dst.addr, append(big, `"}`...))
+	if resp.Reason != reasonTooManyReading || !strings.Contains(resp.Error, "waited for one to end") {
+		t.Errorf("a large request while every slot is held: %+v", resp)
 	}
 }

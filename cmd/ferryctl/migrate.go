@@ -12,7 +12,7 @@ import (
 	"github.com/ferry-vm/ferry/migration"
 )
 
-const migrateUse = "migrate NAME --to HOST:PORT [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N]"
+const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N]"
 
 // migrateCmd starts a Ferry-driven migration and follows it like `watch
 // NAME`, so the exit status says how it ended.

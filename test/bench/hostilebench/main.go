@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"flag"
+	"io"
 	"fmt"
 	"net"
 	"net/url"
@@ -31,7 +32,7 @@ const goalMiB = 128
 func main() {
 	controls := flag.Int("controls", 64, "control connections a peer holds, each sending 4 MiB of a request it never ends")
 	halfOpen := flag.Int("half-open", 2000, "connections that begin a header and never end it, from 63 loopback addresses")
-	hold := flag.Duration("hold", 3*time.Second, "how long each load is held while sampling")
+	hold := flag.Duration("hold", 12*time.Second, "how long each load is held while sampling: more than twice the proxy's 5 s header timeout, so refused clients come back")
 	flag.Parse()
 	if err := run(*controls, *halfOpen, *hold); err != nil {
 		fmt.Fprintln(os.Stderr, "hostilebench:", err)
@@ -66,10 +67,15 @@ func run(controls, halfOpen int, hold time.Duration) error {
 	if err != nil {
 		return err
 	}
-	peer, err := ca.Issue(filepath.Join(dir, "peer"), "ferry", node("peer"))
-	if err != nil {
-		return err
+	var peers []testpki.Files
+	for i := 0; i < 4; i++ {
+		f, err := ca.Issue(filepath.Join(dir, fmt.Sprintf("peer%d", i)), "ferry", node(fmt.Sprintf("peer%d", i)))
+		if err != nil {
+			return err
+		}
+		peers = append(peers, f)
 	}
+	peer := peers[0]
 	stranger, err := ca.Issue(filepath.Join(dir, "stranger"), "ferry") // names no node
 	if err != nil {
 		return err
@@ -114,15 +120,15 @@ func run(controls, halfOpen int, hold time.Duration) error {
 		return err
 	}
 	if err := measure(fmt.Sprintf("%d control connections, a peer naming no node", controls), "refused before a byte is read",
-		func(stop <-chan struct{}) error { return holdControls(addr, stranger, controls, stop) }); err != nil {
+		func(stop <-chan struct{}) error { return holdControls(addr, []testpki.Files{stranger}, controls, stop) }); err != nil {
 		return err
 	}
 	if err := measure(fmt.Sprintf("%d half-open connections", halfOpen), fmt.Sprintf("%d per address, %d in all, held", proxy.MaxOpeningPerAddr, proxy.MaxOpeningConns),
 		func(stop <-chan struct{}) error { return holdHalfOpen(addr, halfOpen, stop) }); err != nil {
 		return err
 	}
-	if err := measure(fmt.Sprintf("%d control connections, a taken peer", controls), fmt.Sprintf("read %d at a time per peer, %d in all", proxy.MaxReadingPerPeer, proxy.MaxReading),
-		func(stop <-chan struct{}) error { return holdControls(addr, peer, controls, stop) }); err != nil {
+	if err := measure(fmt.Sprintf("%d control connections of 4 taken peers", controls), fmt.Sprintf("large ones read %d at a time per peer, %d in all", proxy.MaxReadingPerPeer, proxy.MaxReading),
+		func(stop <-chan struct{}) error { return holdControls(addr, peers, controls, stop) }); err != nil {
 		return err
 	}
 	if err := ping(addr, peer); err != nil {
@@ -156,39 +162,52 @@ func clientConfig(f testpki.Files) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "ferry", MinVersion: tls.VersionTLS13}, nil
 }
 
-// holdControls opens n control connections and sends 4 MiB of a prepare
-// request on each that never ends, until stop.
-func holdControls(addr string, f testpki.Files, n int, stop <-chan struct{}) error {
-	cfg, err := clientConfig(f)
-	if err != nil {
-		return err
+// holdControls keeps n control connections, spread over the identities,
+// each sending 4 MiB of a prepare request it never ends, opening a new one
+// whenever ferryd closes one, until stop.
+func holdControls(addr string, ids []testpki.Files, n int, stop <-chan struct{}) error {
+	var cfgs []*tls.Config
+	for _, f := range ids {
+		cfg, err := clientConfig(f)
+		if err != nil {
+			return err
+		}
+		cfgs = append(cfgs, cfg)
 	}
 	hb, _ := proxy.Header{Kind: proxy.KindControl}.Encode()
 	body := append([]byte(`{"op":"prepare","migration":"x","domain":"vm","xml":"`), strings.Repeat("a", proxy.MaxControlRequest-100)...)
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := tls.Dial("tcp", addr, cfg)
-			if err != nil {
-				return
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := tls.Dial("tcp", addr, cfgs[i%len(cfgs)])
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				closed := make(chan struct{})
+				go func() {
+					select {
+					case <-stop:
+					case <-closed:
+					}
+					c.Close()
+				}()
+				c.Write(hb)
+				c.Write(body)
+				io.Copy(io.Discard, c) // until ferryd answers and closes, or stop
+				close(closed)
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			c.Write(hb)
-			c.Write(body)
 		}()
 	}
 	<-stop
-	mu.Lock()
-	for _, c := range conns {
-		c.Close()
-	}
-	mu.Unlock()
 	wg.Wait()
 	return nil
 }
