@@ -207,6 +207,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()))
+		if !d.Proxy.TLS() && !d.cfg.MigrationAllowAnyTarget {
+			d.log.Warn("the proxy is plain TCP, so no migration this node drives can name its target node; start ferryd with --migration-allow-any-target to drive migrations from here")
+		}
 	} else {
 		d.log.Info("migration proxy off (no --proxy-listen): observing only")
 	}
