@@ -76,7 +76,11 @@ func allowElement(t xml.StartElement, parent, device, deviceType string, pol Inc
 	typ, _ := attr("type")
 	if parent == "devices" {
 		if !slices.Contains(allowedDevices, name) {
-			return refuse("<devices><%s>: not among the devices an incoming migration may bring (%s)", name, strings.Join(allowedDevices, ", "))
+			el := name
+			if typ != "" {
+				el = fmt.Sprintf("%s type='%s'", name, typ)
+			}
+			return refuse("<devices><%s>: not among the devices an incoming migration may bring (%s)", el, strings.Join(allowedDevices, ", "))
 		}
 		if types, ok := allowedTypes[name]; ok && !slices.Contains(types, typ) {
 			return refuse("<%s type='%s'>: an incoming migration's %s may be of type %s only", name, typ, name, strings.Join(types, ", "))
@@ -163,9 +167,7 @@ func loopback(addr string) bool {
 	return err == nil && a.IsLoopback()
 }
 
-// checkSizes bounds the guest by what the node can hold, and requires a
-// backing chain to be stated: a qcow2 image with no <backingStore> has
-// libvirt follow whatever backing file the image's own header names.
+// checkSizes bounds the guest by what the node can hold.
 func checkSizes(d *libvirtxml.Domain, pol IncomingPolicy) error {
 	if pol.MaxMemoryKiB > 0 {
 		type size struct {
@@ -192,6 +194,13 @@ func checkSizes(d *libvirtxml.Domain, pol IncomingPolicy) error {
 	if pol.MaxVCPUs > 0 && d.VCPU != nil && d.VCPU.Value > pol.MaxVCPUs {
 		return refuse("<vcpu>%d</vcpu>: more than this node's %d CPUs", d.VCPU.Value, pol.MaxVCPUs)
 	}
+	return nil
+}
+
+// checkBackingChains requires a non-raw disk's backing chain to be stated:
+// a qcow2 image with no <backingStore> has libvirt follow whatever backing
+// file the image's own header names.
+func checkBackingChains(d *libvirtxml.Domain) error {
 	if d.Devices == nil {
 		return nil
 	}
@@ -239,7 +248,7 @@ func memoryKiB(v uint, unit string) (uint64, error) {
 		return 0, fmt.Errorf("unknown unit %q", unit)
 	}
 	bytes := uint64(v) * mult
-	if mult != 0 && bytes/mult != uint64(v) {
+	if bytes/mult != uint64(v) {
 		return 0, errors.New("overflows")
 	}
 	return bytes / 1024, nil

@@ -1,13 +1,10 @@
 package libvirtx
 
-import (
-	"encoding/xml"
-	"slices"
-)
+import "encoding/xml"
 
-// Features of a domain an incoming migration may not carry, whatever the
-// paths in them: each either hands the peer a host resource (secrets,
-// host directories, network devices, sockets and devices of the host,
+// Features of a domain an incoming migration may not carry wherever they
+// appear, beside the allowlist of devices and back-ends (incomingallow.go):
+// each hands the peer a host resource (secrets, host directories,
 // scheduling and locked memory, the host's TPM or shared memory) or
 // chooses how the target's QEMU is confined. A guest that needs one is
 // migrated by other means.
@@ -26,25 +23,12 @@ var refusedElements = map[string]string{
 	"shmem":         "host shared memory is not passed through an incoming migration",
 }
 
-var (
-	refusedInterfaces = []string{"direct", "ethernet", "vhostuser", "hostdev"}
-	chardevElements   = []string{"serial", "console", "channel", "parallel", "smartcard", "redirdev"}
-	// A file chardev is let through only under an allowed prefix, which
-	// the path checks see to; pty needs nothing of the host.
-	refusedChardevs = []string{"tcp", "udp", "unix", "pipe", "dev"}
-	refusedInputs   = []string{"evdev", "passthrough"}
-)
-
 // refusedElement says why element t, inside parent, is not accepted, or nil.
 func refusedElement(t xml.StartElement, parent string) error {
 	name := t.Name.Local
-	typ := ""
 	for _, a := range t.Attr {
 		if a.Value == "vhostuser" || a.Value == "vhost-user" {
 			return refuse("<%s %s='%s'>: vhost-user back-ends are host sockets", name, a.Name.Local, a.Value)
-		}
-		if a.Name.Local == "type" {
-			typ = a.Value
 		}
 	}
 	if why, ok := refusedElements[name]; ok {
@@ -55,15 +39,6 @@ func refusedElement(t xml.StartElement, parent string) error {
 		return refuse("<memoryBacking><locked/>: locked guest memory is the target's to grant")
 	case name == "seclabel" && parent != "domain":
 		return refuse("<%s><seclabel>: the target chooses its QEMU's security labels", parent)
-	case name == "interface" && slices.Contains(refusedInterfaces, typ):
-		return refuse("<interface type='%s'>: only network and bridge interfaces are taken", typ)
-	case name == "channel" && typ == "unix":
-		// A guest agent's channel: a socket libvirt makes in its own
-		// directory, checked where its <source> is.
-	case slices.Contains(chardevElements, name) && slices.Contains(refusedChardevs, typ):
-		return refuse("<%s type='%s'>: host sockets and devices are not opened for a peer", name, typ)
-	case name == "input" && slices.Contains(refusedInputs, typ):
-		return refuse("<input type='%s'>: host input devices are not passed through", typ)
 	}
 	return nil
 }

@@ -82,6 +82,9 @@ func checkIncomingXML(domXML, name string, pol IncomingPolicy) (*libvirtxml.Doma
 	if err := checkSizes(d, pol); err != nil {
 		return nil, err
 	}
+	if err := checkBackingChains(d); err != nil {
+		return nil, err
+	}
 	// The typed checks name what they refuse best; the sweep catches what
 	// they do not know, and allows only what is listed.
 	if err := sweepXML(domXML, pol); err != nil {
