@@ -90,9 +90,7 @@ func (c *framedConn) next() error {
 
 // Write notes each call go-libvirt sends, before it can be answered.
 func (c *framedConn) Write(p []byte) (int, error) {
-	c.calls.mu.Lock()
 	c.calls.written(p)
-	c.calls.mu.Unlock()
 	return c.Conn.Write(p)
 }
 

@@ -18,12 +18,12 @@ import (
 
 // Limits from libvirt's remote_protocol.x.
 const (
-	xdrStringMax      = 4 << 20 // REMOTE_STRING_MAX
-	xdrCookieMax      = 4 << 20 // REMOTE_MIGRATE_COOKIE_MAX
-	xdrAuthTypesMax   = 20      // REMOTE_AUTH_TYPE_LIST_MAX
-	xdrDomainListMax  = 16384   // REMOTE_DOMAIN_LIST_MAX
-	xdrDomainStatsMax = 262144  // REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX
-	// Ferry asks only for the state group: two parameters a domain.
+	xdrStringMax     = 4 << 20 // REMOTE_STRING_MAX
+	xdrCookieMax     = 4 << 20 // REMOTE_MIGRATE_COOKIE_MAX
+	xdrAuthTypesMax  = 20      // REMOTE_AUTH_TYPE_LIST_MAX
+	xdrDomainListMax = 16384   // REMOTE_DOMAIN_LIST_MAX
+	// Ferry asks only for the state group: two parameters a domain, far
+	// under libvirt's REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX.
 	xdrStateStatsMax    = 64
 	xdrJobStatsMax      = 64 // REMOTE_DOMAIN_JOB_STATS_MAX
 	xdrFieldMax         = 80 // VIR_TYPED_PARAM_FIELD_LENGTH
@@ -42,7 +42,8 @@ const (
 )
 
 // errDropPacket marks a packet that is skipped, not fatal: an event Ferry
-// did not subscribe to.
+// did not subscribe to, or an answer no call waits for (go-libvirt would
+// drop either).
 var errDropPacket = errors.New("event not subscribed to")
 
 // xdrWalk reads an XDR payload without allocating; the first problem sticks.
@@ -275,6 +276,11 @@ type rpcCalls struct {
 func (r *rpcCalls) expect(serial, proc uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.record(serial, proc)
+}
+
+// record is expect with r.mu held.
+func (r *rpcCalls) record(serial, proc uint32) {
 	if r.calls == nil {
 		r.calls = map[uint32]uint32{}
 	}
@@ -289,8 +295,10 @@ func (r *rpcCalls) take(serial uint32) (uint32, bool) {
 	return proc, ok
 }
 
-// written reads the calls out of bytes go-libvirt writes; r.mu is held.
+// written reads the calls out of bytes go-libvirt writes.
 func (r *rpcCalls) written(b []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for len(b) > 0 {
 		if r.skip > 0 {
 			n := uint32(min(len(b), int(min(r.skip, 1<<30))))
@@ -307,10 +315,7 @@ func (r *rpcCalls) written(b []byte) {
 		h := r.hdr[:]
 		length := binary.BigEndian.Uint32(h[0:4])
 		if binary.BigEndian.Uint32(h[16:20]) == 0 { // a call
-			if r.calls == nil {
-				r.calls = map[uint32]uint32{}
-			}
-			r.calls[binary.BigEndian.Uint32(h[20:24])] = binary.BigEndian.Uint32(h[12:16])
+			r.record(binary.BigEndian.Uint32(h[20:24]), binary.BigEndian.Uint32(h[12:16]))
 		}
 		if length > uint32(len(r.hdr)) {
 			r.skip = length - uint32(len(r.hdr))
