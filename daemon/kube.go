@@ -155,13 +155,16 @@ func (d *Daemon) jobStarted(j migration.Job) {
 	if d.reporter == nil || j.Namespace == "" {
 		return
 	}
-	if uid := d.domainUID(j.Socket, j.Domain); uid != "" {
-		d.uidMu.Lock()
-		if d.uids == nil {
-			d.uids = map[string]string{}
-		}
+	uid := d.domainUID(j.Socket, j.Domain)
+	if uid == "" {
+		return
+	}
+	d.uidMu.Lock()
+	defer d.uidMu.Unlock()
+	// A job that ended while libvirt was asked has had its reportVMI, which
+	// takes the entry under this lock: one kept now would never go.
+	if _, running := d.Tracker.JobByID(j.ID); running {
 		d.uids[j.ID] = uid
-		d.uidMu.Unlock()
 	}
 }
 
