@@ -47,11 +47,20 @@ func TestKubeVirtLaunchers(t *testing.T) {
 		}
 		wantLauncherState(t, src, libvirt.DomainShutoff, int32(libvirt.DomainShutoffMigrated))
 		wantLauncherState(t, dst, libvirt.DomainRunning, int32(libvirt.DomainRunningMigrated))
+		var target migration.Job
 		for _, l := range []*testbed.Launcher{src, dst} {
 			j := waitJob(t, l.Node, l.Domain, "Completed with its VMI", 30*time.Second, func(j migration.Job) bool {
 				return j.Phase == migration.PhaseCompleted && j.VMI != nil
 			})
 			checkLauncherJob(t, j, l, uid)
+			target = j
+		}
+		// The target job's figures are libvirt's own, from the target
+		// launcher's completed-job statistics.
+		done := launcherCompleted(t, dst)
+		if target.DataTotalBytes != done.DataTotal || target.DataProcessedBytes != done.DataProcessed || target.DowntimeMs != done.DowntimeMs {
+			t.Errorf("target job: data %d of %d, downtime %d ms; the target launcher's libvirt: data %d of %d, downtime %d ms",
+				target.DataProcessedBytes, target.DataTotalBytes, target.DowntimeMs, done.DataProcessed, done.DataTotal, done.DowntimeMs)
 		}
 		// A completed migration leaves the VMI as it was.
 		if ok, f := marked(t, getVMI(t, "lpre")); ok {
@@ -191,4 +200,27 @@ func checkLauncherJob(t *testing.T, j migration.Job, l *testbed.Launcher, vmiUID
 	if j.VMI == nil || j.VMI.UID != vmiUID || j.VMI.Namespace != "default" || j.VMI.Name != strings.TrimPrefix(l.Domain, "default_") {
 		t.Errorf("node %s: job's VMI %+v, want UID %s", l.Node, j.VMI, vmiUID)
 	}
+}
+
+// launcherCompleted reads the launcher's completed-job statistics, keeping
+// them for other readers, with the truth checks' own decoding.
+func launcherCompleted(t *testing.T, l *testbed.Launcher) *completedStats {
+	t.Helper()
+	c, err := l.Libvirt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect()
+	dom, err := c.DomainLookupByName(l.Domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, params, err := c.DomainGetJobStats(dom, libvirt.DomainJobStatsCompleted|libvirt.DomainJobStatsKeepCompleted)
+	if err != nil {
+		t.Fatalf("completed-job statistics of %s in launcher %s: %v", l.Domain, l.PodUID, err)
+	}
+	if typ == int32(libvirt.DomainJobNone) {
+		t.Fatalf("%s in launcher %s: libvirt kept no completed-job statistics", l.Domain, l.PodUID)
+	}
+	return decodeStats(typ, params)
 }

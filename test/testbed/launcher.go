@@ -71,8 +71,6 @@ type Launcher struct {
 	// host has it, else libvirtd (Debian ships no virtqemud; the RPC is the
 	// same, and its socket is given virtqemud-sock's name too).
 	Daemon string
-	// PID is the daemon's.
-	PID int
 
 	bed    *Bed
 	podDir string // the pod's directory as the root namespace sees it
@@ -149,6 +147,9 @@ func (b *Bed) StartLauncher(ctx context.Context, s LauncherSpec) (*Launcher, err
 }
 
 func (l *Launcher) volume(name string) string { return filepath.Join(l.podDir, emptyDirs, name) }
+
+// PID is the launcher's libvirt daemon's, whose namespaces are the pod's.
+func (l *Launcher) PID() int { return l.daemon.PID }
 
 // hostSocket is the launcher's socket from the root namespace, where the
 // bed itself dials it.
@@ -312,7 +313,6 @@ exec setpriv --reuid=%[6]d --regid=%[7]d --clear-groups env -i PATH=/usr/sbin:/u
 	if l.daemon, err = spawn(logPath, argv...); err != nil {
 		return err
 	}
-	l.PID = l.daemon.PID
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	own := filepath.Join(l.volume("libvirt-runtime"), l.Daemon+"-sock")

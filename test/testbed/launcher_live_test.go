@@ -50,7 +50,7 @@ func TestLiveLaunchers(t *testing.T) {
 	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o700 || st.Uid != 107 || st.Gid != 107 {
 		t.Errorf("launcher socket: %v owned %d:%d, want a socket 0700 owned 107:107", fi.Mode(), st.Uid, st.Gid)
 	}
-	if owner := procUID(t, src.PID); owner != 107 {
+	if owner := procUID(t, src.PID()); owner != 107 {
 		t.Errorf("the launcher's %s runs as uid %d, want 107", src.Daemon, owner)
 	}
 	pidfile := filepath.Join(src.volume("libvirt-runtime"), "qemu", "run", src.Domain+".pid")

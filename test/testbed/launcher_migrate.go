@@ -55,13 +55,13 @@ func (b *Bed) MigrateLauncher(ctx context.Context, m LauncherMigration) error {
 	owned := fmt.Sprintf(",fork,unlink-early,user=%d,group=%d,mode=0700", launcherUID, launcherGID)
 	libvirtSock, memSock := launcherLibvirtProxy(src.VMIUID), launcherMemoryProxy(src.VMIUID)
 	specs := []relaySpec{
-		{node: dst.Node, nsPID: dst.PID, listen: fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.RPCPort, dstIP),
+		{node: dst.Node, nsPID: dst.PID(), listen: fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.RPCPort, dstIP),
 			connect: "UNIX-CONNECT:" + filepath.Join(launcherRuntime, "virtqemud-sock"), ready: tcpListening(r.RPCPort)},
-		{node: dst.Node, nsPID: dst.PID, listen: fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.MigPort, dstIP),
+		{node: dst.Node, nsPID: dst.PID(), listen: fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", r.MigPort, dstIP),
 			connect: "UNIX-CONNECT:" + memSock, ready: tcpListening(r.MigPort)},
-		{node: src.Node, nsPID: src.PID, listen: "UNIX-LISTEN:" + libvirtSock + owned,
+		{node: src.Node, nsPID: src.PID(), listen: "UNIX-LISTEN:" + libvirtSock + owned,
 			connect: fmt.Sprintf("TCP:%s:%d", dstIP, r.RPCPort), ready: unixListening(libvirtSock)},
-		{node: src.Node, nsPID: src.PID, listen: "UNIX-LISTEN:" + memSock + owned,
+		{node: src.Node, nsPID: src.PID(), listen: "UNIX-LISTEN:" + memSock + owned,
 			connect: fmt.Sprintf("TCP:%s:%d", dstIP, r.MigPort), ready: unixListening(memSock)},
 	}
 	for _, s := range specs {

@@ -192,24 +192,20 @@ func TestMarkChecksTheUIDWhenKnown(t *testing.T) {
 	before := migratingVMI(t, ctx, ns, "vm1")
 	r := reporter(t, "node-a", t.TempDir())
 	m := postCopyMark(ns, "vm1", "node-a", "source")
-	m.UID = "00000000-0000-4000-8000-00000000dead"
-	r.Report(m)
-	runUntilDone(t, ctx, r)
-	if d := r.Delivered(); d["uid_mismatch"] != 1 {
-		t.Errorf("outcomes %v, want uid_mismatch", d)
-	}
-	if l := getVMI(t, ctx, ns, "vm1").GetLabels(); l[kubevirt.IrrecoverableLabel] != "" {
-		t.Errorf("a VMI of another UID was marked: %v", l)
-	}
-	m.UID = ""
-	m.Detected = m.Detected.Add(time.Second)
-	r.Report(m)
-	runUntilDone(t, ctx, r)
-	if d := r.Delivered(); d["no_vmi_uid"] != 1 {
-		t.Errorf("outcomes %v, want no_vmi_uid", d)
-	}
-	if l := getVMI(t, ctx, ns, "vm1").GetLabels(); l[kubevirt.IrrecoverableLabel] != "" {
-		t.Errorf("a VMI was marked by name alone: %v", l)
+	for _, c := range []struct{ uid, outcome string }{
+		{"00000000-0000-4000-8000-00000000dead", "uid_mismatch"}, // a VMI of another UID
+		{"", "no_vmi_uid"}, // by name alone
+	} {
+		m.UID = c.uid
+		m.Detected = m.Detected.Add(time.Second)
+		r.Report(m)
+		runUntilDone(t, ctx, r)
+		if d := r.Delivered(); d[c.outcome] != 1 {
+			t.Errorf("domain UID %q: outcomes %v, want %s", c.uid, d, c.outcome)
+		}
+		if l := getVMI(t, ctx, ns, "vm1").GetLabels(); l[kubevirt.IrrecoverableLabel] != "" {
+			t.Errorf("domain UID %q: the VMI was marked: %v", c.uid, l)
+		}
 	}
 	m.UID = string(before.GetUID())
 	m.Detected = m.Detected.Add(time.Second)
