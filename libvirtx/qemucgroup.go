@@ -1,7 +1,6 @@
 package libvirtx
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -39,16 +38,19 @@ type CgroupThrottling struct {
 }
 
 // QEMUCgroups reads QEMU processes' cgroup CPU figures on this host, for
-// cgroup v1 and v2 alike. It finds a domain's QEMU by its "-name guest=NAME"
-// argument in /proc, which needs the host PID namespace (hostPID in a
-// DaemonSet). The cgroup found is kept while the QEMU process lives, so a
-// sample reads the CPU controller's files and nothing else.
+// cgroup v1 and v2 alike. It finds a domain's QEMU from libvirt's pid file
+// (QEMUPID), which needs the host PID namespace (hostPID in a DaemonSet).
+// The cgroup found is kept while libvirt names the same QEMU, so a sample
+// reads the pid file's lock and the CPU controller's files and nothing else.
 type QEMUCgroups struct {
 	Proc string // default /proc
 
 	mu     sync.Mutex
-	groups map[string]*cpuGroup // by domain
+	groups map[groupKey]*cpuGroup
 }
+
+// groupKey: two launchers may run domains of one name.
+type groupKey struct{ socket, domain string }
 
 // cpuGroup is a QEMU process and the cgroup that holds all its threads.
 type cpuGroup struct {
@@ -64,9 +66,10 @@ type cpuGroup struct {
 	procUsage bool
 }
 
-// ReadCPU returns the CPU figures of the named domain's QEMU process.
-func (q *QEMUCgroups) ReadCPU(domain string) (QEMUCPU, error) {
-	g, err := q.group(domain)
+// ReadCPU returns the CPU figures of the QEMU process that the libvirt
+// daemon behind socket runs for domain.
+func (q *QEMUCgroups) ReadCPU(socket, domain string) (QEMUCPU, error) {
+	g, err := q.group(socket, domain)
 	if err != nil {
 		return QEMUCPU{}, err
 	}
@@ -173,45 +176,41 @@ func (q *QEMUCgroups) proc() string {
 	return q.Proc
 }
 
-// group returns the domain's QEMU cgroup, found again only when the QEMU
-// process it was found for is gone.
-func (q *QEMUCgroups) group(domain string) (*cpuGroup, error) {
+// group returns the domain's QEMU cgroup, found again only when libvirt
+// names another QEMU for it.
+func (q *QEMUCgroups) group(socket, domain string) (*cpuGroup, error) {
+	pid, err := QEMUPID(socket, domain)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.groups == nil {
-		q.groups = map[string]*cpuGroup{}
+		q.groups = map[groupKey]*cpuGroup{}
 	}
-	if g, ok := q.groups[domain]; ok && isQEMUOf(q.proc(), g.pid, domain) {
+	key := groupKey{socket, domain}
+	if err != nil {
+		delete(q.groups, key)
+		return nil, err
+	}
+	if g, ok := q.groups[key]; ok && g.pid == pid {
 		return g, nil
 	}
-	delete(q.groups, domain)
-	pid, err := q.findPID(domain)
-	if err != nil {
-		return nil, err
-	}
+	q.forgetExited()
 	g, err := loadCPUGroup(q.proc(), pid)
 	if err != nil {
+		delete(q.groups, key)
 		return nil, err
 	}
-	q.groups[domain] = g
+	q.groups[key] = g
 	return g, nil
 }
 
-func (q *QEMUCgroups) findPID(domain string) (int, error) {
-	entries, err := os.ReadDir(q.proc())
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if isQEMUOf(q.proc(), pid, domain) {
-			return pid, nil
+// forgetExited drops the groups of QEMUs that have exited (a source after
+// its migration), which are never read again; held with q.mu.
+func (q *QEMUCgroups) forgetExited() {
+	for k, g := range q.groups {
+		if _, err := os.Stat(filepath.Join(q.proc(), strconv.Itoa(g.pid))); errors.Is(err, os.ErrNotExist) {
+			delete(q.groups, k)
 		}
 	}
-	return 0, fmt.Errorf("no QEMU process for domain %q in %s (ferryd needs the host PID namespace)", domain, q.proc())
 }
 
 // loadCPUGroup opens the cgroup holding all of pid's threads, with only the
@@ -341,24 +340,6 @@ func cpuSubsystems() ([]cgroup1.Subsystem, error) {
 		}
 	}
 	return out, nil
-}
-
-// isQEMUOf matches libvirt's "-name guest=NAME,..." argument; commas in
-// domain names are doubled on QEMU's command line.
-func isQEMUOf(proc string, pid int, domain string) bool {
-	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
-	if err != nil {
-		return false
-	}
-	args := bytes.Split(b, []byte{0})
-	want := "guest=" + strings.ReplaceAll(domain, ",", ",,")
-	for i := 0; i+1 < len(args); i++ {
-		if string(args[i]) == "-name" {
-			v := string(args[i+1])
-			return v == want || strings.HasPrefix(v, want+",")
-		}
-	}
-	return false
 }
 
 // machineGroup: libvirt moves QEMU's main thread into an "emulator" child

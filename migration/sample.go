@@ -126,7 +126,7 @@ func (s *sampler) sample(ctx context.Context, ref libvirt.Domain) []action {
 	}
 	var cpu *libvirtx.QEMUCPU
 	if active && t.cfg.CPU != nil {
-		if r, cerr := t.cfg.CPU.ReadCPU(ref.Name); cerr == nil {
+		if r, cerr := t.cfg.CPU.ReadCPU(c.Socket(), ref.Name); cerr == nil {
 			cpu = &r
 		} else {
 			defer t.noteCPUError(c.Socket(), ref.Name, cerr)

@@ -17,7 +17,7 @@ import (
 
 // CPUReader reads the QEMU process's cgroup CPU figures of a domain.
 type CPUReader interface {
-	ReadCPU(domain string) (libvirtx.QEMUCPU, error)
+	ReadCPU(socket, domain string) (libvirtx.QEMUCPU, error)
 }
 
 // Config tunes the tracker; zero values take the defaults.

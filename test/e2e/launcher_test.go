@@ -40,6 +40,10 @@ func TestKubeVirtLaunchers(t *testing.T) {
 
 	t.Run("pre-copy", func(t *testing.T) {
 		src, dst, uid := launcherPair(t, "lpre", testbed.LauncherSpec{MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 8})
+		qemuPID, err := src.QEMUPID()
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		if err := bed.MigrateLauncher(ctx, testbed.LauncherMigration{From: src, To: dst, BandwidthMiBs: 32}); err != nil {
@@ -70,6 +74,10 @@ func TestKubeVirtLaunchers(t *testing.T) {
 		ctlJSON(t, "a", &src0, "job", src.Domain)
 		if src0.Iteration < 1 || src0.DataTotalBytes == 0 || src0.DataProcessedBytes == 0 {
 			t.Errorf("the source job carries no figures from libvirt's job statistics: iteration %d, data %d of %d", src0.Iteration, src0.DataProcessedBytes, src0.DataTotalBytes)
+		}
+		// The launcher's QEMU is found from its session daemon's pid file.
+		if q := src0.QEMU; q == nil || q.PID != qemuPID || q.CPUUsageSeconds <= 0 {
+			t.Errorf("no CPU figures of the launcher's QEMU (pid %d) on the source job: %+v", qemuPID, q)
 		}
 		t.Run("a hostile socket beside it", func(t *testing.T) { testHostileSocket(t, src) })
 	})

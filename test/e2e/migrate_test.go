@@ -70,6 +70,10 @@ func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	qemuPID, err := bed.QEMUPID("a", "dirty")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -95,8 +99,8 @@ func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
 		t.Fatalf("not enough figures: guest printed %d rates, ferry sampled %d dirty rates (%d samples, %d iterations)",
 			len(guestRates), len(ferryRates), len(src.Samples), src.Iteration)
 	}
-	if q := src.QEMU; q == nil || q.PID == 0 || q.CPUUsageSeconds <= 0 {
-		t.Errorf("no QEMU cgroup CPU figures on the source job: %+v", src.QEMU)
+	if q := src.QEMU; q == nil || q.PID != qemuPID || q.CPUUsageSeconds <= 0 {
+		t.Errorf("no QEMU cgroup CPU figures of libvirt's QEMU (pid %d) on the source job: %+v", qemuPID, src.QEMU)
 	} else {
 		t.Logf("source QEMU (pid %d, cgroup %s): %.1f CPU-seconds during the job, %.0f%% of a core at the end, throttled %.1fs",
 			q.PID, q.CgroupPath, q.CPUUsageSeconds, q.CPUPercent, q.ThrottledSeconds)

@@ -93,6 +93,7 @@ func cleanup(ctx context.Context, cfg Config) error {
 			keep(p.stop(5 * time.Second))
 		}
 	}
+	keep(removeLeftoverPodCgroups())
 	keep(deleteNetwork(ctx))
 	_ = os.Remove(statePath(cfg.Dir))
 	return errors.Join(errs...)

@@ -26,7 +26,8 @@
 // inside the node), kubelet (the node's /var/lib/kubelet, where virt-launcher
 // pods live: see StartLauncher); lib/images holds the guests' kernel and initrd, as
 // /var/lib/libvirt/images), kvm (a stock root:kvm 0660 /dev/kvm when the
-// host's is not), sock (libvirt-sock, ferry.sock) and the logs
+// host's is not), sock (ferry.sock; libvirtd's socket is run/libvirt/libvirt-sock,
+// its /run/libvirt/libvirt-sock) and the logs
 // libvirtd.log, libvirtd.out, ferryd.log, holder.log. A guest's console is
 // <node>/run/consoles/console-<guest>.log. Down keeps the files for post-mortems;
 // the next Up removes all but the QEMU capabilities cache.

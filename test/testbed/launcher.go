@@ -74,6 +74,8 @@ type Launcher struct {
 
 	bed    *Bed
 	podDir string // the pod's directory as the root namespace sees it
+	// cgroups hold the pod's processes (see podCgroups).
+	cgroups []string
 	daemon proc
 }
 
@@ -290,7 +292,12 @@ func chownTree(root string, uid, gid int) error {
 // where the emptyDirs sit at KubeVirt's paths and /etc/passwd is the
 // image's, and waits until it answers on its socket.
 func (l *Launcher) start(ctx context.Context) error {
+	var err error
+	if l.cgroups, err = podCgroups(l.PodUID); err != nil {
+		return err
+	}
 	script := fmt.Sprintf(`set -e
+for g in %[11]s; do echo $$ > $g/cgroup.procs; done
 mkdir -p %[2]s %[3]s %[4]s
 mount --bind %[1]s/libvirt-runtime %[2]s
 mount --bind %[1]s/public %[3]s
@@ -304,7 +311,7 @@ exec setpriv --reuid=%[6]d --regid=%[7]d --clear-groups env -i PATH=/usr/sbin:/u
   HOME=%[4]s/home XDG_RUNTIME_DIR=/var/run XDG_CONFIG_HOME=%[4]s/config XDG_CACHE_HOME=%[8]s \
   %[9]s -f %[4]s/libvirtd.conf
 `, filepath.Join(l.podDir, emptyDirs), launcherRuntime, launcherPublic, launcherPrivate, l.podDir,
-		launcherUID, launcherGID, launcherCacheInNode, l.Daemon, strings.Join(launcherDevices, " "))
+		launcherUID, launcherGID, launcherCacheInNode, l.Daemon, strings.Join(launcherDevices, " "), strings.Join(l.cgroups, " "))
 	argv, err := l.bed.nsenter(l.Node, "unshare", "-m", "--propagation", "private", "sh", "-c", script)
 	if err != nil {
 		return err
@@ -450,18 +457,30 @@ func (l *Launcher) Stop() error {
 	if l.daemon.PID != 0 {
 		errs = append(errs, l.daemon.stop(15*time.Second))
 	}
-	errs = append(errs, os.RemoveAll(l.podDir))
+	errs = append(errs, os.RemoveAll(l.podDir), removePodCgroups(l.cgroups))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("testbed: stopping launcher %s on node %s: %w", l.PodUID, l.Node, err)
 	}
 	return nil
 }
 
-// killQEMU kills the launcher's QEMU, found from the pidfile its session
-// daemon keeps in the pod's runtime directory.
-func (l *Launcher) killQEMU() {
+// qemu is the launcher's QEMU, found from the pidfile its session daemon
+// keeps in the pod's runtime directory.
+func (l *Launcher) qemu() (proc, bool) {
 	pidfile := filepath.Join(l.volume("libvirt-runtime"), "qemu", "run", l.Domain+".pid")
-	if p, ok := pidFileProc(pidfile, "qemu-system", "guest="+l.Domain); ok {
+	return pidFileProc(pidfile, "qemu-system", "guest="+l.Domain)
+}
+
+// QEMUPID is the process ID of the launcher's QEMU.
+func (l *Launcher) QEMUPID() (int, error) {
+	if p, ok := l.qemu(); ok && p.alive() {
+		return p.PID, nil
+	}
+	return 0, fmt.Errorf("testbed: launcher %s on node %s runs no QEMU", l.PodUID, l.Node)
+}
+
+func (l *Launcher) killQEMU() {
+	if p, ok := l.qemu(); ok {
 		p.signal(syscall.SIGKILL)
 		p.waitGone(5 * time.Second)
 	}

@@ -45,7 +45,10 @@ func newNode(cfg Config, d nodeDef) *Node {
 	return &Node{
 		Name:          d.name,
 		IP:            d.ip,
-		LibvirtSocket: filepath.Join(dir, "sock", "libvirt-sock"),
+		// libvirtd's socket stays in its runtime directory (the node's
+		// /run/libvirt), beside the QEMU pid files ferryd reads, as on a
+		// stock host.
+		LibvirtSocket: filepath.Join(dir, "run", "libvirt", "libvirt-sock"),
 		DebugSocket:   filepath.Join(dir, "sock", "ferry.sock"),
 		MetricsAddr:   metricsAddr,
 		ProxyAddr:     fmt.Sprintf("%s:%d", d.ip, ProxyPort),
@@ -72,8 +75,7 @@ func prepareNodeDir(cfg Config, d nodeDef) error {
 		}
 	}
 	files := map[string]string{
-		"libvirtd.conf": fmt.Sprintf(`unix_sock_dir = "%[1]s/sock"
-unix_sock_group = "root"
+		"libvirtd.conf": fmt.Sprintf(`unix_sock_group = "root"
 unix_sock_ro_perms = "0777"
 unix_sock_rw_perms = "0770"
 auth_unix_ro = "none"
