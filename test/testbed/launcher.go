@@ -76,7 +76,7 @@ type Launcher struct {
 	podDir string // the pod's directory as the root namespace sees it
 	// cgroups hold the pod's processes (see podCgroups).
 	cgroups []string
-	daemon proc
+	daemon  proc
 }
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

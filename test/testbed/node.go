@@ -43,8 +43,8 @@ const ProxyPort = 9475
 func newNode(cfg Config, d nodeDef) *Node {
 	dir := filepath.Join(cfg.Dir, d.name)
 	return &Node{
-		Name:          d.name,
-		IP:            d.ip,
+		Name: d.name,
+		IP:   d.ip,
 		// libvirtd's socket stays in its runtime directory (the node's
 		// /run/libvirt), beside the QEMU pid files ferryd reads, as on a
 		// stock host.
