@@ -151,6 +151,12 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reason, err.Error()))
 		return
 	}
+	releaseSlot, err := p.takeControlSlot(peer, raw)
+	if err != nil {
+		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reasonTooManyFromPeer, err.Error()))
+		return
+	}
+	defer releaseSlot()
 	c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	lr := &limitedReader{r: c, n: MaxControlRequest}
 	// A request past readGate (a prepare's domain XML) waits for a reading
@@ -185,6 +191,10 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 	} else {
 		gr.release()
 		c.SetReadDeadline(time.Time{})
+		if req.Op == OpFinish {
+			// It may wait as long as its migration runs.
+			releaseSlot()
+		}
 		resp = p.control(raw, c, req, peer)
 	}
 	p.answer(c, req, resp)

@@ -56,11 +56,7 @@ func (g *gatedReader) release() {
 // startReading waits, until deadline, for a slot to read a large request
 // of the peer in; release gives it back, once.
 func (p *Proxy) startReading(peer Peer, raw net.Conn, deadline time.Time) (release func(), err error) {
-	key := peer.owner()
-	if key == "" {
-		// No TLS: the address is all there is to tell peers apart.
-		key = "addr:" + remoteAddr(raw).String()
-	}
+	key := peerKey(peer, raw)
 	for {
 		p.readingMu.Lock()
 		if p.readingBy == nil {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -23,20 +24,63 @@ func TestIncomingMigrationsAreCapped(t *testing.T) {
 	}
 }
 
-func TestControlConnectionsAreCapped(t *testing.T) {
-	dst := startNode(t, nil)
+// holdControls opens n control connections from addr that send their
+// header and never their request.
+func holdControls(t *testing.T, to string, from net.IP, n int) {
+	t.Helper()
 	hb, _ := Header{Kind: KindControl}.Encode()
-	for range MaxControlConns {
-		c, err := net.Dial("tcp", dst.addr)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
+	for range n {
+		c, err := d.Dial("tcp", to)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		c.Write(hb) // and never the request
+		t.Cleanup(func() { c.Close() })
+		c.Write(hb)
+	}
+}
+
+func controlFrom(t *testing.T, to string, from net.IP) ControlResponse {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
+	c, err := d.Dial("tcp", to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hb, _ := Header{Kind: KindControl}.Encode()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write(append(hb, `{"op":"cancel","migration":"x","domain":"vm"}`...))
+	var resp ControlResponse
+	json.NewDecoder(c).Decode(&resp)
+	return resp
+}
+
+func TestControlConnectionsAreCapped(t *testing.T) {
+	dst := startNode(t, nil)
+	for i := range MaxControlConns / MaxControlConnsPerPeer {
+		holdControls(t, dst.addr, net.IPv4(127, 0, 1, byte(i+1)), MaxControlConnsPerPeer)
 	}
 	waitMetric(t, func() bool { return dst.p.controls.Load() == MaxControlConns })
-	if resp := rawControl(t, dst.addr, []byte(`{"op":"cancel","migration":"x","domain":"vm"}`)); resp.Reason != reasonTooManyControls {
+	if resp := controlFrom(t, dst.addr, net.IPv4(127, 0, 2, 1)); resp.Reason != reasonTooManyControls {
 		t.Fatalf("control connection past the cap answered %+v, want %s", resp, reasonTooManyControls)
+	}
+}
+
+// One peer's slow requests take its own share of the control connections,
+// not the others'.
+func TestOnePeerHoldsItsShareOfControlConnections(t *testing.T) {
+	dst := startNode(t, nil)
+	greedy, other := net.IPv4(127, 0, 1, 1), net.IPv4(127, 0, 1, 2)
+	holdControls(t, dst.addr, greedy, MaxControlConnsPerPeer)
+	waitMetric(t, func() bool { return dst.p.controls.Load() == MaxControlConnsPerPeer })
+	if resp := controlFrom(t, dst.addr, greedy); resp.Reason != reasonTooManyFromPeer || !strings.Contains(resp.Error, "8 control connections") {
+		t.Fatalf("the greedy peer's next control connection answered %+v, want %s", resp, reasonTooManyFromPeer)
+	}
+	// Another peer is heard: its cancel of an unknown migration is refused
+	// for that, not for want of a connection.
+	if resp := controlFrom(t, dst.addr, other); resp.Reason == reasonTooManyFromPeer || resp.Reason == reasonTooManyControls || resp.Reason == "" {
+		t.Fatalf("another peer's control request answered %+v", resp)
 	}
 }
 
@@ -160,5 +204,40 @@ func TestSmallRequestsNeverWaitForAReadingSlot(t *testing.T) {
 	resp := rawControl(t, dst.addr, append(big, `"}`...))
 	if resp.Reason != reasonTooManyReading || !strings.Contains(resp.Error, "waited for one to end") {
 		t.Errorf("a large request while every slot is held: %+v", resp)
+	}
+}
+
+// Finishes waiting on their migrations do not count against the peer's
+// share: with one held for each of more migrations than the share, the
+// same peer still prepares and cancels.
+func TestHeldFinishesLeaveThePeerItsControlConnections(t *testing.T) {
+	src, dst := startNode(t, nil), startNode(t, nil)
+	hold := make(chan struct{})
+	defer close(hold)
+	dst.in.mu.Lock()
+	dst.in.finishHold = hold
+	dst.in.mu.Unlock()
+	n := MaxControlConnsPerPeer + 2
+	for i := range n {
+		id, dom := fmt.Sprintf("held%d", i), fmt.Sprintf("vm%d", i)
+		prepareAs(t, src, dst, id, dom, 0, false)
+		sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sm.Close("test done")
+		roundTrip(t, sm.Paths[KindMemory], 1024)
+		go src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: id, Domain: dom})
+	}
+	waitMetric(t, func() bool {
+		dst.in.mu.Lock()
+		defer dst.in.mu.Unlock()
+		return len(dst.in.finished) == n
+	})
+	if resp := prepareAs(t, src, dst, "more", "vm-more", 0, false); resp.Error != "" {
+		t.Fatalf("a prepare behind %d held finishes: %+v", n, resp)
+	}
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "more", Domain: "vm-more"}); err != nil {
+		t.Fatalf("a cancel behind %d held finishes: %v", n, err)
 	}
 }

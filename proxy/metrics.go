@@ -19,6 +19,7 @@ const (
 	reasonTooManyIncoming  = "too_many_migrations"
 	reasonTooManyOpening   = "too_many_opening_connections"
 	reasonTooManyReading   = "too_many_requests_being_read"
+	reasonTooManyFromPeer  = "too_many_control_connections_from_peer"
 	// A peer whose certificate names no node, where one is required; one
 	// that names a node badly; one that is not the node that prepared the
 	// migration it names.
@@ -37,7 +38,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	ReasonUnknownMigration, "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
-	reasonTooManyOpening, reasonTooManyReading, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
+	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
 	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable"}
 
 type metrics struct {

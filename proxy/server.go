@@ -137,6 +137,9 @@ type Proxy struct {
 	stopErr  error
 
 	controls atomic.Int32 // control connections being served
+	// controlBy counts them by peer while their requests are in progress.
+	controlMu sync.Mutex
+	controlBy map[string]int
 	// opening counts connections still in their TLS handshake or header:
 	// each holds a goroutine until the header deadline. Per address too,
 	// so one address cannot take every slot from the peers.
