@@ -34,7 +34,7 @@ unit:
 # XML, the proxy's headers, mark files. A short run of each in make test, a
 # long one in make fuzz; a crasher lands in the package's testdata/fuzz and
 # becomes a regression test.
-FUZZ_TARGETS := libvirtx:FuzzCheckPacket libvirtx:FuzzIncomingXML proxy:FuzzReadHeader migration/kubevirt:FuzzStoreLoad
+FUZZ_TARGETS := libvirtx:FuzzCheckPacket libvirtx:FuzzReplyDecodedByGoLibvirt libvirtx:FuzzIncomingXML proxy:FuzzReadHeader proxy:FuzzControlRequest daemon:FuzzDebugAPI migration:FuzzLedgerLoad migration/kubevirt:FuzzStoreLoad migration/kubevirt:FuzzVMIObject
 FUZZTIME ?= 5m
 
 fuzz:

@@ -17,10 +17,10 @@ import (
 	"go.uber.org/zap"
 )
 
-func startDaemon(t *testing.T) (*Daemon, *http.Client) { return startDaemonWith(t, nil) }
+func startDaemon(t testing.TB) (*Daemon, *http.Client) { return startDaemonWith(t, nil) }
 
 // startDaemonWith starts a daemon whose configuration tweak may change.
-func startDaemonWith(t *testing.T, tweak func(*Config)) (*Daemon, *http.Client) {
+func startDaemonWith(t testing.TB, tweak func(*Config)) (*Daemon, *http.Client) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := Config{

@@ -16,6 +16,9 @@ import (
 const (
 	procConnectOpen        = 1
 	procConnectClose       = 2
+	procDomainGetXMLDesc   = 14
+	procDomainGetState     = 212
+	procConnectListAll     = 273
 	procDomainGetMaxMemory = 17
 	procAuthList           = 66
 	procGetLibVersion      = 157

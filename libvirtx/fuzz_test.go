@@ -1,7 +1,12 @@
 package libvirtx
 
 import (
+	"context"
+	"runtime"
 	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
 )
 
 // Packets from whatever serves a socket in the launcher glob: the check
@@ -37,6 +42,65 @@ func FuzzIncomingXML(f *testing.F) {
 		}
 		if again != canon {
 			t.Fatalf("the canonical form changed on a second pass:\n%s\n---\n%s", canon, again)
+		}
+	})
+}
+
+// Replies that pass the check are decoded by go-libvirt through ferryd's
+// own calls: whatever the body, the call ends (a value or an error), and
+// decoding allocates in proportion to the reply, not to a count it claims.
+func FuzzReplyDecodedByGoLibvirt(f *testing.F) {
+	f.Add(uint8(0), be32(0, 0x7fffffff))
+	f.Add(uint8(0), append(be32(3, 1, 4), append([]byte("type"), be32(1, 2)...)...))
+	f.Add(uint8(1), append(be32(1), append(domainXDR("vm"), be32(0)...)...))
+	f.Add(uint8(2), be32(1, 1))
+	f.Add(uint8(3), be32(5, 0x3c78783e, 0))
+	calls := []struct {
+		proc uint32
+		call func(context.Context, *Conn) error
+	}{
+		{procDomainGetJobStats, func(ctx context.Context, c *Conn) error {
+			_, err := c.JobStats(ctx, libvirt.Domain{Name: "vm"}, false)
+			return err
+		}},
+		{procConnectListAll, func(ctx context.Context, c *Conn) error {
+			_, err := c.Domains(ctx)
+			return err
+		}},
+		{procDomainGetState, func(ctx context.Context, c *Conn) error {
+			_, _, err := c.DomainState(ctx, libvirt.Domain{Name: "vm"})
+			return err
+		}},
+		{procDomainGetXMLDesc, func(ctx context.Context, c *Conn) error {
+			_, err := c.DomainXML(ctx, libvirt.Domain{Name: "vm"})
+			return err
+		}},
+	}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		call := calls[int(which)%len(calls)]
+		fl := newFakeLibvirt(t, "")
+		fl.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+			if proc == call.proc {
+				return body, nil, true
+			}
+			return nil, nil, false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := Dial(ctx, fl.path, 2*time.Second)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		defer c.Close()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err = call.call(ctx, c)
+		runtime.ReadMemStats(&after)
+		if ctx.Err() != nil {
+			t.Fatalf("procedure %d: the call did not end: %v", call.proc, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20+64*uint64(len(body)) {
+			t.Fatalf("procedure %d: decoding a %d-byte reply allocated %d bytes (err %v)", call.proc, len(body), grew, err)
 		}
 	})
 }

@@ -1,9 +1,13 @@
 package kubevirt
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Pending mark files, as a crash or a disk left them: never a panic, and
@@ -28,6 +32,40 @@ func FuzzStoreLoad(f *testing.F) {
 			if err := m.validate(); err != nil || checkID(m.ID) != nil || m.ID != name {
 				t.Fatalf("took %+v from %s.json: %v", m, name, err)
 			}
+		}
+	})
+}
+
+// VMI objects as the API server hands them over, whoever wrote their
+// status and metadata: reading one never panics, and a mark's patch is
+// JSON that leaves the VMI marked by that mark.
+func FuzzVMIObject(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","metadata":{"name":"vm1","namespace":"default","uid":"u","resourceVersion":"7"},"status":{"activePods":{"p":"a"},"migrationState":{"migrationUid":"m","completed":"yes"},"conditions":[{"type":"EvictionRequested","status":"True"},7]}}`))
+	f.Add([]byte(`{"metadata":{"annotations":{"ferry-vm.io/migration-failure":"{\"node\":1}"}},"status":{"migrationState":[]}}`))
+	f.Add([]byte(`{"metadata":{"labels":{"ferry-vm.io/migration-irrecoverable":"true"}},"status":null}`))
+	m := &Mark{Namespace: "default", Name: "vm1", Node: "b", Role: "target", Detected: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), Reason: "cut"}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			return
+		}
+		infoFrom(u)
+		patch, done, err := irrecoverablePatch(u, m)
+		if err != nil || done {
+			return
+		}
+		var applied unstructured.Unstructured
+		var p struct {
+			Metadata struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(patch, &p); err != nil {
+			t.Fatalf("patch is not JSON: %v: %s", err, patch)
+		}
+		applied.SetAnnotations(p.Metadata.Annotations)
+		if !markedBy(&applied, m) {
+			t.Fatalf("the patch %s does not read back as the mark's", patch)
 		}
 	})
 }
