@@ -118,7 +118,7 @@ func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
-	j, err := d.Tracker.JobByName(r.PathValue("domain"))
+	j, err := d.Tracker.JobByName(r.URL.Query().Get("socket"), r.PathValue("domain"))
 	switch {
 	case errors.Is(err, migration.ErrAmbiguous):
 		writeError(w, http.StatusConflict, err.Error())
@@ -139,9 +139,9 @@ func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {
 }
 
 // watch streams job updates as NDJSON, one Job per line, optionally for one
-// domain (?domain=NAME).
+// domain (?domain=NAME) or socket (?socket=PATH).
 func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
-	domain := r.URL.Query().Get("domain")
+	domain, socket := r.URL.Query().Get("domain"), r.URL.Query().Get("socket")
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, http.StatusInternalServerError, "streaming unsupported")
@@ -153,7 +153,7 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	updates := d.Tracker.Watch(r.Context())
 	for j := range updates {
-		if domain != "" && j.Domain != domain {
+		if domain != "" && j.Domain != domain || socket != "" && j.Socket != socket {
 			continue
 		}
 		if err := enc.Encode(d.forAPI(j)); err != nil {
@@ -169,7 +169,7 @@ func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 
 // abortFunc is Tracker.Abort, or a stand-in where no libvirt can put a job
 // in post-copy.
-type abortFunc func(ctx context.Context, domain string, force bool) (migration.AbortResult, error)
+type abortFunc func(ctx context.Context, socket, domain string, force bool) (migration.AbortResult, error)
 
 // abortHandler serves POST /v1/jobs/{domain}/abort[?force=1]. Force is a
 // query parameter rather than a body so the bodiless request that aborts a
@@ -183,7 +183,7 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		defer cancel()
-		res, err := abort(ctx, r.PathValue("domain"), force)
+		res, err := abort(ctx, r.URL.Query().Get("socket"), r.PathValue("domain"), force)
 		switch {
 		case err == nil:
 			log.Info("abort requested", zap.String("domain", res.Job.Domain), zap.String("mode", string(res.Job.Mode)), zap.Bool("force", force))
@@ -222,7 +222,7 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
-	j, err := d.Tracker.StartPostCopy(r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
+	j, err := d.Tracker.StartPostCopy(r.URL.Query().Get("socket"), r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
 		return c.StartPostCopy(r.Context(), ref)
 	})
 	switch {

@@ -20,7 +20,7 @@ func TestAbortInPostCopyWithoutForceIsConflict(t *testing.T) {
 	const refusal = "sda's migration is in post-copy, so an abort would not cancel it but pause it: ... ferryctl abort sda --force"
 	var gotForce []bool
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/jobs/{domain}/abort", abortHandler(func(_ context.Context, domain string, force bool) (migration.AbortResult, error) {
+	mux.Handle("POST /v1/jobs/{domain}/abort", abortHandler(func(_ context.Context, _, domain string, force bool) (migration.AbortResult, error) {
 		gotForce = append(gotForce, force)
 		if !force {
 			return migration.AbortResult{}, fmt.Errorf("%w: %s", migration.ErrPostCopyNeedsForce, refusal)

@@ -212,7 +212,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if req.BandwidthMiBs == 0 && pol.BandwidthPerMigrationMiBs > 0 {
 		req.BandwidthMiBs = int(min(pol.BandwidthPerMigrationMiBs, 1<<20))
 	}
-	conn, dom, err := d.Tracker.ConnFor(req.Domain)
+	conn, dom, err := d.Tracker.ConnFor(req.Socket, req.Domain)
 	if err != nil {
 		return MigrateResponse{}, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
@@ -318,7 +318,7 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 			select {
 			case <-finished:
 			case <-time.After(time.Duration(req.PostCopyAfterSeconds * float64(time.Second))):
-				if _, err := d.Tracker.StartPostCopy(req.Domain, func(c *libvirtx.Conn, ref libvirt.Domain) error {
+				if _, err := d.Tracker.StartPostCopy(conn.Socket(), req.Domain, func(c *libvirtx.Conn, ref libvirt.Domain) error {
 					return c.StartPostCopy(context.Background(), ref)
 				}); err != nil && !errors.Is(err, migration.ErrAlreadyPostCopy) {
 					log.Warn("switch to post-copy failed", zap.Error(err))
@@ -367,7 +367,7 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 	}
 	failure := ""
 	if err != nil {
-		failure = d.failureReason(req.Domain, err, info, start)
+		failure = d.failureReason(conn.Socket(), req.Domain, err, info, start)
 		log.Warn("Ferry-driven migration failed", zap.String("reason", failure))
 	} else {
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
@@ -377,7 +377,7 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 
 // failureReason joins what libvirt said with what the proxy and the
 // migration link saw, so the reason names the plane that broke.
-func (d *Daemon) failureReason(domain string, err error, info migration.ProxyInfo, since time.Time) string {
+func (d *Daemon) failureReason(socket, domain string, err error, info migration.ProxyInfo, since time.Time) string {
 	var b strings.Builder
 	b.WriteString("migration failed: ")
 	b.WriteString(err.Error())
@@ -390,7 +390,7 @@ func (d *Daemon) failureReason(domain string, err error, info migration.ProxyInf
 	if info.TargetLost != "" {
 		fmt.Fprintf(&b, "; target: %s", info.TargetLost)
 	}
-	if links := d.linkEvents(domain, since); len(links) > 0 {
+	if links := d.linkEvents(socket, domain, since); len(links) > 0 {
 		fmt.Fprintf(&b, "; migration link: %s", strings.Join(links, ", "))
 	}
 	return b.String()
@@ -398,9 +398,9 @@ func (d *Daemon) failureReason(domain string, err error, info migration.ProxyInf
 
 // linkEvents are the migration interface's changes the job recorded since
 // the drive began.
-func (d *Daemon) linkEvents(domain string, since time.Time) []string {
-	j, ok := d.Tracker.Job(domain)
-	if !ok {
+func (d *Daemon) linkEvents(socket, domain string, since time.Time) []string {
+	j, err := d.Tracker.JobByName(socket, domain)
+	if err != nil {
 		return nil
 	}
 	var out []string

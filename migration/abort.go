@@ -33,8 +33,9 @@ type AbortResult struct {
 // the pause would cost; with force it pauses and the result says so. The
 // job's abortStatus is Aborting until the job ends, then Succeeded, or
 // Failed if libvirt refused or the migration completed first.
-func (t *Tracker) Abort(ctx context.Context, domain string, force bool) (AbortResult, error) {
-	return t.abort(ctx, func() (*job, error) { return t.sourceJob(domain, "abort") }, domain, force, AbortByOperator, "")
+// A socket, if named, picks the domain of that name on that socket.
+func (t *Tracker) Abort(ctx context.Context, socket, domain string, force bool) (AbortResult, error) {
+	return t.abort(ctx, func() (*job, error) { return t.sourceJob(socket, domain, "abort") }, domain, force, AbortByOperator, "")
 }
 
 // Who asked for an abort.
@@ -108,12 +109,12 @@ func postCopyRefusal(domain string) error {
 
 // sourceJob finds the domain's in-flight job that this node is the source
 // of, or says why an action cannot be taken here; the caller holds t.mu.
-func (t *Tracker) sourceJob(domain, action string) (*job, error) {
-	if err := t.unambiguous(domain); err != nil {
+func (t *Tracker) sourceJob(socket, domain, action string) (*job, error) {
+	if err := t.unambiguous(socket, domain); err != nil {
 		return nil, err
 	}
 	for k, j := range t.jobs {
-		if k.domain != domain {
+		if k.domain != domain || !onSocket(socket, k.socket) {
 			continue
 		}
 		if j.view.Role != RoleSource {
@@ -121,5 +122,5 @@ func (t *Tracker) sourceJob(domain, action string) (*job, error) {
 		}
 		return j, nil
 	}
-	return nil, fmt.Errorf("%w for domain %q on node %s", ErrNoJob, domain, t.cfg.Node)
+	return nil, fmt.Errorf("%w for domain %q%s on node %s", ErrNoJob, domain, onWhich(socket), t.cfg.Node)
 }

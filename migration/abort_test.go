@@ -18,7 +18,7 @@ func TestAbortInPostCopyRefusedWithoutForce(t *testing.T) {
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 
-	_, err := tr.Abort(context.Background(), dom.Name, false)
+	_, err := tr.Abort(context.Background(), "", dom.Name, false)
 	if !errors.Is(err, ErrPostCopyNeedsForce) {
 		t.Fatalf("error %v, want ErrPostCopyNeedsForce", err)
 	}
@@ -35,7 +35,7 @@ func TestAbortInPostCopyRefusedWithoutForce(t *testing.T) {
 		t.Errorf("the refusal is not on the job's evidence: last event %+v", ev)
 	}
 
-	if _, err := tr.Abort(context.Background(), dom.Name, true); !errors.Is(err, ErrNoLibvirt) {
+	if _, err := tr.Abort(context.Background(), "", dom.Name, true); !errors.Is(err, ErrNoLibvirt) {
 		t.Fatalf("forced abort: error %v, want it past the refusal (ErrNoLibvirt without a connection)", err)
 	}
 }
@@ -44,7 +44,7 @@ func TestAbortInPreCopyNeedsNoForce(t *testing.T) {
 	f := newFeed(t, "a")
 	tr := f.tr
 	f.stats(outgoing(1, 300))
-	if _, err := tr.Abort(context.Background(), dom.Name, false); !errors.Is(err, ErrNoLibvirt) {
+	if _, err := tr.Abort(context.Background(), "", dom.Name, false); !errors.Is(err, ErrNoLibvirt) {
 		t.Fatalf("pre-copy abort: error %v, want it past any refusal (ErrNoLibvirt without a connection)", err)
 	}
 }

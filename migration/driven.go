@@ -10,22 +10,26 @@ import (
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
-// ConnFor finds the libvirt connection and domain handle of an active domain.
-func (t *Tracker) ConnFor(domain string) (*libvirtx.Conn, libvirt.Domain, error) {
+// ConnFor finds the libvirt connection and domain handle of an active
+// domain, on socket if one is named.
+func (t *Tracker) ConnFor(socket, domain string) (*libvirtx.Conn, libvirt.Domain, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.unambiguous(domain); err != nil {
+	if err := t.unambiguous(socket, domain); err != nil {
 		return nil, libvirt.Domain{}, err
 	}
-	for socket, doms := range t.domains {
+	for s, doms := range t.domains {
+		if !onSocket(socket, s) {
+			continue
+		}
 		if d, ok := doms[domain]; ok {
-			if c := t.conns[socket]; c != nil {
+			if c := t.conns[s]; c != nil {
 				return c, d.Ref, nil
 			}
-			return nil, libvirt.Domain{}, fmt.Errorf("%w (%s)", ErrNoLibvirt, socket)
+			return nil, libvirt.Domain{}, fmt.Errorf("%w (%s)", ErrNoLibvirt, s)
 		}
 	}
-	return nil, libvirt.Domain{}, fmt.Errorf("no running domain %q on node %s", domain, t.cfg.Node)
+	return nil, libvirt.Domain{}, fmt.Errorf("no running domain %q%s on node %s", domain, onWhich(socket), t.cfg.Node)
 }
 
 // ConnForSocket is the live connection to a libvirt socket this tracker
@@ -64,10 +68,11 @@ func (t *Tracker) NoteEvent(kind, detail string) {
 	}
 }
 
-// StartPostCopy switches the domain's in-flight pre-copy migration to post-copy.
-func (t *Tracker) StartPostCopy(domain string, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
+// StartPostCopy switches the domain's in-flight pre-copy migration to
+// post-copy; a socket, if named, picks the domain on that socket.
+func (t *Tracker) StartPostCopy(socket, domain string, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
 	t.mu.Lock()
-	j, err := t.sourceJob(domain, "switch to post-copy")
+	j, err := t.sourceJob(socket, domain, "switch to post-copy")
 	if err != nil {
 		t.mu.Unlock()
 		return Job{}, err

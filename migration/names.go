@@ -36,12 +36,28 @@ func (t *Tracker) socketsOf(domain string) []string {
 }
 
 // unambiguous refuses a domain name more than one socket serves, naming
-// them. t.mu is held.
-func (t *Tracker) unambiguous(domain string) error {
+// them, unless the request names its socket. t.mu is held.
+func (t *Tracker) unambiguous(socket, domain string) error {
+	if socket != "" {
+		return nil
+	}
 	if s := t.socketsOf(domain); len(s) > 1 {
-		return fmt.Errorf("%w: %q is on %s on node %s; refused as ambiguous", ErrAmbiguous, domain, strings.Join(s, " and "), t.cfg.Node)
+		return fmt.Errorf("%w: %q is on %s on node %s; refused as ambiguous: name the socket (?socket=PATH; ferryctl --libvirt-socket PATH)",
+			ErrAmbiguous, domain, strings.Join(s, " and "), t.cfg.Node)
 	}
 	return nil
+}
+
+// onSocket says whether a job's socket is the one a request names; a
+// request naming none takes any (once unambiguous).
+func onSocket(want, socket string) bool { return want == "" || want == socket }
+
+// onWhich names where a request looked, for its refusals.
+func onWhich(socket string) string {
+	if socket == "" {
+		return ""
+	}
+	return " on " + socket
 }
 
 // ConnOn is the connection and domain handle of a domain on one socket: a

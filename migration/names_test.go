@@ -28,16 +28,16 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal as ambiguous naming both sockets", what, err)
 		}
 	}
-	_, err := f.tr.JobByName(dom.Name)
+	_, err := f.tr.JobByName("", dom.Name)
 	check("job", err)
 	if _, ok := f.tr.Job(dom.Name); ok {
 		t.Error("Job found one of two same-named domains")
 	}
-	_, err = f.tr.Abort(context.Background(), dom.Name, false)
+	_, err = f.tr.Abort(context.Background(), "", dom.Name, false)
 	check("abort", err)
-	_, _, err = f.tr.ConnFor(dom.Name)
+	_, _, err = f.tr.ConnFor("", dom.Name)
 	check("connection", err)
-	_, err = f.tr.StartPostCopy(dom.Name, nil)
+	_, err = f.tr.StartPostCopy("", dom.Name, nil)
 	check("post-copy", err)
 
 	// Each job is still its own, on its own socket.
@@ -47,5 +47,23 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 	}
 	if _, _, err := f.tr.ConnOn(pod, dom.Name); !errors.Is(err, ErrNoLibvirt) {
 		t.Errorf("ConnOn(pod's socket): %v, want its own (here unconnected) socket's answer", err)
+	}
+
+	// Named with its socket, each is found, and only there.
+	for _, s := range []string{vm, pod} {
+		if j, err := f.tr.JobByName(s, dom.Name); err != nil || j.Socket != s {
+			t.Errorf("job on %s: %+v, %v", s, j.Socket, err)
+		}
+		if _, _, err := f.tr.ConnFor(s, dom.Name); !errors.Is(err, ErrNoLibvirt) || !strings.Contains(err.Error(), s) {
+			t.Errorf("connection on %s: %v, want that socket's own answer", s, err)
+		}
+		// No libvirt connection in this feed: the abort gets as far as
+		// the job's own socket.
+		if _, err := f.tr.Abort(context.Background(), s, dom.Name, false); !errors.Is(err, ErrNoLibvirt) || !strings.Contains(err.Error(), s) {
+			t.Errorf("abort on %s: %v, want that job's socket's answer", s, err)
+		}
+	}
+	if _, err := f.tr.JobByName("/run/other-sock", dom.Name); !errors.Is(err, ErrNoJob) {
+		t.Errorf("job on a socket serving no such domain: %v, want ErrNoJob", err)
 	}
 }

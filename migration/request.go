@@ -5,6 +5,9 @@ package migration
 // step, each on its own libvirt, and QEMU's streams cross its proxy.
 type MigrateRequest struct {
 	Domain string `json:"domain"`
+	// Socket, when set, is the libvirt socket serving Domain: needed only
+	// when more than one serves a domain of that name.
+	Socket string `json:"socket,omitempty"`
 	// Target is the target node's proxy address, HOST:PORT.
 	Target string `json:"target"`
 	// TargetNode, when set, is the node the migration must go to: the

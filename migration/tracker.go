@@ -261,35 +261,36 @@ func (t *Tracker) Jobs(all bool) []Job {
 // Job returns the newest job of a domain with its full evidence: the
 // in-flight one if any, else the latest finished one.
 func (t *Tracker) Job(domain string) (Job, bool) {
-	j, err := t.JobByName(domain)
+	j, err := t.JobByName("", domain)
 	return j, err == nil
 }
 
-// JobByName is Job, but says why there is none: ErrNoJob, or ErrAmbiguous
-// when more than one socket serves a domain of that name.
-func (t *Tracker) JobByName(domain string) (Job, error) {
+// JobByName is Job, on socket if one is named, but says why there is none:
+// ErrNoJob, or ErrAmbiguous when no socket is named and more than one
+// serves a domain of that name.
+func (t *Tracker) JobByName(socket, domain string) (Job, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.unambiguous(domain); err != nil {
+	if err := t.unambiguous(socket, domain); err != nil {
 		return Job{}, err
 	}
 	var best *job
 	for k, j := range t.jobs {
-		if k.domain == domain && (best == nil || j.view.StartTime.After(best.view.StartTime)) {
+		if k.domain == domain && onSocket(socket, k.socket) && (best == nil || j.view.StartTime.After(best.view.StartTime)) {
 			best = j
 		}
 	}
 	if best == nil {
 		h := t.history.slice()
 		for i := len(h) - 1; i >= 0; i-- {
-			if h[i].view.Domain == domain {
+			if h[i].view.Domain == domain && onSocket(socket, h[i].view.Socket) {
 				best = h[i]
 				break
 			}
 		}
 	}
 	if best == nil {
-		return Job{}, noJobError(fmt.Sprintf("no migration job for domain %q on node %s (in flight or in history)", domain, t.cfg.Node))
+		return Job{}, noJobError(fmt.Sprintf("no migration job for domain %q%s on node %s (in flight or in history)", domain, onWhich(socket), t.cfg.Node))
 	}
 	v := best.view
 	v.Samples = best.samples.slice()

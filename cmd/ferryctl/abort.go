@@ -35,7 +35,7 @@ func abortCmd(g *globals) *cobra.Command {
 }
 
 func abort(ctx context.Context, g *globals, name string, force bool) error {
-	q := url.Values{}
+	q := g.domainQuery()
 	if force {
 		q.Set("force", "1")
 	}
@@ -49,7 +49,7 @@ func abort(ctx context.Context, g *globals, name string, force bool) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var j migration.Job
-		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
+		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), g.domainQuery(), &j); err != nil {
 			return err
 		}
 		if j.Phase.Finished() {

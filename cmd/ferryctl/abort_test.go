@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 )
 
@@ -82,6 +83,35 @@ func TestAbortUsage(t *testing.T) {
 		}
 		if !strings.Contains(errOut.String(), c.says) {
 			t.Errorf("%v: %q does not say %q", c.args, errOut.String(), c.says)
+		}
+	}
+}
+
+// A pod's socket lists a domain named like a VM's: by name alone ferryctl
+// is refused, naming both sockets; --libvirt-socket picks one.
+func TestLibvirtSocketPicksADomainTwoSocketsServe(t *testing.T) {
+	sock, tr := ferryd(t)
+	const pod = "/pods/bbbb/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock"
+	for _, s := range []string{jobSocket, pod} {
+		d := testDomain("ns_vm")
+		tr.ApplyDomains(s, []libvirtx.Domain{d}, time.Now())
+		tr.ApplyStats(s, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
+			TimeElapsedMs: 1000, DataTotal: 1 << 20, MemoryTotal: 1 << 20}, time.Now())
+	}
+	code, _, stderr := ctl("--socket", sock, "job", "ns_vm")
+	if code != 1 || !strings.Contains(stderr, "ambiguous") || !strings.Contains(stderr, pod) || !strings.Contains(stderr, jobSocket) || !strings.Contains(stderr, "--libvirt-socket") {
+		t.Fatalf("job by name alone: exit %d, stderr %q; want a refusal naming both sockets and the way out", code, stderr)
+	}
+	for _, s := range []string{jobSocket, pod} {
+		code, stdout, stderr := ctl("--socket", sock, "--libvirt-socket", s, "job", "ns_vm", "-o", "json")
+		var j migration.Job
+		if code != 0 || json.Unmarshal([]byte(stdout), &j) != nil || j.Socket != s {
+			t.Fatalf("job on %s: exit %d, socket %q, stderr %q", s, code, j.Socket, stderr)
+		}
+		// This ferryd reaches no libvirt: the abort gets as far as the
+		// named socket's connection, and says so.
+		if code, _, stderr := ctl("--socket", sock, "--libvirt-socket", s, "abort", "ns_vm"); code != 1 || !strings.Contains(stderr, s) || strings.Contains(stderr, "ambiguous") {
+			t.Fatalf("abort on %s: exit %d, stderr %q", s, code, stderr)
 		}
 	}
 }

@@ -43,10 +43,6 @@ func (c *client) get(ctx context.Context, path string, q url.Values, v any) erro
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// post sends a bodiless POST and decodes the JSON answer into v.
-func (c *client) post(ctx context.Context, path string, v any) error {
-	return c.postJSON(ctx, path, nil, v)
-}
 
 // postQuery sends a bodiless POST with query parameters and decodes the
 // JSON answer into v.

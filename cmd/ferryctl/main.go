@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -41,9 +42,21 @@ const defaultSocket = "/run/ferry/ferry.sock"
 
 type globals struct {
 	socket string
-	output string
-	out    io.Writer
-	client *client
+	// libvirtSocket picks a domain by its libvirt socket too, where more
+	// than one serves a domain of that name.
+	libvirtSocket string
+	output        string
+	out           io.Writer
+	client        *client
+}
+
+// domainQuery is the query naming a domain's libvirt socket, if given.
+func (g *globals) domainQuery() url.Values {
+	q := url.Values{}
+	if g.libvirtSocket != "" {
+		q.Set("socket", g.libvirtSocket)
+	}
+	return q
 }
 
 // structured says whether output is a document (json, yaml), not a table.
@@ -128,6 +141,7 @@ func newRoot(g *globals) *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.socket, "socket", def, "ferryd debug socket (env FERRY_SOCKET)")
+	pf.StringVar(&g.libvirtSocket, "libvirt-socket", "", "the libvirt socket serving NAME, where two serve a domain of that name")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: "+strings.Join(outputs, ", "))
 	root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

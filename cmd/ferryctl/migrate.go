@@ -37,7 +37,7 @@ func migrateCmd(g *globals) *cobra.Command {
 			default:
 				return usageError(fmt.Sprintf("--policy %q: want observe, advise or act", req.Policy))
 			}
-			req.Domain = name
+			req.Domain, req.Socket = name, g.libvirtSocket
 			req.PostCopyAfterSeconds = after.Seconds()
 			body, _ := json.Marshal(req)
 			var resp migration.MigrateResponse
@@ -77,7 +77,7 @@ func migrateCmd(g *globals) *cobra.Command {
 func followJob(ctx context.Context, g *globals, name, id string) error {
 	return watchJobs(ctx, g, name, func() *migration.Job {
 		var j migration.Job
-		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), nil, &j); err != nil {
+		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), g.domainQuery(), &j); err != nil {
 			return nil
 		}
 		if j.Phase.Finished() && j.Proxy != nil && j.Proxy.MigrationID == id {
@@ -95,7 +95,7 @@ func postCopyCmd(g *globals) *cobra.Command {
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
 			var res migration.AbortResult
-			if err := g.client.post(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/postcopy", &res); err != nil {
+			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/postcopy", g.domainQuery(), &res); err != nil {
 				return err
 			}
 			return emit(g, res, func(bool) { fmt.Fprintf(g.out, "%s: %s\n", args[0], res.Message) })

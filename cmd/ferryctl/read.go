@@ -49,7 +49,7 @@ func jobCmd(g *globals) *cobra.Command {
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
 			var j migration.Job
-			if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(args[0]), nil, &j); err != nil {
+			if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(args[0]), g.domainQuery(), &j); err != nil {
 				return err
 			}
 			return emit(g, j, func(bool) { printJob(g.out, j) })

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -64,7 +63,7 @@ func printDoc(g *globals, line []byte) error {
 // watchJobs streams updates; once the stream is open, ended (if given) says
 // whether the awaited job already ended before it opened.
 func watchJobs(ctx context.Context, g *globals, name string, ended func() *migration.Job) error {
-	q := url.Values{}
+	q := g.domainQuery()
 	if name != "" {
 		q.Set("domain", name)
 	}
