@@ -43,7 +43,6 @@ func (c *client) get(ctx context.Context, path string, q url.Values, v any) erro
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-
 // postQuery sends a bodiless POST with query parameters and decodes the
 // JSON answer into v.
 func (c *client) postQuery(ctx context.Context, path string, q url.Values, v any) error {
