@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -118,7 +119,7 @@ func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
-	j, err := d.Tracker.JobByName(r.URL.Query().Get("socket"), r.PathValue("domain"))
+	j, err := d.Tracker.JobByName(socketParam(r), r.PathValue("domain"))
 	switch {
 	case errors.Is(err, migration.ErrAmbiguous):
 		writeError(w, http.StatusConflict, err.Error())
@@ -141,7 +142,7 @@ func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {
 // watch streams job updates as NDJSON, one Job per line, optionally for one
 // domain (?domain=NAME) or socket (?socket=PATH).
 func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
-	domain, socket := r.URL.Query().Get("domain"), r.URL.Query().Get("socket")
+	domain, socket := r.URL.Query().Get("domain"), socketParam(r)
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, http.StatusInternalServerError, "streaming unsupported")
@@ -183,7 +184,7 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		defer cancel()
-		res, err := abort(ctx, r.URL.Query().Get("socket"), r.PathValue("domain"), force)
+		res, err := abort(ctx, socketParam(r), r.PathValue("domain"), force)
 		switch {
 		case err == nil:
 			log.Info("abort requested", zap.String("domain", res.Job.Domain), zap.String("mode", string(res.Job.Mode)), zap.Bool("force", force))
@@ -222,7 +223,7 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
-	j, err := d.Tracker.StartPostCopy(r.URL.Query().Get("socket"), r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
+	j, err := d.Tracker.StartPostCopy(socketParam(r), r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
 		return c.StartPostCopy(r.Context(), ref)
 	})
 	switch {
@@ -254,6 +255,15 @@ func (d *Daemon) proxyStatus(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// socketParam is the libvirt socket a request names with ?socket=, as
+// ferryd names it (its path, cleaned), or "" for none.
+func socketParam(r *http.Request) string {
+	if s := r.URL.Query().Get("socket"); s != "" {
+		return filepath.Clean(s)
+	}
+	return ""
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {

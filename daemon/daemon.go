@@ -158,6 +158,9 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		Log:          log,
 		Registerer:   reg,
 	}
+	if cfg.StateDir != "" {
+		pc.OutcomeDir = filepath.Join(cfg.StateDir, "incoming-migrations")
+	}
 	if cfg.PodName != "" {
 		pc.Pod = cfg.PodNamespace + "/" + cfg.PodName
 	}

@@ -22,6 +22,8 @@ func startDaemon(t testing.TB) (*Daemon, *http.Client) { return startDaemonWith(
 // startDaemonWith starts a daemon whose configuration tweak may change.
 func startDaemonWith(t testing.TB, tweak func(*Config)) (*Daemon, *http.Client) {
 	t.Helper()
+	// Never the API server of a cluster the tests may run in.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	dir := t.TempDir()
 	cfg := Config{
 		NodeName: "test", DebugSocket: filepath.Join(dir, "ferry.sock"), DebugSocketMode: 0o600,

@@ -38,7 +38,7 @@ var (
 // drives tracks the migrations this ferryd is driving.
 type drives struct {
 	mu      sync.Mutex
-	running map[string]chan struct{} // domain -> closed when the drive ends
+	running map[string]chan struct{} // socket NUL domain -> closed when the drive ends
 }
 
 func newDrives() *drives { return &drives{running: map[string]chan struct{}{}} }
@@ -116,14 +116,14 @@ func newMigrationID() string {
 }
 
 // Bounds of the protocol steps around Perform, whose own bound is the
-// migration deadline.
+// migration deadline. The target's Finish has none: in post-copy it lasts
+// until the last page, and only its answer may decide the source's copy.
 const (
-	// finishMargin is added to what is left of the deadline for the
-	// target's Finish: in post-copy Perform returns at the switch and
-	// Finish waits for the last page.
-	finishMargin   = 2 * time.Minute
 	confirmTimeout = 2 * time.Minute
 	cancelTimeout  = 30 * time.Second
+	// inDoubtAfter is how long the source asks for the finish's outcome
+	// before its job shows InDoubt; it goes on asking after.
+	inDoubtAfter = 30 * time.Second
 )
 
 // migrationPolicy is the node's policy with the request's overrides.
@@ -221,10 +221,13 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		return MigrateResponse{}, fmt.Errorf("reading the guest's memory size, which sets the migration's deadline: %w", err)
 	}
 	deadline := libvirtx.MigrationDeadline(mem, req.BandwidthMiBs)
-	if d.Tracker.InFlight(req.Domain) {
+	// Keyed by socket too: a pod's domain of the same name must not
+	// block this one's migration.
+	drive := conn.Socket() + "\x00" + req.Domain
+	if d.Tracker.InFlight(conn.Socket(), req.Domain) {
 		return MigrateResponse{}, fmt.Errorf("%w: %s is already migrating", errConflict, req.Domain)
 	}
-	if !d.drives.start(req.Domain) {
+	if !d.drives.start(drive) {
 		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", errConflict, req.Domain)
 	}
 	id := newMigrationID()
@@ -232,7 +235,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	flags, params := migrateFlags(req)
 	domXML, cookie, err := conn.Begin(ctx, dom, params, flags)
 	if err != nil {
-		d.drives.end(req.Domain)
+		d.drives.end(drive)
 		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
 	}
 	// A target node named by the caller is checked on the certificate
@@ -245,7 +248,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: deadline.Seconds()})
 	if err != nil {
-		d.drives.end(req.Domain)
+		d.drives.end(drive)
 		var wp *proxy.WrongPeerError
 		if errors.As(err, &wp) {
 			err = fmt.Errorf("target proxy %s is %s, not node %s, which the migration asked for", wp.Addr, wp.Got, req.TargetNode)
@@ -261,13 +264,13 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	// target chose it, and only the two nodes know it.
 	tid := prep.Migration
 	if proxy.ValidID(tid) != nil {
-		d.drives.end(req.Domain)
+		d.drives.end(drive)
 		return MigrateResponse{}, fmt.Errorf("the target answered the prepare with no valid migration id %q", tid)
 	}
 	src, err := d.Proxy.OpenSource(tid, req.Target, []proxy.Kind{proxy.KindMemory})
 	if err != nil {
 		d.cancelTarget(req, tid, prep.Owner, err)
-		d.drives.end(req.Domain)
+		d.drives.end(drive)
 		return MigrateResponse{}, err
 	}
 	// The streams go to the node that prepared the migration, nowhere
@@ -277,7 +280,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	d.steer.drive(req.Domain, drivenPolicy{id: id, settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0, deadline: deadline})
 	d.Tracker.Drive(conn.Socket(), req.Domain, info)
 	go func() {
-		defer d.drives.end(req.Domain)
+		defer d.drives.end(drive)
 		d.drive(req, id, tid, conn, dom, src, info, flags, params, prep.Cookie, deadline)
 	}()
 	msg := "migration started through the Ferry proxy"
@@ -335,19 +338,29 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 
 	// The streams keep relaying until the target's Finish has returned:
 	// in post-copy the guest runs there and pulls its last pages through
-	// them.
-	fctx, cancel := context.WithTimeout(context.Background(), max(time.Until(start.Add(deadline)), 0)+finishMargin)
-	// Only the proxy that prepared the migration may finish it: the answer
-	// decides whether libvirt here gives the guest up.
-	fin, ferr := d.Proxy.ControlTo(fctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
-		Cookie: performCookie, Cancelled: perr != nil})
-	cancel()
-	cancelled := perr != nil || ferr != nil
-	cerr := conn.Confirm(context.Background(), dom, params, fin.Cookie, flags, cancelled, confirmTimeout)
-	if cerr != nil {
-		// After a failed Perform libvirt has ended its job already and
-		// Confirm has nothing to do.
-		log.Info("libvirt's Confirm", zap.Bool("cancelled", cancelled), zap.Error(cerr))
+	// them. Only the proxy that prepared the migration may finish it.
+	var ferr, cerr error
+	if perr != nil {
+		// As libvirt's own client does: a failed Perform has ended the
+		// job here (and resumed the guest, in pre-copy), so there is no
+		// Confirm; the target is told to drop its copy, and drops it by
+		// itself if this does not reach it.
+		fctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+		_, ferr = d.Proxy.ControlTo(fctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
+			Cookie: performCookie, Cancelled: true})
+		cancel()
+	} else {
+		// The guest is paused here, whole, and may run there: only the
+		// target's word decides which copy lives.
+		fin, outcome := d.settleFinish(log, req, tid, src, performCookie, conn.Socket(), dom)
+		cancelled := outcome == proxy.OutcomeStopped
+		if cancelled {
+			ferr = errors.New(fin.Error)
+		}
+		cerr = conn.Confirm(context.Background(), dom, params, fin.Cookie, flags, cancelled, confirmTimeout)
+		if cerr != nil {
+			log.Warn("libvirt's Confirm", zap.Bool("cancelled", cancelled), zap.Error(cerr))
+		}
 	}
 	src.Close("migration ended")
 
@@ -373,6 +386,48 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
 	}
 	d.Tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
+}
+
+// settleFinish asks the target to finish until it says for certain whether
+// the guest runs there (a lost answer, a reset, a restarted target ferryd
+// are asked again), and returns its answer and that outcome. Past
+// inDoubtAfter the job shows InDoubt; the guest stays paused here
+// meanwhile, which is the one state that cannot become two guests.
+func (d *Daemon) settleFinish(log *zap.Logger, req MigrateRequest, tid string, src *proxy.SourceMigration, cookie []byte,
+	socket string, dom libvirt.Domain) (proxy.ControlResponse, string) {
+	first, inDoubt := time.Now(), false
+	for attempt := 1; ; attempt++ {
+		resp, err := d.Proxy.ControlTo(context.Background(), req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish,
+			Migration: tid, Domain: req.Domain, Cookie: cookie})
+		if outcome := settledOutcome(resp, err); outcome != "" {
+			if inDoubt {
+				log.Warn("the migration's outcome is settled", zap.String("outcome", outcome), zap.Int("attempts", attempt))
+			}
+			return resp, outcome
+		}
+		log.Warn("the target's finish gave no outcome; asking again", zap.Int("attempt", attempt), zap.Error(err))
+		if !inDoubt && time.Since(first) >= inDoubtAfter {
+			inDoubt = true
+			why := fmt.Sprintf("in doubt: the target has not said whether the guest runs there (%d attempts over %s; last: %v); the guest stays paused on this node until it does", attempt, time.Since(first).Round(time.Second), err)
+			log.Error("migration in doubt", zap.String("why", why))
+			d.Tracker.DriveInDoubt(socket, req.Domain, why)
+		}
+		time.Sleep(min(time.Duration(attempt)*time.Second, 5*time.Second))
+	}
+}
+
+// settledOutcome is what a finish's answer settles: whether the guest runs
+// on the target, or "" when it says nothing for certain. A plain success
+// is libvirt's Finish having returned the domain there.
+func settledOutcome(resp proxy.ControlResponse, err error) string {
+	var ce *proxy.ControlError
+	switch {
+	case err == nil && resp.Outcome == "":
+		return proxy.OutcomeRunning
+	case err == nil, errors.As(err, &ce):
+		return resp.Outcome
+	}
+	return ""
 }
 
 // failureReason joins what libvirt said with what the proxy and the

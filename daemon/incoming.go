@@ -130,6 +130,39 @@ func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cooki
 	return ck, peerError(err)
 }
 
+// Outcome says whether the migration's domain runs on this node now, as
+// libvirt has it once no job of it runs: running (paused in a failed
+// post-copy counts, since the source must not resume then either) or
+// stopped (absent, or defined and shut off).
+func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (string, error) {
+	c, err := in.conn()
+	if err != nil {
+		return "", err
+	}
+	dom, err := c.LookupDomain(ctx, m.Domain)
+	if libvirtx.IsNoDomain(err) {
+		return proxy.OutcomeStopped, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if st, jerr := c.JobStats(ctx, dom, false); jerr != nil {
+		return "", jerr
+	} else if st.Type.Active() {
+		return "", fmt.Errorf("domain %s still has a libvirt job (operation %d)", m.Domain, st.Operation)
+	}
+	state, _, err := c.DomainState(ctx, dom)
+	switch {
+	case libvirtx.IsNoDomain(err):
+		return proxy.OutcomeStopped, nil
+	case err != nil:
+		return "", err
+	case state == libvirtx.StateShutoff:
+		return proxy.OutcomeStopped, nil
+	}
+	return proxy.OutcomeRunning, nil
+}
+
 // Cancel ends a prepared migration. libvirt's Finish answers a cancel with
 // an error even when it killed the target QEMU as asked, so what counts is
 // whether the domain still runs afterwards.

@@ -1,6 +1,7 @@
 package libvirtx
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -47,15 +48,27 @@ type QEMUCgroups struct {
 
 	mu     sync.Mutex
 	groups map[groupKey]*cpuGroup
+	swept  time.Time // when exited QEMUs' groups were last dropped
 }
+
+// Bounds on the groups kept: a pod can list any number of domain names,
+// and pid files for them all, but keeps its own share only.
+const (
+	maxGroupsPerSocket = 64
+	maxGroups          = 4096
+	sweepEvery         = 10 * time.Second
+)
 
 // groupKey: two launchers may run domains of one name.
 type groupKey struct{ socket, domain string }
 
 // cpuGroup is a QEMU process and the cgroup that holds all its threads.
 type cpuGroup struct {
-	pid  int
-	path string
+	pid int
+	// where is the process's /proc cgroup file when the group was found.
+	where []byte
+	used  time.Time // last read
+	path  string
 	// dir is path in the mounted CPU controller, where cpu.stat is.
 	dir string
 	v1  cgroup1.Cgroup
@@ -190,17 +203,52 @@ func (q *QEMUCgroups) group(socket, domain string) (*cpuGroup, error) {
 		delete(q.groups, key)
 		return nil, err
 	}
-	if g, ok := q.groups[key]; ok && g.pid == pid {
+	// libvirt moves QEMU into its cgroup only after the pid file is
+	// locked: a group found in between is the daemon's, so the process's
+	// cgroup file (one small read) says whether the group still holds.
+	where, _ := os.ReadFile(filepath.Join(q.proc(), strconv.Itoa(pid), "cgroup"))
+	if g, ok := q.groups[key]; ok && g.pid == pid && bytes.Equal(g.where, where) {
+		g.used = time.Now()
 		return g, nil
 	}
-	q.forgetExited()
+	if time.Since(q.swept) >= sweepEvery {
+		q.forgetExited()
+		q.swept = time.Now()
+	}
+	q.makeRoom(socket)
 	g, err := loadCPUGroup(q.proc(), pid)
 	if err != nil {
 		delete(q.groups, key)
 		return nil, err
 	}
+	g.where, g.used = where, time.Now()
 	q.groups[key] = g
 	return g, nil
+}
+
+// makeRoom drops the least recently read group of socket when it holds its
+// share, and the least recently read of all when the whole is full; held
+// with q.mu.
+func (q *QEMUCgroups) makeRoom(socket string) {
+	var oldestHere, oldest *groupKey
+	n := 0
+	for k, g := range q.groups {
+		if k.socket == socket {
+			n++
+			if oldestHere == nil || g.used.Before(q.groups[*oldestHere].used) {
+				oldestHere = &k
+			}
+		}
+		if oldest == nil || g.used.Before(q.groups[*oldest].used) {
+			oldest = &k
+		}
+	}
+	switch {
+	case n >= maxGroupsPerSocket:
+		delete(q.groups, *oldestHere)
+	case len(q.groups) >= maxGroups:
+		delete(q.groups, *oldest)
+	}
 }
 
 // forgetExited drops the groups of QEMUs that have exited (a source after

@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 			os.Stdout.WriteString(err.Error() + "\n")
 			os.Exit(2)
 		}
+		if os.Getenv("FERRY_LOCK_WRITE_PID") == "1" {
+			// As libvirt writes it: the PID its own namespace gives it.
+			f.WriteAt([]byte(strconv.Itoa(os.Getpid())), 0)
+		}
 		os.Stdout.WriteString("locked\n")
 		select {}
 	}
@@ -35,8 +39,13 @@ func TestMain(m *testing.M) {
 // holdLocked starts a process holding path write-locked, as QEMU does.
 func holdLocked(t *testing.T, path string) int {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "FERRY_LOCK_PIDFILE="+path)
+	return holdLockedBy(t, exec.Command(os.Args[0]), path)
+}
+
+// holdLockedBy runs cmd (the test binary, perhaps wrapped) as the holder.
+func holdLockedBy(t *testing.T, cmd *exec.Cmd, path string, env ...string) int {
+	t.Helper()
+	cmd.Env = append(append(os.Environ(), "FERRY_LOCK_PIDFILE="+path), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +58,25 @@ func holdLocked(t *testing.T, path string) int {
 		t.Fatalf("lock holder said %q", line)
 	}
 	return cmd.Process.Pid
+}
+
+// A virt-launcher pod has its own PID namespace: libvirt writes QEMU's PID
+// as that namespace numbers it, while the lock's holder is given in
+// ferryd's (the host's). QEMUPID must match the two.
+func TestQEMUPIDOfAQEMUInItsOwnPIDNamespace(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("makes a PID namespace: run as root (make test does)")
+	}
+	const dom = "ns1_vm1"
+	socket, state := libvirtRuntime(t, os.Getuid())
+	pidfile := filepath.Join(state, dom+".pid")
+	// unshare forks the holder into a new PID namespace, where it is 1.
+	unshare := holdLockedBy(t, exec.Command("unshare", "--pid", "--fork", "--kill-child", os.Args[0]), pidfile, "FERRY_LOCK_WRITE_PID=1")
+	b, _ := os.ReadFile(pidfile)
+	got, err := QEMUPID(socket, dom)
+	if err != nil || got == unshare || innermostPID(got) != 1 || string(b) != "1" {
+		t.Fatalf("QEMUPID = %d, %v (file says %q); want the holder's host PID, which is 1 in its namespace", got, err, b)
+	}
 }
 
 // decoy runs a process whose command line is QEMU's for domain, as any
@@ -140,7 +168,28 @@ func TestQEMUPIDRefusals(t *testing.T) {
 			if err := os.Symlink(elsewhere, filepath.Join(state, dom+".pid")); err != nil {
 				t.Fatal(err)
 			}
-		}, "a link or mount on the way"},
+		}, "symbolic link"},
+		{"pid file is a link within the directory", func(t *testing.T, socket, state string) {
+			other := filepath.Join(state, "other.pid")
+			writePIDFile(t, other, holdLocked(t, other))
+			if err := os.Symlink("other.pid", filepath.Join(state, dom+".pid")); err != nil {
+				t.Fatal(err)
+			}
+		}, "symbolic link"},
+		{"pid file is a FIFO", func(t *testing.T, socket, state string) {
+			// Opening it for reading would block ferryd until a writer came.
+			if err := unix.Mkfifo(filepath.Join(state, dom+".pid"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "not a regular file"},
+		{"pid file still empty", func(t *testing.T, socket, state string) {
+			p := filepath.Join(state, dom+".pid")
+			holdLocked(t, p)
+			writePIDFile(t, p, 0)
+			if err := os.Truncate(p, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, "QEMU is starting"},
 		{"state directory is a link", func(t *testing.T, socket, state string) {
 			elsewhere := t.TempDir()
 			p := filepath.Join(elsewhere, dom+".pid")
@@ -151,7 +200,7 @@ func TestQEMUPIDRefusals(t *testing.T) {
 			if err := os.Symlink(elsewhere, state); err != nil {
 				t.Fatal(err)
 			}
-		}, "a link or mount on the way"},
+		}, "symbolic link"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,9 +13,10 @@ import (
 // QEMU URI path '/system', try qemu:///session"). KubeVirt's virt-launcher
 // runs virtqemud as uid 107 in session mode. A daemon creates its socket
 // as the user it runs as, so the socket's owner tells which it is before a
-// single call is made.
+// single call is made. The socket itself is asked, never what a link
+// there points to: a pod may plant one at a path it owns.
 func driverURI(socket string) libvirt.ConnectURI {
-	fi, err := os.Stat(socket)
+	fi, err := os.Lstat(socket)
 	if err != nil {
 		// The dial fails on its own and says why.
 		return libvirt.QEMUSystem

@@ -45,15 +45,11 @@ func (t *Tracker) ConnForSocket(socket string) (*libvirtx.Conn, error) {
 }
 
 // InFlight reports whether the domain has a migration job in flight.
-func (t *Tracker) InFlight(domain string) bool {
+func (t *Tracker) InFlight(socket, domain string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for k := range t.jobs {
-		if k.domain == domain {
-			return true
-		}
-	}
-	return false
+	_, ok := t.jobs[jobKey{socket, domain}]
+	return ok
 }
 
 // NoteEvent records an event on every in-flight job (e.g. the migration
@@ -97,6 +93,22 @@ func (t *Tracker) StartPostCopy(socket, domain string, start func(*libvirtx.Conn
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return j.view, nil
+}
+
+// DriveInDoubt shows the domain's driven source job in doubt: the target
+// has not said whether the guest runs there. libvirt's job ends it, once
+// the driver has settled the migration.
+func (t *Tracker) DriveInDoubt(socket, domain, why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	for k, j := range t.jobs {
+		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
+			j.view.Phase, j.view.FailureReason, j.view.UpdateTime = PhaseInDoubt, why, now
+			t.addEvent(j, now, "in-doubt", why)
+			t.publish(j)
+		}
+	}
 }
 
 // Drive tells the tracker that Ferry is driving the domain's migration

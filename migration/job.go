@@ -28,10 +28,14 @@ const (
 	// how it ended (its libvirt socket went away, or the domain vanished
 	// without a lifecycle event): the outcome is libvirt's, unknown here.
 	PhaseLost Phase = "Lost"
+	// PhaseInDoubt means Ferry drove the migration to its end and the
+	// target has not said whether the guest runs there: the guest stays
+	// paused on the source, whole, while Ferry keeps asking. Not terminal.
+	PhaseInDoubt Phase = "InDoubt"
 )
 
 // Finished reports whether the phase is terminal.
-func (p Phase) Finished() bool { return p != PhaseRunning }
+func (p Phase) Finished() bool { return p != PhaseRunning && p != PhaseInDoubt }
 
 // Mode is how memory is being moved, named as KubeVirt names it.
 type Mode string

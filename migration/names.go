@@ -57,7 +57,7 @@ func onWhich(socket string) string {
 	if socket == "" {
 		return ""
 	}
-	return " on " + socket
+	return fmt.Sprintf(" on %q", socket)
 }
 
 // ConnOn is the connection and domain handle of a domain on one socket: a

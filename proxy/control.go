@@ -80,6 +80,10 @@ type ControlResponse struct {
 	Reason    string                       `json:"reason,omitempty"`
 	Cookie    []byte                       `json:"cookie,omitempty"`
 	Counters  map[string]map[string]uint64 `json:"counters,omitempty"`
+	// Outcome, in a finish's answer, says whether the guest runs on the
+	// target now (OutcomeRunning, OutcomeStopped); empty when the target
+	// could not tell, which settles nothing.
+	Outcome string `json:"outcome,omitempty"`
 	// PeerNode is, on the side that asked, the node the answering
 	// proxy's certificate names; never sent.
 	PeerNode string `json:"-"`
@@ -191,16 +195,21 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 	} else {
 		gr.release()
 		c.SetReadDeadline(time.Time{})
-		if req.Op == OpFinish {
-			// It may wait as long as its migration runs.
-			releaseSlot()
-		}
+		// Read: what is served next is bounded by its own caps (a prepare
+		// by MaxIncoming, a finish by its migration), and a finish must not
+		// wait behind the peer's prepares.
+		releaseSlot()
 		resp = p.control(raw, c, req, peer)
 	}
 	p.answer(c, req, resp)
 }
 
 func (p *Proxy) answer(c net.Conn, req ControlRequest, resp ControlResponse) {
+	if req.Op == OpFinish && injectFault(faultDropFinishAnswer) {
+		p.log.Warn("fault injected: the finish's answer is dropped", zap.String("migration", req.Migration))
+		c.Close()
+		return
+	}
 	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	if err := json.NewEncoder(c).Encode(resp); err != nil && req.Op == OpPrepare && resp.Error == "" {
 		// The source never hears that the target is ready; it will not
@@ -302,6 +311,9 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
 	resp.PeerNode, resp.Owner = peer.Node, peer.owner()
+	if resp.Outcome != OutcomeRunning && resp.Outcome != OutcomeStopped {
+		resp.Outcome = ""
+	}
 	if resp.Reason != "" && !knownReason(resp.Reason) {
 		resp.Reason = "unrecognised"
 	}

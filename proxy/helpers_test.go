@@ -31,6 +31,22 @@ type fakeIncoming struct {
 	// holds it in post-copy.
 	finishHold chan struct{}
 	listeners  map[string][]net.Listener
+	// running are the domains a Finish left running; outcome, when set,
+	// answers Outcome instead, as a restarted node's libvirt would.
+	running map[string]bool
+	outcome func(IncomingMigration) (string, error)
+}
+
+func (f *fakeIncoming) Outcome(_ context.Context, m IncomingMigration) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.outcome != nil {
+		return f.outcome(m)
+	}
+	if f.running[m.Domain] {
+		return OutcomeRunning, nil
+	}
+	return OutcomeStopped, nil
 }
 
 func newFakeIncoming() *fakeIncoming { return &fakeIncoming{listeners: map[string][]net.Listener{}} }
@@ -68,9 +84,15 @@ func (f *fakeIncoming) Finish(_ context.Context, m IncomingMigration, cookie []b
 		<-hold
 	}
 	f.stop(m.ID)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.finishErr != nil {
 		return nil, f.finishErr
 	}
+	if f.running == nil {
+		f.running = map[string]bool{}
+	}
+	f.running[m.Domain] = !cancelled
 	return []byte("finished:" + m.ID), nil
 }
 

@@ -32,6 +32,14 @@ type Incoming interface {
 	Cancel(ctx context.Context, m IncomingMigration) error
 }
 
+// IncomingOutcome is an Incoming that can say whether a migration's
+// domain runs on this node now: OutcomeRunning or OutcomeStopped, or an
+// error while that is not settled (libvirt's job on it still runs, or
+// libvirt cannot be asked).
+type IncomingOutcome interface {
+	Outcome(ctx context.Context, m IncomingMigration) (string, error)
+}
+
 // IncomingChecker is an Incoming that can check a prepare's request
 // before anything is registered for it; Prepare checks again.
 type IncomingChecker interface {
@@ -154,6 +162,12 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		}
 	})
 	p.reg.addTimer(e, ttl, func() { p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl)) })
+	// Kept before the answer: a ferryd restarted later still knows what
+	// it prepared, and so what a finish of it asks.
+	if err := p.saveOutcome(m.ID, peer.owner(), m.Domain, nil); err != nil {
+		p.dropIncoming(m.ID, "its record could not be kept")
+		return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)")
+	}
 	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
 		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
 		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
@@ -162,7 +176,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 
 // finish runs libvirt's Finish. The migration's streams stay relayable
 // until it returns: in post-copy the guest runs here and pulls its last
-// pages through them meanwhile.
+// pages through them meanwhile. The answer says whether the guest runs
+// here afterwards (Outcome), which is what the source decides by; it is
+// kept, on disk too, for a repeat of the finish.
 func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
 	owner := peer.owner()
 	if !req.Cancelled && p.reg.notStarted(req.Migration, req.Domain, owner) {
@@ -172,17 +188,27 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	}
 	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
 	if err != nil {
-		// The first answer may have been lost on the way: the same peer
-		// hears it again rather than "ended".
+		// A repeat: the first answer was lost on the way, the source's
+		// connection broke while libvirt's Finish ran, or this ferryd
+		// restarted since. The same peer hears the same truth.
 		if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok {
+			return resp
+		}
+		if resp, ok := p.awaitFinish(c, req, owner); ok {
+			return resp
+		}
+		if resp, ok := p.recordedOutcome(raw, req, peer); ok {
 			return resp
 		}
 		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), e.m.Expires)
+	// No deadline of Ferry's own: libvirt's Finish ends with the
+	// migration, and cutting it in post-copy would split the guest's
+	// memory (KubeVirt never times post-copy out either). Only the
+	// migration's end (shutdown, unregister) cuts the wait, never
+	// libvirt's job; a repeat then learns the outcome from libvirt.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Ending the migration (shutdown, unregister) cuts its Finish and the
-	// source's connection waiting on it.
 	if !p.reg.setStopFinish(e, func() { cancel(); c.Close() }) {
 		cancel()
 	}
@@ -191,8 +217,10 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	c.SetDeadline(time.Time{})
 	start := time.Now()
 	var cookie []byte
+	outcome := ""
 	if e.in != nil {
 		cookie, err = p.cfg.Incoming.Finish(ctx, *e.in, req.Cookie, req.Cancelled)
+		outcome = p.outcomeOf(*e.in)
 	}
 	counters := e.counters.Snapshot()
 	why := "finished"
@@ -207,17 +235,101 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 			level = zap.InfoLevel
 		}
 		p.log.Log(level, "incoming migration did not finish", zap.String("migration", req.Migration), zap.String("domain", req.Domain),
-			zap.Bool("cancelled", req.Cancelled), zap.Error(err), zap.Duration("took", time.Since(start)))
+			zap.Bool("cancelled", req.Cancelled), zap.String("outcome", outcome), zap.Error(err), zap.Duration("took", time.Since(start)))
 	}
-	resp := ControlResponse{Cookie: cookie, Counters: counters}
+	resp := ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
 	if err != nil {
-		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters}
+		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
 	}
-	p.reg.setResult(e, resp)
+	if outcome != "" || e.in == nil {
+		// Only a settled answer is kept: an unsettled one (the wait cut
+		// while libvirt's job still ran) is worked out again when asked.
+		p.reg.setResult(e, resp)
+		p.saveOutcome(e.m.ID, owner, e.m.Domain, &resp)
+	}
 	// Its own end must not cut the connection that carries the answer.
 	p.reg.setStopFinish(e, cancel)
 	p.Unregister(req.Migration, why)
 	return resp
+}
+
+// awaitFinish waits for the answer of a finish still running, for a repeat
+// of it; false if there is none to wait for, or the wait was cut.
+func (p *Proxy) awaitFinish(c net.Conn, req ControlRequest, owner string) (ControlResponse, bool) {
+	cut := make(chan struct{})
+	var once sync.Once
+	e, ok := p.reg.finishing(req.Migration, req.Domain, owner, func() { once.Do(func() { close(cut) }) })
+	if !ok {
+		return ControlResponse{}, false
+	}
+	c.SetDeadline(time.Time{})
+	select {
+	case <-e.resultReady:
+	case <-cut:
+	}
+	return p.reg.resultOf(e)
+}
+
+// recordedOutcome answers a repeated finish from what this node kept (its
+// registry's ended migrations, its outcome records across restarts) and,
+// where no answer was kept, from libvirt: the domain running here, or not.
+func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (ControlResponse, bool) {
+	owner := peer.owner()
+	in, known := p.reg.endedIncoming(req.Migration, req.Domain, owner)
+	if p.outcomes != nil {
+		r, ok, err := p.outcomes.load(req.Migration)
+		if err != nil {
+			p.log.Warn("unreadable migration outcome record", zap.Error(err))
+		}
+		if ok && r.Owner == owner && r.Domain == req.Domain {
+			if r.Result != nil {
+				return *r.Result, true
+			}
+			in, known = IncomingMigration{ID: r.ID, Domain: r.Domain}, true
+		}
+	}
+	if !known {
+		return ControlResponse{}, false
+	}
+	outcome := p.outcomeOf(in)
+	if outcome == "" {
+		return p.refusePeer(raw, peer.Node, req, reasonUnsettled, fmt.Sprintf("the outcome of migration %s on this node is not settled yet (libvirt's job still runs, or libvirt is not reachable): ask again", req.Migration)), true
+	}
+	resp := ControlResponse{Outcome: outcome}
+	if outcome == OutcomeStopped {
+		resp.Error = fmt.Sprintf("domain %s does not run on this node: its incoming migration ended without it", req.Domain)
+	}
+	p.saveOutcome(req.Migration, owner, req.Domain, &resp)
+	return resp, true
+}
+
+// outcomeOf asks libvirt whether the migration's domain runs here.
+func (p *Proxy) outcomeOf(in IncomingMigration) string {
+	oi, ok := p.cfg.Incoming.(IncomingOutcome)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
+	defer cancel()
+	out, err := oi.Outcome(ctx, in)
+	if err != nil {
+		p.log.Info("the outcome of an incoming migration is not settled", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.Error(err))
+		return ""
+	}
+	return out
+}
+
+// saveOutcome records a migration, with its finish's answer once it has
+// one; without a state directory nothing outlives this process.
+func (p *Proxy) saveOutcome(id, owner, domain string, result *ControlResponse) error {
+	if p.outcomes == nil {
+		return nil
+	}
+	err := p.outcomes.save(outcomeRecord{ID: id, Owner: owner, Domain: domain, Prepared: time.Now(), Result: result})
+	if err != nil {
+		p.log.Warn("cannot record an incoming migration's outcome; a restart would not know it", zap.String("migration", id), zap.Error(err))
+	}
+	return err
 }
 
 func (p *Proxy) cancel(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {

@@ -20,6 +20,7 @@ const (
 	reasonTooManyOpening   = "too_many_opening_connections"
 	reasonTooManyReading   = "too_many_requests_being_read"
 	reasonTooManyFromPeer  = "too_many_control_connections_from_peer"
+	reasonUnsettled        = "outcome_unsettled"
 	// A peer whose certificate names no node, where one is required; one
 	// that names a node badly; one that is not the node that prepared the
 	// migration it names.
@@ -38,7 +39,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	ReasonUnknownMigration, "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
-	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
+	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
 	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable"}
 
 type metrics struct {

@@ -6,10 +6,11 @@ import (
 )
 
 // MaxControlConnsPerPeer bounds the control connections one peer holds
-// while its requests are read and answered, so that one peer, however
-// slow its requests, leaves most of MaxControlConns to the others. A
-// finish waiting on its migration gives its slot back: those are bounded
-// by MaxIncoming already, and a peer's cancel must not wait behind them.
+// before their requests are read, so that one peer, however slowly it
+// sends, leaves most of MaxControlConns to the others. A request read
+// gives its slot back: what is served next is bounded by its own caps (a
+// prepare by MaxIncoming, a finish by its migration), and a source retries
+// a finish that was refused.
 const MaxControlConnsPerPeer = 8
 
 // peerKey tells peers apart: by certificate, or with TLS off by address.
@@ -30,7 +31,7 @@ func (p *Proxy) takeControlSlot(peer Peer, raw net.Conn) (release func(), err er
 		p.controlBy = map[string]int{}
 	}
 	if p.controlBy[key] >= MaxControlConnsPerPeer {
-		return nil, fmt.Errorf("this peer already holds %d control connections with requests in progress", MaxControlConnsPerPeer)
+		return nil, fmt.Errorf("this peer already holds %d control connections whose requests are not read yet", MaxControlConnsPerPeer)
 	}
 	p.controlBy[key]++
 	done := false

@@ -70,8 +70,13 @@ type entry struct {
 	// finish or cancel it. Empty without TLS.
 	owner string
 	// result is what its finish answered, given again to a finish
-	// repeated because the first answer was lost.
-	result *ControlResponse
+	// repeated because the first answer was lost; resultReady is closed
+	// once it is set, for a repeat that came while the first still ran.
+	result      *ControlResponse
+	resultReady chan struct{}
+	// cutWaiter ends the repeat waiting on resultReady, if one does: a
+	// newer repeat replaces it, so one peer holds one wait per migration.
+	cutWaiter func()
 	// stopFinish cuts a libvirt Finish in progress and its control
 	// connection, so ending the migration never waits on a source that
 	// stopped reading.
@@ -134,7 +139,7 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 			return &regError{reasonDuplicate, fmt.Sprintf("domain %s already has an incoming migration on this node", m.Domain)}
 		}
 	}
-	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}, in: in, owner: owner}
+	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}, in: in, owner: owner, resultReady: make(chan struct{})}
 	return nil
 }
 
@@ -201,7 +206,27 @@ func (r *registry) setStopFinish(e *entry, stop func()) bool {
 func (r *registry) setResult(e *entry, resp ControlResponse) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e.result = &resp
+	if e.result == nil {
+		e.result = &resp
+		close(e.resultReady)
+	}
+}
+
+// finishing returns the migration id of domain, prepared by owner, whose
+// finish is running, so a repeat can wait for its answer; cut is called
+// to end that wait early (a newer repeat, the migration's end).
+func (r *registry) finishing(id, domain, owner string, cut func()) (*entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok || e.ended != "" || e.owner != owner || e.m.Domain != domain || e.m.State != stateFinishing || e.result != nil {
+		return nil, false
+	}
+	if e.cutWaiter != nil {
+		e.cutWaiter()
+	}
+	e.cutWaiter = cut
+	return e, true
 }
 
 // lookup finds the socket to relay a stream to and reserves one of the
@@ -284,7 +309,7 @@ func (r *registry) end(id, why string) (*entry, bool) {
 	for _, t := range e.timers {
 		t.Stop()
 	}
-	stop := e.stopFinish
+	stop, waiter := e.stopFinish, e.cutWaiter
 	conns := make([]net.Conn, 0, len(e.conns))
 	for c := range e.conns {
 		conns = append(conns, c)
@@ -296,7 +321,32 @@ func (r *registry) end(id, why string) (*entry, bool) {
 	if stop != nil {
 		stop()
 	}
+	if waiter != nil {
+		waiter()
+	}
 	return e, true
+}
+
+// endedIncoming is the libvirt side of an ended migration id of domain,
+// prepared by owner, while the registry keeps it.
+func (r *registry) endedIncoming(id, domain, owner string) (IncomingMigration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok || e.ended == "" || e.in == nil || e.owner != owner || e.m.Domain != domain {
+		return IncomingMigration{}, false
+	}
+	return *e.in, true
+}
+
+// resultOf is e's finish answer, if it has one.
+func (r *registry) resultOf(e *entry) (ControlResponse, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.result == nil {
+		return ControlResponse{}, false
+	}
+	return *e.result, true
 }
 
 // addTimer runs f after d unless the migration has ended by then.

@@ -37,6 +37,9 @@ type Config struct {
 	// Incoming runs the target's side of Ferry-driven migrations on this
 	// node's libvirt; nil refuses every prepare.
 	Incoming Incoming
+	// OutcomeDir keeps each incoming migration's record and its finish's
+	// answer across restarts; empty keeps them in memory only.
+	OutcomeDir string
 	// Private are local paths (libvirt sockets, say) never to be named in
 	// an answer to a peer; SocketDir always is one.
 	Private       []string
@@ -137,6 +140,9 @@ type Proxy struct {
 	stopErr  error
 
 	controls atomic.Int32 // control connections being served
+	// outcomes keeps incoming migrations' records on disk; nil without
+	// Config.OutcomeDir.
+	outcomes *outcomeStore
 	// controlBy counts them by peer while their requests are in progress.
 	controlMu sync.Mutex
 	controlBy map[string]int
@@ -183,6 +189,13 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
 	}
 	removeStaleSockets(cfg.SocketDir, 10*time.Second, p.log)
+	if cfg.OutcomeDir != "" {
+		s, err := openOutcomes(cfg.OutcomeDir)
+		if err != nil {
+			return nil, err
+		}
+		p.outcomes = s
+	}
 	return p, nil
 }
 

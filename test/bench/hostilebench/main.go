@@ -67,8 +67,10 @@ func run(controls, halfOpen int, hold time.Duration) error {
 	if err != nil {
 		return err
 	}
+	// Enough taken peers to hold every control connection between them,
+	// each to its own share.
 	var peers []testpki.Files
-	for i := 0; i < 4; i++ {
+	for i := 0; i < proxy.MaxControlConns/proxy.MaxControlConnsPerPeer; i++ {
 		f, err := ca.Issue(filepath.Join(dir, fmt.Sprintf("peer%d", i)), "ferry", node(fmt.Sprintf("peer%d", i)))
 		if err != nil {
 			return err
@@ -127,7 +129,7 @@ func run(controls, halfOpen int, hold time.Duration) error {
 		func(stop <-chan struct{}) error { return holdHalfOpen(addr, halfOpen, stop) }); err != nil {
 		return err
 	}
-	if err := measure(fmt.Sprintf("%d control connections of 4 taken peers", controls), fmt.Sprintf("large ones read %d at a time per peer, %d in all", proxy.MaxReadingPerPeer, proxy.MaxReading),
+	if err := measure(fmt.Sprintf("%d control connections of %d taken peers", controls, len(peers)), fmt.Sprintf("large ones read %d at a time per peer, %d in all", proxy.MaxReadingPerPeer, proxy.MaxReading),
 		func(stop <-chan struct{}) error { return holdControls(addr, peers, controls, stop) }); err != nil {
 		return err
 	}

@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-vm/ferry/internal/atomicfile"
+)
+
+// What a target says of its copy of the guest when it answers a finish.
+// The source decides by it alone whether to resume its own copy: only
+// OutcomeStopped lets it, since a guest must never run on both nodes.
+const (
+	// OutcomeRunning: the target's copy runs (or is held in post-copy);
+	// the source must not resume its own.
+	OutcomeRunning = "running"
+	// OutcomeStopped: the target has no copy of the guest any more.
+	OutcomeStopped = "stopped"
+)
+
+// outcomeRecord is a prepared migration as the target keeps it on disk:
+// written before the prepare is answered, and again with the finish's
+// answer, so a source that lost the answer, or asks a restarted ferryd,
+// hears the same truth.
+type outcomeRecord struct {
+	ID       string           `json:"id"`
+	Owner    string           `json:"owner"`
+	Domain   string           `json:"domain"`
+	Prepared time.Time        `json:"prepared"`
+	Result   *ControlResponse `json:"result,omitempty"`
+}
+
+// outcomeKeep is how long a record outlives its prepare: a source settles
+// a migration within minutes, or an operator within days.
+const outcomeKeep = 7 * 24 * time.Hour
+
+// maxOutcomeFile bounds what is read back of one record.
+const maxOutcomeFile = 1 << 20
+
+// outcomeStore keeps the records in one directory, a file per migration
+// named by its id (this node's own 128 random bits, never a peer's text).
+type outcomeStore struct {
+	dir string
+	mu  sync.Mutex
+}
+
+func openOutcomes(dir string) (*outcomeStore, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("migration outcome directory %s: %w", dir, err)
+	}
+	s := &outcomeStore{dir: dir}
+	s.prune(time.Now())
+	return s, nil
+}
+
+func (s *outcomeStore) path(id string) (string, error) {
+	if err := ValidID(id); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.dir, id+".json"), nil
+}
+
+func (s *outcomeStore) save(r outcomeRecord) error {
+	p, err := s.path(r.ID)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return atomicfile.Write(p, b)
+}
+
+// load returns the record of id; ok is false if there is none, and err
+// says why one that exists could not be read.
+func (s *outcomeStore) load(id string) (r outcomeRecord, ok bool, err error) {
+	p, err := s.path(id)
+	if err != nil {
+		return r, false, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := readBounded(p, maxOutcomeFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, false, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err == nil && r.ID != id {
+		err = fmt.Errorf("names migration %q", r.ID)
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("migration outcome record %s: %w", p, err)
+	}
+	return r, true, nil
+}
+
+// prune removes records older than outcomeKeep.
+func (s *outcomeStore) prune(now time.Time) {
+	entries, _ := os.ReadDir(s.dir)
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || ValidID(id) != nil {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > outcomeKeep {
+			os.Remove(filepath.Join(s.dir, e.Name()))
+		}
+	}
+}
+
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("larger than %d bytes", limit)
+	}
+	return b, err
+}

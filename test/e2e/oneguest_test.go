@@ -1,0 +1,107 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// withFaults restarts the node's ferryd injecting the named faults (its
+// build reads FERRY_FAULTS), and restarts it plain when the test ends.
+func withFaults(t *testing.T, node, faults string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	os.Setenv("FERRY_FAULTS", faults)
+	err := bed.RestartFerryd(ctx, node)
+	os.Unsetenv("FERRY_FAULTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := bed.RestartFerryd(ctx, node); err != nil {
+			t.Errorf("restarting ferryd on %s without faults: %v", node, err)
+		}
+	})
+}
+
+// onlyOn fails unless libvirt runs the guest on node, not paused, and has
+// no live copy of it (running or paused) on the other.
+func onlyOn(t *testing.T, domain, node, other string) {
+	t.Helper()
+	here, err := readNodeTruth(node, domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	there, err := readNodeTruth(other, domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !here.running() {
+		t.Errorf("%s does not run on %s: %s", domain, node, here)
+	}
+	if there.Present && (there.State == stRunning || there.State == int32(libvirt.DomainPaused)) {
+		t.Errorf("%s also has a live copy on %s: %s", domain, other, there)
+	}
+}
+
+// The target finishes the migration and its answer never reaches the
+// source. The source asks again and hears the same: the guest runs on
+// the target alone. (Before, the source took the lost answer for a
+// failure and resumed its own copy: the guest ran on both nodes.)
+func TestLostFinishAnswerLeavesOneGuest(t *testing.T) {
+	withFaults(t, "b", "drop-finish-answer")
+	const name = "lostanswer"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"}); err != nil {
+		t.Fatalf("the migration failed though the target finished it: %v", err)
+	}
+	onlyOn(t, name, "b", "a")
+	waitJob(t, "a", name, "Completed", 30*time.Second, func(j migration.Job) bool { return j.Phase == migration.PhaseCompleted })
+	assertTruth(t, name, "a", "b", start)
+	if !ferrydLogSays("b", "fault injected: the finish's answer is dropped") {
+		t.Fatal("the target's ferryd never dropped an answer: the fault was not injected")
+	}
+}
+
+// The target's ferryd dies mid pre-copy and comes back. libvirt there
+// destroys the incoming guest with the connection that prepared it; the
+// source's migration fails and its guest runs on, alone.
+func TestTargetFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
+	const name = "dstferryd"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	start := time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs})
+	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.CrashFerryd(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the migration completed though the target's ferryd died mid pre-copy")
+	}
+	onlyOn(t, name, "a", "b")
+	assertTruth(t, name, "a", "b", start)
+}
+
+// ferrydLogSays reports whether the node's ferryd log holds text.
+func ferrydLogSays(node, text string) bool {
+	b, err := os.ReadFile(filepath.Join(bed.Node(node).Dir, "ferryd.log"))
+	return err == nil && strings.Contains(string(b), text)
+}
