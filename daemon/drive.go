@@ -153,10 +153,14 @@ func migrationPolicy(node policy.Settings, req MigrateRequest) (policy.Settings,
 // migrateFlags are libvirt's flags and parameters for the request, the
 // same for every step; Perform adds its URI. No PEER2PEER: this ferryd
 // runs the protocol itself and libvirt never talks to the target's libvirt.
-// No CHANGE_PROTECTION either: Perform starts libvirt's job, so a prepare
-// that fails leaves nothing to undo on the source.
+// CHANGE_PROTECTION, as libvirt's own client: Begin starts libvirt's job,
+// so the domain's definition cannot change (a hotplug) between the XML
+// sent to the target and Perform; a step that fails before Perform ends
+// that job with a cancelled Confirm. A persistent domain is defined on the
+// target and undefined here once it runs there, so that no second copy
+// can be started from a definition left behind (see persistentFlags).
 func migrateFlags(req MigrateRequest) (libvirt.DomainMigrateFlags, []libvirt.TypedParam) {
-	flags := libvirt.MigrateLive
+	flags := libvirt.MigrateLive | libvirt.MigrateChangeProtection
 	var params []libvirt.TypedParam
 	if req.PostCopy || req.PostCopyAfterSeconds > 0 {
 		flags |= libvirt.MigratePostcopy
@@ -233,11 +237,30 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	id := newMigrationID()
 	begun := time.Now()
 	flags, params := migrateFlags(req)
+	persistent, err := conn.Persistent(ctx, dom)
+	if err != nil {
+		d.drives.end(drive)
+		return MigrateResponse{}, fmt.Errorf("asking libvirt whether %s is persistent: %w", req.Domain, err)
+	}
+	if persistent {
+		flags |= libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
+	}
 	domXML, cookie, err := conn.Begin(ctx, dom, params, flags)
 	if err != nil {
 		d.drives.end(drive)
 		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
 	}
+	// Begin started libvirt's job (CHANGE_PROTECTION): until Perform takes
+	// it over, a failure ends it with a cancelled Confirm, as libvirt's
+	// own client does.
+	performing := false
+	defer func() {
+		if !performing {
+			if err := conn.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout); err != nil {
+				d.log.Warn("ending libvirt's migration job after a failed start", zap.String("domain", req.Domain), zap.Error(err))
+			}
+		}
+	}()
 	// A target node named by the caller is checked on the certificate
 	// before the domain's XML is sent anywhere.
 	want := ""
@@ -277,6 +300,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	// else the target's address might lead meanwhile.
 	src.BindTarget(prep.Owner)
 	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
+	performing = true
 	d.steer.drive(req.Domain, drivenPolicy{id: id, settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0, deadline: deadline})
 	d.Tracker.Drive(conn.Socket(), req.Domain, info)
 	go func() {

@@ -37,8 +37,11 @@ type incoming struct {
 }
 
 // allowedIncomingFlags is what a peer may ask of this node's libvirt: the
-// modes Ferry drives, nothing that persists or undefines domains.
-const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | libvirt.MigrateAutoConverge | libvirt.MigrateParallel
+// modes Ferry drives, the source's change protection, and a persistent
+// domain's definition here (from the checked XML, never the peer's) with
+// the source's undefined, so that exactly one node keeps it.
+const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | libvirt.MigrateAutoConverge | libvirt.MigrateParallel |
+	libvirt.MigrateChangeProtection | libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
 
 func (in *incoming) conn() (*libvirtx.Conn, error) {
 	c, err := in.tracker.ConnForSocket(in.socket)
@@ -64,7 +67,7 @@ func (in *incoming) check(m proxy.IncomingMigration, domXML string) (string, err
 		allowed |= libvirt.MigrateNonSharedDisk
 	}
 	if extra := flags &^ allowed; extra != 0 {
-		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel)", uint32(extra))}
+		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel, change protection, and a persistent domain's persist-dest with undefine-source)", uint32(extra))}
 	}
 	if m.PostCopy != (flags&libvirt.MigratePostcopy != 0) {
 		// The streams were counted for one mode; libvirt would run the
@@ -126,7 +129,9 @@ func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cooki
 	if err != nil {
 		return nil, err
 	}
-	ck, err := c.Finish(ctx, finishParams(m), cookie, libvirt.DomainMigrateFlags(m.Flags), cancelled, until(ctx))
+	// No bound of Ferry's own: in post-copy libvirt's Finish lasts until
+	// the last page, and giving up on it would cut the streams it needs.
+	ck, err := c.Finish(ctx, finishParams(m), cookie, libvirt.DomainMigrateFlags(m.Flags), cancelled, untilOr(ctx, unbounded))
 	return ck, peerError(err)
 }
 
@@ -197,12 +202,18 @@ func finishParams(m proxy.IncomingMigration) []libvirt.TypedParam {
 }
 
 // until is what is left of ctx's deadline, for libvirtx's own timeouts.
-func until(ctx context.Context) time.Duration {
+func until(ctx context.Context) time.Duration { return untilOr(ctx, time.Minute) }
+
+// untilOr is the time left to ctx's deadline, or def if it has none.
+func untilOr(ctx context.Context, def time.Duration) time.Duration {
 	if d, ok := ctx.Deadline(); ok {
 		return time.Until(d)
 	}
-	return time.Minute
+	return def
 }
+
+// unbounded is a wait with no bound of Ferry's own: only its context ends it.
+const unbounded = 100 * 365 * 24 * time.Hour
 
 // peerError drops the libvirt socket path a libvirtx error names: the
 // answer goes to another node.

@@ -44,7 +44,8 @@ func TestPrepareRefusalsFromThisNode(t *testing.T) {
 		{"qemu arguments", "vm", "<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'><name>vm</name><qemu:commandline><qemu:arg value='-x'/></qemu:commandline></domain>", 1, "invalid_domain_xml", "qemu:commandline"},
 		{"another name", "vm", "<domain type='qemu'><name>other</name></domain>", 1, "invalid_domain_xml", "<name>"},
 		{"peer to peer", "vm", good, 1 | 2, "flags_not_allowed", "0x2"},
-		{"persist on the target", "vm", good, 1 | 8, "flags_not_allowed", "0x8"},
+		{"tunnelled through libvirt", "vm", good, 1 | 4, "flags_not_allowed", "0x4"},
+		{"paused on the target", "vm", good, 1 | 0x20, "flags_not_allowed", "0x20"},
 		{"post-copy flag without its stream", "vm", good, 1 | 0x8000, "flags_not_allowed", "postCopy false"},
 		{"libvirt down", "vm", good, 1, "libvirt_unavailable", "not connected"},
 	}

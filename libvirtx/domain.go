@@ -22,6 +22,14 @@ func UUIDString(u libvirt.UUID) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
+// Persistent reports whether the domain has a definition that outlives it.
+func (c *Conn) Persistent(ctx context.Context, dom libvirt.Domain) (bool, error) {
+	return call(ctx, c, "domain is persistent", func(l *libvirt.Libvirt) (bool, error) {
+		p, err := l.DomainIsPersistent(dom)
+		return p == 1, err
+	})
+}
+
 // Domains lists the active domains with their states in one round trip
 // (the "state" group of virConnectGetAllDomainStats needs no domain job, so
 // it does not wait on a migrating domain's state-change lock).

@@ -1,6 +1,7 @@
 package libvirtx
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -91,5 +92,43 @@ func TestMigrateWithinDeadline(t *testing.T) {
 	}
 	if n := len(f.called(procDomainAbortJob)); n != 0 {
 		t.Fatalf("%d aborts of a migration that ended in time", n)
+	}
+}
+
+// A Prepare libvirt answers after Ferry gave up on it (a libvirtd frozen
+// for a while) is undone: its target QEMU is told to go, by name.
+func TestAPrepareAnsweredLateIsUndone(t *testing.T) {
+	const procPrepare3, procFinish3 = 303, 306
+	f := newFakeLibvirt(t, "")
+	release := make(chan struct{})
+	f.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == procPrepare3 {
+			<-release
+			return be32(0, 0), nil, true // no cookie, no URI
+		}
+		if proc == procFinish3 {
+			return nil, &libvirt.Error{Code: uint32(libvirt.ErrOperationFailed), Message: "migration cancelled"}, true
+		}
+		return nil, nil, false
+	})
+	c := dialFake(t, f)
+	params := []libvirt.TypedParam{
+		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString("<domain/>")},
+		{Field: libvirt.MigrateParamDestName, Value: *libvirt.NewTypedParamValueString("vm1")},
+	}
+	if _, err := c.Prepare(context.Background(), params, nil, libvirt.MigrateLive, 100*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("prepare: %v, want a timeout", err)
+	}
+	if n := len(f.called(procFinish3)); n != 0 {
+		t.Fatalf("%d finishes before libvirt answered the prepare", n)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.called(procFinish3)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	calls := f.called(procFinish3)
+	if len(calls) != 1 || !bytes.Contains(calls[0], []byte("vm1")) || bytes.Contains(calls[0], []byte("<domain/>")) || lastFlags(calls[0]) != 1 {
+		t.Fatalf("finish calls %q; want one, cancelled, naming vm1 only", calls)
 	}
 }

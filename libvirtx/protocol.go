@@ -30,12 +30,27 @@ func (c *Conn) Begin(ctx context.Context, dom libvirt.Domain, params []libvirt.T
 // Prepare readies the target for an incoming migration: libvirt starts the
 // target QEMU listening at the migrate URI in params. It returns the cookie
 // for the source's Perform. A cold QEMU capabilities cache makes this the
-// slowest step (16 s on the test bed), hence its own timeout.
+// slowest step (16 s on the test bed), hence its own timeout. A Prepare
+// that libvirt completes after the caller gave up (a libvirtd frozen for a
+// while) is undone: its target QEMU would otherwise wait, paused, until
+// this connection closes, and every retry be refused as a domain that
+// exists.
 func (c *Conn) Prepare(ctx context.Context, params []libvirt.TypedParam, cookie []byte, flags libvirt.DomainMigrateFlags, timeout time.Duration) ([]byte, error) {
 	return callWithin(ctx, c, "migrate prepare", timeout, func(l *libvirt.Libvirt) ([]byte, error) {
 		ck, _, err := l.DomainMigratePrepare3Params(params, cookie, uint32(flags))
 		return ck, err
-	}, nil)
+	}, func(_ []byte, err error) {
+		if err != nil {
+			return
+		}
+		var name []libvirt.TypedParam
+		for _, p := range params {
+			if p.Field == libvirt.MigrateParamDestName {
+				name = append(name, p)
+			}
+		}
+		c.Finish(context.Background(), name, nil, flags, true, timeout)
+	})
 }
 
 // Finish ends the incoming side: with cancelled=false libvirt resumes the

@@ -155,6 +155,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	66:  func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },    // auth list
 	70:  func(w *xdrWalk) { w.take(4, "complete") },                                                // auth polkit, go-libvirt's own call
 	150: func(w *xdrWalk) { w.take(4, "active") },                                                  // domain is active
+	151: func(w *xdrWalk) { w.take(4, "persistent") },                                              // domain is persistent
 	157: func(w *xdrWalk) { w.take(8, "version") },                                                 // connect get lib version
 	164: func(*xdrWalk) {},                                                                         // domain abort job
 	166: func(*xdrWalk) {},                                                                         // domain migrate set max downtime

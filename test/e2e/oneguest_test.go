@@ -64,14 +64,16 @@ func onlyOn(t *testing.T, domain, node, other string) {
 func TestLostFinishAnswerLeavesOneGuest(t *testing.T) {
 	withFaults(t, "b", "drop-finish-answer")
 	const name = "lostanswer"
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8})
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	before := verifiedSoFar(t, name)
 	start := time.Now()
 	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"}); err != nil {
 		t.Fatalf("the migration failed though the target finished it: %v", err)
 	}
 	onlyOn(t, name, "b", "a")
+	memoryIntact(t, name, before)
 	waitJob(t, "a", name, "Completed", 30*time.Second, func(j migration.Job) bool { return j.Phase == migration.PhaseCompleted })
 	assertTruth(t, name, "a", "b", start)
 	if !ferrydLogSays("b", "fault injected: the finish's answer is dropped") {
@@ -84,7 +86,8 @@ func TestLostFinishAnswerLeavesOneGuest(t *testing.T) {
 // source's migration fails and its guest runs on, alone.
 func TestTargetFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
 	const name = "dstferryd"
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Verify: true})
+	before := verifiedSoFar(t, name)
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs})
 	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
@@ -97,11 +100,77 @@ func TestTargetFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
 		t.Fatal("the migration completed though the target's ferryd died mid pre-copy")
 	}
 	onlyOn(t, name, "a", "b")
+	memoryIntact(t, name, before)
 	assertTruth(t, name, "a", "b", start)
+}
+
+// memoryIntact fails unless the guest's own check of all its memory has
+// passed at least twice more since before (what GuestVerified counted
+// then), with no bad page ever.
+func memoryIntact(t *testing.T, name string, before int) {
+	t.Helper()
+	var ok int
+	var bad string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		var err error
+		if ok, bad, err = bed.GuestVerified(name); err != nil {
+			t.Fatal(err)
+		}
+		if bad != "" || ok >= before+2 {
+			break
+		}
+	}
+	if bad != "" || ok < before+2 {
+		t.Fatalf("the guest's memory check: %d passes (%d before), first failure %q", ok, before, bad)
+	}
+	t.Logf("the guest checked all its memory %d times since, every page as it last wrote it", ok-before)
+}
+
+// verifiedSoFar is how many times the guest's check has passed.
+func verifiedSoFar(t *testing.T, name string) int {
+	t.Helper()
+	ok, bad, err := bed.GuestVerified(name)
+	if err != nil || bad != "" {
+		t.Fatalf("the guest's memory check before the migration: %v %q", err, bad)
+	}
+	return ok
 }
 
 // ferrydLogSays reports whether the node's ferryd log holds text.
 func ferrydLogSays(node, text string) bool {
 	b, err := os.ReadFile(filepath.Join(bed.Node(node).Dir, "ferryd.log"))
 	return err == nil && strings.Contains(string(b), text)
+}
+
+// A persistent domain keeps exactly one definition: on the target once it
+// runs there, none left on the source that could start a second copy.
+func TestPersistentDomainMovesItsDefinition(t *testing.T) {
+	const name = "persist"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	before := verifiedSoFar(t, name)
+	start := time.Now()
+	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"}); err != nil {
+		t.Fatal(err)
+	}
+	onlyOn(t, name, "b", "a")
+	memoryIntact(t, name, before)
+	for node, want := range map[string]bool{"a": false, "b": true} {
+		l, err := bed.Libvirt(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dom, err := l.DomainLookupByName(name)
+		defined := err == nil
+		if defined {
+			p, err := l.DomainIsPersistent(dom)
+			defined = err == nil && p == 1
+		}
+		l.Disconnect()
+		if defined != want {
+			t.Errorf("node %s: %s defined %v, want %v", node, name, defined, want)
+		}
+	}
+	assertTruth(t, name, "a", "b", start)
 }

@@ -14,9 +14,12 @@ type dirtier struct {
 	pages int
 	next  int  // page the next write goes to; wraps so every page is rewritten in turn
 	stamp byte // changes every pass so a rewritten page never matches its previous content
+	// gens, in verify mode, is each page's generation as last written
+	// (see stampPage); nil otherwise.
+	gens []uint32
 }
 
-func newDirtier(mb int) (*dirtier, error) {
+func newDirtier(mb int, verify bool) (*dirtier, error) {
 	if mb == 0 {
 		return &dirtier{}, nil
 	}
@@ -25,7 +28,11 @@ func newDirtier(mb int) (*dirtier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d MiB: %w", mb, err)
 	}
-	return &dirtier{mem: mem, pages: len(mem) / pageSize, stamp: 1}, nil
+	d := &dirtier{mem: mem, pages: len(mem) / pageSize, stamp: 1}
+	if verify {
+		d.gens = make([]uint32, d.pages)
+	}
+	return d, nil
 }
 
 func (d *dirtier) touchAll() { d.dirty(d.pages) }
@@ -33,7 +40,11 @@ func (d *dirtier) touchAll() { d.dirty(d.pages) }
 // dirty rewrites n pages, one byte each, which is enough for the hypervisor's dirty log.
 func (d *dirtier) dirty(n int) {
 	for ; n > 0 && d.pages > 0; n-- {
-		d.mem[d.next*pageSize] = d.stamp
+		if d.gens != nil {
+			d.stampPage(d.next)
+		} else {
+			d.mem[d.next*pageSize] = d.stamp
+		}
 		d.next++
 		if d.next == d.pages {
 			d.next = 0
@@ -59,6 +70,13 @@ func (d *dirtier) run(out io.Writer, rate int) {
 			mib := float64(total-lastTotal) / pagesPerMiB
 			fmt.Fprintf(out, "DIRTIER: t=%ds rate=%.1f MiB/s total=%d MiB\n",
 				int(now.Sub(start).Seconds()), mib/now.Sub(lastReport).Seconds(), total/pagesPerMiB)
+			if d.gens != nil {
+				if bad := d.verify(); bad != "" {
+					fmt.Fprintf(out, "DIRTIER: verify=BAD %s\n", bad)
+				} else {
+					fmt.Fprintf(out, "DIRTIER: verify=ok pages=%d\n", d.pages)
+				}
+			}
 			lastReport, lastTotal = now, total
 		}
 		switch {

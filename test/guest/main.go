@@ -3,7 +3,8 @@
 // migrations have a realistic, controllable dirty rate to converge against.
 //
 // Kernel command line: dirty.mb=N (MiB to own), dirty.rate=R (MiB/s;
-// 0 = as fast as the vCPU allows, -1 = touch once then idle).
+// 0 = as fast as the vCPU allows, -1 = touch once then idle),
+// dirty.verify=1 (check every page once a second: see verify.go).
 // Everything is reported on /dev/ttyS0, which libvirt records in a file.
 package main
 
@@ -32,11 +33,11 @@ func main() {
 	if err != nil {
 		hang(out, "read /proc/cmdline: %v", err)
 	}
-	mb, rate, err := parseCmdline(string(cmdline))
+	mb, rate, verify, err := parseCmdline(string(cmdline))
 	if err != nil {
 		hang(out, "%v", err)
 	}
-	d, err := newDirtier(mb)
+	d, err := newDirtier(mb, verify)
 	if err != nil {
 		hang(out, "%v", err)
 	}
@@ -46,8 +47,9 @@ func main() {
 	d.run(out, rate)
 }
 
-// parseCmdline returns dirty.mb and dirty.rate; absent keys mean "own nothing, stay idle".
-func parseCmdline(cmdline string) (mb, rate int, err error) {
+// parseCmdline returns dirty.mb, dirty.rate and dirty.verify; absent keys
+// mean "own nothing, stay idle, check nothing".
+func parseCmdline(cmdline string) (mb, rate int, verify bool, err error) {
 	rate = -1
 	for _, field := range strings.Fields(cmdline) {
 		key, val, ok := strings.Cut(field, "=")
@@ -57,15 +59,17 @@ func parseCmdline(cmdline string) (mb, rate int, err error) {
 		switch key {
 		case "dirty.mb":
 			if mb, err = strconv.Atoi(val); err != nil || mb < 0 {
-				return 0, 0, fmt.Errorf("bad dirty.mb=%q", val)
+				return 0, 0, false, fmt.Errorf("bad dirty.mb=%q", val)
 			}
 		case "dirty.rate":
 			if rate, err = strconv.Atoi(val); err != nil || rate < -1 {
-				return 0, 0, fmt.Errorf("bad dirty.rate=%q", val)
+				return 0, 0, false, fmt.Errorf("bad dirty.rate=%q", val)
 			}
+		case "dirty.verify":
+			verify = val == "1"
 		}
 	}
-	return mb, rate, nil
+	return mb, rate, verify, nil
 }
 
 func describeRate(rate int) string {

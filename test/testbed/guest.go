@@ -27,6 +27,13 @@ type GuestSpec struct {
 	// VMIUID, when set, goes into KubeVirt's domain metadata, as
 	// virt-launcher writes it: a mark must match the VMI by it.
 	VMIUID string
+	// Persistent defines the guest before starting it, as a host's
+	// managed VMs are; the default is a transient guest, as KubeVirt's.
+	Persistent bool
+	// Verify has the guest stamp every page it writes and check all its
+	// memory once a second, printing verify=ok or the first bad page
+	// (see GuestVerified).
+	Verify bool
 }
 
 const (
@@ -76,7 +83,7 @@ func consolePath(n *Node, guest string) string {
 
 func (b *Bed) domainXML(g GuestSpec) string {
 	return b.guestXML(guestDomain{name: g.Name, memoryMiB: g.MemoryMiB, dirtyMiB: g.DirtyMiB, dirtyRate: g.DirtyRateMiBs,
-		kernel: kernelPath(imagesInNode), initrd: initrdPath(imagesInNode), console: consolesInNode + "/console-" + g.Name + ".log", vmiUID: g.VMIUID})
+		kernel: kernelPath(imagesInNode), initrd: initrdPath(imagesInNode), console: consolesInNode + "/console-" + g.Name + ".log", vmiUID: g.VMIUID, verify: g.Verify})
 }
 
 // guestDomain is what differs between the bed's guests: a node's and a
@@ -87,6 +94,8 @@ type guestDomain struct {
 	kernel, initrd, console        string
 	// vmiUID, when set, is written into KubeVirt's domain metadata.
 	vmiUID string
+	// verify has the guest check all its memory every second.
+	verify bool
 }
 
 func (b *Bed) guestXML(g guestDomain) string {
@@ -111,7 +120,7 @@ func (b *Bed) guestXML(g guestDomain) string {
     <type arch='x86_64' machine='pc'>hvm</type>
     <kernel>%s</kernel>
     <initrd>%s</initrd>
-    <cmdline>console=ttyS0 panic=-1 quiet dirty.mb=%d dirty.rate=%d</cmdline>
+    <cmdline>console=ttyS0 panic=-1 quiet dirty.mb=%d dirty.rate=%d dirty.verify=%d</cmdline>
   </os>
   <clock offset='utc'/>
   <on_poweroff>destroy</on_poweroff>
@@ -127,7 +136,7 @@ func (b *Bed) guestXML(g guestDomain) string {
     <memballoon model='none'/>
   </devices>
 </domain>
-`, domType, g.name, g.memoryMiB, metadata, g.kernel, g.initrd, g.dirtyMiB, g.dirtyRate, g.console)
+`, domType, g.name, g.memoryMiB, metadata, g.kernel, g.initrd, g.dirtyMiB, g.dirtyRate, boolInt(g.verify), g.console)
 }
 
 // StartGuest creates a transient domain and waits until its dirtier has
@@ -153,7 +162,14 @@ func (b *Bed) StartGuest(ctx context.Context, g GuestSpec) error {
 	}
 	defer l.Disconnect()
 	t0 := time.Now()
-	dom, err := l.DomainCreateXML(b.domainXML(g), 0)
+	var dom libvirt.Domain
+	if g.Persistent {
+		if dom, err = l.DomainDefineXML(b.domainXML(g)); err == nil {
+			err = l.DomainCreate(dom)
+		}
+	} else {
+		dom, err = l.DomainCreateXML(b.domainXML(g), 0)
+	}
 	if err != nil {
 		return fmt.Errorf("testbed: creating guest %s on node %s: %w", g.Name, g.Node, err)
 	}
@@ -223,6 +239,8 @@ func (b *Bed) DestroyGuest(name string) error {
 				if err := l.DomainDestroy(dom); err != nil && !isNoDomain(err) && !isNotRunning(err) {
 					errs[i] = fmt.Errorf("testbed: destroying %s on node %s: %w", name, d.name, err)
 				}
+				// A persistent guest's definition goes too.
+				_ = l.DomainUndefine(dom)
 			}
 		}()
 	}
@@ -258,4 +276,31 @@ func (b *Bed) killStuckQemu(l *libvirt.Libvirt, dom libvirt.Domain, node string)
 		p.signal(syscall.SIGKILL)
 		p.waitGone(5 * time.Second)
 	}
+}
+
+// GuestVerified reads what the guest's own memory check said on its
+// console, on every node it ran: the number of verify=ok lines, and the
+// first verify=BAD line ("" if none). A guest started with Verify prints
+// one of them every second.
+func (b *Bed) GuestVerified(name string) (ok int, bad string, err error) {
+	out, err := b.Console(name)
+	if err != nil {
+		return 0, "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(line, "verify=ok"):
+			ok++
+		case bad == "" && strings.Contains(line, "verify=BAD"):
+			bad = strings.TrimSpace(line)
+		}
+	}
+	return ok, bad, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
