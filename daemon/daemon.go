@@ -251,6 +251,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
+	d.settleRecordedDrives(poolCtx)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -121,6 +121,9 @@ func newMigrationID() string {
 const (
 	confirmTimeout = 2 * time.Minute
 	cancelTimeout  = 30 * time.Second
+	// postCopyGrace is how long past the deadline a migration that may
+	// switch to post-copy is given for the switch before it is aborted.
+	postCopyGrace = 30 * time.Second
 	// inDoubtAfter is how long the source asks for the finish's outcome
 	// before its job shows InDoubt; it goes on asking after.
 	inDoubtAfter = 30 * time.Second
@@ -234,10 +237,25 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if !d.drives.start(drive) {
 		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", errConflict, req.Domain)
 	}
+	// The protocol's steps run on a libvirt connection of the migration's
+	// own, for as long as it lasts: libvirt ties a migration's state to
+	// the connection that runs it, and the pool's connection is cut on one
+	// missed ping, which would end the migration with it.
+	own, err := conn.Another(ctx)
+	if err != nil {
+		d.drives.end(drive)
+		return MigrateResponse{}, fmt.Errorf("opening the migration's own libvirt connection: %w", err)
+	}
+	ownHanded := false
+	defer func() {
+		if !ownHanded {
+			own.Close()
+		}
+	}()
 	id := newMigrationID()
 	begun := time.Now()
 	flags, params := migrateFlags(req)
-	persistent, err := conn.Persistent(ctx, dom)
+	persistent, err := own.Persistent(ctx, dom)
 	if err != nil {
 		d.drives.end(drive)
 		return MigrateResponse{}, fmt.Errorf("asking libvirt whether %s is persistent: %w", req.Domain, err)
@@ -245,7 +263,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	if persistent {
 		flags |= libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
 	}
-	domXML, cookie, err := conn.Begin(ctx, dom, params, flags)
+	domXML, cookie, err := own.Begin(ctx, dom, params, flags)
 	if err != nil {
 		d.drives.end(drive)
 		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
@@ -256,7 +274,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	performing := false
 	defer func() {
 		if !performing {
-			if err := conn.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout); err != nil {
+			if err := own.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout); err != nil {
 				d.log.Warn("ending libvirt's migration job after a failed start", zap.String("domain", req.Domain), zap.Error(err))
 			}
 		}
@@ -300,12 +318,22 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	// else the target's address might lead meanwhile.
 	src.BindTarget(prep.Owner)
 	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
-	performing = true
+	rec := drivenRecord{ID: id, TargetID: tid, Domain: req.Domain, Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
+		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun}
+	if err := d.recordDrive(rec); err != nil {
+		d.cancelTarget(req, tid, prep.Owner, err)
+		src.Close("not started")
+		d.drives.end(drive)
+		return MigrateResponse{}, fmt.Errorf("recording the migration in the state directory, which a restart would need: %w", err)
+	}
+	performing, ownHanded = true, true
 	d.steer.drive(req.Domain, drivenPolicy{id: id, settings: pol, postCopy: flags&libvirt.MigratePostcopy != 0, deadline: deadline})
 	d.Tracker.Drive(conn.Socket(), req.Domain, info)
 	go func() {
 		defer d.drives.end(drive)
-		d.drive(req, id, tid, conn, dom, src, info, flags, params, prep.Cookie, deadline)
+		defer own.Close()
+		defer d.forgetDrive(id)
+		d.drive(req, id, tid, own, dom, src, info, flags, params, prep.Cookie, deadline)
 	}()
 	msg := "migration started through the Ferry proxy"
 	if prep.PeerNode != "" {
@@ -341,23 +369,20 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 
 	finished := make(chan struct{})
 	if req.PostCopyAfterSeconds > 0 {
-		go func() {
-			select {
-			case <-finished:
-			case <-time.After(time.Duration(req.PostCopyAfterSeconds * float64(time.Second))):
-				if _, err := d.Tracker.StartPostCopy(conn.Socket(), req.Domain, func(c *libvirtx.Conn, ref libvirt.Domain) error {
-					return c.StartPostCopy(context.Background(), ref)
-				}); err != nil && !errors.Is(err, migration.ErrAlreadyPostCopy) {
-					log.Warn("switch to post-copy failed", zap.Error(err))
-				}
-			}
-		}()
+		go d.switchAfter(log, conn.Socket(), req.Domain, time.Duration(req.PostCopyAfterSeconds*float64(time.Second)), finished)
 	}
 	// Perform blocks until the migration ends, or in post-copy until the
 	// switch, while the tracker keeps sampling on the same connection. Past
 	// its deadline (KubeVirt's 150 s per GiB of guest memory, see
 	// MigrationDeadline) libvirt's job is aborted, not just abandoned.
-	performCookie, perr := conn.Perform(context.Background(), dom, perform, cookie, flags, deadline)
+	// With post-copy allowed, the policy switches at the deadline (act
+	// mode): Perform's own backstop waits a little longer, so that it
+	// aborts only a migration the switch did not reach.
+	backstop := deadline
+	if flags&libvirt.MigratePostcopy != 0 {
+		backstop += postCopyGrace
+	}
+	performCookie, perr := conn.Perform(context.Background(), dom, perform, cookie, flags, backstop)
 	close(finished)
 
 	// The streams keep relaying until the target's Finish has returned:
@@ -377,9 +402,12 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 		// The guest is paused here, whole, and may run there: only the
 		// target's word decides which copy lives.
 		fin, outcome := d.settleFinish(log, req, tid, src, performCookie, conn.Socket(), dom)
-		cancelled := outcome == proxy.OutcomeStopped
+		// Only a guest running whole on the target ends the source's
+		// copy. With none there the source's runs again (pre-copy); with
+		// post-copy failed (split), libvirt keeps the source's paused.
+		cancelled := outcome != proxy.OutcomeRunning
 		if cancelled {
-			ferr = errors.New(fin.Error)
+			ferr = fmt.Errorf("the target's copy is %s: %s", outcome, fin.Error)
 		}
 		cerr = conn.Confirm(context.Background(), dom, params, fin.Cookie, flags, cancelled, confirmTimeout)
 		if cerr != nil {
@@ -410,6 +438,34 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
 	}
 	d.Tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
+}
+
+// switchAfter switches the migration to post-copy after wait. Asked before
+// QEMU's migration is active (a busy machine: the tracker has no job yet,
+// or QEMU refuses), it asks again until the switch is taken or the
+// migration ends, rather than losing it.
+func (d *Daemon) switchAfter(log *zap.Logger, socket, domain string, wait time.Duration, finished <-chan struct{}) {
+	next := time.After(wait)
+	var last error
+	for tries := 0; ; tries++ {
+		select {
+		case <-finished:
+			if last != nil {
+				log.Warn("the migration ended before it could be switched to post-copy", zap.Int("tries", tries), zap.Error(last))
+			}
+			return
+		case <-next:
+		}
+		_, err := d.Tracker.StartPostCopy(socket, domain, func(c *libvirtx.Conn, ref libvirt.Domain) error {
+			return c.StartPostCopy(context.Background(), ref)
+		})
+		if err == nil || errors.Is(err, migration.ErrAlreadyPostCopy) {
+			log.Info("switched to post-copy", zap.Int("tries", tries+1))
+			return
+		}
+		last = err
+		next = time.After(200 * time.Millisecond)
+	}
 }
 
 // settleFinish asks the target to finish until it says for certain whether
@@ -549,6 +605,8 @@ func targetLost(ferr error) string {
 		return "the finish found nothing listening at its proxy's address (its ferryd is likely down)"
 	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
 		return "its proxy does not know the migration (its ferryd restarted, or the migration is not bound to this node's identity)"
+	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonRestarted:
+		return "its ferryd restarted since the prepare, and libvirt there ended the incoming guest with it"
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,6 +35,37 @@ type incoming struct {
 	socket  string
 	policy  libvirtx.IncomingPolicy
 	log     *zap.Logger
+
+	// own holds each prepared migration's libvirt connection, by id: the
+	// target QEMU lives until its Finish or until the connection that
+	// prepared it closes, so it is never the pool's, which a missed ping
+	// cuts.
+	mu  sync.Mutex
+	own map[string]*libvirtx.Conn
+}
+
+// ownConn is migration id's own connection, or the pool's for one this
+// process did not prepare (a restart since).
+func (in *incoming) ownConn(id string) (*libvirtx.Conn, error) {
+	in.mu.Lock()
+	c := in.own[id]
+	in.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	return in.conn()
+}
+
+// release closes migration id's own connection once its target QEMU no
+// longer depends on it.
+func (in *incoming) release(id string) {
+	in.mu.Lock()
+	c := in.own[id]
+	delete(in.own, id)
+	in.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
 }
 
 // allowedIncomingFlags is what a peer may ask of this node's libvirt: the
@@ -87,11 +119,18 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	if err != nil {
 		return nil, err
 	}
-	c, err := in.conn()
+	pooled, err := in.conn()
 	if err != nil {
 		return nil, err
 	}
+	c, err := pooled.Another(ctx)
+	if err != nil {
+		return nil, peerError(err)
+	}
 	active, err := c.ActiveDomain(ctx, m.Domain)
+	if err != nil || active {
+		c.Close()
+	}
 	if err != nil {
 		return nil, peerError(err)
 	}
@@ -121,14 +160,38 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	}
 	ck, err := c.Prepare(ctx, params, cookie, flags, until(ctx))
 	ok = err == nil
-	return ck, peerError(err)
+	if err != nil {
+		// A Prepare libvirt completes late is undone on this connection
+		// (see libvirtx's Prepare): it stays open a while for that.
+		time.AfterFunc(lateUndoWindow, func() { c.Close() })
+		return nil, peerError(err)
+	}
+	in.mu.Lock()
+	if in.own == nil {
+		in.own = map[string]*libvirtx.Conn{}
+	}
+	in.own[m.ID] = c
+	in.mu.Unlock()
+	return ck, nil
 }
 
+// lateUndoWindow is how long a failed Prepare's connection waits for a
+// late answer to undo.
+const lateUndoWindow = 10 * time.Minute
+
 func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
-	c, err := in.conn()
+	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		// A Finish this node gave up on (its shutdown) may still run in
+		// libvirt, and closing its connection would make libvirt destroy
+		// the target QEMU: the connection stays for the process's life.
+		if ctx.Err() == nil {
+			in.release(m.ID)
+		}
+	}()
 	// No bound of Ferry's own: in post-copy libvirt's Finish lasts until
 	// the last page, and giving up on it would cut the streams it needs.
 	ck, err := c.Finish(ctx, finishParams(m), cookie, libvirt.DomainMigrateFlags(m.Flags), cancelled, untilOr(ctx, unbounded))
@@ -136,9 +199,9 @@ func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cooki
 }
 
 // Outcome says whether the migration's domain runs on this node now, as
-// libvirt has it once no job of it runs: running (paused in a failed
-// post-copy counts, since the source must not resume then either) or
-// stopped (absent, or defined and shut off).
+// libvirt has it once no job of it runs: running, stopped (absent, or
+// defined and shut off), or split (a failed post-copy left part of its
+// memory on the source: neither copy may go).
 func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (string, error) {
 	c, err := in.conn()
 	if err != nil {
@@ -156,7 +219,7 @@ func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (str
 	} else if st.Type.Active() {
 		return "", fmt.Errorf("domain %s still has a libvirt job (operation %d)", m.Domain, st.Operation)
 	}
-	state, _, err := c.DomainState(ctx, dom)
+	state, reason, err := c.DomainState(ctx, dom)
 	switch {
 	case libvirtx.IsNoDomain(err):
 		return proxy.OutcomeStopped, nil
@@ -164,6 +227,9 @@ func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (str
 		return "", err
 	case state == libvirtx.StateShutoff:
 		return proxy.OutcomeStopped, nil
+	case state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningPostcopyFailed),
+		state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedPostcopyFailed):
+		return proxy.OutcomeSplit, nil
 	}
 	return proxy.OutcomeRunning, nil
 }
@@ -173,10 +239,11 @@ func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (str
 // whether the domain still runs afterwards.
 func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
 	in.tracker.ForgetIncoming(m.Domain, m.ID)
-	c, err := in.conn()
+	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return err
 	}
+	defer in.release(m.ID)
 	_, ferr := c.Finish(ctx, finishParams(m), nil, libvirt.DomainMigrateFlags(m.Flags), true, until(ctx))
 	active, aerr := c.ActiveDomain(ctx, m.Domain)
 	switch {

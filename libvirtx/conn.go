@@ -118,6 +118,15 @@ func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnl
 	return c, nil
 }
 
+// Another opens a second connection to the same socket, dialed the same
+// way, for work whose state libvirt ties to its connection (a migration's
+// protocol steps: the target QEMU of a Prepare lives until its Finish or
+// until the connection that prepared it closes). It is never the one the
+// pool pings and cuts.
+func (c *Conn) Another(ctx context.Context) (*Conn, error) {
+	return dial(ctx, c.socket, c.timeout, c.dialer.socketOnly)
+}
+
 // Socket is the path this connection was made to.
 func (c *Conn) Socket() string { return c.socket }
 

@@ -72,6 +72,21 @@ func (c *Conn) DomainState(ctx context.Context, dom libvirt.Domain) (State, int3
 	return sr.state, sr.reason, err
 }
 
+// Resume runs a paused domain again.
+func (c *Conn) Resume(ctx context.Context, dom libvirt.Domain) error {
+	return do(ctx, c, "resume domain", func(l *libvirt.Libvirt) error { return l.DomainResume(dom) })
+}
+
+// Destroy stops a domain at once, as pulling its plug would.
+func (c *Conn) Destroy(ctx context.Context, dom libvirt.Domain) error {
+	return do(ctx, c, "destroy domain", func(l *libvirt.Libvirt) error { return l.DomainDestroy(dom) })
+}
+
+// Undefine removes a domain's definition, keeping its disks.
+func (c *Conn) Undefine(ctx context.Context, dom libvirt.Domain) error {
+	return do(ctx, c, "undefine domain", func(l *libvirt.Libvirt) error { return l.DomainUndefineFlags(dom, 0) })
+}
+
 // LookupDomain finds an active or defined domain by name.
 func (c *Conn) LookupDomain(ctx context.Context, name string) (libvirt.Domain, error) {
 	return call(ctx, c, "lookup domain", func(l *libvirt.Libvirt) (libvirt.Domain, error) {

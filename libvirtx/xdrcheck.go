@@ -149,9 +149,11 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	1:   func(*xdrWalk) {},                                                                         // connect open
 	2:   func(*xdrWalk) {},                                                                         // connect close
 	7:   func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                // connect get capabilities
+	12:  func(*xdrWalk) {},                                                                         // domain destroy
 	14:  func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                  // domain get XML desc
 	17:  func(w *xdrWalk) { w.take(8, "max memory") },                                              // domain get max memory
 	23:  func(w *xdrWalk) { w.domain() },                                                           // domain lookup by name
+	28:  func(*xdrWalk) {},                                                                         // domain resume
 	66:  func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },    // auth list
 	70:  func(w *xdrWalk) { w.take(4, "complete") },                                                // auth polkit, go-libvirt's own call
 	150: func(w *xdrWalk) { w.take(4, "active") },                                                  // domain is active
@@ -160,6 +162,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	164: func(*xdrWalk) {},                                                                         // domain abort job
 	166: func(*xdrWalk) {},                                                                         // domain migrate set max downtime
 	212: func(w *xdrWalk) { w.take(8, "state and reason") },                                        // domain get state
+	231: func(*xdrWalk) {},                                                                         // domain undefine flags
 	298: func(w *xdrWalk) { w.take(4, "job type"); w.typedParams(xdrJobStatsMax) },                 // domain get job stats
 	302: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.bytes(xdrStringMax, "domain XML") }, // begin3
 	303: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.optString("URI") },                  // prepare3

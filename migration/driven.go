@@ -95,6 +95,28 @@ func (t *Tracker) StartPostCopy(socket, domain string, start func(*libvirtx.Conn
 	return j.view, nil
 }
 
+// DriveSettled records the end of a migration a previous ferryd of this
+// node was driving when it stopped, settled with the target since: its
+// job was lost with that process, so one is made for it, unless this
+// tracker already has one from after its start.
+func (t *Tracker) DriveSettled(socket, domain string, start time.Time, info ProxyInfo, phase Phase, reason string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.jobs[jobKey{socket, domain}]; ok {
+		return
+	}
+	if j := t.latest[jobKey{socket, domain}]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
+		return
+	}
+	ref := libvirt.Domain{Name: domain}
+	if d, ok := t.domains[socket][domain]; ok {
+		ref = d.Ref
+	}
+	j := t.newJob(socket, ref, RoleSource, start, "migration driven by Ferry, settled after ferryd restarted")
+	j.setProxy(&info)
+	t.finish(j, phase, reason, time.Now())
+}
+
 // DriveInDoubt shows the domain's driven source job in doubt: the target
 // has not said whether the guest runs there. libvirt's job ends it, once
 // the driver has settled the migration.

@@ -81,8 +81,8 @@ type ControlResponse struct {
 	Cookie    []byte                       `json:"cookie,omitempty"`
 	Counters  map[string]map[string]uint64 `json:"counters,omitempty"`
 	// Outcome, in a finish's answer, says whether the guest runs on the
-	// target now (OutcomeRunning, OutcomeStopped); empty when the target
-	// could not tell, which settles nothing.
+	// target now (OutcomeRunning, OutcomeStopped, OutcomeSplit); empty
+	// when the target could not tell, which settles nothing.
 	Outcome string `json:"outcome,omitempty"`
 	// PeerNode is, on the side that asked, the node the answering
 	// proxy's certificate names; never sent.
@@ -311,7 +311,7 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
 	resp.PeerNode, resp.Owner = peer.Node, peer.owner()
-	if resp.Outcome != OutcomeRunning && resp.Outcome != OutcomeStopped {
+	if !knownOutcome(resp.Outcome) {
 		resp.Outcome = ""
 	}
 	if resp.Reason != "" && !knownReason(resp.Reason) {

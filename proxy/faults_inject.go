@@ -4,24 +4,33 @@ package proxy
 
 import (
 	"os"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
 
-// A ferry_faults build injects each fault FERRY_FAULTS names (comma
-// separated) once.
+// A ferry_faults build injects the faults FERRY_FAULTS names, comma
+// separated: NAME once, NAME:N the next N times.
 func init() {
 	var mu sync.Mutex
-	left := strings.Split(os.Getenv("FERRY_FAULTS"), ",")
+	left := map[string]int{}
+	for _, f := range strings.Split(os.Getenv("FERRY_FAULTS"), ",") {
+		name, n, ok := strings.Cut(f, ":")
+		times, err := strconv.Atoi(n)
+		if !ok || err != nil || times < 1 {
+			times = 1
+		}
+		if name != "" {
+			left[name] += times
+		}
+	}
 	injectFault = func(name string) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		i := slices.Index(left, name)
-		if i < 0 {
+		if left[name] == 0 {
 			return false
 		}
-		left = slices.Delete(left, i, i+1)
+		left[name]--
 		return true
 	}
 }

@@ -33,8 +33,8 @@ type Incoming interface {
 }
 
 // IncomingOutcome is an Incoming that can say whether a migration's
-// domain runs on this node now: OutcomeRunning or OutcomeStopped, or an
-// error while that is not settled (libvirt's job on it still runs, or
+// domain runs on this node now: OutcomeRunning, OutcomeStopped or
+// OutcomeSplit, or an error while that is not settled (libvirt's job on it still runs, or
 // libvirt cannot be asked).
 type IncomingOutcome interface {
 	Outcome(ctx context.Context, m IncomingMigration) (string, error)
@@ -276,6 +276,7 @@ func (p *Proxy) awaitFinish(c net.Conn, req ControlRequest, owner string) (Contr
 func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (ControlResponse, bool) {
 	owner := peer.owner()
 	in, known := p.reg.endedIncoming(req.Migration, req.Domain, owner)
+	fromDisk := false
 	if p.outcomes != nil {
 		r, ok, err := p.outcomes.load(req.Migration)
 		if err != nil {
@@ -285,7 +286,9 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 			if r.Result != nil {
 				return *r.Result, true
 			}
-			in, known = IncomingMigration{ID: r.ID, Domain: r.Domain}, true
+			if !known {
+				in, known, fromDisk = IncomingMigration{ID: r.ID, Domain: r.Domain}, true, true
+			}
 		}
 	}
 	if !known {
@@ -296,8 +299,16 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 		return p.refusePeer(raw, peer.Node, req, reasonUnsettled, fmt.Sprintf("the outcome of migration %s on this node is not settled yet (libvirt's job still runs, or libvirt is not reachable): ask again", req.Migration)), true
 	}
 	resp := ControlResponse{Outcome: outcome}
-	if outcome == OutcomeStopped {
+	switch {
+	case outcome == OutcomeStopped && fromDisk:
+		// Known only from its record: this ferryd restarted since the
+		// prepare, and libvirt ended the incoming guest with the
+		// connection that prepared it.
+		resp.Error, resp.Reason = fmt.Sprintf("domain %s does not run on this node: its ferryd restarted since the prepare, and the incoming migration ended without it", req.Domain), ReasonRestarted
+	case outcome == OutcomeStopped:
 		resp.Error = fmt.Sprintf("domain %s does not run on this node: its incoming migration ended without it", req.Domain)
+	case outcome == OutcomeSplit:
+		resp.Error = fmt.Sprintf("domain %s is held here by a failed post-copy: its memory is split between the two nodes", req.Domain)
 	}
 	p.saveOutcome(req.Migration, owner, req.Domain, &resp)
 	return resp, true

@@ -21,6 +21,9 @@ const (
 	reasonTooManyReading   = "too_many_requests_being_read"
 	reasonTooManyFromPeer  = "too_many_control_connections_from_peer"
 	reasonUnsettled        = "outcome_unsettled"
+	// ReasonRestarted: the target's ferryd restarted since it prepared
+	// the migration it is asked about.
+	ReasonRestarted = "restarted_since_prepare"
 	// A peer whose certificate names no node, where one is required; one
 	// that names a node badly; one that is not the node that prepared the
 	// migration it names.
@@ -39,7 +42,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	ReasonUnknownMigration, "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
-	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
+	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, ReasonRestarted, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
 	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable"}
 
 type metrics struct {

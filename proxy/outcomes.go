@@ -24,7 +24,17 @@ const (
 	OutcomeRunning = "running"
 	// OutcomeStopped: the target has no copy of the guest any more.
 	OutcomeStopped = "stopped"
+	// OutcomeSplit: post-copy failed, and the guest's memory is split
+	// between the two copies: neither may be resumed or destroyed. The
+	// source ends its side as libvirt's own client does after a failed
+	// Finish, and libvirt keeps its copy paused.
+	OutcomeSplit = "split"
 )
+
+// knownOutcome says whether o is one of the outcomes a target may name.
+func knownOutcome(o string) bool {
+	return o == OutcomeRunning || o == OutcomeStopped || o == OutcomeSplit
+}
 
 // outcomeRecord is a prepared migration as the target keeps it on disk:
 // written before the prepare is answered, and again with the finish's

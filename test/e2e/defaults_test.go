@@ -149,9 +149,17 @@ func dialInNetns(t *testing.T, pid int, addr string) net.Conn {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// The thread stays locked, so it is discarded when this goroutine
-		// ends rather than serving others from the wrong namespace.
+		// The thread goes back to its own namespace before it is unlocked.
+		// A thread left locked would be discarded when this goroutine
+		// ends, and a child forked from it with Pdeathsig (the tests'
+		// kube-apiserver) would be killed with it.
 		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer own.Close()
 		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 		if err != nil {
 			ch <- result{err: err}
@@ -163,6 +171,10 @@ func dialInNetns(t *testing.T, pid int, addr string) net.Conn {
 			return
 		}
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if rerr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); rerr == nil {
+			// Home again: the thread may serve other goroutines.
+			runtime.UnlockOSThread()
+		}
 		ch <- result{c, err}
 	}()
 	r := <-ch

@@ -37,8 +37,9 @@ func withFaults(t *testing.T, node, faults string) {
 	})
 }
 
-// onlyOn fails unless libvirt runs the guest on node, not paused, and has
-// no live copy of it (running or paused) on the other.
+// onlyOn fails unless libvirt runs the guest on node, not paused and not
+// post-copy-failed, and has no live copy of it (running or paused) on the
+// other.
 func onlyOn(t *testing.T, domain, node, other string) {
 	t.Helper()
 	here, err := readNodeTruth(node, domain)
@@ -49,8 +50,8 @@ func onlyOn(t *testing.T, domain, node, other string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !here.running() {
-		t.Errorf("%s does not run on %s: %s", domain, node, here)
+	if !here.running() || here.postCopyFailedTarget() || here.postCopyFailedSource() {
+		t.Errorf("%s does not run whole on %s: %s", domain, node, here)
 	}
 	if there.Present && (there.State == stRunning || there.State == int32(libvirt.DomainPaused)) {
 		t.Errorf("%s also has a live copy on %s: %s", domain, other, there)
@@ -172,5 +173,87 @@ func TestPersistentDomainMovesItsDefinition(t *testing.T) {
 			t.Errorf("node %s: %s defined %v, want %v", node, name, defined, want)
 		}
 	}
+	assertTruth(t, name, "a", "b", start)
+}
+
+// The source's ferryd dies mid pre-copy and comes back. Its relay went
+// with it, so libvirt fails the migration and runs the guest on; the
+// restarted ferryd finds the migration it was driving in its state
+// directory, has the target drop its copy, and records the migration's
+// end, which it would otherwise have forgotten.
+func TestSourceFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
+	const name = "srcferryd"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Verify: true})
+	before := verifiedSoFar(t, name)
+	start := time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs})
+	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.CrashFerryd(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the migration completed though its source ferryd died mid pre-copy")
+	}
+	j := waitJob(t, "a", name, "the restarted ferryd's record of the migration", 90*time.Second, func(j migration.Job) bool {
+		return j.Phase == migration.PhaseFailed && j.Proxy != nil && strings.Contains(j.FailureReason, "ferryd restarted")
+	})
+	t.Logf("the restarted source ferryd recorded: %s", j.FailureReason)
+	onlyOn(t, name, "a", "b")
+	memoryIntact(t, name, before)
+	assertTruth(t, name, "a", "b", start)
+}
+
+// The source's libvirtd freezes for 10 s in the middle of a driven
+// pre-copy. QEMU migrates on meanwhile; ferryd's monitoring connection
+// misses its pings and is cut, but the migration runs on a connection of
+// its own, which no ping cuts: once libvirtd goes on, the migration ends
+// with the guest on exactly one node.
+func TestSourceLibvirtdFrozenDuringADrivenPreCopy(t *testing.T) {
+	const name = "frozen"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 256, DirtyRateMiBs: 16, Verify: true})
+	before := verifiedSoFar(t, name)
+	start := time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 32})
+	waitJob(t, "a", name, "the first pass under way", time.Minute, func(j migration.Job) bool { return j.DataProcessedBytes > 32<<20 })
+	if err := bed.FreezeLibvirtd("a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the migration failed after libvirtd froze for 10 s: %v", err)
+	}
+	onlyOn(t, name, "b", "a")
+	memoryIntact(t, name, before)
+	assertTruth(t, name, "a", "b", start)
+}
+
+// The target finishes the migration and then, for close to a minute, its
+// answers never arrive. The source keeps the guest paused, whole, shows
+// the job InDoubt, and keeps asking; once an answer arrives it settles:
+// the guest runs on the target alone.
+func TestAMigrationInDoubtStaysPausedThenSettles(t *testing.T) {
+	withFaults(t, "b", "drop-finish-answer:12")
+	const name = "indoubt"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
+	before := verifiedSoFar(t, name)
+	start := time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
+	j := waitJob(t, "a", name, "InDoubt", 2*time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhaseInDoubt })
+	t.Logf("in doubt: %s", j.FailureReason)
+	// Meanwhile the source's copy is paused and the target's runs: never
+	// two running copies.
+	src, err := readNodeTruth("a", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.running() {
+		t.Fatalf("the source runs its copy while the migration is in doubt: %s", src)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the migration did not settle as completed: %v", err)
+	}
+	onlyOn(t, name, "b", "a")
+	memoryIntact(t, name, before)
 	assertTruth(t, name, "a", "b", start)
 }

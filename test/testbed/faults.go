@@ -135,6 +135,26 @@ func (b *Bed) StopLibvirtd(node string) error {
 	return nil
 }
 
+// FreezeLibvirtd stops the node's libvirtd (SIGSTOP) for d, as a daemon
+// stuck on a hung QEMU monitor or a slow disk is, then lets it go on. Its
+// guests, and their migrations in QEMU, go on meanwhile; its clients'
+// calls and pings go unanswered.
+func (b *Bed) FreezeLibvirtd(node string, d time.Duration) error {
+	if _, err := lookupNode(node); err != nil {
+		return err
+	}
+	p := b.nodeState(node).Libvirtd
+	if !p.alive() {
+		return fmt.Errorf("testbed: libvirtd on node %s is not running", node)
+	}
+	p.signal(syscall.SIGSTOP)
+	logf(b.cfg.Log, "froze libvirtd on node %s for %v", node, d)
+	time.Sleep(d)
+	p.signal(syscall.SIGCONT)
+	logf(b.cfg.Log, "libvirtd on node %s goes on", node)
+	return nil
+}
+
 // StartLibvirtd starts the node's libvirtd again after StopLibvirtd and
 // waits until it answers.
 func (b *Bed) StartLibvirtd(ctx context.Context, node string) error {

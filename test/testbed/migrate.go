@@ -136,12 +136,15 @@ func (b *Bed) Migrate(ctx context.Context, m MigrateSpec) error {
 			logf(b.cfg.Log, "migrated %s %s -> %s in %.1fs", m.Name, m.From, m.To, time.Since(t0).Seconds())
 			return nil
 		case <-switchC:
+			// Asked before QEMU's migration is active (a busy machine),
+			// the switch is refused: it is asked again until it is taken
+			// or the migration ends.
 			if err := l.DomainMigrateStartPostCopy(dom, 0); err != nil {
-				// Usually the migration already converged in pre-copy.
-				logf(b.cfg.Log, "switching %s to post-copy: %v", m.Name, err)
-			} else {
-				logf(b.cfg.Log, "switched %s to post-copy after %.1fs", m.Name, time.Since(t0).Seconds())
+				switchC = time.After(200 * time.Millisecond)
+				continue
 			}
+			switchC = nil
+			logf(b.cfg.Log, "switched %s to post-copy after %.1fs", m.Name, time.Since(t0).Seconds())
 		case <-ctx.Done():
 			return b.abortMigration(l, dom, done, ctx.Err())
 		}
