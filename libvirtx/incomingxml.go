@@ -67,8 +67,12 @@ func CanonicalIncomingXML(domXML, name string, pol IncomingPolicy) (string, erro
 	if err != nil {
 		return "", refuse("it does not marshal again: %v", err)
 	}
-	// What libvirtxml writes back must pass the same sweep.
+	// What libvirtxml writes back must pass the same sweep, and lose
+	// nothing the peer sent.
 	if err := sweepXML(canon, pol); err != nil {
+		return "", err
+	}
+	if err := lostInRemarshal(domXML, canon); err != nil {
 		return "", err
 	}
 	return canon, nil

@@ -288,3 +288,20 @@ func TestIncomingXMLAcceptsASpiceGuestOnLVM(t *testing.T) {
 		}
 	}
 }
+
+// What libvirtxml does not model would be dropped without a word when the
+// checked domain is marshalled again for libvirt: it is refused, named.
+func TestIncomingXMLThatWouldLoseSomethingIsRefused(t *testing.T) {
+	for _, c := range []struct{ name, extraTop, devices, says string }{
+		{"an element", `<features><acpi/><ferry-future-feature state='on'/></features>`, "", "<domain/features/ferry-future-feature>"},
+		{"an attribute", `<features><acpi ferry-future='yes'/></features>`, "", "<domain/features/acpi @ferry-future>"},
+	} {
+		_, err := CanonicalIncomingXML(guestXML("vm", c.extraTop, c.devices), "vm", policyForTest)
+		if err == nil || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "would be lost") {
+			t.Errorf("%s: %v, want a refusal naming %s as lost", c.name, err, c.says)
+		}
+	}
+	if _, err := CanonicalIncomingXML(guestXML("vm", "<features><acpi/></features>", ""), "vm", policyForTest); err != nil {
+		t.Errorf("a domain libvirtxml carries whole was refused: %v", err)
+	}
+}

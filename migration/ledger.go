@@ -3,7 +3,6 @@ package migration
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -74,7 +73,7 @@ func openLedger(dir string, log *zap.Logger) *ledger {
 		return l
 	}
 	l.path = filepath.Join(dir, ledgerFile)
-	b, err := readBounded(l.path, maxLedgerBytes)
+	b, err := atomicfile.ReadBounded(l.path, maxLedgerBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -88,19 +87,6 @@ func openLedger(dir string, log *zap.Logger) *ledger {
 		}
 	}
 	return l
-}
-
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(b)) > limit {
-		err = errors.New("larger than expected")
-	}
-	return b, err
 }
 
 // recorded returns the record a previous ferryd left of this failure.

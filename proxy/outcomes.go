@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -101,7 +100,7 @@ func (s *outcomeStore) load(id string) (r outcomeRecord, ok bool, err error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b, err := readBounded(p, maxOutcomeFile)
+	b, err := atomicfile.ReadBounded(p, maxOutcomeFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, false, nil
 	}
@@ -129,17 +128,4 @@ func (s *outcomeStore) prune(now time.Time) {
 			os.Remove(filepath.Join(s.dir, e.Name()))
 		}
 	}
-}
-
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(b)) > limit {
-		err = fmt.Errorf("larger than %d bytes", limit)
-	}
-	return b, err
 }

@@ -82,24 +82,33 @@ func TestLostFinishAnswerLeavesOneGuest(t *testing.T) {
 	}
 }
 
+// crashFerrydMidPreCopy migrates a busy guest a -> b through Ferry,
+// SIGKILLs node's ferryd in its second pass and starts it again, and
+// checks the migration failed. It returns what the guest's memory check
+// had counted before and when the migration started.
+func crashFerrydMidPreCopy(t *testing.T, name, node string) (before int, start time.Time) {
+	t.Helper()
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Verify: true})
+	before, start = verifiedSoFar(t, name), time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs})
+	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.CrashFerryd(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatalf("the migration completed though node %s's ferryd died mid pre-copy", node)
+	}
+	return before, start
+}
+
 // The target's ferryd dies mid pre-copy and comes back. libvirt there
 // destroys the incoming guest with the connection that prepared it; the
 // source's migration fails and its guest runs on, alone.
 func TestTargetFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
 	const name = "dstferryd"
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Verify: true})
-	before := verifiedSoFar(t, name)
-	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bed.CrashFerryd(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err == nil {
-		t.Fatal("the migration completed though the target's ferryd died mid pre-copy")
-	}
+	before, start := crashFerrydMidPreCopy(t, name, "b")
 	onlyOn(t, name, "a", "b")
 	memoryIntact(t, name, before)
 	assertTruth(t, name, "a", "b", start)
@@ -183,19 +192,7 @@ func TestPersistentDomainMovesItsDefinition(t *testing.T) {
 // end, which it would otherwise have forgotten.
 func TestSourceFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
 	const name = "srcferryd"
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Verify: true})
-	before := verifiedSoFar(t, name)
-	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bed.CrashFerryd(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err == nil {
-		t.Fatal("the migration completed though its source ferryd died mid pre-copy")
-	}
+	before, start := crashFerrydMidPreCopy(t, name, "a")
 	j := waitJob(t, "a", name, "the restarted ferryd's record of the migration", 90*time.Second, func(j migration.Job) bool {
 		return j.Phase == migration.PhaseFailed && j.Proxy != nil && strings.Contains(j.FailureReason, "ferryd restarted")
 	})
