@@ -121,6 +121,10 @@ func newMigrationID() string {
 const (
 	confirmTimeout = 2 * time.Minute
 	cancelTimeout  = 30 * time.Second
+	// finishWait and postCopyFinishWait bound one attempt of the
+	// target's finish (see settleFinish).
+	finishWait         = 2 * time.Minute
+	postCopyFinishWait = 30 * 24 * time.Hour
 	// postCopyGrace is how long past the deadline a migration that may
 	// switch to post-copy is given for the switch before it is aborted.
 	postCopyGrace = 30 * time.Second
@@ -261,7 +265,9 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 		return MigrateResponse{}, fmt.Errorf("asking libvirt whether %s is persistent: %w", req.Domain, err)
 	}
 	if persistent {
-		flags |= libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
+		// The target defines the guest itself and says so; only then is
+		// the definition here removed (see drive).
+		flags |= libvirt.MigratePersistDest
 	}
 	domXML, cookie, err := own.Begin(ctx, dom, params, flags)
 	if err != nil {
@@ -318,7 +324,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	// else the target's address might lead meanwhile.
 	src.BindTarget(prep.Owner)
 	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: d.Proxy.TLS(), Parallel: req.Parallel}
-	rec := drivenRecord{ID: id, TargetID: tid, Domain: req.Domain, Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
+	rec := drivenRecord{ID: id, TargetID: tid, Domain: req.Domain, UUID: libvirtx.UUIDString(dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
 		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun}
 	if err := d.recordDrive(rec); err != nil {
 		d.cancelTarget(req, tid, prep.Owner, err)
@@ -332,8 +338,11 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	go func() {
 		defer d.drives.end(drive)
 		defer own.Close()
-		defer d.forgetDrive(id)
-		d.drive(req, id, tid, own, dom, src, info, flags, params, prep.Cookie, deadline)
+		// A migration left unsettled keeps its record, for the next
+		// start of ferryd or an operator.
+		if d.drive(req, rec, own, dom, src, info, flags, params, prep.Cookie, deadline) {
+			d.forgetDrive(id)
+		}
 	}()
 	msg := "migration started through the Ferry proxy"
 	if prep.PeerNode != "" {
@@ -360,8 +369,10 @@ func (d *Daemon) cancelTarget(req MigrateRequest, id, owner string, why error) {
 // drive runs Perform here, Finish on the target and Confirm here, then
 // tears down the source sockets and leaves the whole account on the job.
 // id is this node's label of the migration, tid the target's id.
-func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
-	info migration.ProxyInfo, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) {
+func (d *Daemon) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
+	info migration.ProxyInfo, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) (settled bool) {
+	id, tid := rec.ID, rec.TargetID
+	settled = true
 	log := d.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))
 	start := time.Now()
 	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[proxy.KindMemory])}}, params...)
@@ -372,7 +383,7 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 		go d.switchAfter(log, conn.Socket(), req.Domain, time.Duration(req.PostCopyAfterSeconds*float64(time.Second)), finished)
 	}
 	// Perform blocks until the migration ends, or in post-copy until the
-	// switch, while the tracker keeps sampling on the same connection. Past
+	// switch, while the tracker samples on the pool's connection. Past
 	// its deadline (KubeVirt's 150 s per GiB of guest memory, see
 	// MigrationDeadline) libvirt's job is aborted, not just abandoned.
 	// With post-copy allowed, the policy switches at the deadline (act
@@ -395,13 +406,28 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 		// Confirm; the target is told to drop its copy, and drops it by
 		// itself if this does not reach it.
 		fctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-		_, ferr = d.Proxy.ControlTo(fctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
+		var fin proxy.ControlResponse
+		fin, ferr = d.Proxy.ControlTo(fctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
 			Cookie: performCookie, Cancelled: true})
 		cancel()
+		log.Info("the target's answer to the cancelled finish", zap.String("outcome", fin.Outcome), zap.Error(ferr))
+		// Not always so: a libvirtd restarted after QEMU finished leaves
+		// the guest paused here, its job gone. It runs again only on the
+		// target's word that its copy is gone.
+		if st, rs, err := conn.DomainState(context.Background(), dom); err == nil && st == libvirtx.StatePaused && rs == int32(libvirt.DomainPausedMigration) {
+			outcome := settledOutcome(fin, ferr)
+			what, aerr := applyOutcome(context.Background(), conn, rec, outcome)
+			if outcome == "" || aerr != nil {
+				settled = false
+				log.Error("the guest is left paused here by a failed migration, and the target has not said its copy is gone; the record stays for the next start", zap.NamedError("finish", ferr), zap.Error(aerr))
+			} else {
+				log.Warn("the guest was left paused by a failed migration", zap.String("outcome", outcome), zap.String("here", what))
+			}
+		}
 	} else {
 		// The guest is paused here, whole, and may run there: only the
 		// target's word decides which copy lives.
-		fin, outcome := d.settleFinish(log, req, tid, src, performCookie, conn.Socket(), dom)
+		fin, outcome := d.settleFinish(log, req, tid, src, performCookie, conn.Socket(), dom, flags&libvirt.MigratePostcopy != 0)
 		// Only a guest running whole on the target ends the source's
 		// copy. With none there the source's runs again (pre-copy); with
 		// post-copy failed (split), libvirt keeps the source's paused.
@@ -411,7 +437,19 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 		}
 		cerr = conn.Confirm(context.Background(), dom, params, fin.Cookie, flags, cancelled, confirmTimeout)
 		if cerr != nil {
-			log.Warn("libvirt's Confirm", zap.Bool("cancelled", cancelled), zap.Error(cerr))
+			// Confirm's job is done by hand, by the target's word, or the
+			// record stays for the next start.
+			what, aerr := applyOutcome(context.Background(), conn, rec, outcome)
+			log.Warn("libvirt's Confirm failed; applied the target's word by hand", zap.Bool("cancelled", cancelled), zap.Error(cerr), zap.String("here", what), zap.NamedError("byHand", aerr))
+			if aerr != nil {
+				settled = false
+			}
+		}
+		if cerr == nil && !cancelled && fin.Persisted {
+			// One definition, the target's: this one goes.
+			if err := conn.Undefine(context.Background(), dom); err != nil && !libvirtx.IsNoDomain(err) {
+				log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
+			}
 		}
 	}
 	src.Close("migration ended")
@@ -438,6 +476,7 @@ func (d *Daemon) drive(req MigrateRequest, id, tid string, conn *libvirtx.Conn, 
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
 	}
 	d.Tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
+	return settled
 }
 
 // switchAfter switches the migration to post-copy after wait. Asked before
@@ -474,11 +513,21 @@ func (d *Daemon) switchAfter(log *zap.Logger, socket, domain string, wait time.D
 // inDoubtAfter the job shows InDoubt; the guest stays paused here
 // meanwhile, which is the one state that cannot become two guests.
 func (d *Daemon) settleFinish(log *zap.Logger, req MigrateRequest, tid string, src *proxy.SourceMigration, cookie []byte,
-	socket string, dom libvirt.Domain) (proxy.ControlResponse, string) {
+	socket string, dom libvirt.Domain, postCopy bool) (proxy.ControlResponse, string) {
+	// A pre-copy Finish returns within moments; a post-copy one when the
+	// last page has arrived, however long that takes. An attempt waits
+	// that long: only a broken connection (keepalive, the user timeout)
+	// or a refusal ends it early, and only those count towards doubt.
+	wait := finishWait
+	if postCopy {
+		wait = postCopyFinishWait
+	}
 	first, inDoubt := time.Now(), false
 	for attempt := 1; ; attempt++ {
-		resp, err := d.Proxy.ControlTo(context.Background(), req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish,
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		resp, err := d.Proxy.ControlTo(ctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish,
 			Migration: tid, Domain: req.Domain, Cookie: cookie})
+		cancel()
 		if outcome := settledOutcome(resp, err); outcome != "" {
 			if inDoubt {
 				log.Warn("the migration's outcome is settled", zap.String("outcome", outcome), zap.Int("attempts", attempt))
@@ -606,7 +655,7 @@ func targetLost(ferr error) string {
 	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
 		return "its proxy does not know the migration (its ferryd restarted, or the migration is not bound to this node's identity)"
 	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonRestarted:
-		return "its ferryd restarted since the prepare, and libvirt there ended the incoming guest with it"
+		return "its ferryd restarted since the prepare, and with it the connection its libvirt held the incoming guest by"
 	}
 	return ""
 }

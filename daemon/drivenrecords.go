@@ -28,6 +28,7 @@ type drivenRecord struct {
 	ID          string    `json:"id"`
 	TargetID    string    `json:"targetId"`
 	Domain      string    `json:"domain"`
+	UUID        string    `json:"uuid"`
 	Socket      string    `json:"socket"`
 	Target      string    `json:"target"`
 	TargetOwner string    `json:"targetOwner,omitempty"`
@@ -125,7 +126,30 @@ func (d *Daemon) settleRecordedDrives(ctx context.Context) {
 // target's word. Only then is the record removed.
 func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	log := d.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
+	if time.Since(r.Started) > drivenKeep {
+		// The target keeps its answers this long: past it, nobody can
+		// settle the migration but an operator.
+		log.Error("a driven migration's record is too old to settle with the target; set aside for an operator", zap.Time("started", r.Started))
+		d.setDriveAside(r.ID, "expired")
+		return
+	}
 	log.Warn("settling a migration this node was driving when its ferryd stopped")
+	c := d.waitConn(ctx, r.Socket)
+	if c == nil {
+		return
+	}
+	// A copy here in post-copy means the guest runs on the target: it is
+	// never cancelled there, and what is left is post-copy's to recover.
+	if dom, err := c.LookupDomain(ctx, r.Domain); err == nil && libvirtx.UUIDString(dom.UUID) == r.UUID {
+		if state, reason, err := c.DomainState(ctx, dom); err == nil && inPostCopy(state, reason) {
+			info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: d.Proxy.TLS()}
+			d.Tracker.DriveSettled(r.Socket, r.Domain, r.Started, info, migration.PhasePostCopyFailed,
+				"ferryd restarted during post-copy: the guest's memory is split between the two nodes")
+			d.forgetDrive(r.ID)
+			log.Error("ferryd restarted during post-copy; the guest's memory is split between the two nodes")
+			return
+		}
+	}
 	var outcome string
 	var last error
 	for attempt := 1; outcome == ""; attempt++ {
@@ -144,18 +168,20 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	var c *libvirtx.Conn
-	for c == nil {
-		var err error
-		if c, err = d.Tracker.ConnForSocket(r.Socket); err != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
+	// libvirt may still be ending the job ferryd left (a Perform failing
+	// as its relay went): the target's word is applied once it has.
+	var what string
+	var err error
+	for tries := 0; tries < 60; tries++ {
+		if what, err = applyOutcome(ctx, c, r, outcome); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
 		}
 	}
-	what, err := applyOutcome(ctx, c, r, outcome)
 	if err != nil {
 		log.Error("cannot apply the target's word to this node's copy; the record stays for the next start", zap.String("outcome", outcome), zap.Error(err))
 		return
@@ -174,9 +200,11 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 }
 
 // applyOutcome makes this node's copy follow the target's word: with the
-// guest running there, a copy left paused here is destroyed (and its
-// definition removed, when the migration was to move it); with none there,
-// a copy left paused here runs again.
+// guest running there, a copy left paused by the migration here is
+// destroyed (and its definition removed, when the migration was to move
+// it); with none there, it runs again. A domain of the name that is not
+// the migration's guest (another UUID), or one paused for another reason,
+// is left alone.
 func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome string) (string, error) {
 	dom, err := c.LookupDomain(ctx, r.Domain)
 	if libvirtx.IsNoDomain(err) {
@@ -185,6 +213,9 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	if err != nil {
 		return "", err
 	}
+	if libvirtx.UUIDString(dom.UUID) != r.UUID {
+		return "the domain of that name here is another guest now (UUID " + libvirtx.UUIDString(dom.UUID) + "): left alone", nil
+	}
 	if st, jerr := c.JobStats(ctx, dom, false); jerr == nil && st.Type.Active() {
 		return "", fmt.Errorf("domain %s still has a libvirt job", r.Domain)
 	}
@@ -192,27 +223,62 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	if err != nil {
 		return "", err
 	}
+	state, reason, err := c.DomainState(ctx, dom)
+	if err != nil {
+		return "", err
+	}
+	pausedByMigration := state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedMigration)
 	switch {
-	case outcome == proxy.OutcomeRunning && state != libvirtx.StateShutoff:
-		if state == libvirtx.StateRunning {
-			// Never destroy a copy that runs: the target's word and this
-			// node disagree, which an operator must see.
-			return "", errors.New("the guest runs both here and on the target: left for an operator")
-		}
+	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning:
+		// Never destroy a copy that runs: the target's word and this
+		// node disagree, which an operator must see.
+		return "", errors.New("the guest runs both here and on the target: left for an operator")
+	case outcome == proxy.OutcomeRunning && pausedByMigration:
 		if err := c.Destroy(ctx, dom); err != nil {
 			return "", err
 		}
-		if libvirt.DomainMigrateFlags(r.Flags)&libvirt.MigrateUndefineSource != 0 {
-			if err := c.Undefine(ctx, dom); err != nil && !libvirtx.IsNoDomain(err) {
-				return "", err
-			}
+		if persistent, _ := c.Persistent(ctx, dom); persistent {
+			// Whether the target defined it is not known after a
+			// restart: the definition stays, for an operator to remove.
+			return "the copy left paused here was destroyed; its definition stays here (undefine it once the target has one)", nil
 		}
 		return "the copy left paused here was destroyed", nil
-	case outcome == proxy.OutcomeStopped && state == libvirtx.StatePaused:
+	case outcome == proxy.OutcomeStopped && pausedByMigration:
 		if err := c.Resume(ctx, dom); err != nil {
 			return "", err
 		}
 		return "the copy left paused here runs again", nil
 	}
-	return "this node's copy is " + state.String(), nil
+	return fmt.Sprintf("this node's copy is %s (reason %d): left as it is", state, reason), nil
+}
+
+// inPostCopy says whether a source copy is held by post-copy (running on
+// the target meanwhile, or failed with the memory split).
+func inPostCopy(state libvirtx.State, reason int32) bool {
+	return state == libvirtx.StatePaused && (reason == int32(libvirt.DomainPausedPostcopy) || reason == int32(libvirt.DomainPausedPostcopyFailed))
+}
+
+// drivenKeep is how long a record may wait to be settled: the target keeps
+// its answers as long.
+const drivenKeep = 7 * 24 * time.Hour
+
+// setDriveAside renames a record that will not be settled, for an operator.
+func (d *Daemon) setDriveAside(id, why string) {
+	if p, ok := d.drivenPath(id); ok {
+		os.Rename(p, p+"."+why)
+	}
+}
+
+// waitConn waits for this node's connection to socket; nil once ctx ends.
+func (d *Daemon) waitConn(ctx context.Context, socket string) *libvirtx.Conn {
+	for {
+		if c, err := d.Tracker.ConnForSocket(socket); err == nil {
+			return c
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }

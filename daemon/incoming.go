@@ -42,6 +42,43 @@ type incoming struct {
 	// cuts.
 	mu  sync.Mutex
 	own map[string]*libvirtx.Conn
+	// lingering counts connections kept for a late Prepare's undo.
+	lingering int
+	// definitions are the checked XML of persistent guests being
+	// migrated, by id, defined here once Finish hands them over;
+	// persisted, those it defined.
+	definitions map[string]string
+	persisted   map[string]bool
+}
+
+// persist defines a migrated persistent guest from its checked XML.
+func (in *incoming) persist(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration) {
+	in.mu.Lock()
+	xml, ok := in.definitions[m.ID]
+	delete(in.definitions, m.ID)
+	in.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := c.Define(ctx, xml); err != nil {
+		in.log.Error("the migrated guest runs here but could not be defined persistently; the source keeps its definition", zap.String("domain", m.Domain), zap.Error(err))
+		return
+	}
+	in.mu.Lock()
+	if in.persisted == nil {
+		in.persisted = map[string]bool{}
+	}
+	in.persisted[m.ID] = true
+	in.mu.Unlock()
+}
+
+// Persisted says whether this node defined the migration's guest, once.
+func (in *incoming) Persisted(m proxy.IncomingMigration) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ok := in.persisted[m.ID]
+	delete(in.persisted, m.ID)
+	return ok
 }
 
 // ownConn is migration id's own connection, or the pool's for one this
@@ -70,10 +107,17 @@ func (in *incoming) release(id string) {
 
 // allowedIncomingFlags is what a peer may ask of this node's libvirt: the
 // modes Ferry drives, the source's change protection, and a persistent
-// domain's definition here (from the checked XML, never the peer's) with
-// the source's undefined, so that exactly one node keeps it.
+// domain's definition here. That one is never libvirt's to make: with it,
+// libvirt's Finish would define the domain from the source's Perform
+// cookie, bytes no check has read. ferryd defines it itself, from the
+// checked XML, once Finish has handed the guest over (see Persisted).
 const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | libvirt.MigrateAutoConverge | libvirt.MigrateParallel |
-	libvirt.MigrateChangeProtection | libvirt.MigratePersistDest | libvirt.MigrateUndefineSource
+	libvirt.MigrateChangeProtection | libvirt.MigratePersistDest
+
+// libvirtFlags are a migration's flags as this node's libvirt gets them.
+func libvirtFlags(m proxy.IncomingMigration) libvirt.DomainMigrateFlags {
+	return libvirt.DomainMigrateFlags(m.Flags) &^ libvirt.MigratePersistDest
+}
 
 func (in *incoming) conn() (*libvirtx.Conn, error) {
 	c, err := in.tracker.ConnForSocket(in.socket)
@@ -114,7 +158,7 @@ func (in *incoming) check(m proxy.IncomingMigration, domXML string) (string, err
 }
 
 func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
-	flags := libvirt.DomainMigrateFlags(m.Flags)
+	flags := libvirtFlags(m)
 	domXML, err := in.check(m, domXML)
 	if err != nil {
 		return nil, err
@@ -160,10 +204,23 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	}
 	ck, err := c.Prepare(ctx, params, cookie, flags, until(ctx))
 	ok = err == nil
+	if err == nil && m.Flags&uint32(libvirt.MigratePersistDest) != 0 {
+		in.mu.Lock()
+		if in.definitions == nil {
+			in.definitions = map[string]string{}
+		}
+		in.definitions[m.ID] = domXML
+		in.mu.Unlock()
+	}
 	if err != nil {
-		// A Prepare libvirt completes late is undone on this connection
-		// (see libvirtx's Prepare): it stays open a while for that.
-		time.AfterFunc(lateUndoWindow, func() { c.Close() })
+		// A Prepare this node gave up on may still complete in libvirt,
+		// and is undone on this connection when it does (see libvirtx's
+		// Prepare): only then does the connection stay open a while, and
+		// only so many at once. One libvirt answered is closed now.
+		if errors.Is(err, libvirtx.ErrTimeout) && in.linger(c) {
+			return nil, peerError(err)
+		}
+		c.Close()
 		return nil, peerError(err)
 	}
 	in.mu.Lock()
@@ -175,9 +232,29 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	return ck, nil
 }
 
-// lateUndoWindow is how long a failed Prepare's connection waits for a
-// late answer to undo.
-const lateUndoWindow = 10 * time.Minute
+// lateUndoWindow is how long a timed-out Prepare's connection waits for
+// a late answer to undo, and maxLingering how many wait at once.
+const (
+	lateUndoWindow = 10 * time.Minute
+	maxLingering   = proxy.MaxIncoming
+)
+
+// linger keeps c open for lateUndoWindow, if fewer than maxLingering are.
+func (in *incoming) linger(c *libvirtx.Conn) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.lingering >= maxLingering {
+		return false
+	}
+	in.lingering++
+	time.AfterFunc(lateUndoWindow, func() {
+		c.Close()
+		in.mu.Lock()
+		in.lingering--
+		in.mu.Unlock()
+	})
+	return true
+}
 
 func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
 	c, err := in.ownConn(m.ID)
@@ -194,8 +271,38 @@ func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cooki
 	}()
 	// No bound of Ferry's own: in post-copy libvirt's Finish lasts until
 	// the last page, and giving up on it would cut the streams it needs.
-	ck, err := c.Finish(ctx, finishParams(m), cookie, libvirt.DomainMigrateFlags(m.Flags), cancelled, untilOr(ctx, unbounded))
+	ck, err := c.Finish(ctx, finishParams(m), cookie, libvirtFlags(m), cancelled, untilOr(ctx, unbounded))
+	if err == nil && !cancelled {
+		in.persist(ctx, c, m)
+	}
 	return ck, peerError(err)
+}
+
+// Instance names the guest a Prepare just started: its libvirt domain ID,
+// which no later domain of this libvirtd takes, and its UUID.
+func (in *incoming) Instance(ctx context.Context, m proxy.IncomingMigration) (string, error) {
+	c, err := in.ownConn(m.ID)
+	if err != nil {
+		return "", err
+	}
+	dom, err := c.LookupDomain(ctx, m.Domain)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d/%s", dom.ID, libvirtx.UUIDString(dom.UUID)), nil
+}
+
+// sameInstance says whether dom is the guest instance names; a domain
+// shut off since (no ID any more) is matched by its UUID.
+func sameInstance(instance string, dom libvirt.Domain) bool {
+	if instance == "" {
+		return true // recorded before instances were named
+	}
+	id, uuid, _ := strings.Cut(instance, "/")
+	if uuid != libvirtx.UUIDString(dom.UUID) {
+		return false
+	}
+	return dom.ID <= 0 || id == strconv.Itoa(int(dom.ID))
 }
 
 // Outcome says whether the migration's domain runs on this node now, as
@@ -214,24 +321,41 @@ func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (str
 	if err != nil {
 		return "", err
 	}
-	if st, jerr := c.JobStats(ctx, dom, false); jerr != nil {
-		return "", jerr
-	} else if st.Type.Active() {
-		return "", fmt.Errorf("domain %s still has a libvirt job (operation %d)", m.Domain, st.Operation)
+	if !sameInstance(m.Instance, dom) {
+		// Another domain took the name since: libvirt names are unique,
+		// so the migration's own guest is not here.
+		return proxy.OutcomeStopped, nil
 	}
+	// The state first: a failed post-copy holds libvirt's incoming job on
+	// the domain (and libvirt answers no job statistics on a target), yet
+	// it is settled: split.
 	state, reason, err := c.DomainState(ctx, dom)
 	switch {
 	case libvirtx.IsNoDomain(err):
 		return proxy.OutcomeStopped, nil
 	case err != nil:
 		return "", err
-	case state == libvirtx.StateShutoff:
-		return proxy.OutcomeStopped, nil
 	case state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningPostcopyFailed),
 		state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedPostcopyFailed):
 		return proxy.OutcomeSplit, nil
+	case state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffFailed):
+		return proxy.OutcomeStopped, nil
+	case state == libvirtx.StateShutoff:
+		// It ran here, and stopped since (powered off, crashed): the
+		// source's copy is older than what ran, and must never resume.
+		return proxy.OutcomeRunning, nil
 	}
-	return proxy.OutcomeRunning, nil
+	if st, jerr := c.JobStats(ctx, dom, false); jerr != nil || st.Type.Active() {
+		return "", fmt.Errorf("domain %s still has a libvirt job (%v)", m.Domain, jerr)
+	}
+	// Only states that mean the guest was handed over settle as running;
+	// anything else (post-copy still under way) is asked about again.
+	switch {
+	case state == libvirtx.StateRunning && reason != int32(libvirt.DomainRunningPostcopy),
+		state == libvirtx.StatePaused && reason != int32(libvirt.DomainPausedPostcopy) && reason != int32(libvirt.DomainPausedMigration):
+		return proxy.OutcomeRunning, nil
+	}
+	return "", fmt.Errorf("domain %s is %s (reason %d): not settled", m.Domain, state, reason)
 }
 
 // Cancel ends a prepared migration. libvirt's Finish answers a cancel with
@@ -244,7 +368,15 @@ func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error
 		return err
 	}
 	defer in.release(m.ID)
-	_, ferr := c.Finish(ctx, finishParams(m), nil, libvirt.DomainMigrateFlags(m.Flags), true, until(ctx))
+	if m.Instance != "" {
+		// Only the guest this migration started is cancelled, never a
+		// domain given its name since.
+		dom, err := c.LookupDomain(ctx, m.Domain)
+		if libvirtx.IsNoDomain(err) || err == nil && !sameInstance(m.Instance, dom) {
+			return nil
+		}
+	}
+	_, ferr := c.Finish(ctx, finishParams(m), nil, libvirtFlags(m), true, until(ctx))
 	active, aerr := c.ActiveDomain(ctx, m.Domain)
 	switch {
 	case aerr != nil:

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"testing"
 
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -30,6 +33,28 @@ func TestOnlyTheTargetsWordSettlesAFinish(t *testing.T) {
 	} {
 		if got := settledOutcome(c.resp, c.err); got != c.want {
 			t.Errorf("%s: settled %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// An outcome is read from the guest instance the migration's Prepare
+// started, never from a domain another peer gave the same name since.
+func TestOutcomesAreOfTheGuestInstancePrepared(t *testing.T) {
+	uuid := libvirt.UUID{1, 2, 3}
+	other := libvirt.UUID{9}
+	inst := "7/" + libvirtx.UUIDString(uuid)
+	for _, c := range []struct {
+		name string
+		dom  libvirt.Domain
+		want bool
+	}{
+		{"the same instance, running", libvirt.Domain{ID: 7, UUID: uuid}, true},
+		{"the same guest, shut off since", libvirt.Domain{ID: -1, UUID: uuid}, true},
+		{"another instance of that UUID (a later start)", libvirt.Domain{ID: 8, UUID: uuid}, false},
+		{"another guest of that name", libvirt.Domain{ID: 7, UUID: other}, false},
+	} {
+		if got := sameInstance(inst, c.dom); got != c.want {
+			t.Errorf("%s: sameInstance = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

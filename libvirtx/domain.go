@@ -82,9 +82,20 @@ func (c *Conn) Destroy(ctx context.Context, dom libvirt.Domain) error {
 	return do(ctx, c, "destroy domain", func(l *libvirt.Libvirt) error { return l.DomainDestroy(dom) })
 }
 
-// Undefine removes a domain's definition, keeping its disks.
+// Undefine removes a domain's definition, keeping its disks, NVRAM and
+// TPM state, as libvirt's own migration does with UNDEFINE_SOURCE.
 func (c *Conn) Undefine(ctx context.Context, dom libvirt.Domain) error {
-	return do(ctx, c, "undefine domain", func(l *libvirt.Libvirt) error { return l.DomainUndefineFlags(dom, 0) })
+	return do(ctx, c, "undefine domain", func(l *libvirt.Libvirt) error {
+		return l.DomainUndefineFlags(dom, libvirt.DomainUndefineKeepNvram|libvirt.DomainUndefineKeepTpm)
+	})
+}
+
+// Define makes xml a persistent domain definition.
+func (c *Conn) Define(ctx context.Context, xml string) error {
+	return do(ctx, c, "define domain", func(l *libvirt.Libvirt) error {
+		_, err := l.DomainDefineXML(xml)
+		return err
+	})
 }
 
 // LookupDomain finds an active or defined domain by name.

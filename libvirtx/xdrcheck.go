@@ -149,6 +149,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	1:   func(*xdrWalk) {},                                                                         // connect open
 	2:   func(*xdrWalk) {},                                                                         // connect close
 	7:   func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                // connect get capabilities
+	11:  func(w *xdrWalk) { w.domain() },                                                           // domain define XML
 	12:  func(*xdrWalk) {},                                                                         // domain destroy
 	14:  func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                  // domain get XML desc
 	17:  func(w *xdrWalk) { w.take(8, "max memory") },                                              // domain get max memory

@@ -84,6 +84,10 @@ type ControlResponse struct {
 	// target now (OutcomeRunning, OutcomeStopped, OutcomeSplit); empty
 	// when the target could not tell, which settles nothing.
 	Outcome string `json:"outcome,omitempty"`
+	// Persisted, in a finish's answer, says the target defined the guest
+	// persistently (from its checked XML), so the source may drop its
+	// own definition: a persistent guest keeps exactly one.
+	Persisted bool `json:"persisted,omitempty"`
 	// PeerNode is, on the side that asked, the node the answering
 	// proxy's certificate names; never sent.
 	PeerNode string `json:"-"`

@@ -37,6 +37,10 @@ type fakeIncoming struct {
 	outcome func(IncomingMigration) (string, error)
 }
 
+func (f *fakeIncoming) Instance(_ context.Context, m IncomingMigration) (string, error) {
+	return "1/" + m.ID, nil
+}
+
 func (f *fakeIncoming) Outcome(_ context.Context, m IncomingMigration) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

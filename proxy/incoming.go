@@ -34,10 +34,19 @@ type Incoming interface {
 
 // IncomingOutcome is an Incoming that can say whether a migration's
 // domain runs on this node now: OutcomeRunning, OutcomeStopped or
-// OutcomeSplit, or an error while that is not settled (libvirt's job on it still runs, or
-// libvirt cannot be asked).
+// OutcomeSplit, or an error while that is not settled (libvirt's job on it
+// still runs, or libvirt cannot be asked). Instance names the guest a
+// Prepare just started; Outcome answers for that instance only, and
+// another domain of the same name is not it.
 type IncomingOutcome interface {
+	Instance(ctx context.Context, m IncomingMigration) (string, error)
 	Outcome(ctx context.Context, m IncomingMigration) (string, error)
+}
+
+// IncomingPersister is an Incoming that defines a migrated persistent
+// guest on this node itself, and says whether it did.
+type IncomingPersister interface {
+	Persisted(m IncomingMigration) bool
 }
 
 // IncomingChecker is an Incoming that can check a prepare's request
@@ -60,6 +69,10 @@ type IncomingMigration struct {
 	// PeerNode is the node the source's certificate names; empty when it
 	// names none or without TLS.
 	PeerNode string
+	// Instance names the guest instance Prepare started (see
+	// IncomingOutcome), so that an outcome is never read from another
+	// domain given the same name since.
+	Instance string
 }
 
 // Refusal is an Incoming's "no" to a request, with the reason it is
@@ -162,9 +175,21 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		}
 	})
 	p.reg.addTimer(e, ttl, func() { p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl)) })
-	// Kept before the answer: a ferryd restarted later still knows what
-	// it prepared, and so what a finish of it asks.
-	if err := p.saveOutcome(m.ID, peer.owner(), m.Domain, nil); err != nil {
+	// Kept before the answer, with the guest instance it started: a
+	// ferryd restarted later still knows what it prepared, and so what a
+	// finish of it asks.
+	if oi, ok := p.cfg.Incoming.(IncomingOutcome); ok {
+		ictx, icancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
+		inst, err := oi.Instance(ictx, in)
+		icancel()
+		if err != nil {
+			p.dropIncoming(m.ID, "its guest instance could not be named: "+err.Error())
+			return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)")
+		}
+		p.reg.setInstance(e, inst)
+		in.Instance = inst
+	}
+	if err := p.saveOutcome(m.ID, peer.owner(), m.Domain, in.Instance, nil); err != nil {
 		p.dropIncoming(m.ID, "its record could not be kept")
 		return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)")
 	}
@@ -220,7 +245,13 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	outcome := ""
 	if e.in != nil {
 		cookie, err = p.cfg.Incoming.Finish(ctx, *e.in, req.Cookie, req.Cancelled)
-		outcome = p.outcomeOf(*e.in)
+		if err == nil && !req.Cancelled {
+			// libvirt's Finish handed the guest over here: whatever it
+			// does next (power off, crash), the source must never resume.
+			outcome = OutcomeRunning
+		} else {
+			outcome = p.outcomeOf(*e.in)
+		}
 	}
 	counters := e.counters.Snapshot()
 	why := "finished"
@@ -238,6 +269,9 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 			zap.Bool("cancelled", req.Cancelled), zap.String("outcome", outcome), zap.Error(err), zap.Duration("took", time.Since(start)))
 	}
 	resp := ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
+	if ip, ok := p.cfg.Incoming.(IncomingPersister); ok && e.in != nil && err == nil {
+		resp.Persisted = ip.Persisted(*e.in)
+	}
 	if err != nil {
 		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
 	}
@@ -245,7 +279,7 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 		// Only a settled answer is kept: an unsettled one (the wait cut
 		// while libvirt's job still ran) is worked out again when asked.
 		p.reg.setResult(e, resp)
-		p.saveOutcome(e.m.ID, owner, e.m.Domain, &resp)
+		p.saveOutcome(e.m.ID, owner, e.m.Domain, e.in.Instance, &resp)
 	}
 	// Its own end must not cut the connection that carries the answer.
 	p.reg.setStopFinish(e, cancel)
@@ -275,6 +309,11 @@ func (p *Proxy) awaitFinish(c net.Conn, req ControlRequest, owner string) (Contr
 // where no answer was kept, from libvirt: the domain running here, or not.
 func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (ControlResponse, bool) {
 	owner := peer.owner()
+	if p.reg.stillFinishing(req.Migration, req.Domain, owner) {
+		// A repeat whose wait a newer one cut: the Finish still runs, and
+		// its own answer is the one to give.
+		return p.refusePeer(raw, peer.Node, req, reasonUnsettled, fmt.Sprintf("migration %s is still finishing on this node: ask again", req.Migration)), true
+	}
 	in, known := p.reg.endedIncoming(req.Migration, req.Domain, owner)
 	fromDisk := false
 	if p.outcomes != nil {
@@ -287,16 +326,30 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 				return *r.Result, true
 			}
 			if !known {
-				in, known, fromDisk = IncomingMigration{ID: r.ID, Domain: r.Domain}, true, true
+				in, known, fromDisk = IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance}, true, true
 			}
 		}
 	}
 	if !known {
 		return ControlResponse{}, false
 	}
+	if req.Cancelled {
+		// The source will not go on: a guest this node still holds for
+		// the migration (a restart left it) is dropped first, so the
+		// answer can settle it.
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
+		if err := p.cfg.Incoming.Cancel(ctx, in); err != nil {
+			p.log.Info("a cancelled finish could not drop this node's copy yet", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.Error(err))
+		}
+		cancel()
+	}
 	outcome := p.outcomeOf(in)
 	if outcome == "" {
-		return p.refusePeer(raw, peer.Node, req, reasonUnsettled, fmt.Sprintf("the outcome of migration %s on this node is not settled yet (libvirt's job still runs, or libvirt is not reachable): ask again", req.Migration)), true
+		reason, since := reasonUnsettled, ""
+		if fromDisk {
+			reason, since = ReasonRestarted, "; this node's ferryd restarted since the prepare"
+		}
+		return p.refusePeer(raw, peer.Node, req, reason, fmt.Sprintf("the outcome of migration %s on this node is not settled yet (libvirt's job still runs, or libvirt is not reachable)%s: ask again", req.Migration, since)), true
 	}
 	resp := ControlResponse{Outcome: outcome}
 	switch {
@@ -310,7 +363,7 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 	case outcome == OutcomeSplit:
 		resp.Error = fmt.Sprintf("domain %s is held here by a failed post-copy: its memory is split between the two nodes", req.Domain)
 	}
-	p.saveOutcome(req.Migration, owner, req.Domain, &resp)
+	p.saveOutcome(req.Migration, owner, req.Domain, in.Instance, &resp)
 	return resp, true
 }
 
@@ -332,11 +385,11 @@ func (p *Proxy) outcomeOf(in IncomingMigration) string {
 
 // saveOutcome records a migration, with its finish's answer once it has
 // one; without a state directory nothing outlives this process.
-func (p *Proxy) saveOutcome(id, owner, domain string, result *ControlResponse) error {
+func (p *Proxy) saveOutcome(id, owner, domain, instance string, result *ControlResponse) error {
 	if p.outcomes == nil {
 		return nil
 	}
-	err := p.outcomes.save(outcomeRecord{ID: id, Owner: owner, Domain: domain, Prepared: time.Now(), Result: result})
+	err := p.outcomes.save(outcomeRecord{ID: id, Owner: owner, Domain: domain, Instance: instance, Prepared: time.Now(), Result: result})
 	if err != nil {
 		p.log.Warn("cannot record an incoming migration's outcome; a restart would not know it", zap.String("migration", id), zap.Error(err))
 	}

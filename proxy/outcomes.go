@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,7 @@ type outcomeRecord struct {
 	ID       string           `json:"id"`
 	Owner    string           `json:"owner"`
 	Domain   string           `json:"domain"`
+	Instance string           `json:"instance,omitempty"`
 	Prepared time.Time        `json:"prepared"`
 	Result   *ControlResponse `json:"result,omitempty"`
 }
@@ -82,13 +84,51 @@ func (s *outcomeStore) save(r outcomeRecord) error {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, err := s.read(p, r.ID); err == nil && old.Result != nil {
+		// An answer once given is the answer: a later reading of libvirt
+		// (the guest powered off since) must not replace it.
+		return nil
+	} else if r.Result == nil {
+		s.trim()
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return atomicfile.Write(p, b)
+}
+
+// maxOutcomeRecords bounds the directory: past it the oldest records go,
+// pruned as each new migration is recorded.
+const maxOutcomeRecords = 4096
+
+// trim drops the oldest records beyond maxOutcomeRecords and those past
+// outcomeKeep; held with s.mu.
+func (s *outcomeStore) trim() {
+	entries, _ := os.ReadDir(s.dir)
+	type rec struct {
+		name string
+		at   time.Time
+	}
+	var recs []rec
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || ValidID(id) != nil {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			recs = append(recs, rec{e.Name(), fi.ModTime()})
+		}
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].at.Before(recs[j].at) })
+	for i, r := range recs {
+		if len(recs)-i < maxOutcomeRecords && time.Since(r.at) <= outcomeKeep {
+			break
+		}
+		os.Remove(filepath.Join(s.dir, r.name))
+	}
 }
 
 // load returns the record of id; ok is false if there is none, and err
@@ -100,20 +140,26 @@ func (s *outcomeStore) load(id string) (r outcomeRecord, ok bool, err error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b, err := atomicfile.ReadBounded(p, maxOutcomeFile)
+	r, err = s.read(p, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, false, nil
 	}
+	if err != nil {
+		return r, false, fmt.Errorf("migration outcome record %s: %w", p, err)
+	}
+	return r, true, nil
+}
+
+func (s *outcomeStore) read(p, id string) (outcomeRecord, error) {
+	var r outcomeRecord
+	b, err := atomicfile.ReadBounded(p, maxOutcomeFile)
 	if err == nil {
 		err = json.Unmarshal(b, &r)
 	}
 	if err == nil && r.ID != id {
 		err = fmt.Errorf("names migration %q", r.ID)
 	}
-	if err != nil {
-		return r, false, fmt.Errorf("migration outcome record %s: %w", p, err)
-	}
-	return r, true, nil
+	return r, err
 }
 
 // prune removes records older than outcomeKeep.

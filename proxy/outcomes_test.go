@@ -89,7 +89,7 @@ func TestARestartedTargetWorksTheOutcomeOutFromLibvirt(t *testing.T) {
 		outcome string
 		reason  string
 	}{
-		{func(IncomingMigration) (string, error) { return "", errors.New("domain vm still has a libvirt job") }, "", reasonUnsettled},
+		{func(IncomingMigration) (string, error) { return "", errors.New("domain vm still has a libvirt job") }, "", ReasonRestarted},
 		{func(IncomingMigration) (string, error) { return OutcomeRunning, nil }, OutcomeRunning, ""},
 		// Settled once: a later change of libvirt's view does not undo it.
 		{func(IncomingMigration) (string, error) { return OutcomeStopped, nil }, OutcomeRunning, ""},

@@ -327,6 +327,24 @@ func (r *registry) end(id, why string) (*entry, bool) {
 	return e, true
 }
 
+// stillFinishing says whether migration id of domain, prepared by owner,
+// has a finish running still, with no answer yet.
+func (r *registry) stillFinishing(id, domain, owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	return ok && e.ended == "" && e.owner == owner && e.m.Domain == domain && e.m.State == stateFinishing && e.result == nil
+}
+
+// setInstance records the guest instance a migration's Prepare started.
+func (r *registry) setInstance(e *entry, instance string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.in != nil {
+		e.in.Instance = instance
+	}
+}
+
 // endedIncoming is the libvirt side of an ended migration id of domain,
 // prepared by owner, while the registry keeps it.
 func (r *registry) endedIncoming(id, domain, owner string) (IncomingMigration, bool) {
