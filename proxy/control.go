@@ -40,6 +40,9 @@ const (
 	// and not yet ended, each a target QEMU.
 	MaxControlConns = 64
 	MaxIncoming     = 16
+	// MaxIncomingPerPeer is one peer's share of MaxIncoming (by
+	// certificate; without TLS there is no telling peers apart).
+	MaxIncomingPerPeer = 8
 	// MaxOpeningConns bounds connections not yet past their header.
 	MaxOpeningConns  = 1024
 	maxControlAnswer = 1 << 20

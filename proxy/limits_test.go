@@ -241,3 +241,23 @@ func TestHeldFinishesLeaveThePeerItsControlConnections(t *testing.T) {
 		t.Fatalf("a cancel behind %d held finishes: %v", n, err)
 	}
 }
+
+// One peer's prepared migrations, stalled however long, take at most its
+// share of the node's: another peer still prepares.
+func TestOnePeerPreparesItsShareOfIncomingMigrations(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	greedy := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
+	other := nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c"))
+	dst := nodeWithCert(t, "b", ca.issueNode(t, t.TempDir(), "b"))
+	for i := range MaxIncomingPerPeer {
+		prepareAs(t, greedy, dst, fmt.Sprintf("g%d", i), fmt.Sprintf("vm%d", i), 0, false)
+	}
+	_, err := greedy.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "over", Domain: "vm-over", XML: testXML, Flags: 1})
+	var ce *ControlError
+	if !errors.As(err, &ce) || ce.Reason != reasonTooManyIncoming || !strings.Contains(err.Error(), "one peer") {
+		t.Fatalf("the greedy peer's next prepare: %v, want %s saying one peer's share", err, reasonTooManyIncoming)
+	}
+	if resp := prepareAs(t, other, dst, "c1", "vm-c", 0, false); resp.Error != "" {
+		t.Fatalf("another peer's prepare: %+v", resp)
+	}
+}

@@ -124,14 +124,22 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 		// hearing "ended".
 		return &regError{reasonDuplicate, fmt.Sprintf("migration %s is already known on this node", m.ID)}
 	}
-	live := 0
+	live, mine := 0, 0
 	for _, e := range r.entries {
 		if e.ended == "" && e.in != nil {
 			live++
+			if e.owner == owner {
+				mine++
+			}
 		}
 	}
 	if in != nil && live >= MaxIncoming {
 		return &regError{reasonTooManyIncoming, fmt.Sprintf("%d incoming migrations are prepared and not ended, the most this node takes at once", live)}
+	}
+	if in != nil && owner != "" && mine >= MaxIncomingPerPeer {
+		// One peer, however its migrations stall, leaves the rest of the
+		// node's incoming migrations to the others.
+		return &regError{reasonTooManyIncoming, fmt.Sprintf("this peer has %d incoming migrations prepared and not ended here, the most one peer may", mine)}
 	}
 	for _, e := range r.entries {
 		if e.ended == "" && e.m.Domain == m.Domain {
