@@ -45,6 +45,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("GET /v1/watch", d.watch)
 	mux.HandleFunc("POST /v1/jobs/{domain}/abort", d.abort)
 	mux.HandleFunc("POST /v1/jobs/{domain}/postcopy", d.postCopy)
+	mux.HandleFunc("POST /v1/jobs/{domain}/resolve", d.resolve)
 	mux.HandleFunc("POST /v1/migrations", d.migrate)
 	mux.HandleFunc("GET /v1/proxy", d.proxyStatus)
 	mux.Handle("GET /metrics", d.metricsHandler())
@@ -52,7 +53,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", d.readyz)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/jobs/{domain}/abort and /v1/jobs/{domain}/postcopy", r.Method, r.URL.Path))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/jobs/{domain}/abort, /v1/jobs/{domain}/postcopy and /v1/jobs/{domain}/resolve", r.Method, r.URL.Path))
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET /v1/jobs, /v1/jobs/{domain}, /v1/domains, /v1/watch, /metrics", r.Method, r.URL.Path))
@@ -197,6 +198,24 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 			writeError(w, http.StatusBadGateway, err.Error())
 		}
 	}
+}
+
+// resolve ends a migration in doubt by an operator's word: keep=source
+// resumes this node's copy (the operator has made sure the target's is
+// gone), keep=target ends it (the guest runs there).
+func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
+	outcome := map[string]string{"source": proxy.OutcomeStopped, "target": proxy.OutcomeRunning}[r.URL.Query().Get("keep")]
+	if outcome == "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("keep=%q: say which copy to keep, keep=source or keep=target", r.URL.Query().Get("keep")))
+		return
+	}
+	domain := r.PathValue("domain")
+	if _, ok := d.drives.decide(socketParam(r), domain, outcome); !ok {
+		writeError(w, http.StatusConflict, fmt.Sprintf("no migration of %s driven from this node is in doubt (or two sockets serve that name: add ?socket=)", domain))
+		return
+	}
+	d.log.Warn("an operator settled a migration in doubt", zap.String("domain", domain), zap.String("keep", r.URL.Query().Get("keep")))
+	writeJSON(w, http.StatusAccepted, map[string]string{"message": "the migration of " + domain + " is settled keeping the " + r.URL.Query().Get("keep") + "'s copy"})
 }
 
 func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -35,51 +34,6 @@ var (
 	errConflict   = errors.New("conflict")
 )
 
-// drives tracks the migrations this ferryd is driving.
-type drives struct {
-	mu      sync.Mutex
-	running map[string]chan struct{} // socket NUL domain -> closed when the drive ends
-}
-
-func newDrives() *drives { return &drives{running: map[string]chan struct{}{}} }
-
-func (ds *drives) start(domain string) bool {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if _, busy := ds.running[domain]; busy {
-		return false
-	}
-	ds.running[domain] = make(chan struct{})
-	return true
-}
-
-func (ds *drives) end(domain string) {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if done, ok := ds.running[domain]; ok {
-		close(done)
-		delete(ds.running, domain)
-	}
-}
-
-// stopAll gives running migrations a grace period to finish before ferryd
-// stops relaying them: cutting the proxy would fail them.
-func (ds *drives) stopAll() {
-	ds.mu.Lock()
-	waits := make([]chan struct{}, 0, len(ds.running))
-	for _, d := range ds.running {
-		waits = append(waits, d)
-	}
-	ds.mu.Unlock()
-	deadline := time.After(30 * time.Second)
-	for _, w := range waits {
-		select {
-		case <-w:
-		case <-deadline:
-			return
-		}
-	}
-}
 
 func validateMigrate(r MigrateRequest) error {
 	var errs []string
@@ -234,7 +188,7 @@ func (d *Daemon) startMigration(ctx context.Context, req MigrateRequest) (Migrat
 	deadline := libvirtx.MigrationDeadline(mem, req.BandwidthMiBs)
 	// Keyed by socket too: a pod's domain of the same name must not
 	// block this one's migration.
-	drive := conn.Socket() + "\x00" + req.Domain
+	drive := driveKey(conn.Socket(), req.Domain)
 	if d.Tracker.InFlight(conn.Socket(), req.Domain) {
 		return MigrateResponse{}, fmt.Errorf("%w: %s is already migrating", errConflict, req.Domain)
 	}
@@ -428,6 +382,9 @@ func (d *Daemon) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		// The guest is paused here, whole, and may run there: only the
 		// target's word decides which copy lives.
 		fin, outcome := d.settleFinish(log, req, tid, src, performCookie, conn.Socket(), dom, flags&libvirt.MigratePostcopy != 0)
+		if fin.Reason == resolvedByOperator {
+			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
+		}
 		// Only a guest running whole on the target ends the source's
 		// copy. With none there the source's runs again (pre-copy); with
 		// post-copy failed (split), libvirt keeps the source's paused.
@@ -537,13 +494,21 @@ func (d *Daemon) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 		log.Warn("the target's finish gave no outcome; asking again", zap.Int("attempt", attempt), zap.Error(err))
 		if !inDoubt && time.Since(first) >= inDoubtAfter {
 			inDoubt = true
-			why := fmt.Sprintf("in doubt: the target has not said whether the guest runs there (%d attempts over %s; last: %v); the guest stays paused on this node until it does", attempt, time.Since(first).Round(time.Second), err)
+			why := fmt.Sprintf("in doubt: the target has not said whether the guest runs there (%d attempts over %s; last: %v); the guest stays paused on this node until it does, or an operator decides (ferryctl resolve)", attempt, time.Since(first).Round(time.Second), err)
 			log.Error("migration in doubt", zap.String("why", why))
 			d.Tracker.DriveInDoubt(socket, req.Domain, why)
+			d.drives.doubt(driveKey(socket, req.Domain))
 		}
-		time.Sleep(min(time.Duration(attempt)*time.Second, 5*time.Second))
+		select {
+		case outcome := <-d.drives.decisions(driveKey(socket, req.Domain)):
+			return proxy.ControlResponse{Reason: resolvedByOperator, Error: "settled by an operator: the target's copy is taken as " + outcome}, outcome
+		case <-time.After(min(time.Duration(attempt)*time.Second, 5*time.Second)):
+		}
 	}
 }
+
+// resolvedByOperator marks an outcome an operator gave (ferryctl resolve).
+const resolvedByOperator = "resolved_by_operator"
 
 // settledOutcome is what a finish's answer settles: whether the guest runs
 // on the target, or "" when it says nothing for certain. A plain success

@@ -108,7 +108,7 @@ func (d *Daemon) settleRecordedDrives(ctx context.Context) {
 	}
 	for _, r := range d.recordedDrives() {
 		// No new migration of the domain starts until it is settled.
-		key := r.Socket + "\x00" + r.Domain
+		key := driveKey(r.Socket, r.Domain)
 		if !d.drives.start(key) {
 			continue
 		}
@@ -160,11 +160,14 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		}
 		last = err
 		if attempt == 1 || attempt%12 == 0 {
-			log.Warn("the target has not said whether the guest runs there; asking again", zap.Int("attempt", attempt), zap.Error(err))
+			log.Warn("the target has not said whether the guest runs there; asking again (or: ferryctl resolve)", zap.Int("attempt", attempt), zap.Error(err))
 		}
+		d.drives.doubt(driveKey(r.Socket, r.Domain))
 		select {
 		case <-ctx.Done():
 			return
+		case outcome = <-d.drives.decisions(driveKey(r.Socket, r.Domain)):
+			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
 		case <-time.After(5 * time.Second):
 		}
 	}

@@ -187,9 +187,8 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 			return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)")
 		}
 		p.reg.setInstance(e, inst)
-		in.Instance = inst
 	}
-	if err := p.saveOutcome(m.ID, peer.owner(), m.Domain, in.Instance, nil); err != nil {
+	if err := p.saveOutcome(m.ID, peer.owner(), m.Domain, p.reg.incomingOf(e).Instance, nil); err != nil {
 		p.dropIncoming(m.ID, "its record could not be kept")
 		return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)")
 	}
@@ -243,14 +242,16 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	start := time.Now()
 	var cookie []byte
 	outcome := ""
+	var in IncomingMigration
 	if e.in != nil {
-		cookie, err = p.cfg.Incoming.Finish(ctx, *e.in, req.Cookie, req.Cancelled)
+		in = p.reg.incomingOf(e)
+		cookie, err = p.cfg.Incoming.Finish(ctx, in, req.Cookie, req.Cancelled)
 		if err == nil && !req.Cancelled {
 			// libvirt's Finish handed the guest over here: whatever it
 			// does next (power off, crash), the source must never resume.
 			outcome = OutcomeRunning
 		} else {
-			outcome = p.outcomeOf(*e.in)
+			outcome = p.outcomeOf(in)
 		}
 	}
 	counters := e.counters.Snapshot()
@@ -270,7 +271,7 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	}
 	resp := ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
 	if ip, ok := p.cfg.Incoming.(IncomingPersister); ok && e.in != nil && err == nil {
-		resp.Persisted = ip.Persisted(*e.in)
+		resp.Persisted = ip.Persisted(in)
 	}
 	if err != nil {
 		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
@@ -279,7 +280,7 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 		// Only a settled answer is kept: an unsettled one (the wait cut
 		// while libvirt's job still ran) is worked out again when asked.
 		p.reg.setResult(e, resp)
-		p.saveOutcome(e.m.ID, owner, e.m.Domain, e.in.Instance, &resp)
+		p.saveOutcome(e.m.ID, owner, e.m.Domain, in.Instance, &resp)
 	}
 	// Its own end must not cut the connection that carries the answer.
 	p.reg.setStopFinish(e, cancel)
@@ -402,7 +403,7 @@ func (p *Proxy) cancel(raw net.Conn, req ControlRequest, peer Peer) ControlRespo
 		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
 	}
 	if e.in != nil {
-		p.cancelLibvirt(*e.in, "cancelled by the source")
+		p.cancelLibvirt(p.reg.incomingOf(e), "cancelled by the source")
 	}
 	counters := e.counters.Snapshot()
 	p.Unregister(req.Migration, "cancelled by the source")
@@ -433,7 +434,7 @@ func (p *Proxy) dropIncoming(id, why string) bool {
 	}
 	p.log.Warn("dropping an incoming migration", zap.String("migration", id), zap.String("domain", e.m.Domain), zap.String("why", why))
 	if e.in != nil {
-		p.cancelLibvirt(*e.in, why)
+		p.cancelLibvirt(p.reg.incomingOf(e), why)
 	}
 	p.Unregister(id, why)
 	return true

@@ -69,6 +69,8 @@ type entry struct {
 	// owner is the TLS identity that prepared it: only that peer may
 	// finish or cancel it. Empty without TLS.
 	owner string
+	// instance names the guest its Prepare started (see IncomingOutcome).
+	instance string
 	// result is what its finish answered, given again to a finish
 	// repeated because the first answer was lost; resultReady is closed
 	// once it is set, for a repeat that came while the first still ran.
@@ -348,9 +350,16 @@ func (r *registry) stillFinishing(id, domain, owner string) bool {
 func (r *registry) setInstance(e *entry, instance string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e.in != nil {
-		e.in.Instance = instance
-	}
+	e.instance = instance
+}
+
+// incomingOf is the libvirt side of e, with its guest instance.
+func (r *registry) incomingOf(e *entry) IncomingMigration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	in := *e.in
+	in.Instance = e.instance
+	return in
 }
 
 // endedIncoming is the libvirt side of an ended migration id of domain,
@@ -362,7 +371,9 @@ func (r *registry) endedIncoming(id, domain, owner string) (IncomingMigration, b
 	if !ok || e.ended == "" || e.in == nil || e.owner != owner || e.m.Domain != domain {
 		return IncomingMigration{}, false
 	}
-	return *e.in, true
+	in := *e.in
+	in.Instance = e.instance
+	return in, true
 }
 
 // resultOf is e's finish answer, if it has one.

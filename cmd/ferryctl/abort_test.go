@@ -115,3 +115,15 @@ func TestLibvirtSocketPicksADomainTwoSocketsServe(t *testing.T) {
 		}
 	}
 }
+
+// resolve takes no default, and says so; with nothing in doubt ferryd
+// refuses and ferryctl exits 1 saying why.
+func TestResolveNeedsAKeepAndAMigrationInDoubt(t *testing.T) {
+	sock, _ := ferryd(t)
+	if code, _, stderr := ctl("--socket", sock, "resolve", "vm"); code != 2 || !strings.Contains(stderr, "--keep source or --keep target") {
+		t.Fatalf("resolve without --keep: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := ctl("--socket", sock, "resolve", "vm", "--keep", "source"); code != 1 || !strings.Contains(stderr, "in doubt") {
+		t.Fatalf("resolve with nothing in doubt: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -129,7 +129,7 @@ func newRoot(g *globals) *cobra.Command {
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		Args:              cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageError("a command is needed: jobs, job, watch, domains, migrate, abort, postcopy, proxy, completion or version")
+			return usageError("a command is needed: jobs, job, watch, domains, migrate, abort, postcopy, resolve, proxy, completion or version")
 		},
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			if !validOutput(g.output) {
@@ -148,7 +148,7 @@ func newRoot(g *globals) *cobra.Command {
 		return usageError(fmt.Sprintf("%s: %v (usage: %s)", c.CommandPath(), err, c.UseLine()))
 	})
 	root.AddCommand(jobsCmd(g), jobCmd(g), watchCmd(g), domainsCmd(g), migrateCmd(g), abortCmd(g),
-		postCopyCmd(g), proxyCmd(g), completionCmd(), versionCmd())
+		postCopyCmd(g), resolveCmd(g), proxyCmd(g), completionCmd(), versionCmd())
 	return root
 }
 

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -251,6 +252,31 @@ func TestAMigrationInDoubtStaysPausedThenSettles(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("the migration did not settle as completed: %v", err)
+	}
+	onlyOn(t, name, "b", "a")
+	memoryIntact(t, name, before)
+	assertTruth(t, name, "a", "b", start)
+}
+
+// The target never answers after its Finish succeeded. The source stays
+// in doubt, the guest paused there, until an operator who has looked at
+// the target says to keep its copy: the source's copy then ends, and the
+// guest runs on the target alone.
+func TestAnOperatorResolvesAMigrationInDoubt(t *testing.T) {
+	withFaults(t, "b", "drop-finish-answer:100000")
+	const name = "resolved"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
+	before := verifiedSoFar(t, name)
+	start := time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
+	waitJob(t, "a", name, "InDoubt", 2*time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhaseInDoubt })
+	out, err := exec.Command(ferryctlBin, "--socket", bed.Node("a").DebugSocket, "resolve", name, "--keep", "target").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ferryctl resolve: %v: %s", err, out)
+	}
+	t.Logf("ferryctl resolve: %s", strings.TrimSpace(string(out)))
+	if err := <-done; err != nil {
+		t.Fatalf("the migration did not end completed once resolved: %v", err)
 	}
 	onlyOn(t, name, "b", "a")
 	memoryIntact(t, name, before)
