@@ -34,7 +34,6 @@ var (
 	errConflict   = errors.New("conflict")
 )
 
-
 func validateMigrate(r MigrateRequest) error {
 	var errs []string
 	if r.Domain == "" {
