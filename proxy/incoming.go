@@ -245,6 +245,13 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	var in IncomingMigration
 	if e.in != nil {
 		in = p.reg.incomingOf(e)
+		if !req.Cancelled {
+			// Kept before libvirt may hand the guest over: a ferryd that
+			// dies during this Finish must not, once back, take a guest
+			// gone since (powered off after it ran here) for one that
+			// never came.
+			p.saveRecord(outcomeRecord{ID: e.m.ID, Owner: owner, Domain: e.m.Domain, Instance: in.Instance, Finishing: true})
+		}
 		cookie, err = p.cfg.Incoming.Finish(ctx, in, req.Cookie, req.Cancelled)
 		if err == nil && !req.Cancelled {
 			// libvirt's Finish handed the guest over here: whatever it
@@ -316,7 +323,7 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 		return p.refusePeer(raw, peer.Node, req, reasonUnsettled, fmt.Sprintf("migration %s is still finishing on this node: ask again", req.Migration)), true
 	}
 	in, known := p.reg.endedIncoming(req.Migration, req.Domain, owner)
-	fromDisk := false
+	fromDisk, finishing := false, false
 	if p.outcomes != nil {
 		r, ok, err := p.outcomes.load(req.Migration)
 		if err != nil {
@@ -329,6 +336,7 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 			if !known {
 				in, known, fromDisk = IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance}, true, true
 			}
+			finishing = r.Finishing
 		}
 	}
 	if !known {
@@ -351,6 +359,12 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 			reason, since = ReasonRestarted, "; this node's ferryd restarted since the prepare"
 		}
 		return p.refusePeer(raw, peer.Node, req, reason, fmt.Sprintf("the outcome of migration %s on this node is not settled yet (libvirt's job still runs, or libvirt is not reachable)%s: ask again", req.Migration, since)), true
+	}
+	if outcome == OutcomeStopped && finishing {
+		// libvirt's Finish was under way when this ferryd stopped: the
+		// guest may have been handed over and be gone since. Only an
+		// operator who has looked can tell.
+		return p.refusePeer(raw, peer.Node, req, ReasonRestarted, fmt.Sprintf("migration %s: this node's ferryd restarted during libvirt's Finish, and the guest is not here now; whether it ran here first cannot be told (ferryctl resolve on the source)", req.Migration)), true
 	}
 	resp := ControlResponse{Outcome: outcome}
 	switch {
@@ -387,10 +401,16 @@ func (p *Proxy) outcomeOf(in IncomingMigration) string {
 // saveOutcome records a migration, with its finish's answer once it has
 // one; without a state directory nothing outlives this process.
 func (p *Proxy) saveOutcome(id, owner, domain, instance string, result *ControlResponse) error {
+	return p.saveRecord(outcomeRecord{ID: id, Owner: owner, Domain: domain, Instance: instance, Result: result})
+}
+
+func (p *Proxy) saveRecord(r outcomeRecord) error {
 	if p.outcomes == nil {
 		return nil
 	}
-	err := p.outcomes.save(outcomeRecord{ID: id, Owner: owner, Domain: domain, Instance: instance, Prepared: time.Now(), Result: result})
+	r.Prepared = time.Now()
+	err := p.outcomes.save(r)
+	id := r.ID
 	if err != nil {
 		p.log.Warn("cannot record an incoming migration's outcome; a restart would not know it", zap.String("migration", id), zap.Error(err))
 	}

@@ -41,12 +41,15 @@ func knownOutcome(o string) bool {
 // answer, so a source that lost the answer, or asks a restarted ferryd,
 // hears the same truth.
 type outcomeRecord struct {
-	ID       string           `json:"id"`
-	Owner    string           `json:"owner"`
-	Domain   string           `json:"domain"`
-	Instance string           `json:"instance,omitempty"`
-	Prepared time.Time        `json:"prepared"`
-	Result   *ControlResponse `json:"result,omitempty"`
+	ID       string    `json:"id"`
+	Owner    string    `json:"owner"`
+	Domain   string    `json:"domain"`
+	Instance string    `json:"instance,omitempty"`
+	Prepared time.Time `json:"prepared"`
+	// Finishing: libvirt's Finish (not cancelled) began, and may have
+	// handed the guest over; without a Result, absence proves nothing.
+	Finishing bool             `json:"finishing,omitempty"`
+	Result    *ControlResponse `json:"result,omitempty"`
 }
 
 // outcomeKeep is how long a record outlives its prepare: a source settles

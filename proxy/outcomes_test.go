@@ -158,3 +158,31 @@ func TestARepeatWaitsForTheFinishStillRunning(t *testing.T) {
 		t.Fatalf("libvirt's Finish ran %d times", n)
 	}
 }
+
+// A target ferryd that died during libvirt's Finish cannot tell, once
+// back, a guest that never came from one that ran and has gone since: it
+// never answers "stopped", which would let the source resume a copy older
+// than what ran.
+func TestAFinishBegunNeverSettlesAsStopped(t *testing.T) {
+	dir := t.TempDir()
+	src := startNode(t, nil)
+	if err := os.WriteFile(filepath.Join(dir, "begun.json"), []byte(`{"id":"begun","owner":"","domain":"vm","finishing":true}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again := startNodeWith(t, Config{OutcomeDir: dir})
+	again.in.mu.Lock()
+	again.in.outcome = func(IncomingMigration) (string, error) { return OutcomeStopped, nil }
+	again.in.mu.Unlock()
+	resp, err := src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "begun", Domain: "vm"})
+	var ce *ControlError
+	if resp.Outcome != "" || !errors.As(err, &ce) || ce.Reason != ReasonRestarted || !strings.Contains(err.Error(), "cannot be told") {
+		t.Fatalf("answered %+v, %v; want no outcome, a refusal saying it cannot be told", resp, err)
+	}
+	// Running is still running: the guest is there.
+	again.in.mu.Lock()
+	again.in.outcome = func(IncomingMigration) (string, error) { return OutcomeRunning, nil }
+	again.in.mu.Unlock()
+	if resp, err := src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "begun", Domain: "vm"}); err != nil || resp.Outcome != OutcomeRunning {
+		t.Fatalf("with the guest there: %+v, %v", resp, err)
+	}
+}
