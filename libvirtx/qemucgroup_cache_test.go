@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,12 +29,20 @@ func cpuGroupDirs(t *testing.T, name string) (path string, dirs []string) {
 			t.Fatalf("making cgroup %s (the test needs root and a writable cgroup tree): %v", d, err)
 		}
 		t.Cleanup(func() {
+			// Its processes may outlive the test's other cleanups: they go
+			// back to the root group first, so the group can go.
+			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
+				for _, pid := range strings.Fields(string(b)) {
+					os.WriteFile(filepath.Join(filepath.Dir(d), "cgroup.procs"), []byte(pid), 0o644)
+				}
+			}
 			for range 50 {
 				if os.Remove(d) == nil {
 					return
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
+			t.Errorf("cgroup %s left behind", d)
 		})
 	}
 	return path, dirs
