@@ -86,7 +86,7 @@ func (d *Daemon) recordedDrives() []drivenRecord {
 			continue
 		}
 		var r drivenRecord
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := atomicfile.ReadBounded(filepath.Join(dir, e.Name()), 64<<10)
 		if err == nil {
 			err = json.Unmarshal(b, &r)
 		}

@@ -71,7 +71,7 @@ func openOutcomes(dir string) (*outcomeStore, error) {
 		return nil, fmt.Errorf("migration outcome directory %s: %w", dir, err)
 	}
 	s := &outcomeStore{dir: dir}
-	s.prune(time.Now())
+	s.trim()
 	return s, nil
 }
 
@@ -163,18 +163,4 @@ func (s *outcomeStore) read(p, id string) (outcomeRecord, error) {
 		err = fmt.Errorf("names migration %q", r.ID)
 	}
 	return r, err
-}
-
-// prune removes records older than outcomeKeep.
-func (s *outcomeStore) prune(now time.Time) {
-	entries, _ := os.ReadDir(s.dir)
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || ValidID(id) != nil {
-			continue
-		}
-		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > outcomeKeep {
-			os.Remove(filepath.Join(s.dir, e.Name()))
-		}
-	}
 }

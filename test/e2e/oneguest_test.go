@@ -228,19 +228,28 @@ func TestSourceLibvirtdFrozenDuringADrivenPreCopy(t *testing.T) {
 	assertTruth(t, name, "a", "b", start)
 }
 
+// migrateIntoDoubt migrates a guest a -> b through Ferry with node b's
+// ferryd injecting faults, and returns once the source's job is InDoubt:
+// what the guest's memory check had counted before, when the migration
+// started, and its result to come.
+func migrateIntoDoubt(t *testing.T, name, faults string) (before int, start time.Time, done <-chan error) {
+	t.Helper()
+	withFaults(t, "b", faults)
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
+	before, start = verifiedSoFar(t, name), time.Now()
+	done = migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
+	j := waitJob(t, "a", name, "InDoubt", 2*time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhaseInDoubt })
+	t.Logf("in doubt: %s", j.FailureReason)
+	return before, start, done
+}
+
 // The target finishes the migration and then, for close to a minute, its
 // answers never arrive. The source keeps the guest paused, whole, shows
 // the job InDoubt, and keeps asking; once an answer arrives it settles:
 // the guest runs on the target alone.
 func TestAMigrationInDoubtStaysPausedThenSettles(t *testing.T) {
-	withFaults(t, "b", "drop-finish-answer:12")
 	const name = "indoubt"
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
-	before := verifiedSoFar(t, name)
-	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
-	j := waitJob(t, "a", name, "InDoubt", 2*time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhaseInDoubt })
-	t.Logf("in doubt: %s", j.FailureReason)
+	before, start, done := migrateIntoDoubt(t, name, "drop-finish-answer:12")
 	// Meanwhile the source's copy is paused and the target's runs: never
 	// two running copies.
 	src, err := readNodeTruth("a", name)
@@ -263,13 +272,8 @@ func TestAMigrationInDoubtStaysPausedThenSettles(t *testing.T) {
 // the target says to keep its copy: the source's copy then ends, and the
 // guest runs on the target alone.
 func TestAnOperatorResolvesAMigrationInDoubt(t *testing.T) {
-	withFaults(t, "b", "drop-finish-answer:100000")
 	const name = "resolved"
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
-	before := verifiedSoFar(t, name)
-	start := time.Now()
-	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
-	waitJob(t, "a", name, "InDoubt", 2*time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhaseInDoubt })
+	before, start, done := migrateIntoDoubt(t, name, "drop-finish-answer:100000")
 	out, err := exec.Command(ferryctlBin, "--socket", bed.Node("a").DebugSocket, "resolve", name, "--keep", "target").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ferryctl resolve: %v: %s", err, out)
