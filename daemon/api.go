@@ -14,6 +14,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
@@ -166,7 +167,26 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
-	abortHandler(d.Tracker.Abort, d.log)(w, r)
+	abortHandler(func(ctx context.Context, socket, domain string, force bool) (migration.AbortResult, error) {
+		if o := d.owner(socket, domain); o != nil {
+			return o.Abort(ctx, migration.AbortByOperator, "", force)
+		}
+		return d.Tracker.Abort(ctx, socket, domain, force)
+	}, d.log)(w, r)
+}
+
+// owner is the owner of a migration Ferry drives of domain, while its
+// Perform runs: whatever acts on it goes through the owner. A name two
+// sockets serve finds none, and the tracker's answer then says so.
+func (d *Daemon) owner(socket, domain string) *drive.Owner {
+	if d.source == nil {
+		return nil
+	}
+	c, _, err := d.Tracker.ConnFor(socket, domain)
+	if err != nil {
+		return nil
+	}
+	return d.source.Owner(c.Socket(), domain)
 }
 
 // abortFunc is Tracker.Abort, or a stand-in where no libvirt can put a job
@@ -192,7 +212,8 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 			writeJSON(w, http.StatusAccepted, res)
 		case errors.Is(err, migration.ErrNoJob):
 			writeError(w, http.StatusNotFound, err.Error())
-		case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrPostCopyNeedsForce), errors.Is(err, migration.ErrAmbiguous):
+		case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrPostCopyNeedsForce), errors.Is(err, migration.ErrAmbiguous),
+			errors.Is(err, drive.ErrAborting):
 			writeError(w, http.StatusConflict, err.Error())
 		default:
 			writeError(w, http.StatusBadGateway, err.Error())
@@ -210,7 +231,7 @@ func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	domain := r.PathValue("domain")
-	if _, ok := d.drives.decide(socketParam(r), domain, outcome); !ok {
+	if d.source == nil || !d.source.Resolve(socketParam(r), domain, outcome) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("no migration of %s driven from this node is in doubt (or two sockets serve that name: add ?socket=)", domain))
 		return
 	}
@@ -219,7 +240,11 @@ func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
-	var req MigrateRequest
+	if d.source == nil {
+		writeError(w, http.StatusConflict, "this ferryd runs without a migration proxy (--proxy-listen is empty)")
+		return
+	}
+	var req migration.MigrateRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -228,13 +253,13 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	resp, err := d.startMigration(ctx, req)
+	resp, err := d.source.Start(ctx, req)
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, resp)
-	case errors.Is(err, errBadRequest):
+	case errors.Is(err, drive.ErrBadRequest):
 		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, errConflict):
+	case errors.Is(err, drive.ErrConflict):
 		writeError(w, http.StatusConflict, err.Error())
 	default:
 		writeError(w, http.StatusBadGateway, err.Error())
@@ -242,15 +267,26 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
-	j, err := d.Tracker.StartPostCopy(socketParam(r), r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
-		return c.StartPostCopy(r.Context(), ref)
-	})
+	var j migration.Job
+	var err error
+	if o := d.owner(socketParam(r), r.PathValue("domain")); o != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		j, err = o.StartPostCopy(ctx, "by an operator through Ferry")
+		cancel()
+	} else {
+		j, err = d.Tracker.StartPostCopy(socketParam(r), r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
+			return c.StartPostCopy(r.Context(), ref)
+		})
+	}
 	switch {
+	case errors.Is(err, drive.ErrSwitchWaiting):
+		writeJSON(w, http.StatusAccepted, migration.AbortResult{Job: j, Message: "the switch to post-copy is asked, and is made as soon as QEMU's migration is active"})
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, migration.AbortResult{Job: j, Message: "switching to post-copy: the target now runs the guest and pulls the remaining pages on demand"})
 	case errors.Is(err, migration.ErrNoJob):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrAlreadyPostCopy), errors.Is(err, migration.ErrAmbiguous):
+	case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrAlreadyPostCopy), errors.Is(err, migration.ErrAmbiguous),
+		errors.Is(err, drive.ErrAborting), errors.Is(err, drive.ErrNoPostCopy):
 		writeError(w, http.StatusConflict, err.Error())
 	default:
 		writeError(w, http.StatusBadGateway, err.Error())

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
@@ -31,7 +32,8 @@ type Daemon struct {
 	Proxy   *proxy.Proxy
 	reg     *prometheus.Registry
 	scrape  *scrapeHandler
-	drives  *drives
+	// source drives migrations from this node; nil without the proxy.
+	source *drive.Source
 
 	steer    *steerer
 	reporter *kubevirt.Reporter
@@ -95,7 +97,6 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		CallTimeout:    cfg.CallTimeout,
 	}, d.Tracker, log.Named("libvirt"))
 	d.reg = prometheus.NewRegistry()
-	d.drives = newDrives()
 	if err := d.setupKube(); err != nil {
 		return nil, err
 	}
@@ -112,7 +113,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
-			in = &incoming{tracker: d.Tracker, socket: cfg.LibvirtSockets[0], policy: incomingPolicy(cfg), log: log.Named("incoming")}
+			in = drive.NewTarget(d.Tracker, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks), log.Named("incoming"))
 		}
 		group, err := qemuGroup(cfg, d.Tracker)
 		if err != nil {
@@ -123,6 +124,9 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 			return nil, err
 		}
 		d.Proxy = p
+		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Proxy: p, Policy: cfg.Policy,
+			AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir, Log: log.Named("drive")})
+		d.steer.driven = d.source.Driven
 	}
 	return d, nil
 }
@@ -251,7 +255,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
-	d.settleRecordedDrives(poolCtx)
+	if d.source != nil {
+		d.source.SettleRecorded(poolCtx)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -293,7 +299,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// causes is still seen and reported on the VMI.
 	d.stopProxy()
 	<-proxyDone
-	settleDrives(d.drives, driveSettle)
+	if d.source != nil {
+		d.source.Settle(driveSettle)
+	}
 	cancelStreams()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -318,20 +326,6 @@ func (d *Daemon) stopProxy() {
 	defer cancel()
 	if err := d.Proxy.Shutdown(ctx); err != nil {
 		d.log.Warn("migrations in flight were cut at shutdown", zap.Error(err))
-	}
-}
-
-// settleDrives waits, at most limit, for driven migrations to record their
-// end: their proxy is gone by now, so libvirt's calls return soon.
-func settleDrives(ds *drives, limit time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ds.stopAll()
-	}()
-	select {
-	case <-done:
-	case <-time.After(limit):
 	}
 }
 

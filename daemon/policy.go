@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
 )
@@ -21,29 +22,21 @@ type steerer struct {
 	name    string
 	log     *zap.Logger
 	actions *prometheus.CounterVec
-	// apply carries a decision out on the job with that ID.
-	apply func(ctx context.Context, jobID string, d policy.Decision) error
+	// apply carries a decision out on a job: through act, the owner of a
+	// migration Ferry drives, or through the tracker when act is nil.
+	apply func(ctx context.Context, jobID string, act policy.Actuator, d policy.Decision) error
+	// driven finds a migration Ferry drives by its ID while it runs; nil
+	// without the proxy.
+	driven func(id string) (drive.Driven, bool)
 	// advised hears the first advice on each job (a KubeVirt VMI gets it
 	// as an Event); nil without Kubernetes.
 	advised func(j migration.Job, step migration.PolicyStep)
 
 	mu sync.Mutex
-	// driven is what each migration Ferry drives was started with, by
-	// domain, until a job of that migration ends.
-	driven map[string]drivenPolicy
 	// mem and told are per job ID, for jobs the policy does not merely
 	// observe; swept of jobs no longer in flight.
 	mem  map[string]*policy.Memory
 	told map[string]bool
-}
-
-// drivenPolicy is what a migration Ferry drives was started with.
-type drivenPolicy struct {
-	id       string
-	settings policy.Settings
-	postCopy bool
-	// deadline is the backstop the driver enforces itself.
-	deadline time.Duration
 }
 
 // steerCallTimeout bounds one libvirt call of the policy: a stuck QEMU
@@ -55,7 +48,7 @@ const steerCallTimeout = 15 * time.Second
 const sweepEvery = time.Minute
 
 func newSteerer(t *migration.Tracker, node policy.Settings, name string, log *zap.Logger, reg prometheus.Registerer) *steerer {
-	s := &steerer{t: t, node: node, name: name, log: log, driven: map[string]drivenPolicy{}, mem: map[string]*policy.Memory{}, told: map[string]bool{},
+	s := &steerer{t: t, node: node, name: name, log: log, mem: map[string]*policy.Memory{}, told: map[string]bool{},
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_migration_policy_actions_total",
 			Help: "Decisions of the convergence policy, by action and by mode: act (carried out) or advise (shown only).",
@@ -63,13 +56,6 @@ func newSteerer(t *migration.Tracker, node policy.Settings, name string, log *za
 	reg.MustRegister(s.actions)
 	s.apply = s.carryOut
 	return s
-}
-
-// drive records the policy a migration Ferry drives was started with.
-func (s *steerer) drive(domain string, p drivenPolicy) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.driven[domain] = p
 }
 
 func (s *steerer) run(ctx context.Context) {
@@ -105,13 +91,18 @@ func (s *steerer) sweep() {
 }
 
 // settingsFor is the policy that applies to a job: a driven migration's
-// own, bound to its migration ID, else the node's.
-func (s *steerer) settingsFor(j migration.Job) (policy.Settings, drivenPolicy, bool) {
-	dp, ok := s.driven[j.Domain]
-	if ok && j.Proxy != nil && j.Proxy.MigrationID == dp.id {
-		return dp.settings, dp, true
+// own, bound to its migration ID, else the node's. A migration Ferry
+// drives whose owner is gone (its Perform returned) is steered by nobody:
+// ok is false.
+func (s *steerer) settingsFor(j migration.Job) (_ policy.Settings, _ drive.Driven, driven, ok bool) {
+	if j.Proxy != nil && j.Proxy.MigrationID != "" {
+		if s.driven == nil {
+			return s.node, drive.Driven{}, false, false
+		}
+		dp, found := s.driven(j.Proxy.MigrationID)
+		return dp.Settings, dp, true, found
 	}
-	return s.node, drivenPolicy{}, false
+	return s.node, drive.Driven{}, false, true
 }
 
 // consider decides at most once per pass of each source pre-copy job.
@@ -120,18 +111,19 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	if j.Phase.Finished() || j.Role != migration.RoleSource {
 		delete(s.mem, j.ID)
 		delete(s.told, j.ID)
-		if dp, ok := s.driven[j.Domain]; ok && j.Phase.Finished() && j.Proxy != nil && j.Proxy.MigrationID == dp.id {
-			delete(s.driven, j.Domain)
-		}
 		s.mu.Unlock()
 		return
 	}
-	settings, dp, driven := s.settingsFor(j)
+	s.mu.Unlock()
+	settings, dp, driven, ok := s.settingsFor(j)
+	if !ok {
+		return
+	}
 	mode := settings.ModeFor(driven)
 	if mode == policy.Observe || j.Mode != migration.ModePreCopy {
-		s.mu.Unlock()
 		return
 	}
+	s.mu.Lock()
 	m := s.mem[j.ID]
 	if m == nil {
 		m = &policy.Memory{}
@@ -145,7 +137,7 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	if !ok {
 		return
 	}
-	d := policy.Decide(settings, policy.Evidence{Job: full, PostCopyEnabled: dp.postCopy, Deadline: dp.deadline,
+	d := policy.Decide(settings, policy.Evidence{Job: full, PostCopyEnabled: dp.PostCopy, Deadline: dp.Deadline,
 		MaxDowntime: time.Duration(full.MaxDowntimeMs) * time.Millisecond}, m)
 	if d.Action == policy.None {
 		return
@@ -157,7 +149,7 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	s.t.RecordPolicy(j.ID, string(mode), step)
 	if mode == policy.Act {
 		cctx, cancel := context.WithTimeout(ctx, steerCallTimeout)
-		if err := s.apply(cctx, j.ID, d); err != nil {
+		if err := s.apply(cctx, j.ID, dp.Act, d); err != nil {
 			step.Error = err.Error()
 			s.t.PolicyStepFailed(j.ID, step.Error)
 		}
@@ -178,15 +170,29 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	}
 }
 
-func (s *steerer) carryOut(ctx context.Context, jobID string, d policy.Decision) error {
-	switch d.Action {
-	case policy.RaiseDowntime, policy.SwitchOver:
-		return s.t.SetMaxDowntime(ctx, jobID, time.Duration(d.MaxDowntimeMs)*time.Millisecond)
-	case policy.PostCopy:
-		return s.t.StartPostCopyByID(ctx, jobID)
-	case policy.Abort:
-		_, err := s.t.AbortByPolicy(ctx, jobID, d.Reason)
-		return err
+func (s *steerer) carryOut(ctx context.Context, jobID string, act policy.Actuator, d policy.Decision) error {
+	if act == nil {
+		act = trackerActs{s.t, jobID}
 	}
-	return nil
+	return policy.Apply(ctx, act, d)
+}
+
+// trackerActs acts on a migration Ferry does not drive (KubeVirt's), on
+// the tracker's connection to its libvirt.
+type trackerActs struct {
+	t  *migration.Tracker
+	id string
+}
+
+func (a trackerActs) SetMaxDowntime(ctx context.Context, d time.Duration) error {
+	return a.t.SetMaxDowntime(ctx, a.id, d)
+}
+
+func (a trackerActs) StartPostCopy(ctx context.Context) error {
+	return a.t.StartPostCopyByID(ctx, a.id)
+}
+
+func (a trackerActs) Abort(ctx context.Context, why string) error {
+	_, err := a.t.AbortByPolicy(ctx, a.id, why)
+	return err
 }

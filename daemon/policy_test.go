@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
@@ -22,12 +23,19 @@ type applied struct {
 	calls []string
 }
 
-func (a *applied) record(_ context.Context, id string, d policy.Decision) error {
+func (a *applied) record(_ context.Context, id string, act policy.Actuator, d policy.Decision) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.calls = append(a.calls, id+" "+string(d.Action))
+	via := "tracker"
+	if act != nil {
+		via = "owner"
+	}
+	a.calls = append(a.calls, id+" "+string(d.Action)+" via "+via)
 	return nil
 }
+
+// ownerStandIn marks the actuator a driven migration's owner would be.
+type ownerStandIn struct{ policy.Actuator }
 
 func (a *applied) count() int {
 	a.mu.Lock()
@@ -80,7 +88,9 @@ func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 	d := policyDomain("ns_vm", 1)
 	tr.ApplyDomains("/run/a.sock", []libvirtx.Domain{d}, time.Now())
 	tr.Drive("/run/a.sock", d.Name, migration.ProxyInfo{MigrationID: "m-1"})
-	s.drive(d.Name, drivenPolicy{id: "m-1", settings: node})
+	s.driven = func(id string) (drive.Driven, bool) {
+		return drive.Driven{Settings: node, Act: ownerStandIn{}}, id == "m-1"
+	}
 
 	// A namesake on another socket is not driven: advised only.
 	twin := policyDomain("ns_vm", 2)
@@ -99,11 +109,27 @@ func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 			other = j
 		}
 	}
-	if a.calls[0] != driven.ID+" abort" {
-		t.Fatalf("applied %v, want an abort of %s", a.calls, driven.ID)
+	if a.calls[0] != driven.ID+" abort via owner" {
+		t.Fatalf("applied %v, want an abort of %s through its owner", a.calls, driven.ID)
 	}
 	if other.Policy == nil || len(other.Policy.Steps) != 1 || other.Policy.Steps[0].Applied || other.Policy.Mode != "advise" {
 		t.Fatalf("namesake's policy record %+v, want one advice", other.Policy)
+	}
+}
+
+// A migration Ferry drives whose Perform has returned has no owner, and
+// nothing steers it: not through the tracker either.
+func TestSteererLeavesADrivenMigrationWithoutItsOwnerAlone(t *testing.T) {
+	node := policy.Defaults()
+	node.Mode = policy.Act
+	tr, s, a := newTestSteerer(t, node)
+	s.driven = func(string) (drive.Driven, bool) { return drive.Driven{}, false }
+	d := policyDomain("ns_gone", 4)
+	tr.ApplyDomains("/run/a.sock", []libvirtx.Domain{d}, time.Now())
+	tr.Drive("/run/a.sock", d.Name, migration.ProxyInfo{MigrationID: "m-2"})
+	stalledPasses(tr, s, "/run/a.sock", d, 6)
+	if a.count() != 0 {
+		t.Fatalf("applied %v to a driven migration with no owner", a.calls)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/user"
 	"strconv"
 
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
 )
@@ -32,11 +33,11 @@ func qemuGroup(cfg Config, tracker *migration.Tracker) (func(context.Context) (i
 	return func(ctx context.Context) (int, error) {
 		c, err := tracker.ConnForSocket(sock)
 		if err != nil {
-			return -1, &proxy.Refusal{Reason: reasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
+			return -1, &proxy.Refusal{Reason: drive.ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 		}
 		sec, err := c.Security(ctx)
 		if err != nil {
-			return -1, peerError(err)
+			return -1, drive.PeerError(err)
 		}
 		return sec.GID, nil
 	}, nil

@@ -35,22 +35,36 @@ type AbortResult struct {
 // Failed if libvirt refused or the migration completed first.
 // A socket, if named, picks the domain of that name on that socket.
 func (t *Tracker) Abort(ctx context.Context, socket, domain string, force bool) (AbortResult, error) {
-	return t.abort(ctx, func() (*job, error) { return t.sourceJob(socket, domain, "abort") }, domain, force, AbortByOperator, "")
+	return t.abort(ctx, func() (*job, error) { return t.sourceJob(socket, domain, "abort") }, domain, force, AbortByOperator, "", nil)
 }
+
+// AbortWith is Abort as the owner of a migration Ferry drives makes it:
+// by whoever asked, and through call, on the migration's own connection.
+func (t *Tracker) AbortWith(ctx context.Context, socket, domain string, force bool, by, why string, call Act) (AbortResult, error) {
+	return t.abort(ctx, func() (*job, error) { return t.sourceJob(socket, domain, "abort") }, domain, force, by, why, call)
+}
+
+// Act is a libvirt call on a job's domain that its caller makes on a
+// connection of its own; postCopy says the job is in post-copy.
+type Act func(ctx context.Context, postCopy bool) error
 
 // Who asked for an abort.
 const (
 	AbortByOperator = "operator"
 	AbortByPolicy   = "policy"
+	// AbortByDeadline: a migration Ferry drives outran its deadline.
+	AbortByDeadline = "deadline"
 )
 
 // AbortByPolicy aborts the pre-copy job with that ID, which the policy
 // gave up on; why (with its figures) becomes the job's failure reason.
 func (t *Tracker) AbortByPolicy(ctx context.Context, id, why string) (AbortResult, error) {
-	return t.abort(ctx, func() (*job, error) { return t.sourceJobByID(id, "abort") }, id, false, AbortByPolicy, why)
+	return t.abort(ctx, func() (*job, error) { return t.sourceJobByID(id, "abort") }, id, false, AbortByPolicy, why, nil)
 }
 
-func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain string, force bool, by, why string) (AbortResult, error) {
+// abort records the abort on the job and makes it: through call, or on
+// the tracker's own connection when call is nil.
+func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain string, force bool, by, why string, call Act) (AbortResult, error) {
 	t.mu.Lock()
 	j, err := find()
 	if err != nil {
@@ -61,19 +75,25 @@ func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain s
 	if postCopy && !force {
 		t.addEvent(j, time.Now(), "abort", "abort refused: the migration is in post-copy and the abort was not forced")
 		t.mu.Unlock()
-		return AbortResult{}, postCopyRefusal(domain)
+		return AbortResult{}, PostCopyRefusal(domain)
 	}
 	c := t.conns[j.view.Socket]
 	ref := j.ref
-	if c == nil {
+	if call == nil && c != nil {
+		call = func(ctx context.Context, postCopy bool) error { return c.AbortJob(ctx, ref, postCopy) }
+	}
+	if call == nil {
 		t.mu.Unlock()
 		return AbortResult{}, fmt.Errorf("%w (%s): cannot abort %s now", ErrNoLibvirt, j.view.Socket, domain)
 	}
 	now := time.Now()
 	j.view.AbortStatus, j.view.AbortedBy, j.abortWhy = AbortAborting, by, why
 	msg := "abort requested: pre-copy is being cancelled; the guest keeps running on the source"
-	if by == AbortByPolicy {
+	switch by {
+	case AbortByPolicy:
 		msg = "abort requested by the convergence policy: " + why
+	case AbortByDeadline:
+		msg = "abort requested at the migration's deadline: " + why
 	}
 	if postCopy {
 		msg = "forced abort in post-copy: the migration is being paused (libvirt's post-copy abort); the guest stops on both nodes, its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual"
@@ -82,7 +102,7 @@ func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain s
 	t.publish(j)
 	t.mu.Unlock()
 
-	err = c.AbortJob(ctx, ref, postCopy)
+	err = call(ctx, postCopy)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -97,9 +117,9 @@ func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain s
 	return AbortResult{Job: j.view, Message: msg}, nil
 }
 
-// postCopyRefusal spells out the cost of a post-copy abort, since the
+// PostCopyRefusal spells out the cost of a post-copy abort, since the
 // operator reading it decides whether to pay it.
-func postCopyRefusal(domain string) error {
+func PostCopyRefusal(domain string) error {
 	return fmt.Errorf("%w: %s's migration is in post-copy, so an abort would not cancel it but pause it: "+
 		"the guest stops on both nodes (the source stays paused, the target's copy stalls on the first page it lacks), "+
 		"its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual. "+

@@ -1,6 +1,7 @@
 package migration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -67,6 +68,12 @@ func (t *Tracker) NoteEvent(kind, detail string) {
 // StartPostCopy switches the domain's in-flight pre-copy migration to
 // post-copy; a socket, if named, picks the domain on that socket.
 func (t *Tracker) StartPostCopy(socket, domain string, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
+	return t.StartPostCopyWith(context.Background(), socket, domain, "through Ferry", nil, start)
+}
+
+// StartPostCopyWith is StartPostCopy as the owner of a migration Ferry
+// drives makes it: asked by whoever by names, and through call.
+func (t *Tracker) StartPostCopyWith(ctx context.Context, socket, domain, by string, call Act, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
 	t.mu.Lock()
 	j, err := t.sourceJob(socket, domain, "switch to post-copy")
 	if err != nil {
@@ -79,12 +86,15 @@ func (t *Tracker) StartPostCopy(socket, domain string, start func(*libvirtx.Conn
 		return v, fmt.Errorf("%w: %s is already in post-copy", ErrAlreadyPostCopy, domain)
 	}
 	c, ref := t.conns[j.view.Socket], j.ref
-	t.addEvent(j, time.Now(), "postcopy", "switch to post-copy requested through Ferry")
+	if call == nil && c != nil {
+		call = func(context.Context, bool) error { return start(c, ref) }
+	}
+	t.addEvent(j, time.Now(), "postcopy", "switch to post-copy requested "+by)
 	t.mu.Unlock()
-	if c == nil {
+	if call == nil {
 		return Job{}, fmt.Errorf("%w: cannot switch %s to post-copy now", ErrNoLibvirt, domain)
 	}
-	if err := start(c, ref); err != nil {
+	if err := call(ctx, false); err != nil {
 		t.mu.Lock()
 		t.addEvent(j, time.Now(), "postcopy", "switch refused: "+err.Error())
 		t.mu.Unlock()

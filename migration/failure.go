@@ -148,6 +148,12 @@ func ClassifyFailure(j Job) *Failure {
 				return set(PlaneGuest, ClassNotConverging)
 			}
 			return set(PlaneOperator, ClassAbortedByPolicy)
+		case AbortByDeadline:
+			note("aborted at the deadline of the migration Ferry drives")
+			if notConverging {
+				return set(PlaneGuest, ClassDeadlineExceeded)
+			}
+			return set(PlaneData, ClassDeadlineExceeded)
 		default:
 			note("aborted on request through Ferry")
 			return set(PlaneOperator, ClassAbortedByOperator)

@@ -127,7 +127,8 @@ type Job struct {
 	FailurePlane    FailurePlane `json:"failurePlane,omitempty"`
 	FailureClass    FailureClass `json:"failureClass,omitempty"`
 	FailureEvidence []string     `json:"failureEvidence,omitempty"`
-	// AbortedBy says who asked Ferry for the abort: operator or policy.
+	// AbortedBy says who asked Ferry for the abort: operator, policy or
+	// deadline.
 	AbortedBy string `json:"abortedBy,omitempty"`
 	// MaxDowntimeMs is libvirt's allowed downtime for the switch-over, as
 	// last read or set.

@@ -26,6 +26,11 @@ type MigrateRequest struct {
 	// migration (observe, advise or act), MaxDowntimeMs its downtime cap.
 	Policy        string `json:"policy,omitempty"`
 	MaxDowntimeMs uint64 `json:"maxDowntimeMs,omitempty"`
+	// DeadlineSeconds, when set, shortens the migration's deadline (150 s
+	// per GiB of guest memory, at least 5 min); it can only lower it. At
+	// the deadline the migration switches to post-copy if it may, and is
+	// aborted if not.
+	DeadlineSeconds float64 `json:"deadlineSeconds,omitempty"`
 }
 
 // MigrateResponse answers a MigrateRequest.

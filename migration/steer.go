@@ -114,19 +114,32 @@ func (t *Tracker) PolicyStepFailed(id, why string) {
 
 // SetMaxDowntime raises the allowed downtime of the pre-copy job with that ID.
 func (t *Tracker) SetMaxDowntime(ctx context.Context, id string, d time.Duration) error {
+	return t.setMaxDowntimeBy(ctx, func() (*job, error) { return t.sourceJobByID(id, "set max downtime") }, d, nil)
+}
+
+// SetMaxDowntimeWith is SetMaxDowntime as the owner of a migration Ferry
+// drives makes it, through call.
+func (t *Tracker) SetMaxDowntimeWith(ctx context.Context, socket, domain string, d time.Duration, call Act) error {
+	return t.setMaxDowntimeBy(ctx, func() (*job, error) { return t.sourceJob(socket, domain, "set max downtime") }, d, call)
+}
+
+func (t *Tracker) setMaxDowntimeBy(ctx context.Context, find func() (*job, error), d time.Duration, call Act) error {
 	t.mu.Lock()
-	j, err := t.sourceJobByID(id, "set max downtime")
+	j, err := find()
 	if err != nil {
 		t.mu.Unlock()
 		return err
 	}
 	c, ref := t.conns[j.view.Socket], j.ref
 	t.mu.Unlock()
-	if c == nil {
-		return fmt.Errorf("%w: cannot set the max downtime of job %s now", ErrNoLibvirt, id)
+	if call == nil && c != nil {
+		call = func(ctx context.Context, _ bool) error { return c.SetMaxDowntime(ctx, ref, d) }
+	}
+	if call == nil {
+		return fmt.Errorf("%w: cannot set the max downtime of %s now", ErrNoLibvirt, j.view.Domain)
 	}
 	asked := time.Now()
-	if err := c.SetMaxDowntime(ctx, ref, d); err != nil {
+	if err := call(ctx, false); err != nil {
 		return err
 	}
 	t.mu.Lock()

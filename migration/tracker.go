@@ -89,7 +89,7 @@ type job struct {
 	cpuFirst        *libvirtx.QEMUCPU
 	cpuPrev         *libvirtx.QEMUCPU
 	lastError       string
-	// abortWhy is the policy's reason for an abort it asked for.
+	// abortWhy is the policy's or the deadline's reason for an abort.
 	abortWhy string
 	// countPending: finished, but counted only once its driver has given
 	// its account, which may change its class.
@@ -452,8 +452,11 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 			if phase == PhaseFailed {
 				phase, reason = PhaseAborted, "aborted on request through Ferry"
 			}
-			if phase == PhaseAborted && j.view.AbortedBy == AbortByPolicy {
+			switch {
+			case phase == PhaseAborted && j.view.AbortedBy == AbortByPolicy:
 				reason = "aborted by the convergence policy: " + j.abortWhy
+			case phase == PhaseAborted && j.view.AbortedBy == AbortByDeadline:
+				reason = "aborted at its deadline: " + j.abortWhy
 			}
 		}
 	}

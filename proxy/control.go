@@ -151,8 +151,10 @@ func (l *limitedReader) Read(b []byte) (int, error) {
 
 // serveControl reads one request within the header timeout, runs it (a
 // finish may take as long as a post-copy migration: its own deadline
-// bounds it) and answers.
-func (p *Proxy) serveControl(raw, c net.Conn) {
+// bounds it) and answers. A reserved connection, past MaxControlConns,
+// is served only for a peer with migrations prepared here, and only a
+// finish or a cancel.
+func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 	defer c.Close()
 	// Who asks comes first, before a byte of the request is read: a peer
 	// this node does not take makes it allocate nothing, and hears nothing
@@ -161,6 +163,15 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 	if err != nil {
 		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reason, err.Error()))
 		return
+	}
+	busy := fmt.Sprintf("more than %d control connections at once", MaxControlConns)
+	if reserved {
+		release, ok := p.takeReserve(peer, raw)
+		if !ok {
+			p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reasonTooManyControls, busy))
+			return
+		}
+		defer release()
 	}
 	releaseSlot, err := p.takeControlSlot(peer, raw)
 	if err != nil {
@@ -206,7 +217,11 @@ func (p *Proxy) serveControl(raw, c net.Conn) {
 		// by MaxIncoming, a finish by its migration), and a finish must not
 		// wait behind the peer's prepares.
 		releaseSlot()
-		resp = p.control(raw, c, req, peer)
+		if reserved && req.Op != OpFinish && req.Op != OpCancel {
+			resp = p.refuseControl(raw, req, reasonTooManyControls, busy+" (the rest are kept for finishes)")
+		} else {
+			resp = p.control(raw, c, req, peer)
+		}
 	}
 	p.answer(c, req, resp)
 }
@@ -248,15 +263,6 @@ func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	default:
 		return p.cancel(raw, req, peer)
 	}
-}
-
-// refuseBusy answers a control connection over MaxControlConns without
-// reading its request.
-func (p *Proxy) refuseBusy(raw, c net.Conn) {
-	defer c.Close()
-	resp := p.refuseControl(raw, ControlRequest{}, reasonTooManyControls, fmt.Sprintf("more than %d control connections at once", MaxControlConns))
-	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
-	json.NewEncoder(c).Encode(resp)
 }
 
 // newMigrationID is the target's id for a migration it prepares: 128

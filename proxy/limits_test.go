@@ -261,3 +261,59 @@ func TestOnePeerPreparesItsShareOfIncomingMigrations(t *testing.T) {
 		t.Fatalf("another peer's prepare: %+v", resp)
 	}
 }
+
+// holdControlsAs opens n control connections to dst as node as, through
+// the TLS handshake and the header, and never sends a request.
+func holdControlsAs(t *testing.T, as, dst *node, n int) {
+	t.Helper()
+	hb, _ := Header{Kind: KindControl}.Encode()
+	for range n {
+		raw, err := net.Dial("tcp", dst.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := tlsClient(raw, as.p)
+		t.Cleanup(func() { c.Close() })
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		c.Write(hb)
+	}
+}
+
+// Other peers holding every control connection cannot keep a source from
+// its migration's finish: a connection past the cap is kept for the
+// finishes of a peer's prepared migrations, one each, and serves nothing
+// else. A peer with nothing prepared gets none.
+func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
+	dst := nodeWithCert(t, "b", ca.issueNode(t, t.TempDir(), "b"))
+	prepareAs(t, src, dst, "m1", "vm", 0, false)
+	for i := range MaxControlConns / MaxControlConnsPerPeer {
+		name := fmt.Sprintf("c%d", i)
+		holdControlsAs(t, nodeWithCert(t, name, ca.issueNode(t, t.TempDir(), name)), dst, MaxControlConnsPerPeer)
+	}
+	waitMetric(t, func() bool { return dst.p.controls.Load() == MaxControlConns })
+
+	late := nodeWithCert(t, "d", ca.issueNode(t, t.TempDir(), "d"))
+	_, err := late.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "m1", Domain: "vm"})
+	var ce *ControlError
+	if !errors.As(err, &ce) || ce.Reason != reasonTooManyControls {
+		t.Fatalf("a peer with nothing prepared, past the cap: %v, want %s", err, reasonTooManyControls)
+	}
+	_, err = src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m2", Domain: "vm2", XML: testXML, Flags: 1})
+	if !errors.As(err, &ce) || ce.Reason != reasonTooManyControls || !strings.Contains(err.Error(), "kept for finishes") {
+		t.Fatalf("a prepare on a kept connection: %v, want %s", err, reasonTooManyControls)
+	}
+	sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Close("test done")
+	roundTrip(t, sm.Paths[KindMemory], 1024)
+	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "m1", Domain: "vm", Cookie: []byte("perform")})
+	if err != nil || resp.Error != "" {
+		t.Fatalf("the preparer's finish while others hold every control connection: %+v, %v", resp, err)
+	}
+}

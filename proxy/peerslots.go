@@ -47,3 +47,34 @@ func (p *Proxy) takeControlSlot(peer Peer, raw net.Conn) (release func(), err er
 		}
 	}, nil
 }
+
+// takeReserve takes one of the control connections kept beyond
+// MaxControlConns for the finishes of prepared migrations: a peer holds
+// at most one per migration it prepared here, so that no other peer, by
+// holding every ordinary connection, can keep a source from hearing its
+// migration's outcome.
+func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
+	key := peerKey(peer, raw)
+	prepared := p.reg.preparedFor(peer.owner())
+	p.controlMu.Lock()
+	defer p.controlMu.Unlock()
+	if p.reserveBy == nil {
+		p.reserveBy = map[string]int{}
+	}
+	if p.reserveBy[key] >= prepared {
+		return nil, false
+	}
+	p.reserveBy[key]++
+	done := false
+	return func() {
+		p.controlMu.Lock()
+		defer p.controlMu.Unlock()
+		if done {
+			return
+		}
+		done = true
+		if p.reserveBy[key]--; p.reserveBy[key] <= 0 {
+			delete(p.reserveBy, key)
+		}
+	}, true
+}

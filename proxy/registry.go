@@ -405,6 +405,19 @@ func (r *registry) gcLocked(now time.Time) {
 	}
 }
 
+// preparedFor counts the live incoming migrations owner prepared here.
+func (r *registry) preparedFor(owner string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.entries {
+		if e.ended == "" && e.in != nil && e.owner == owner {
+			n++
+		}
+	}
+	return n
+}
+
 // active lists the live migrations.
 func (r *registry) active() []Migration {
 	r.mu.Lock()

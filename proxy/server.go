@@ -146,6 +146,9 @@ type Proxy struct {
 	// controlBy counts them by peer while their requests are in progress.
 	controlMu sync.Mutex
 	controlBy map[string]int
+	// reserveBy counts, by peer, the connections past MaxControlConns
+	// kept for the finishes of its prepared migrations.
+	reserveBy map[string]int
 	// opening counts connections still in their TLS handshake or header:
 	// each holds a goroutine until the header deadline. Per address too,
 	// so one address cannot take every slot from the peers.
@@ -327,11 +330,11 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		// migration: past a bound, more would only pile up.
 		if p.controls.Add(1) > MaxControlConns {
 			p.controls.Add(-1)
-			p.refuseBusy(raw, c)
+			p.serveControl(raw, c, true)
 			return
 		}
 		defer p.controls.Add(-1)
-		p.serveControl(raw, c)
+		p.serveControl(raw, c, false)
 		return
 	}
 	peer, err := p.peerOf(c)

@@ -12,13 +12,13 @@ import (
 	"github.com/ferry-vm/ferry/migration"
 )
 
-const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N]"
+const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N] [--deadline D]"
 
 // migrateCmd starts a Ferry-driven migration and follows it like `watch
 // NAME`, so the exit status says how it ended.
 func migrateCmd(g *globals) *cobra.Command {
 	var req migration.MigrateRequest
-	var after time.Duration
+	var after, deadline time.Duration
 	var wait bool
 	c := &cobra.Command{
 		Use:   migrateUse,
@@ -39,6 +39,7 @@ func migrateCmd(g *globals) *cobra.Command {
 			}
 			req.Domain, req.Socket = name, g.libvirtSocket
 			req.PostCopyAfterSeconds = after.Seconds()
+			req.DeadlineSeconds = deadline.Seconds()
 			body, _ := json.Marshal(req)
 			var resp migration.MigrateResponse
 			if err := g.client.postJSON(ctx, "/v1/migrations", body, &resp); err != nil {
@@ -67,6 +68,7 @@ func migrateCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
 	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
 	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
+	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its start, by post-copy if allowed, else by an abort; can only shorten Ferry's own (150s per GiB, at least 5m)")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
 	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))
 	return c

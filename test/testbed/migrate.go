@@ -32,6 +32,8 @@ type MigrateSpec struct {
 	// Ferry drives (observe, advise or act; empty: the node's).
 	Policy        string
 	MaxDowntimeMs uint64
+	// Deadline, with Ferry driving, shortens the migration's deadline.
+	Deadline time.Duration
 	// TargetNode, with Ferry's proxy, is the node the target's
 	// certificate must name.
 	TargetNode string

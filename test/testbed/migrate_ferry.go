@@ -29,6 +29,7 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 		AutoConverge: m.AutoConverge, BandwidthMiBs: m.BandwidthMiBs,
 		PostCopyBandwidthMiBs: m.PostCopyBandwidthMiBs, Parallel: m.Parallel,
 		Policy: m.Policy, MaxDowntimeMs: m.MaxDowntimeMs, TargetNode: m.TargetNode,
+		DeadlineSeconds: m.Deadline.Seconds(),
 	})
 	hc := unixHTTPClient(src.DebugSocket)
 	resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", bytes.NewReader(body))

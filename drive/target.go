@@ -1,4 +1,4 @@
-package daemon
+package drive
 
 import (
 	"context"
@@ -23,14 +23,14 @@ import (
 	"github.com/ferry-vm/ferry/proxy"
 )
 
-// incoming runs the target's side of Ferry-driven migrations on this
+// Target runs the target's side of Ferry-driven migrations on this
 // node's libvirt: the proxy hands it the control requests of peers.
 //
 // It uses the node's first fixed --libvirt-socket: a Ferry-driven
 // migration targets the node's own libvirtd, and a domain that does not
 // exist yet cannot pick a socket for itself. A ferryd watching only a glob
 // (KubeVirt, one libvirt per pod) takes no Ferry-driven migrations.
-type incoming struct {
+type Target struct {
 	tracker *migration.Tracker
 	socket  string
 	policy  libvirtx.IncomingPolicy
@@ -52,7 +52,7 @@ type incoming struct {
 }
 
 // persist defines a migrated persistent guest from its checked XML.
-func (in *incoming) persist(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration) {
+func (in *Target) persist(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration) {
 	in.mu.Lock()
 	xml, ok := in.definitions[m.ID]
 	delete(in.definitions, m.ID)
@@ -72,8 +72,14 @@ func (in *incoming) persist(ctx context.Context, c *libvirtx.Conn, m proxy.Incom
 	in.mu.Unlock()
 }
 
+// NewTarget builds the target side on the libvirt at socket, taking what
+// pol allows.
+func NewTarget(tracker *migration.Tracker, socket string, pol libvirtx.IncomingPolicy, log *zap.Logger) *Target {
+	return &Target{tracker: tracker, socket: socket, policy: pol, log: log}
+}
+
 // Persisted says whether this node defined the migration's guest, once.
-func (in *incoming) Persisted(m proxy.IncomingMigration) bool {
+func (in *Target) Persisted(m proxy.IncomingMigration) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	ok := in.persisted[m.ID]
@@ -83,7 +89,7 @@ func (in *incoming) Persisted(m proxy.IncomingMigration) bool {
 
 // ownConn is migration id's own connection, or the pool's for one this
 // process did not prepare (a restart since).
-func (in *incoming) ownConn(id string) (*libvirtx.Conn, error) {
+func (in *Target) ownConn(id string) (*libvirtx.Conn, error) {
 	in.mu.Lock()
 	c := in.own[id]
 	in.mu.Unlock()
@@ -95,7 +101,7 @@ func (in *incoming) ownConn(id string) (*libvirtx.Conn, error) {
 
 // release closes migration id's own connection once its target QEMU no
 // longer depends on it.
-func (in *incoming) release(id string) {
+func (in *Target) release(id string) {
 	in.mu.Lock()
 	c := in.own[id]
 	delete(in.own, id)
@@ -119,24 +125,24 @@ func libvirtFlags(m proxy.IncomingMigration) libvirt.DomainMigrateFlags {
 	return libvirt.DomainMigrateFlags(m.Flags) &^ libvirt.MigratePersistDest
 }
 
-func (in *incoming) conn() (*libvirtx.Conn, error) {
+func (in *Target) conn() (*libvirtx.Conn, error) {
 	c, err := in.tracker.ConnForSocket(in.socket)
 	if err != nil {
-		return nil, &proxy.Refusal{Reason: reasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
+		return nil, &proxy.Refusal{Reason: ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 	}
 	return c, nil
 }
 
 // Check refuses flags and XML a prepare may not ask for, before the
 // proxy registers anything for it.
-func (in *incoming) Check(m proxy.IncomingMigration, domXML string) error {
+func (in *Target) Check(m proxy.IncomingMigration, domXML string) error {
 	_, err := in.check(m, domXML)
 	return err
 }
 
 // check returns the XML to give libvirt: the checked domain, never the
 // peer's bytes.
-func (in *incoming) check(m proxy.IncomingMigration, domXML string) (string, error) {
+func (in *Target) check(m proxy.IncomingMigration, domXML string) (string, error) {
 	flags := libvirt.DomainMigrateFlags(m.Flags)
 	allowed := allowedIncomingFlags
 	if m.DiskURI != "" {
@@ -157,7 +163,7 @@ func (in *incoming) check(m proxy.IncomingMigration, domXML string) (string, err
 	return canon, nil
 }
 
-func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
+func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
 	flags := libvirtFlags(m)
 	domXML, err := in.check(m, domXML)
 	if err != nil {
@@ -169,14 +175,14 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 	}
 	c, err := pooled.Another(ctx)
 	if err != nil {
-		return nil, peerError(err)
+		return nil, PeerError(err)
 	}
 	active, err := c.ActiveDomain(ctx, m.Domain)
 	if err != nil || active {
 		c.Close()
 	}
 	if err != nil {
-		return nil, peerError(err)
+		return nil, PeerError(err)
 	}
 	if active {
 		return nil, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
@@ -218,10 +224,10 @@ func (in *incoming) Prepare(ctx context.Context, m proxy.IncomingMigration, domX
 		// Prepare): only then does the connection stay open a while, and
 		// only so many at once. One libvirt answered is closed now.
 		if errors.Is(err, libvirtx.ErrTimeout) && in.linger(c) {
-			return nil, peerError(err)
+			return nil, PeerError(err)
 		}
 		c.Close()
-		return nil, peerError(err)
+		return nil, PeerError(err)
 	}
 	in.mu.Lock()
 	if in.own == nil {
@@ -240,7 +246,7 @@ const (
 )
 
 // linger keeps c open for lateUndoWindow, if fewer than maxLingering are.
-func (in *incoming) linger(c *libvirtx.Conn) bool {
+func (in *Target) linger(c *libvirtx.Conn) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.lingering >= maxLingering {
@@ -256,7 +262,7 @@ func (in *incoming) linger(c *libvirtx.Conn) bool {
 	return true
 }
 
-func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
+func (in *Target) Finish(ctx context.Context, m proxy.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
 	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return nil, err
@@ -275,12 +281,12 @@ func (in *incoming) Finish(ctx context.Context, m proxy.IncomingMigration, cooki
 	if err == nil && !cancelled {
 		in.persist(ctx, c, m)
 	}
-	return ck, peerError(err)
+	return ck, PeerError(err)
 }
 
 // Instance names the guest a Prepare just started: its libvirt domain ID,
 // which no later domain of this libvirtd takes, and its UUID.
-func (in *incoming) Instance(ctx context.Context, m proxy.IncomingMigration) (string, error) {
+func (in *Target) Instance(ctx context.Context, m proxy.IncomingMigration) (string, error) {
 	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return "", err
@@ -309,7 +315,7 @@ func sameInstance(instance string, dom libvirt.Domain) bool {
 // libvirt has it once no job of it runs: running, stopped (absent, or
 // defined and shut off), or split (a failed post-copy left part of its
 // memory on the source: neither copy may go).
-func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (string, error) {
+func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (string, error) {
 	c, err := in.conn()
 	if err != nil {
 		return "", err
@@ -361,7 +367,7 @@ func (in *incoming) Outcome(ctx context.Context, m proxy.IncomingMigration) (str
 // Cancel ends a prepared migration. libvirt's Finish answers a cancel with
 // an error even when it killed the target QEMU as asked, so what counts is
 // whether the domain still runs afterwards.
-func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
+func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
 	in.tracker.ForgetIncoming(m.Domain, m.ID)
 	c, err := in.ownConn(m.ID)
 	if err != nil {
@@ -380,9 +386,9 @@ func (in *incoming) Cancel(ctx context.Context, m proxy.IncomingMigration) error
 	active, aerr := c.ActiveDomain(ctx, m.Domain)
 	switch {
 	case aerr != nil:
-		return peerError(aerr)
+		return PeerError(aerr)
 	case active && ferr != nil:
-		return fmt.Errorf("domain %s still runs after the cancel: %w", m.Domain, peerError(ferr))
+		return fmt.Errorf("domain %s still runs after the cancel: %w", m.Domain, PeerError(ferr))
 	case active:
 		return fmt.Errorf("domain %s still runs after the cancel", m.Domain)
 	}
@@ -414,9 +420,9 @@ func untilOr(ctx context.Context, def time.Duration) time.Duration {
 // unbounded is a wait with no bound of Ferry's own: only its context ends it.
 const unbounded = 100 * 365 * 24 * time.Hour
 
-// peerError drops the libvirt socket path a libvirtx error names: the
+// PeerError drops the libvirt socket path a libvirtx error names: the
 // answer goes to another node.
-func peerError(err error) error {
+func PeerError(err error) error {
 	var ce *libvirtx.CallError
 	if !errors.As(err, &ce) {
 		return err
@@ -425,7 +431,7 @@ func peerError(err error) error {
 		// No answer from libvirtd at all: the connection is gone, which
 		// the source must hear as this node's hypervisor being away, not
 		// as libvirt refusing the migration.
-		return &proxy.Refusal{Reason: reasonLibvirtUnavailable, Msg: fmt.Sprintf("this node's libvirt did not answer %s (its connection is gone)", ce.Op)}
+		return &proxy.Refusal{Reason: ReasonLibvirtUnavailable, Msg: fmt.Sprintf("this node's libvirt did not answer %s (its connection is gone)", ce.Op)}
 	}
 	return fmt.Errorf("libvirt %s: %w", ce.Op, ce.Err)
 }
@@ -445,9 +451,9 @@ func connectionLost(err error) bool {
 	return false
 }
 
-// reasonLibvirtUnavailable is the refusal of a prepare this node's
+// ReasonLibvirtUnavailable is the refusal of a prepare this node's
 // libvirtd was not there to take.
-const reasonLibvirtUnavailable = "libvirt_unavailable"
+const ReasonLibvirtUnavailable = "libvirt_unavailable"
 
 // onlineCPUs counts the node's CPUs, not those ferryd's own affinity (a
 // cpuset, the kubelet's pool) leaves it.
@@ -479,13 +485,11 @@ func countCPUList(list string) (uint, bool) {
 	return n, true
 }
 
-// incomingPolicy is what this node lets an incoming domain bring: the
-// operator's paths and bridges, and no more memory or vCPUs than the node
-// itself has.
-func incomingPolicy(cfg Config) libvirtx.IncomingPolicy {
-	pol := libvirtx.IncomingPolicy{AllowedPaths: cfg.MigrationAllowedPaths, AllowedBridges: cfg.MigrationAllowedBridges,
-		AllowedNetworks: cfg.MigrationAllowedNetworks,
-		MaxVCPUs:        onlineCPUs()}
+// NodePolicy is what this node lets an incoming domain bring: the
+// operator's paths, bridges and networks, and no more memory or vCPUs
+// than the node itself has.
+func NodePolicy(paths, bridges, networks []string) libvirtx.IncomingPolicy {
+	pol := libvirtx.IncomingPolicy{AllowedPaths: paths, AllowedBridges: bridges, AllowedNetworks: networks, MaxVCPUs: onlineCPUs()}
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
 		pol.MaxMemoryKiB = uint64(si.Totalram) * uint64(si.Unit) / 1024

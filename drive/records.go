@@ -1,4 +1,4 @@
-package daemon
+package drive
 
 import (
 	"context"
@@ -42,17 +42,17 @@ const drivenDir = "driven-migrations"
 
 var drivenID = regexp.MustCompile(`^m-[0-9a-f]{16}$`)
 
-func (d *Daemon) drivenPath(id string) (string, bool) {
-	if d.cfg.StateDir == "" || !drivenID.MatchString(id) {
+func (s *Source) drivenPath(id string) (string, bool) {
+	if s.cfg.StateDir == "" || !drivenID.MatchString(id) {
 		return "", false
 	}
-	return filepath.Join(d.cfg.StateDir, drivenDir, id+".json"), true
+	return filepath.Join(s.cfg.StateDir, drivenDir, id+".json"), true
 }
 
 // recordDrive keeps r on disk; without a state directory nothing outlives
 // this process.
-func (d *Daemon) recordDrive(r drivenRecord) error {
-	p, ok := d.drivenPath(r.ID)
+func (s *Source) recordDrive(r drivenRecord) error {
+	p, ok := s.drivenPath(r.ID)
 	if !ok {
 		return nil
 	}
@@ -66,18 +66,18 @@ func (d *Daemon) recordDrive(r drivenRecord) error {
 	return err
 }
 
-func (d *Daemon) forgetDrive(id string) {
-	if p, ok := d.drivenPath(id); ok {
+func (s *Source) forgetDrive(id string) {
+	if p, ok := s.drivenPath(id); ok {
 		os.Remove(p)
 	}
 }
 
 // recordedDrives are the records a previous ferryd left.
-func (d *Daemon) recordedDrives() []drivenRecord {
-	if d.cfg.StateDir == "" {
+func (s *Source) recordedDrives() []drivenRecord {
+	if s.cfg.StateDir == "" {
 		return nil
 	}
-	dir := filepath.Join(d.cfg.StateDir, drivenDir)
+	dir := filepath.Join(s.cfg.StateDir, drivenDir)
 	entries, _ := os.ReadDir(dir)
 	var out []drivenRecord
 	for _, e := range entries {
@@ -91,7 +91,7 @@ func (d *Daemon) recordedDrives() []drivenRecord {
 			err = json.Unmarshal(b, &r)
 		}
 		if err != nil || r.ID != id || r.Domain == "" || r.Socket == "" {
-			d.log.Warn("unreadable record of a driven migration, set aside", zap.String("file", e.Name()), zap.Error(err))
+			s.log.Warn("unreadable record of a driven migration, set aside", zap.String("file", e.Name()), zap.Error(err))
 			os.Rename(filepath.Join(dir, e.Name()), filepath.Join(dir, e.Name()+".corrupt"))
 			continue
 		}
@@ -100,21 +100,22 @@ func (d *Daemon) recordedDrives() []drivenRecord {
 	return out
 }
 
-// settleRecordedDrives settles the migrations a previous ferryd was
-// driving when it stopped: each goes on in the background until settled.
-func (d *Daemon) settleRecordedDrives(ctx context.Context) {
-	if d.Proxy == nil {
+// SettleRecorded settles the migrations a previous ferryd was driving
+// when it stopped: each goes on in the background until settled or ctx
+// ends.
+func (s *Source) SettleRecorded(ctx context.Context) {
+	if s.proxy == nil {
 		return
 	}
-	for _, r := range d.recordedDrives() {
+	for _, r := range s.recordedDrives() {
 		// No new migration of the domain starts until it is settled.
 		key := driveKey(r.Socket, r.Domain)
-		if !d.drives.start(key) {
+		if !s.running.start(key) {
 			continue
 		}
 		go func() {
-			defer d.drives.end(key)
-			d.settleAfterRestart(ctx, r)
+			defer s.running.end(key)
+			s.settleAfterRestart(ctx, r)
 		}()
 	}
 }
@@ -124,17 +125,17 @@ func (d *Daemon) settleRecordedDrives(ctx context.Context) {
 // migration cannot be completed: the target is told to drop its copy,
 // unless it already runs the guest, and this node's copy follows the
 // target's word. Only then is the record removed.
-func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
-	log := d.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
+func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
+	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
 	if time.Since(r.Started) > drivenKeep {
 		// The target keeps its answers this long: past it, nobody can
 		// settle the migration but an operator.
 		log.Error("a driven migration's record is too old to settle with the target; set aside for an operator", zap.Time("started", r.Started))
-		d.setDriveAside(r.ID, "expired")
+		s.setDriveAside(r.ID, "expired")
 		return
 	}
 	log.Warn("settling a migration this node was driving when its ferryd stopped")
-	c := d.waitConn(ctx, r.Socket)
+	c := s.waitConn(ctx, r.Socket)
 	if c == nil {
 		return
 	}
@@ -142,10 +143,10 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	// never cancelled there, and what is left is post-copy's to recover.
 	if dom, err := c.LookupDomain(ctx, r.Domain); err == nil && libvirtx.UUIDString(dom.UUID) == r.UUID {
 		if state, reason, err := c.DomainState(ctx, dom); err == nil && inPostCopy(state, reason) {
-			info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: d.Proxy.TLS()}
-			d.Tracker.DriveSettled(r.Socket, r.Domain, r.Started, info, migration.PhasePostCopyFailed,
+			info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
+			s.tracker.DriveSettled(r.Socket, r.Domain, r.Started, info, migration.PhasePostCopyFailed,
 				"ferryd restarted during post-copy: the guest's memory is split between the two nodes")
-			d.forgetDrive(r.ID)
+			s.forgetDrive(r.ID)
 			log.Error("ferryd restarted during post-copy; the guest's memory is split between the two nodes")
 			return
 		}
@@ -153,7 +154,7 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	var outcome string
 	var last error
 	for attempt := 1; outcome == ""; attempt++ {
-		resp, err := d.Proxy.ControlTo(ctx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpFinish,
+		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpFinish,
 			Migration: r.TargetID, Domain: r.Domain, Cancelled: true})
 		if outcome = settledOutcome(resp, err); outcome != "" {
 			break
@@ -162,11 +163,11 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		if attempt == 1 || attempt%12 == 0 {
 			log.Warn("the target has not said whether the guest runs there; asking again (or: ferryctl resolve)", zap.Int("attempt", attempt), zap.Error(err))
 		}
-		d.drives.doubt(driveKey(r.Socket, r.Domain))
+		s.running.doubt(driveKey(r.Socket, r.Domain))
 		select {
 		case <-ctx.Done():
 			return
-		case outcome = <-d.drives.decisions(driveKey(r.Socket, r.Domain)):
+		case outcome = <-s.running.decisions(driveKey(r.Socket, r.Domain)):
 			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
 		case <-time.After(5 * time.Second):
 		}
@@ -189,7 +190,7 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		log.Error("cannot apply the target's word to this node's copy; the record stays for the next start", zap.String("outcome", outcome), zap.Error(err))
 		return
 	}
-	info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: d.Proxy.TLS()}
+	info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
 	phase, reason := migration.PhaseFailed, "ferryd restarted during the migration; the target dropped its copy: "+what
 	switch outcome {
 	case proxy.OutcomeRunning:
@@ -197,8 +198,8 @@ func (d *Daemon) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	case proxy.OutcomeSplit:
 		phase, reason = migration.PhasePostCopyFailed, "ferryd restarted during the migration, and its post-copy failed: the guest's memory is split between the two nodes"
 	}
-	d.Tracker.DriveSettled(r.Socket, r.Domain, r.Started, info, phase, reason)
-	d.forgetDrive(r.ID)
+	s.tracker.DriveSettled(r.Socket, r.Domain, r.Started, info, phase, reason)
+	s.forgetDrive(r.ID)
 	log.Warn("migration settled after a restart", zap.String("outcome", outcome), zap.String("here", what), zap.NamedError("lastError", last))
 }
 
@@ -266,16 +267,16 @@ func inPostCopy(state libvirtx.State, reason int32) bool {
 const drivenKeep = 7 * 24 * time.Hour
 
 // setDriveAside renames a record that will not be settled, for an operator.
-func (d *Daemon) setDriveAside(id, why string) {
-	if p, ok := d.drivenPath(id); ok {
+func (s *Source) setDriveAside(id, why string) {
+	if p, ok := s.drivenPath(id); ok {
 		os.Rename(p, p+"."+why)
 	}
 }
 
 // waitConn waits for this node's connection to socket; nil once ctx ends.
-func (d *Daemon) waitConn(ctx context.Context, socket string) *libvirtx.Conn {
+func (s *Source) waitConn(ctx context.Context, socket string) *libvirtx.Conn {
 	for {
-		if c, err := d.Tracker.ConnForSocket(socket); err == nil {
+		if c, err := s.tracker.ConnForSocket(socket); err == nil {
 			return c
 		}
 		select {

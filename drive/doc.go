@@ -1,0 +1,34 @@
+// Package drive runs the migrations Ferry drives itself: libvirt's v3
+// protocol over Ferry's proxy, as libvirt's own client runs it
+// (virDomainMigrateVersion3Full), with a Source on the node the guest
+// leaves and a Target on the node it goes to.
+//
+// Step by step, and where Ferry deviates:
+//
+//   - Begin3 on the source, with CHANGE_PROTECTION, on a libvirt
+//     connection of the migration's own: libvirt ties a migration's state
+//     to the connection that runs it.
+//   - Prepare3 on the target, through the proxy's control request. The
+//     target checks the domain XML first (an allowlist, and a check that
+//     the canonical form loses nothing) and gives libvirt the checked XML,
+//     never the peer's bytes. PERSIST_DEST is not libvirt's to apply: the
+//     target defines the guest itself from the checked XML once Finish3
+//     has handed it over, and says so; only then does the source undefine
+//     its own (libvirt's UNDEFINE_SOURCE would act before knowing). A
+//     Prepare3 that answers after the target gave up is undone.
+//   - Perform3 on the source, its streams through the proxy. One Owner
+//     applies everything that acts on the job meanwhile (deadline,
+//     policy, post-copy timer, operator), one at a time. Ferry never
+//     times out post-copy.
+//   - Finish3 on the target, asked until it says for certain whether the
+//     guest runs there; the target records that answer durably before
+//     and after. A lost answer is asked again, never guessed: past a
+//     short window the job is InDoubt and the guest stays paused on the
+//     source until the target answers or an operator decides.
+//   - Confirm3 on the source, cancelled only when the target said its
+//     copy is not running; after a failed Perform3 there is no Confirm3,
+//     as in libvirt's client.
+//
+// A restarted ferryd finds its driven migrations in its state directory
+// and settles them with the target the same way.
+package drive

@@ -1,0 +1,92 @@
+package drive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// settleFinish asks the target to finish until it says for certain whether
+// the guest runs there (a lost answer, a reset, a restarted target ferryd
+// are asked again), and returns its answer and that outcome. Past
+// inDoubtAfter the job shows InDoubt; the guest stays paused here
+// meanwhile, which is the one state that cannot become two guests.
+func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, src *proxy.SourceMigration, cookie []byte,
+	socket string, dom libvirt.Domain, postCopy bool) (proxy.ControlResponse, string) {
+	// A pre-copy Finish returns within moments; a post-copy one when the
+	// last page has arrived, however long that takes. An attempt waits
+	// that long: only a broken connection (keepalive, the user timeout)
+	// or a refusal ends it early, and only those count towards doubt.
+	wait := finishWait
+	if postCopy {
+		wait = postCopyFinishWait
+	}
+	first, inDoubt := time.Now(), false
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		resp, err := s.proxy.ControlTo(ctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish,
+			Migration: tid, Domain: req.Domain, Cookie: cookie})
+		cancel()
+		if outcome := settledOutcome(resp, err); outcome != "" {
+			if inDoubt {
+				log.Warn("the migration's outcome is settled", zap.String("outcome", outcome), zap.Int("attempts", attempt))
+			}
+			return resp, outcome
+		}
+		log.Warn("the target's finish gave no outcome; asking again", zap.Int("attempt", attempt), zap.Error(err))
+		if !inDoubt && time.Since(first) >= inDoubtAfter {
+			inDoubt = true
+			why := fmt.Sprintf("in doubt: the target has not said whether the guest runs there (%d attempts over %s; last: %v); the guest stays paused on this node until it does, or an operator decides (ferryctl resolve)", attempt, time.Since(first).Round(time.Second), err)
+			log.Error("migration in doubt", zap.String("why", why))
+			s.tracker.DriveInDoubt(socket, req.Domain, why)
+			s.running.doubt(driveKey(socket, req.Domain))
+		}
+		select {
+		case outcome := <-s.running.decisions(driveKey(socket, req.Domain)):
+			return proxy.ControlResponse{Reason: resolvedByOperator, Error: "settled by an operator: the target's copy is taken as " + outcome}, outcome
+		case <-time.After(min(time.Duration(attempt)*time.Second, 5*time.Second)):
+		}
+	}
+}
+
+// resolvedByOperator marks an outcome an operator gave (ferryctl resolve).
+const resolvedByOperator = "resolved_by_operator"
+
+// settledOutcome is what a finish's answer settles: whether the guest runs
+// on the target, or "" when it says nothing for certain. A plain success
+// is libvirt's Finish having returned the domain there.
+func settledOutcome(resp proxy.ControlResponse, err error) string {
+	var ce *proxy.ControlError
+	switch {
+	case err == nil && resp.Outcome == "":
+		return proxy.OutcomeRunning
+	case err == nil, errors.As(err, &ce):
+		return resp.Outcome
+	}
+	return ""
+}
+
+// targetLost tells a finish that found the target's proxy gone from one
+// that failed otherwise: a cut link times out, a reset stream leaves the
+// target's proxy there to answer.
+func targetLost(ferr error) string {
+	var ce *proxy.ControlError
+	switch {
+	case ferr == nil:
+		return ""
+	case errors.Is(ferr, syscall.ECONNREFUSED):
+		return "the finish found nothing listening at its proxy's address (its ferryd is likely down)"
+	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
+		return "its proxy does not know the migration (its ferryd restarted, or the migration is not bound to this node's identity)"
+	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonRestarted:
+		return "its ferryd restarted since the prepare, and with it the connection its libvirt held the incoming guest by"
+	}
+	return ""
+}

@@ -1,0 +1,350 @@
+package drive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/policy"
+)
+
+// Owner is the one actor on a driven migration's libvirt job while its
+// Perform runs. The deadline, the convergence policy, the post-copy timer
+// and an operator's abort or switch are requests to it, applied one at a
+// time in the order asked, each against libvirt's job state read just
+// before. So an abort never reaches QEMU just after a switch, a switch
+// asked before QEMU's migration is active waits for it, and a second
+// switch or abort is answered by the first.
+type Owner struct {
+	socket, domain string
+	dom            libvirt.Domain
+	job            jobControl
+	books          books
+	// postCopy: the migration was started with VIR_MIGRATE_POSTCOPY.
+	postCopy bool
+	log      *zap.Logger
+	// grace is how long past the deadline a switch to post-copy may take
+	// before the migration is aborted instead.
+	grace time.Duration
+
+	reqs  chan *request
+	done  chan struct{} // closed by the driver once Perform has returned
+	ended chan struct{} // closed when the owner has stopped
+
+	// Only run's goroutine touches these.
+	switched, aborting bool
+}
+
+// jobControl is what the owner asks of libvirt, on the migration's own
+// connection (a *libvirtx.Conn).
+type jobControl interface {
+	DomainState(ctx context.Context, dom libvirt.Domain) (libvirtx.State, int32, error)
+	JobStats(ctx context.Context, dom libvirt.Domain, completed bool) (libvirtx.JobStats, error)
+	AbortJob(ctx context.Context, dom libvirt.Domain, postCopy bool) error
+	StartPostCopy(ctx context.Context, dom libvirt.Domain) error
+	SetMaxDowntime(ctx context.Context, dom libvirt.Domain, d time.Duration) error
+}
+
+// books records on the job what the owner does (a *migration.Tracker).
+type books interface {
+	AbortWith(ctx context.Context, socket, domain string, force bool, by, why string, call migration.Act) (migration.AbortResult, error)
+	SetMaxDowntimeWith(ctx context.Context, socket, domain string, d time.Duration, call migration.Act) error
+	StartPostCopyWith(ctx context.Context, socket, domain, by string, call migration.Act, start func(*libvirtx.Conn, libvirt.Domain) error) (migration.Job, error)
+}
+
+type op int
+
+const (
+	opDowntime op = iota
+	opSwitch
+	opAbort
+)
+
+type request struct {
+	op       op
+	by, why  string
+	force    bool
+	downtime time.Duration
+	reply    chan reply // buffered: run never waits for an asker
+}
+
+type reply struct {
+	abort migration.AbortResult
+	job   migration.Job
+	err   error
+}
+
+func (r *request) answer(rep reply) {
+	if r.reply != nil {
+		r.reply <- rep
+	}
+}
+
+// Errors of the owner's answers.
+var (
+	// ErrSwitchWaiting: the switch is asked and waits for QEMU's migration
+	// to become active; it is made as soon as QEMU takes it.
+	ErrSwitchWaiting = errors.New("the switch to post-copy waits for QEMU's migration to become active")
+	// ErrAborting: an abort was taken, so nothing else is.
+	ErrAborting = errors.New("the migration is being aborted")
+	// ErrNoPostCopy: the migration was started without post-copy.
+	ErrNoPostCopy = errors.New("the migration was not started with post-copy allowed (ferryctl migrate --postcopy)")
+	errEnded      = fmt.Errorf("%w: its Perform has returned, and nothing is left to steer", migration.ErrNoJob)
+)
+
+// Timing of the owner.
+const (
+	// ownerCallTimeout bounds one libvirt call: a stuck QEMU monitor must
+	// not stall the requests behind it for long.
+	ownerCallTimeout = 15 * time.Second
+	// switchRetry is how often a waiting switch is asked again.
+	switchRetry = 200 * time.Millisecond
+)
+
+func newOwner(socket, domain string, dom libvirt.Domain, job jobControl, bk books, postCopy bool, log *zap.Logger) *Owner {
+	return &Owner{socket: socket, domain: domain, dom: dom, job: job, books: bk, postCopy: postCopy, log: log, grace: postCopyGrace,
+		reqs: make(chan *request, 16), done: make(chan struct{}), ended: make(chan struct{})}
+}
+
+// Abort asks the owner to abort the migration; by and why say who asked
+// and, for the policy or the deadline, on what figures.
+func (o *Owner) Abort(ctx context.Context, by, why string, force bool) (migration.AbortResult, error) {
+	rep := o.ask(ctx, &request{op: opAbort, by: by, why: why, force: force})
+	return rep.abort, rep.err
+}
+
+// StartPostCopy asks the owner to switch the migration to post-copy. One
+// asked before QEMU's migration is active waits for it: past ctx the
+// answer is ErrSwitchWaiting, and the switch is still made.
+func (o *Owner) StartPostCopy(ctx context.Context, by string) (migration.Job, error) {
+	rep := o.ask(ctx, &request{op: opSwitch, by: by})
+	if errors.Is(rep.err, context.DeadlineExceeded) || errors.Is(rep.err, context.Canceled) {
+		return rep.job, ErrSwitchWaiting
+	}
+	return rep.job, rep.err
+}
+
+// SetMaxDowntime asks the owner to set libvirt's max downtime.
+func (o *Owner) SetMaxDowntime(ctx context.Context, d time.Duration) error {
+	return o.ask(ctx, &request{op: opDowntime, downtime: d}).err
+}
+
+func (o *Owner) ask(ctx context.Context, r *request) reply {
+	r.reply = make(chan reply, 1)
+	select {
+	case o.reqs <- r:
+	case <-o.ended:
+		return reply{err: errEnded}
+	case <-ctx.Done():
+		return reply{err: ctx.Err()}
+	}
+	select {
+	case rep := <-r.reply:
+		return rep
+	case <-ctx.Done():
+		return reply{err: ctx.Err()}
+	}
+}
+
+// Policy is the owner as the convergence policy acts through it.
+func (o *Owner) Policy() policy.Actuator { return policyActs{o} }
+
+type policyActs struct{ o *Owner }
+
+func (a policyActs) SetMaxDowntime(ctx context.Context, d time.Duration) error {
+	return a.o.SetMaxDowntime(ctx, d)
+}
+
+func (a policyActs) StartPostCopy(ctx context.Context) error {
+	_, err := a.o.StartPostCopy(ctx, "by the convergence policy")
+	if errors.Is(err, migration.ErrAlreadyPostCopy) {
+		return nil // the deadline or an operator switched first
+	}
+	return err
+}
+
+func (a policyActs) Abort(ctx context.Context, why string) error {
+	_, err := a.o.Abort(ctx, migration.AbortByPolicy, why, false)
+	return err
+}
+
+// run applies requests until Perform returns (done). At deadline it
+// switches to post-copy if the migration may, and aborts it if not, or if
+// the switch was not taken within postCopyGrace. With switchAfter set it
+// switches then.
+func (o *Owner) run(deadline, switchAfter time.Duration) {
+	defer close(o.ended)
+	dl := time.NewTimer(deadline)
+	defer dl.Stop()
+	var timer <-chan time.Time
+	if switchAfter > 0 {
+		t := time.NewTimer(switchAfter)
+		defer t.Stop()
+		timer = t.C
+	}
+	var giveUp, retry <-chan time.Time
+	var waiting []*request // switches waiting for QEMU's migration
+	for {
+		var r *request
+		select {
+		case <-o.done:
+			for _, w := range waiting {
+				w.answer(reply{err: errEnded})
+			}
+			for {
+				select {
+				case r := <-o.reqs:
+					r.answer(reply{err: errEnded})
+				default:
+					return
+				}
+			}
+		case r = <-o.reqs:
+		case <-timer:
+			r = &request{op: opSwitch, by: "by the post-copy timer"}
+		case <-dl.C:
+			why := fmt.Sprintf("the migration ran past its deadline of %s", deadline.Round(time.Second))
+			if o.postCopy {
+				r = &request{op: opSwitch, by: "at the deadline: " + why}
+				giveUp = time.After(o.grace)
+			} else {
+				r = &request{op: opAbort, by: migration.AbortByDeadline, why: why}
+			}
+		case <-giveUp:
+			if o.switched {
+				continue
+			}
+			r = &request{op: opAbort, by: migration.AbortByDeadline,
+				why: fmt.Sprintf("the migration ran past its deadline of %s, and the switch to post-copy was not taken within %s", deadline.Round(time.Second), o.grace)}
+		case <-retry:
+			retry = nil
+			if len(waiting) == 0 {
+				continue
+			}
+			r = waiting[0]
+		}
+		if r.op == opSwitch && len(waiting) > 0 && r != waiting[0] {
+			waiting = append(waiting, r) // answered with the first
+			continue
+		}
+		rep, again := o.apply(r)
+		if r.op == opSwitch {
+			if again {
+				if len(waiting) == 0 {
+					waiting = append(waiting, r)
+					o.log.Info("the switch to post-copy waits for QEMU's migration", zap.String("by", r.by), zap.Error(rep.err))
+				}
+				retry = time.After(switchRetry)
+				continue
+			}
+			if len(waiting) == 0 {
+				waiting = []*request{r}
+			}
+			for _, w := range waiting {
+				w.answer(rep)
+			}
+			waiting, retry = nil, nil
+			continue
+		}
+		r.answer(rep)
+		if r.op == opAbort && rep.err == nil {
+			for _, w := range waiting {
+				w.answer(reply{err: fmt.Errorf("%w: the switch to post-copy was dropped", ErrAborting)})
+			}
+			waiting, retry = nil, nil
+		}
+	}
+}
+
+// apply carries r out against libvirt's job as it is now; again says a
+// switch is to be asked again (QEMU's migration is not active yet).
+func (o *Owner) apply(r *request) (rep reply, again bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), ownerCallTimeout)
+	defer cancel()
+	postCopy, active, err := o.state(ctx)
+	if err != nil {
+		return reply{err: fmt.Errorf("reading the migration's state from libvirt: %w", err)}, r.op == opSwitch
+	}
+	postCopy = postCopy || o.switched
+	switch r.op {
+	case opSwitch:
+		switch {
+		case postCopy:
+			return reply{err: fmt.Errorf("%w: %s", migration.ErrAlreadyPostCopy, o.domain)}, false
+		case o.aborting:
+			return reply{err: ErrAborting}, false
+		case !o.postCopy:
+			return reply{err: fmt.Errorf("%w: %s", ErrNoPostCopy, o.domain)}, false
+		case !active:
+			return reply{err: errors.New("QEMU's migration is not active yet")}, true
+		}
+		j, err := o.books.StartPostCopyWith(ctx, o.socket, o.domain, r.by, func(ctx context.Context, _ bool) error {
+			return o.job.StartPostCopy(ctx, o.dom)
+		}, nil)
+		switch {
+		case errors.Is(err, migration.ErrAlreadyPostCopy):
+			o.switched = true
+			return reply{err: err}, false
+		case err != nil:
+			// QEMU refuses a switch in its migration's setup, and the
+			// tracker may not have the job yet: both pass.
+			return reply{err: err}, true
+		}
+		o.switched = true
+		o.log.Info("switched to post-copy", zap.String("by", r.by))
+		return reply{job: j}, false
+	case opAbort:
+		switch {
+		case o.aborting:
+			return reply{err: fmt.Errorf("%w already", ErrAborting)}, false
+		case postCopy && !r.force:
+			return reply{err: migration.PostCopyRefusal(o.domain)}, false
+		case !active && !postCopy:
+			return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
+		}
+		res, err := o.books.AbortWith(ctx, o.socket, o.domain, r.force, r.by, r.why, func(ctx context.Context, pc bool) error {
+			return o.job.AbortJob(ctx, o.dom, pc || postCopy)
+		})
+		if err == nil {
+			o.aborting = true
+			o.log.Warn("migration aborted", zap.String("by", r.by), zap.String("why", r.why), zap.Bool("postCopy", postCopy))
+		}
+		return reply{abort: res, err: err}, false
+	default:
+		switch {
+		case postCopy:
+			return reply{err: fmt.Errorf("%w: %s has no switch-over downtime to set", migration.ErrAlreadyPostCopy, o.domain)}, false
+		case o.aborting:
+			return reply{err: ErrAborting}, false
+		case !active:
+			return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
+		}
+		err := o.books.SetMaxDowntimeWith(ctx, o.socket, o.domain, r.downtime, func(ctx context.Context, _ bool) error {
+			return o.job.SetMaxDowntime(ctx, o.dom, r.downtime)
+		})
+		return reply{err: err}, false
+	}
+}
+
+// state is libvirt's word on the migration now: whether the source is
+// held by post-copy, and whether its job runs.
+func (o *Owner) state(ctx context.Context) (postCopy, active bool, err error) {
+	st, reason, err := o.job.DomainState(ctx, o.dom)
+	if err != nil {
+		return false, false, err
+	}
+	if inPostCopy(st, reason) {
+		return true, true, nil
+	}
+	js, err := o.job.JobStats(ctx, o.dom, false)
+	if err != nil {
+		return false, false, err
+	}
+	return false, js.Type.Active(), nil
+}

@@ -1,0 +1,208 @@
+package drive
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-vm/ferry/migration/policy"
+)
+
+// registry tracks the migrations this ferryd is driving, keyed by socket
+// NUL domain: their owners while Perform runs, and an operator's decision
+// for the one in doubt.
+type registry struct {
+	mu      sync.Mutex
+	running map[string]*driveState
+}
+
+type driveState struct {
+	done chan struct{} // closed when the drive ends
+	// decide carries an operator's "keep source" or "keep target"
+	// (proxy.OutcomeStopped or OutcomeRunning), taken only in doubt.
+	decide  chan string
+	inDoubt bool
+	// id is the migration's ID on this node; owner and driven are set
+	// while its Perform runs.
+	id     string
+	owner  *Owner
+	driven Driven
+}
+
+// Driven is what the convergence policy needs of a migration Ferry
+// drives: what it was started with, and its owner to act through.
+type Driven struct {
+	Settings policy.Settings
+	PostCopy bool
+	// Deadline is the backstop the owner enforces itself.
+	Deadline time.Duration
+	Act      policy.Actuator
+}
+
+func newRegistry() *registry { return &registry{running: map[string]*driveState{}} }
+
+func driveKey(socket, domain string) string { return socket + "\x00" + domain }
+
+func (ds *registry) start(key string) bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if _, busy := ds.running[key]; busy {
+		return false
+	}
+	ds.running[key] = &driveState{done: make(chan struct{}), decide: make(chan string, 1)}
+	return true
+}
+
+func (ds *registry) end(key string) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		close(st.done)
+		delete(ds.running, key)
+	}
+}
+
+// own hands key's migration to its owner while Perform runs.
+func (ds *registry) own(key, id string, o *Owner, dr Driven) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.id, st.owner, st.driven = id, o, dr
+	}
+}
+
+// disown ends the owner's time: Perform has returned.
+func (ds *registry) disown(key string) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.owner, st.driven.Act = nil, nil
+	}
+}
+
+// owner is the owner of the migration of domain (on socket, if named)
+// while its Perform runs; nil when none is, or when two sockets serve the
+// name and none was named.
+func (ds *registry) owner(socket, domain string) *Owner {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	var found *Owner
+	for k, st := range ds.running {
+		s, d, _ := strings.Cut(k, "\x00")
+		if d != domain || (socket != "" && s != socket) || st.owner == nil {
+			continue
+		}
+		if found != nil {
+			return nil
+		}
+		found = st.owner
+	}
+	return found
+}
+
+// driven is the migration with that ID while its Perform runs.
+func (ds *registry) driven(id string) (Driven, bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	for _, st := range ds.running {
+		if st.id == id && st.owner != nil {
+			return st.driven, true
+		}
+	}
+	return Driven{}, false
+}
+
+// decisions is the channel an operator's decision for key arrives on;
+// nil (never ready) for a key not driven.
+func (ds *registry) decisions(key string) <-chan string {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		return st.decide
+	}
+	return nil
+}
+
+// doubt marks key's migration in doubt: from now an operator may decide it.
+func (ds *registry) doubt(key string) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.inDoubt = true
+	}
+}
+
+// decide hands an operator's decision to the migration of domain in doubt
+// (on socket, if named), and returns its key; false when none is.
+func (ds *registry) decide(socket, domain, outcome string) (string, bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	var found *driveState
+	var key string
+	for k, st := range ds.running {
+		s, d, _ := strings.Cut(k, "\x00")
+		if d != domain || (socket != "" && s != socket) || !st.inDoubt {
+			continue
+		}
+		if found != nil {
+			return "", false // two sockets: the operator must name one
+		}
+		found, key = st, k
+	}
+	if found == nil {
+		return "", false
+	}
+	select {
+	case found.decide <- outcome:
+	default: // a decision is already on its way
+	}
+	return key, true
+}
+
+// stopAll gives running migrations a grace period to finish before ferryd
+// stops relaying them: cutting the proxy would fail them.
+func (ds *registry) stopAll() {
+	ds.mu.Lock()
+	waits := make([]chan struct{}, 0, len(ds.running))
+	for _, st := range ds.running {
+		waits = append(waits, st.done)
+	}
+	ds.mu.Unlock()
+	deadline := time.After(30 * time.Second)
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// Resolve hands an operator's decision (proxy.OutcomeStopped: keep the
+// source's copy; OutcomeRunning: keep the target's) to the migration of
+// domain in doubt, on socket if named; false when none is.
+func (s *Source) Resolve(socket, domain, outcome string) bool {
+	_, ok := s.running.decide(socket, domain, outcome)
+	return ok
+}
+
+// Owner is the owner of the driven migration of domain on socket while
+// its Perform runs, or nil.
+func (s *Source) Owner(socket, domain string) *Owner { return s.running.owner(socket, domain) }
+
+// Driven is the driven migration with that ID while its Perform runs.
+func (s *Source) Driven(id string) (Driven, bool) { return s.running.driven(id) }
+
+// Settle waits, at most limit, for driven migrations to record their end:
+// once the proxy is gone, libvirt's calls return soon.
+func (s *Source) Settle(limit time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.running.stopAll()
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+	}
+}

@@ -1,0 +1,137 @@
+package drive
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/policy"
+)
+
+// MigrateRequest and MigrateResponse are the body and answer of
+// POST /v1/migrations.
+type (
+	MigrateRequest  = migration.MigrateRequest
+	MigrateResponse = migration.MigrateResponse
+)
+
+// Errors the debug API maps to status codes.
+var (
+	ErrBadRequest = errors.New("bad migration request")
+	ErrConflict   = errors.New("conflict")
+)
+
+func validateMigrate(r MigrateRequest) error {
+	var errs []string
+	if r.Domain == "" {
+		errs = append(errs, "domain is empty")
+	}
+	if _, port, err := net.SplitHostPort(r.Target); err != nil || port == "" {
+		errs = append(errs, fmt.Sprintf("target %q is not the target node's proxy address HOST:PORT", r.Target))
+	}
+	if r.PostCopyAfterSeconds < 0 {
+		errs = append(errs, "postCopyAfterSeconds is negative")
+	}
+	if r.DeadlineSeconds < 0 || r.DeadlineSeconds > 0 && r.DeadlineSeconds < minDeadline.Seconds() {
+		errs = append(errs, fmt.Sprintf("deadlineSeconds %g is below the shortest deadline, %s", r.DeadlineSeconds, minDeadline))
+	}
+	if r.BandwidthMiBs < 0 || r.PostCopyBandwidthMiBs < 0 {
+		errs = append(errs, "bandwidth is negative")
+	}
+	if r.Parallel < 0 || r.Parallel > 64 {
+		errs = append(errs, fmt.Sprintf("parallel %d is outside 0-64", r.Parallel))
+	}
+	if r.TargetNode != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(r.TargetNode) {
+			errs = append(errs, fmt.Sprintf("targetNode %q is not a node name: %s", r.TargetNode, msg))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrBadRequest, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// minDeadline is the shortest deadline a request may ask for: long enough
+// for Begin, Prepare and QEMU's setup to be behind it.
+const minDeadline = 10 * time.Second
+
+// deadlineFor is the migration's deadline: Ferry's own for a guest of
+// memBytes at the request's bandwidth, or the request's if shorter.
+func deadlineFor(req MigrateRequest, memBytes uint64) time.Duration {
+	d := libvirtx.MigrationDeadline(memBytes, req.BandwidthMiBs)
+	if req.DeadlineSeconds > 0 {
+		d = min(d, time.Duration(req.DeadlineSeconds*float64(time.Second)))
+	}
+	return d
+}
+
+func newMigrationID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "m-" + hex.EncodeToString(b)
+}
+
+// migrationPolicy is the node's policy with the request's overrides.
+func migrationPolicy(node policy.Settings, req MigrateRequest) (policy.Settings, error) {
+	p := node
+	if req.Policy != "" {
+		m, err := policy.ParseMode(req.Policy)
+		if err != nil {
+			return p, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+		p.Mode = m
+	}
+	// A request may only lower the node's cap: whoever may ask for a
+	// migration may not thereby allow a longer guest pause than the node.
+	if req.MaxDowntimeMs != 0 {
+		p.MaxDowntimeMs = min(p.MaxDowntimeMs, req.MaxDowntimeMs)
+	}
+	// Asking for a migration with post-copy enabled allows it, as
+	// KubeVirt's allowPostCopy does.
+	p.AllowPostCopy = p.AllowPostCopy || req.PostCopy
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return p, nil
+}
+
+// migrateFlags are libvirt's flags and parameters for the request, the
+// same for every step; Perform adds its URI. No PEER2PEER: this ferryd
+// runs the protocol itself and libvirt never talks to the target's libvirt.
+// CHANGE_PROTECTION, as libvirt's own client: Begin starts libvirt's job,
+// so the domain's definition cannot change (a hotplug) between the XML
+// sent to the target and Perform; a step that fails before Perform ends
+// that job with a cancelled Confirm. A persistent domain is defined on the
+// target and undefined here once it runs there, so that no second copy
+// can be started from a definition left behind (see persistentFlags).
+func migrateFlags(req MigrateRequest) (libvirt.DomainMigrateFlags, []libvirt.TypedParam) {
+	flags := libvirt.MigrateLive | libvirt.MigrateChangeProtection
+	var params []libvirt.TypedParam
+	if req.PostCopy || req.PostCopyAfterSeconds > 0 {
+		flags |= libvirt.MigratePostcopy
+	}
+	if req.AutoConverge {
+		flags |= libvirt.MigrateAutoConverge
+	}
+	if req.BandwidthMiBs > 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(uint64(req.BandwidthMiBs))})
+	}
+	if req.PostCopyBandwidthMiBs > 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidthPostcopy, Value: *libvirt.NewTypedParamValueUllong(uint64(req.PostCopyBandwidthMiBs))})
+	}
+	if req.Parallel > 0 {
+		flags |= libvirt.MigrateParallel
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(req.Parallel))})
+	}
+	return flags, params
+}

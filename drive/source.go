@@ -1,0 +1,372 @@
+package drive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/policy"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// Bounds of the protocol steps around Perform, whose own bound is the
+// migration deadline. The target's Finish has none: in post-copy it lasts
+// until the last page, and only its answer may decide the source's copy.
+const (
+	confirmTimeout = 2 * time.Minute
+	cancelTimeout  = 30 * time.Second
+	// finishWait and postCopyFinishWait bound one attempt of the
+	// target's finish (see settleFinish).
+	finishWait         = 2 * time.Minute
+	postCopyFinishWait = 30 * 24 * time.Hour
+	// postCopyGrace is how long past the deadline a migration that may
+	// switch to post-copy is given for the switch before it is aborted.
+	postCopyGrace = 30 * time.Second
+	// performBackstop is how long past the owner's last word Perform is
+	// bounded itself: libvirtx aborts the job then, which only an abort
+	// libvirt never took leaves to do.
+	performBackstop = 30 * time.Second
+	// inDoubtAfter is how long the source asks for the finish's outcome
+	// before its job shows InDoubt; it goes on asking after.
+	inDoubtAfter = 30 * time.Second
+)
+
+// Start runs libvirt's Begin here, has the target prepare the
+// migration on its own libvirt, and opens the source sockets; it returns
+// once the target is ready, and the migration goes on in the background.
+func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse, error) {
+	if err := validateMigrate(req); err != nil {
+		return MigrateResponse{}, err
+	}
+	if req.TargetNode != "" && !s.proxy.TLS() {
+		return MigrateResponse{}, fmt.Errorf("%w: targetNode needs the proxy's TLS (--proxy-tls-cert and the rest): without certificates no node can be told from another", ErrBadRequest)
+	}
+	if req.TargetNode == "" && !s.cfg.AllowAnyTarget {
+		// Whoever reaches the debug socket would otherwise send the
+		// guest's memory wherever they name.
+		return MigrateResponse{}, fmt.Errorf("%w: name the target's node (targetNode; ferryctl migrate --to-node NODE), whose certificate the target's proxy must then hold; ferryd --migration-allow-any-target takes a bare address (a plain-TCP proxy needs it)", ErrBadRequest)
+	}
+	pol, err := migrationPolicy(s.cfg.Policy, req)
+	if err != nil {
+		return MigrateResponse{}, err
+	}
+	// A policy that may switch to post-copy needs the migration started
+	// with it, as KubeVirt starts migrations its policy allows post-copy for.
+	if pol.Mode == policy.Act && pol.AllowPostCopy {
+		req.PostCopy = true
+	}
+	// The start-time settings of a MigrationPolicy: QEMU's own throttling,
+	// and a bandwidth cap unless the request names one.
+	if pol.AllowAutoConverge {
+		req.AutoConverge = true
+	}
+	if req.BandwidthMiBs == 0 && pol.BandwidthPerMigrationMiBs > 0 {
+		req.BandwidthMiBs = int(min(pol.BandwidthPerMigrationMiBs, 1<<20))
+	}
+	conn, dom, err := s.tracker.ConnFor(req.Socket, req.Domain)
+	if err != nil {
+		return MigrateResponse{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	mem, err := conn.MemoryBytes(ctx, dom)
+	if err != nil {
+		return MigrateResponse{}, fmt.Errorf("reading the guest's memory size, which sets the migration's deadline: %w", err)
+	}
+	deadline := deadlineFor(req, mem)
+	// Keyed by socket too: a pod's domain of the same name must not
+	// block this one's migration.
+	drive := driveKey(conn.Socket(), req.Domain)
+	if s.tracker.InFlight(conn.Socket(), req.Domain) {
+		return MigrateResponse{}, fmt.Errorf("%w: %s is already migrating", ErrConflict, req.Domain)
+	}
+	if !s.running.start(drive) {
+		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", ErrConflict, req.Domain)
+	}
+	// The protocol's steps run on a libvirt connection of the migration's
+	// own, for as long as it lasts: libvirt ties a migration's state to
+	// the connection that runs it, and the pool's connection is cut on one
+	// missed ping, which would end the migration with it.
+	own, err := conn.Another(ctx)
+	if err != nil {
+		s.running.end(drive)
+		return MigrateResponse{}, fmt.Errorf("opening the migration's own libvirt connection: %w", err)
+	}
+	ownHanded := false
+	defer func() {
+		if !ownHanded {
+			own.Close()
+		}
+	}()
+	id := newMigrationID()
+	begun := time.Now()
+	flags, params := migrateFlags(req)
+	persistent, err := own.Persistent(ctx, dom)
+	if err != nil {
+		s.running.end(drive)
+		return MigrateResponse{}, fmt.Errorf("asking libvirt whether %s is persistent: %w", req.Domain, err)
+	}
+	if persistent {
+		// The target defines the guest itself and says so; only then is
+		// the definition here removed (see drive).
+		flags |= libvirt.MigratePersistDest
+	}
+	domXML, cookie, err := own.Begin(ctx, dom, params, flags)
+	if err != nil {
+		s.running.end(drive)
+		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
+	}
+	// Begin started libvirt's job (CHANGE_PROTECTION): until Perform takes
+	// it over, a failure ends it with a cancelled Confirm, as libvirt's
+	// own client does.
+	performing := false
+	defer func() {
+		if !performing {
+			if err := own.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout); err != nil {
+				s.log.Warn("ending libvirt's migration job after a failed start", zap.String("domain", req.Domain), zap.Error(err))
+			}
+		}
+	}()
+	// A target node named by the caller is checked on the certificate
+	// before the domain's XML is sent anywhere.
+	want := ""
+	if req.TargetNode != "" {
+		want = proxy.NodeOwner(req.TargetNode)
+	}
+	prep, err := s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
+		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
+		DeadlineSeconds: deadline.Seconds()})
+	if err != nil {
+		s.running.end(drive)
+		var wp *proxy.WrongPeerError
+		if errors.As(err, &wp) {
+			err = fmt.Errorf("target proxy %s is %s, not node %s, which the migration asked for", wp.Addr, wp.Got, req.TargetNode)
+		}
+		err = fmt.Errorf("preparing the migration on the target: %w", err)
+		// No libvirt job ever started, so nothing else would record it: a
+		// failed job keeps the failure, its class and its count.
+		s.tracker.PrepareFailed(req.Domain, dom, conn.Socket(), begun,
+			migration.ProxyInfo{MigrationID: id, Target: req.Target, TLS: s.proxy.TLS(), Parallel: req.Parallel}, err.Error())
+		return MigrateResponse{}, err
+	}
+	// The target's id, not ours, names the streams and the finish: the
+	// target chose it, and only the two nodes know it.
+	tid := prep.Migration
+	if proxy.ValidID(tid) != nil {
+		s.running.end(drive)
+		return MigrateResponse{}, fmt.Errorf("the target answered the prepare with no valid migration id %q", tid)
+	}
+	src, err := s.proxy.OpenSource(tid, req.Target, []proxy.Kind{proxy.KindMemory})
+	if err != nil {
+		s.cancelTarget(req, tid, prep.Owner, err)
+		s.running.end(drive)
+		return MigrateResponse{}, err
+	}
+	// The streams go to the node that prepared the migration, nowhere
+	// else the target's address might lead meanwhile.
+	src.BindTarget(prep.Owner)
+	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: s.proxy.TLS(), Parallel: req.Parallel}
+	rec := drivenRecord{ID: id, TargetID: tid, Domain: req.Domain, UUID: libvirtx.UUIDString(dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
+		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun}
+	if err := s.recordDrive(rec); err != nil {
+		s.cancelTarget(req, tid, prep.Owner, err)
+		src.Close("not started")
+		s.running.end(drive)
+		return MigrateResponse{}, fmt.Errorf("recording the migration in the state directory, which a restart would need: %w", err)
+	}
+	performing, ownHanded = true, true
+	// The owner is in place before the tracker can see the job, so that
+	// nothing acts on it but through the owner.
+	postCopy := flags&libvirt.MigratePostcopy != 0
+	o := newOwner(own.Socket(), req.Domain, dom, own, s.tracker, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
+	s.running.own(drive, id, o, Driven{Settings: pol, PostCopy: postCopy, Deadline: deadline, Act: o.Policy()})
+	s.tracker.Drive(conn.Socket(), req.Domain, info)
+	go func() {
+		defer s.running.end(drive)
+		defer own.Close()
+		// A migration left unsettled keeps its record, for the next
+		// start of ferryd or an operator.
+		if s.drive(req, rec, own, dom, src, info, o, flags, params, prep.Cookie, deadline) {
+			s.forgetDrive(id)
+		}
+	}()
+	msg := "migration started through the Ferry proxy"
+	if prep.PeerNode != "" {
+		msg += " to node " + prep.PeerNode
+	}
+	if !s.proxy.TLS() {
+		msg += " (plain TCP: trusted migration network only)"
+	}
+	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: s.proxy.TLS(), TargetNode: prep.PeerNode, Message: msg}, nil
+}
+
+// cancelTarget tells the target to drop a migration it prepared that this
+// node will not perform; the target also drops it by itself if no stream
+// comes.
+func (s *Source) cancelTarget(req MigrateRequest, id, owner string, why error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	if _, err := s.proxy.ControlTo(ctx, req.Target, owner, proxy.ControlRequest{Op: proxy.OpCancel, Migration: id, Domain: req.Domain}); err != nil {
+		s.log.Warn("the target did not take the cancel of a migration this node will not perform", zap.String("domain", req.Domain),
+			zap.String("migration", id), zap.NamedError("why", why), zap.Error(err))
+	}
+}
+
+// drive runs Perform here, Finish on the target and Confirm here, then
+// tears down the source sockets and leaves the whole account on the job.
+// id is this node's label of the migration, tid the target's id.
+func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
+	info migration.ProxyInfo, o *Owner, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) (settled bool) {
+	id, tid := rec.ID, rec.TargetID
+	settled = true
+	log := s.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))
+	start := time.Now()
+	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[proxy.KindMemory])}}, params...)
+	log.Info("starting a Ferry-driven migration", zap.Bool("postCopy", flags&libvirt.MigratePostcopy != 0), zap.Int("parallel", req.Parallel), zap.Duration("deadline", deadline))
+
+	// Perform blocks until the migration ends, or in post-copy until the
+	// switch, while the tracker samples on the pool's connection and the
+	// owner acts on the job. At the deadline (KubeVirt's 150 s per GiB of
+	// guest memory, see MigrationDeadline) the owner switches to
+	// post-copy if the migration may, and aborts it if not. Perform's own
+	// bound is a backstop behind the owner's, for an abort libvirt never
+	// took.
+	go o.run(deadline, time.Duration(req.PostCopyAfterSeconds*float64(time.Second)))
+	performCookie, perr := conn.Perform(context.Background(), dom, perform, cookie, flags, deadline+postCopyGrace+performBackstop)
+	s.running.disown(driveKey(conn.Socket(), req.Domain))
+	close(o.done)
+	<-o.ended
+
+	// The streams keep relaying until the target's Finish has returned:
+	// in post-copy the guest runs there and pulls its last pages through
+	// them. Only the proxy that prepared the migration may finish it.
+	var ferr, cerr error
+	if perr != nil {
+		// As libvirt's own client does: a failed Perform has ended the
+		// job here (and resumed the guest, in pre-copy), so there is no
+		// Confirm; the target is told to drop its copy, and drops it by
+		// itself if this does not reach it.
+		fctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+		var fin proxy.ControlResponse
+		fin, ferr = s.proxy.ControlTo(fctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish, Migration: tid, Domain: req.Domain,
+			Cookie: performCookie, Cancelled: true})
+		cancel()
+		log.Info("the target's answer to the cancelled finish", zap.String("outcome", fin.Outcome), zap.Error(ferr))
+		// Not always so: a libvirtd restarted after QEMU finished leaves
+		// the guest paused here, its job gone. It runs again only on the
+		// target's word that its copy is gone.
+		if st, rs, err := conn.DomainState(context.Background(), dom); err == nil && st == libvirtx.StatePaused && rs == int32(libvirt.DomainPausedMigration) {
+			outcome := settledOutcome(fin, ferr)
+			what, aerr := applyOutcome(context.Background(), conn, rec, outcome)
+			if outcome == "" || aerr != nil {
+				settled = false
+				log.Error("the guest is left paused here by a failed migration, and the target has not said its copy is gone; the record stays for the next start", zap.NamedError("finish", ferr), zap.Error(aerr))
+			} else {
+				log.Warn("the guest was left paused by a failed migration", zap.String("outcome", outcome), zap.String("here", what))
+			}
+		}
+	} else {
+		// The guest is paused here, whole, and may run there: only the
+		// target's word decides which copy lives.
+		fin, outcome := s.settleFinish(log, req, tid, src, performCookie, conn.Socket(), dom, flags&libvirt.MigratePostcopy != 0)
+		if fin.Reason == resolvedByOperator {
+			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
+		}
+		// Only a guest running whole on the target ends the source's
+		// copy. With none there the source's runs again (pre-copy); with
+		// post-copy failed (split), libvirt keeps the source's paused.
+		cancelled := outcome != proxy.OutcomeRunning
+		if cancelled {
+			ferr = fmt.Errorf("the target's copy is %s: %s", outcome, fin.Error)
+		}
+		cerr = conn.Confirm(context.Background(), dom, params, fin.Cookie, flags, cancelled, confirmTimeout)
+		if cerr != nil {
+			// Confirm's job is done by hand, by the target's word, or the
+			// record stays for the next start.
+			what, aerr := applyOutcome(context.Background(), conn, rec, outcome)
+			log.Warn("libvirt's Confirm failed; applied the target's word by hand", zap.Bool("cancelled", cancelled), zap.Error(cerr), zap.String("here", what), zap.NamedError("byHand", aerr))
+			if aerr != nil {
+				settled = false
+			}
+		}
+		if cerr == nil && !cancelled && fin.Persisted {
+			// One definition, the target's: this one goes.
+			if err := conn.Undefine(context.Background(), dom); err != nil && !libvirtx.IsNoDomain(err) {
+				log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
+			}
+		}
+	}
+	src.Close("migration ended")
+
+	var err error
+	switch {
+	case perr != nil:
+		err = perr
+	case ferr != nil:
+		err = fmt.Errorf("the target did not finish it: %w", ferr)
+	case cerr != nil:
+		err = fmt.Errorf("libvirt's Confirm on this node: %w", cerr)
+	}
+	info.Bytes = src.Counters.Snapshot()
+	info.Errors = src.Errors()
+	if perr != nil {
+		info.TargetLost = targetLost(ferr)
+	}
+	failure := ""
+	if err != nil {
+		failure = s.failureReason(conn.Socket(), req.Domain, err, info, start)
+		log.Warn("Ferry-driven migration failed", zap.String("reason", failure))
+	} else {
+		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
+	}
+	s.tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
+	return settled
+}
+
+// failureReason joins what libvirt said with what the proxy and the
+// migration link saw, so the reason names the plane that broke.
+func (s *Source) failureReason(socket, domain string, err error, info migration.ProxyInfo, since time.Time) string {
+	var b strings.Builder
+	b.WriteString("migration failed: ")
+	b.WriteString(err.Error())
+	if len(info.Errors) > 0 {
+		fmt.Fprintf(&b, "; proxy: %s", info.Errors[0])
+		if len(info.Errors) > 1 {
+			fmt.Fprintf(&b, " (+%d more)", len(info.Errors)-1)
+		}
+	}
+	if info.TargetLost != "" {
+		fmt.Fprintf(&b, "; target: %s", info.TargetLost)
+	}
+	if links := s.linkEvents(socket, domain, since); len(links) > 0 {
+		fmt.Fprintf(&b, "; migration link: %s", strings.Join(links, ", "))
+	}
+	return b.String()
+}
+
+// linkEvents are the migration interface's changes the job recorded since
+// the drive began.
+func (s *Source) linkEvents(socket, domain string, since time.Time) []string {
+	j, err := s.tracker.JobByName(socket, domain)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range j.Events {
+		if (e.Kind == EventLinkDown || e.Kind == EventLinkUp) && !e.Time.Before(since) {
+			out = append(out, e.Detail+" at "+e.Time.Format("15:04:05.000"))
+		}
+	}
+	return out
+}
+
+// Kinds of the job events that record the migration interface's link.
+const (
+	EventLinkDown = "linkDown"
+	EventLinkUp   = "linkUp"
+)
