@@ -138,6 +138,11 @@ func (o *Owner) SetMaxDowntime(ctx context.Context, d time.Duration) error {
 func (o *Owner) ask(ctx context.Context, r *request) reply {
 	r.reply = make(chan reply, 1)
 	select {
+	case <-o.ended:
+		return reply{err: errEnded}
+	default:
+	}
+	select {
 	case o.reqs <- r:
 	case <-o.ended:
 		return reply{err: errEnded}
@@ -147,6 +152,14 @@ func (o *Owner) ask(ctx context.Context, r *request) reply {
 	select {
 	case rep := <-r.reply:
 		return rep
+	case <-o.ended:
+		// A request queued as the owner stopped is never taken.
+		select {
+		case rep := <-r.reply:
+			return rep
+		default:
+			return reply{err: errEnded}
+		}
 	case <-ctx.Done():
 		return reply{err: ctx.Err()}
 	}

@@ -10,6 +10,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
@@ -33,6 +34,9 @@ const (
 	// bounded itself: libvirtx aborts the job then, which only an abort
 	// libvirt never took leaves to do.
 	performBackstop = 30 * time.Second
+	// pauseAfterBegin is how long the PauseAfterBegin fault holds a
+	// migration between Begin and Prepare.
+	pauseAfterBegin = 3 * time.Second
 	// inDoubtAfter is how long the source asks for the finish's outcome
 	// before its job shows InDoubt; it goes on asking after.
 	inDoubtAfter = 30 * time.Second
@@ -125,6 +129,10 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	// it over, a failure ends it with a cancelled Confirm, as libvirt's
 	// own client does.
 	performing := false
+	if faults.Inject(faults.PauseAfterBegin) {
+		s.log.Warn("fault injected: pausing between Begin and Prepare", zap.String("domain", req.Domain), zap.Duration("for", pauseAfterBegin))
+		time.Sleep(pauseAfterBegin)
+	}
 	defer func() {
 		if !performing {
 			if err := own.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout); err != nil {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
@@ -208,7 +209,11 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	if m.DiskURI != "" {
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamDisksURI, Value: *libvirt.NewTypedParamValueString(m.DiskURI)})
 	}
-	ck, err := c.Prepare(ctx, params, cookie, flags, until(ctx))
+	wait := until(ctx)
+	if faults.Inject(faults.LatePrepare) {
+		wait = time.Millisecond
+	}
+	ck, err := c.Prepare(ctx, params, cookie, flags, wait)
 	ok = err == nil
 	if err == nil && m.Flags&uint32(libvirt.MigratePersistDest) != 0 {
 		in.mu.Lock()

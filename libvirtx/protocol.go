@@ -49,9 +49,14 @@ func (c *Conn) Prepare(ctx context.Context, params []libvirt.TypedParam, cookie 
 				name = append(name, p)
 			}
 		}
-		c.Finish(context.Background(), name, nil, flags, true, timeout)
+		// However short the caller's wait was, the undo gets libvirt's
+		// time: only its answer frees the target QEMU.
+		c.Finish(context.Background(), name, nil, flags, true, max(timeout, lateUndoTimeout))
 	})
 }
+
+// lateUndoTimeout bounds the Finish that undoes a late Prepare.
+const lateUndoTimeout = time.Minute
 
 // Finish ends the incoming side: with cancelled=false libvirt resumes the
 // guest on the target (in post-copy it waits for the last pages first, so

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/internal/peertext"
 )
 
@@ -227,7 +228,7 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 }
 
 func (p *Proxy) answer(c net.Conn, req ControlRequest, resp ControlResponse) {
-	if req.Op == OpFinish && injectFault(faultDropFinishAnswer) {
+	if req.Op == OpFinish && faults.Inject(faults.DropFinishAnswer) {
 		p.log.Warn("fault injected: the finish's answer is dropped", zap.String("migration", req.Migration))
 		c.Close()
 		return

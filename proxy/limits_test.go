@@ -262,13 +262,15 @@ func TestOnePeerPreparesItsShareOfIncomingMigrations(t *testing.T) {
 	}
 }
 
-// holdControlsAs opens n control connections to dst as node as, through
-// the TLS handshake and the header, and never sends a request.
-func holdControlsAs(t *testing.T, as, dst *node, n int) {
+// holdControlsAs opens n control connections to dst as node as, from
+// address from, through the TLS handshake and the header, and never sends
+// a request.
+func holdControlsAs(t *testing.T, as, dst *node, from net.IP, n int) {
 	t.Helper()
 	hb, _ := Header{Kind: KindControl}.Encode()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
 	for range n {
-		raw, err := net.Dial("tcp", dst.addr)
+		raw, err := d.Dial("tcp", dst.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,9 +294,13 @@ func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *test
 	prepareAs(t, src, dst, "m1", "vm", 0, false)
 	for i := range MaxControlConns / MaxControlConnsPerPeer {
 		name := fmt.Sprintf("c%d", i)
-		holdControlsAs(t, nodeWithCert(t, name, ca.issueNode(t, t.TempDir(), name)), dst, MaxControlConnsPerPeer)
+		holdControlsAs(t, nodeWithCert(t, name, ca.issueNode(t, t.TempDir(), name)), dst, net.IPv4(127, 0, 1, byte(i+1)), MaxControlConnsPerPeer)
 	}
-	waitMetric(t, func() bool { return dst.p.controls.Load() == MaxControlConns })
+	for end := time.Now().Add(20 * time.Second); dst.p.controls.Load() != MaxControlConns; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d control connections held, want %d", dst.p.controls.Load(), MaxControlConns)
+		}
+	}
 
 	late := nodeWithCert(t, "d", ca.issueNode(t, t.TempDir(), "d"))
 	_, err := late.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "m1", Domain: "vm"})

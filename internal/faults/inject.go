@@ -1,6 +1,6 @@
 //go:build ferry_faults
 
-package proxy
+package faults
 
 import (
 	"os"
@@ -24,7 +24,7 @@ func init() {
 			left[name] += times
 		}
 	}
-	injectFault = func(name string) bool {
+	Inject = func(name string) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if left[name] == 0 {

@@ -1,0 +1,21 @@
+// Package faults injects faults into a ferryd built for the end-to-end
+// tests (the ferry_faults build tag), where FERRY_FAULTS names them. Every
+// other build injects none.
+package faults
+
+// Inject says whether the named fault is to be injected now.
+var Inject = func(name string) bool { return false }
+
+// The faults a ferryd can be told to inject.
+const (
+	// DropFinishAnswer: the target finishes a migration and its answer
+	// never reaches the source.
+	DropFinishAnswer = "drop-finish-answer"
+	// LatePrepare: the target gives up on libvirt's Prepare at once, so
+	// that libvirt's answer arrives after ferryd stopped waiting.
+	LatePrepare = "late-prepare"
+	// PauseAfterBegin: the source holds a migration a few seconds between
+	// libvirt's Begin and the target's Prepare, the window in which a
+	// definition change would make the target's copy stale.
+	PauseAfterBegin = "pause-after-begin"
+)
