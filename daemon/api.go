@@ -176,17 +176,14 @@ func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 }
 
 // owner is the owner of a migration Ferry drives of domain, while its
-// Perform runs: whatever acts on it goes through the owner. A name two
-// sockets serve finds none, and the tracker's answer then says so.
+// Perform runs: whatever acts on it goes through the owner, even while
+// the tracker's own connection to its libvirt is cut. A name two sockets
+// serve finds none, and the tracker's answer then says so.
 func (d *Daemon) owner(socket, domain string) *drive.Owner {
-	if d.source == nil {
+	if d.source == nil || d.Tracker.Unambiguous(socket, domain) != nil {
 		return nil
 	}
-	c, _, err := d.Tracker.ConnFor(socket, domain)
-	if err != nil {
-		return nil
-	}
-	return d.source.Owner(c.Socket(), domain)
+	return d.source.Owner(socket, domain)
 }
 
 // abortFunc is Tracker.Abort, or a stand-in where no libvirt can put a job

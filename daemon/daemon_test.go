@@ -169,6 +169,8 @@ func TestMigrateRequestErrorsNameTheField(t *testing.T) {
 		`{"domain":"nosuchvm","target":"10.0.0.2:9475","parallel":2}`:      "no running domain",
 		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"Bad_Node"}`: `targetNode "Bad_Node" is not a node name`,
 		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"b"}`:        "targetNode needs the proxy's TLS",
+		`{"domain":"vm","target":"10.0.0.2:9475","deadlineSeconds":2}`:     "below the shortest deadline",
+		`{"domain":"vm","target":"10.0.0.2:9475","deadlineSeconds":1e19}`:  "past the longest",
 	} {
 		resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", strings.NewReader(body))
 		if err != nil {

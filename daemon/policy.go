@@ -137,7 +137,7 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	if !ok {
 		return
 	}
-	d := policy.Decide(settings, policy.Evidence{Job: full, PostCopyEnabled: dp.PostCopy, Deadline: dp.Deadline,
+	d := policy.Decide(settings, policy.Evidence{Job: full, PostCopyEnabled: dp.PostCopy, Deadline: dp.Deadline, DeadlineOwned: driven,
 		MaxDowntime: time.Duration(full.MaxDowntimeMs) * time.Millisecond}, m)
 	if d.Action == policy.None {
 		return

@@ -30,8 +30,9 @@ type Owner struct {
 	postCopy bool
 	log      *zap.Logger
 	// grace is how long past the deadline a switch to post-copy may take
-	// before the migration is aborted instead.
-	grace time.Duration
+	// before the migration is aborted instead; retryAbort how often the
+	// deadline's abort is asked again.
+	grace, retryAbort time.Duration
 
 	reqs  chan *request
 	done  chan struct{} // closed by the driver once Perform has returned
@@ -56,6 +57,7 @@ type books interface {
 	AbortWith(ctx context.Context, socket, domain string, force bool, by, why string, call migration.Act) (migration.AbortResult, error)
 	SetMaxDowntimeWith(ctx context.Context, socket, domain string, d time.Duration, call migration.Act) error
 	StartPostCopyWith(ctx context.Context, socket, domain, by string, call migration.Act, start func(*libvirtx.Conn, libvirt.Domain) error) (migration.Job, error)
+	NoteOn(socket, domain, kind, detail string)
 }
 
 type op int
@@ -72,6 +74,18 @@ type request struct {
 	force    bool
 	downtime time.Duration
 	reply    chan reply // buffered: run never waits for an asker
+	// waiting is closed once a switch waits for QEMU's migration: the
+	// owner has taken it, and will make it.
+	waiting chan struct{}
+}
+
+// wait marks a switch as waiting, once.
+func (r *request) wait() {
+	select {
+	case <-r.waiting:
+	default:
+		close(r.waiting)
+	}
 }
 
 type reply struct {
@@ -96,6 +110,9 @@ var (
 	// ErrNoPostCopy: the migration was started without post-copy.
 	ErrNoPostCopy = errors.New("the migration was not started with post-copy allowed (ferryctl migrate --postcopy)")
 	errEnded      = fmt.Errorf("%w: its Perform has returned, and nothing is left to steer", migration.ErrNoJob)
+	// errBusy: the owner had not taken the request when the asker's time
+	// ran out; it may still apply it.
+	errBusy = errors.New("the migration's owner has not answered yet (a libvirt call before it is slow); the request stays queued")
 )
 
 // Timing of the owner.
@@ -105,10 +122,15 @@ const (
 	ownerCallTimeout = 15 * time.Second
 	// switchRetry is how often a waiting switch is asked again.
 	switchRetry = 200 * time.Millisecond
+	// abortRetry is how often the deadline's abort is asked again until
+	// libvirt takes one, and how long a taken abort may leave the
+	// migration running before libvirt is asked once more.
+	abortRetry = 5 * time.Second
+	abortStuck = time.Minute
 )
 
 func newOwner(socket, domain string, dom libvirt.Domain, job jobControl, bk books, postCopy bool, log *zap.Logger) *Owner {
-	return &Owner{socket: socket, domain: domain, dom: dom, job: job, books: bk, postCopy: postCopy, log: log, grace: postCopyGrace,
+	return &Owner{socket: socket, domain: domain, dom: dom, job: job, books: bk, postCopy: postCopy, log: log, grace: postCopyGrace, retryAbort: abortRetry,
 		reqs: make(chan *request, 16), done: make(chan struct{}), ended: make(chan struct{})}
 }
 
@@ -123,9 +145,14 @@ func (o *Owner) Abort(ctx context.Context, by, why string, force bool) (migratio
 // asked before QEMU's migration is active waits for it: past ctx the
 // answer is ErrSwitchWaiting, and the switch is still made.
 func (o *Owner) StartPostCopy(ctx context.Context, by string) (migration.Job, error) {
-	rep := o.ask(ctx, &request{op: opSwitch, by: by})
-	if errors.Is(rep.err, context.DeadlineExceeded) || errors.Is(rep.err, context.Canceled) {
-		return rep.job, ErrSwitchWaiting
+	r := &request{op: opSwitch, by: by, waiting: make(chan struct{})}
+	rep := o.ask(ctx, r)
+	if errors.Is(rep.err, errBusy) {
+		select {
+		case <-r.waiting:
+			return rep.job, ErrSwitchWaiting
+		default:
+		}
 	}
 	return rep.job, rep.err
 }
@@ -137,6 +164,9 @@ func (o *Owner) SetMaxDowntime(ctx context.Context, d time.Duration) error {
 
 func (o *Owner) ask(ctx context.Context, r *request) reply {
 	r.reply = make(chan reply, 1)
+	if r.waiting == nil {
+		r.waiting = make(chan struct{})
+	}
 	select {
 	case <-o.ended:
 		return reply{err: errEnded}
@@ -147,7 +177,7 @@ func (o *Owner) ask(ctx context.Context, r *request) reply {
 	case <-o.ended:
 		return reply{err: errEnded}
 	case <-ctx.Done():
-		return reply{err: ctx.Err()}
+		return reply{err: fmt.Errorf("%w: %v", errBusy, ctx.Err())}
 	}
 	select {
 	case rep := <-r.reply:
@@ -161,7 +191,7 @@ func (o *Owner) ask(ctx context.Context, r *request) reply {
 			return reply{err: errEnded}
 		}
 	case <-ctx.Done():
-		return reply{err: ctx.Err()}
+		return reply{err: fmt.Errorf("%w: %v", errBusy, ctx.Err())}
 	}
 }
 
@@ -189,8 +219,8 @@ func (a policyActs) Abort(ctx context.Context, why string) error {
 
 // run applies requests until Perform returns (done). At deadline it
 // switches to post-copy if the migration may, and aborts it if not, or if
-// the switch was not taken within postCopyGrace. With switchAfter set it
-// switches then.
+// the switch was not taken within the grace; the deadline's abort is asked
+// again until libvirt takes one. With switchAfter set it switches then.
 func (o *Owner) run(deadline, switchAfter time.Duration) {
 	defer close(o.ended)
 	dl := time.NewTimer(deadline)
@@ -201,40 +231,59 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 		defer t.Stop()
 		timer = t.C
 	}
-	var giveUp, retry <-chan time.Time
+	var giveUp, retry, again, stuck <-chan time.Time
 	var waiting []*request // switches waiting for QEMU's migration
+	var deadlineAbort *request
 	for {
+		// Perform's return ends everything, even with requests queued.
+		select {
+		case <-o.done:
+			o.stop(waiting)
+			return
+		default:
+		}
 		var r *request
 		select {
 		case <-o.done:
-			for _, w := range waiting {
-				w.answer(reply{err: errEnded})
-			}
-			for {
-				select {
-				case r := <-o.reqs:
-					r.answer(reply{err: errEnded})
-				default:
-					return
-				}
-			}
+			o.stop(waiting)
+			return
 		case r = <-o.reqs:
 		case <-timer:
-			r = &request{op: opSwitch, by: "by the post-copy timer"}
+			r = &request{op: opSwitch, by: "by the post-copy timer", waiting: make(chan struct{})}
 		case <-dl.C:
 			why := fmt.Sprintf("the migration ran past its deadline of %s", deadline.Round(time.Second))
 			if o.postCopy {
-				r = &request{op: opSwitch, by: "at the deadline: " + why}
+				r = &request{op: opSwitch, by: "at the deadline: " + why, waiting: make(chan struct{})}
 				giveUp = time.After(o.grace)
 			} else {
-				r = &request{op: opAbort, by: migration.AbortByDeadline, why: why}
+				deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline, why: why}
+				r = deadlineAbort
 			}
 		case <-giveUp:
 			if o.switched {
 				continue
 			}
-			r = &request{op: opAbort, by: migration.AbortByDeadline,
+			deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline,
 				why: fmt.Sprintf("the migration ran past its deadline of %s, and the switch to post-copy was not taken within %s", deadline.Round(time.Second), o.grace)}
+			r = deadlineAbort
+		case <-again:
+			again = nil
+			if o.aborting || o.switched {
+				continue
+			}
+			r = deadlineAbort
+		case <-stuck:
+			// libvirt took the abort and its migration still runs: ask
+			// again, as libvirt's client would not, rather than wait on a
+			// job that never ends.
+			o.log.Error("the migration still runs a while after libvirt took its abort; asking libvirt again", zap.Duration("since", abortStuck))
+			ctx, cancel := context.WithTimeout(context.Background(), ownerCallTimeout)
+			if err := o.job.AbortJob(ctx, o.dom, false); err != nil {
+				o.log.Warn("libvirt refused the repeated abort", zap.Error(err))
+			}
+			cancel()
+			stuck = time.After(abortStuck)
+			continue
 		case <-retry:
 			retry = nil
 			if len(waiting) == 0 {
@@ -243,19 +292,20 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 			r = waiting[0]
 		}
 		if r.op == opSwitch && len(waiting) > 0 && r != waiting[0] {
+			r.wait()
 			waiting = append(waiting, r) // answered with the first
 			continue
 		}
-		rep, again := o.apply(r)
-		if r.op == opSwitch {
-			if again {
-				if len(waiting) == 0 {
-					waiting = append(waiting, r)
-					o.log.Info("the switch to post-copy waits for QEMU's migration", zap.String("by", r.by), zap.Error(rep.err))
-				}
-				retry = time.After(switchRetry)
-				continue
+		rep, ask := o.apply(r)
+		switch {
+		case r.op == opSwitch && ask:
+			if len(waiting) == 0 {
+				r.wait()
+				waiting = append(waiting, r)
+				o.log.Info("the switch to post-copy waits for QEMU's migration", zap.String("by", r.by), zap.Error(rep.err))
 			}
+			retry = time.After(switchRetry)
+		case r.op == opSwitch:
 			if len(waiting) == 0 {
 				waiting = []*request{r}
 			}
@@ -263,14 +313,34 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 				w.answer(rep)
 			}
 			waiting, retry = nil, nil
-			continue
-		}
-		r.answer(rep)
-		if r.op == opAbort && rep.err == nil {
-			for _, w := range waiting {
-				w.answer(reply{err: fmt.Errorf("%w: the switch to post-copy was dropped", ErrAborting)})
+		default:
+			r.answer(rep)
+			if r == deadlineAbort && rep.err != nil && !o.aborting {
+				o.log.Warn("the deadline's abort was not taken; asking again", zap.Error(rep.err))
+				again = time.After(o.retryAbort)
 			}
-			waiting, retry = nil, nil
+			if r.op == opAbort && rep.err == nil {
+				for _, w := range waiting {
+					w.answer(reply{err: fmt.Errorf("%w: the switch to post-copy was dropped", ErrAborting)})
+				}
+				waiting, retry = nil, nil
+				stuck = time.After(abortStuck)
+			}
+		}
+	}
+}
+
+// stop answers what is left once Perform has returned.
+func (o *Owner) stop(waiting []*request) {
+	for _, w := range waiting {
+		w.answer(reply{err: errEnded})
+	}
+	for {
+		select {
+		case r := <-o.reqs:
+			r.answer(reply{err: errEnded})
+		default:
+			return
 		}
 	}
 }
@@ -280,6 +350,9 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 func (o *Owner) apply(r *request) (rep reply, again bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ownerCallTimeout)
 	defer cancel()
+	if r.op == opSwitch && !o.postCopy {
+		return o.refuse(r, fmt.Errorf("%w: %s", ErrNoPostCopy, o.domain)), false
+	}
 	postCopy, active, err := o.state(ctx)
 	if err != nil {
 		return reply{err: fmt.Errorf("reading the migration's state from libvirt: %w", err)}, r.op == opSwitch
@@ -291,9 +364,7 @@ func (o *Owner) apply(r *request) (rep reply, again bool) {
 		case postCopy:
 			return reply{err: fmt.Errorf("%w: %s", migration.ErrAlreadyPostCopy, o.domain)}, false
 		case o.aborting:
-			return reply{err: ErrAborting}, false
-		case !o.postCopy:
-			return reply{err: fmt.Errorf("%w: %s", ErrNoPostCopy, o.domain)}, false
+			return o.refuse(r, ErrAborting), false
 		case !active:
 			return reply{err: errors.New("QEMU's migration is not active yet")}, true
 		}
@@ -315,9 +386,9 @@ func (o *Owner) apply(r *request) (rep reply, again bool) {
 	case opAbort:
 		switch {
 		case o.aborting:
-			return reply{err: fmt.Errorf("%w already", ErrAborting)}, false
+			return o.refuse(r, fmt.Errorf("%w already", ErrAborting)), false
 		case postCopy && !r.force:
-			return reply{err: migration.PostCopyRefusal(o.domain)}, false
+			return o.refuse(r, migration.PostCopyRefusal(o.domain)), false
 		case !active && !postCopy:
 			return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
 		}
@@ -343,6 +414,13 @@ func (o *Owner) apply(r *request) (rep reply, again bool) {
 		})
 		return reply{err: err}, false
 	}
+}
+
+// refuse answers r with err, and leaves the refusal on the job.
+func (o *Owner) refuse(r *request, err error) reply {
+	what := map[op]string{opDowntime: "max downtime", opSwitch: "post-copy", opAbort: "abort"}[r.op]
+	o.books.NoteOn(o.socket, o.domain, what, fmt.Sprintf("%s refused: %v", what, err))
+	return reply{err: err}
 }
 
 // state is libvirt's word on the migration now: whether the source is

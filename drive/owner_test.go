@@ -24,7 +24,9 @@ type fakeJob struct {
 	postCopy    bool
 	// refuseSwitch: QEMU refuses the switch (libvirt answers an error).
 	refuseSwitch bool
-	calls        []string
+	// failAborts: libvirt refuses this many aborts first.
+	failAborts int
+	calls      []string
 }
 
 func (f *fakeJob) DomainState(context.Context, libvirt.Domain) (libvirtx.State, int32, error) {
@@ -53,7 +55,14 @@ func (f *fakeJob) record(call string) {
 }
 
 func (f *fakeJob) AbortJob(_ context.Context, _ libvirt.Domain, postCopy bool) error {
-	f.record(fmt.Sprintf("abort postCopy=%v", postCopy))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failAborts > 0 {
+		f.failAborts--
+		f.calls = append(f.calls, "abort refused")
+		return errors.New("operation failed: abort refused")
+	}
+	f.calls = append(f.calls, fmt.Sprintf("abort postCopy=%v", postCopy))
 	return nil
 }
 
@@ -83,6 +92,8 @@ func (f *fakeJob) log() []string {
 // it has recorded them.
 type fakeBooks struct{}
 
+func (fakeBooks) NoteOn(_, _, _, _ string) {}
+
 func (fakeBooks) AbortWith(ctx context.Context, _, _ string, _ bool, by, why string, call migration.Act) (migration.AbortResult, error) {
 	return migration.AbortResult{Message: by + ": " + why}, call(ctx, false)
 }
@@ -98,7 +109,7 @@ func (fakeBooks) StartPostCopyWith(ctx context.Context, _, _, _ string, call mig
 func startOwner(t *testing.T, job *fakeJob, postCopy bool, deadline, switchAfter time.Duration) *Owner {
 	t.Helper()
 	o := newOwner("/run/libvirt/libvirt-sock", "vm", libvirt.Domain{Name: "vm"}, job, fakeBooks{}, postCopy, zap.NewNop())
-	o.grace = 300 * time.Millisecond
+	o.grace, o.retryAbort = 300*time.Millisecond, 50*time.Millisecond
 	go o.run(deadline, switchAfter)
 	t.Cleanup(func() {
 		select {
@@ -245,5 +256,28 @@ func TestOwnerEndsWithPerform(t *testing.T) {
 	<-o.ended
 	if _, err := o.Abort(context.Background(), migration.AbortByOperator, "", false); !errors.Is(err, migration.ErrNoJob) {
 		t.Fatalf("abort after Perform: %v, want ErrNoJob", err)
+	}
+}
+
+// The deadline's abort is asked again until libvirt takes one: Perform
+// has no bound of its own to fall back on.
+func TestOwnerAsksTheDeadlinesAbortUntilTaken(t *testing.T) {
+	job := &fakeJob{failAborts: 1}
+	startOwner(t, job, false, 20*time.Millisecond, 0)
+	waitFor(t, "the abort taken", func() bool { return len(job.log()) == 2 })
+	if got := job.log(); !equal(got, []string{"abort refused", "abort postCopy=false"}) {
+		t.Fatalf("libvirt heard %v", got)
+	}
+}
+
+// A switch of a migration started without post-copy is refused at once,
+// never left waiting.
+func TestOwnerRefusesASwitchWithoutPostCopy(t *testing.T) {
+	job := &fakeJob{activeAfter: 1 << 30}
+	o := startOwner(t, job, false, time.Hour, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := o.StartPostCopy(ctx, "by a test"); !errors.Is(err, ErrNoPostCopy) {
+		t.Fatalf("switch without post-copy: %v, want ErrNoPostCopy", err)
 	}
 }

@@ -41,8 +41,11 @@ func validateMigrate(r MigrateRequest) error {
 	if r.PostCopyAfterSeconds < 0 {
 		errs = append(errs, "postCopyAfterSeconds is negative")
 	}
-	if r.DeadlineSeconds < 0 || r.DeadlineSeconds > 0 && r.DeadlineSeconds < minDeadline.Seconds() {
+	switch {
+	case r.DeadlineSeconds < 0 || r.DeadlineSeconds > 0 && r.DeadlineSeconds < minDeadline.Seconds():
 		errs = append(errs, fmt.Sprintf("deadlineSeconds %g is below the shortest deadline, %s", r.DeadlineSeconds, minDeadline))
+	case r.DeadlineSeconds > maxDeadline.Seconds():
+		errs = append(errs, fmt.Sprintf("deadlineSeconds %g is past the longest, %s (a deadline can only shorten Ferry's own)", r.DeadlineSeconds, maxDeadline))
 	}
 	if r.BandwidthMiBs < 0 || r.PostCopyBandwidthMiBs < 0 {
 		errs = append(errs, "bandwidth is negative")
@@ -61,9 +64,12 @@ func validateMigrate(r MigrateRequest) error {
 	return nil
 }
 
-// minDeadline is the shortest deadline a request may ask for: long enough
-// for Begin, Prepare and QEMU's setup to be behind it.
-const minDeadline = 10 * time.Second
+// minDeadline and maxDeadline bound the deadline a request may ask for.
+// It counts from Perform; the shortest leaves QEMU's setup behind it.
+const (
+	minDeadline = 10 * time.Second
+	maxDeadline = 7 * 24 * time.Hour
+)
 
 // deadlineFor is the migration's deadline: Ferry's own for a guest of
 // memBytes at the request's bandwidth, or the request's if shorter.

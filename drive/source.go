@@ -30,10 +30,6 @@ const (
 	// postCopyGrace is how long past the deadline a migration that may
 	// switch to post-copy is given for the switch before it is aborted.
 	postCopyGrace = 30 * time.Second
-	// performBackstop is how long past the owner's last word Perform is
-	// bounded itself: libvirtx aborts the job then, which only an abort
-	// libvirt never took leaves to do.
-	performBackstop = 30 * time.Second
 	// pauseAfterBegin is how long the PauseAfterBegin fault holds a
 	// migration between Begin and Prepare.
 	pauseAfterBegin = 3 * time.Second
@@ -148,7 +144,7 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	}
 	prep, err := s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
-		DeadlineSeconds: deadline.Seconds()})
+		DeadlineSeconds: (deadline + postCopyGrace).Seconds()})
 	if err != nil {
 		s.running.end(drive)
 		var wp *proxy.WrongPeerError
@@ -241,14 +237,17 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	// switch, while the tracker samples on the pool's connection and the
 	// owner acts on the job. At the deadline (KubeVirt's 150 s per GiB of
 	// guest memory, see MigrationDeadline) the owner switches to
-	// post-copy if the migration may, and aborts it if not. Perform's own
-	// bound is a backstop behind the owner's, for an abort libvirt never
-	// took.
+	// post-copy if the migration may, and aborts it if not, until libvirt
+	// takes the abort. Perform has no bound of its own: it would abort
+	// behind the owner's back. The target drops a migration not finished
+	// by its deadline, the grace and its prepare timeout, which fails a
+	// Perform no abort could end.
 	go o.run(deadline, time.Duration(req.PostCopyAfterSeconds*float64(time.Second)))
-	performCookie, perr := conn.Perform(context.Background(), dom, perform, cookie, flags, deadline+postCopyGrace+performBackstop)
+	performCookie, perr := conn.Perform(context.Background(), dom, perform, cookie, flags, unbounded)
 	s.running.disown(driveKey(conn.Socket(), req.Domain))
+	// Not waited for: in pre-copy the guest is paused on both nodes now,
+	// and the finish must not wait on a libvirt call of the owner's.
 	close(o.done)
-	<-o.ended
 
 	// The streams keep relaying until the target's Finish has returned:
 	// in post-copy the guest runs there and pulls its last pages through

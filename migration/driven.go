@@ -65,6 +65,33 @@ func (t *Tracker) NoteEvent(kind, detail string) {
 	}
 }
 
+// NoteOn records an event on the domain's in-flight source job on socket.
+// One that repeats a recent event is not kept twice: a request asked again
+// and again must not push the evidence before it out.
+func (t *Tracker) NoteOn(socket, domain, kind, detail string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j, ok := t.jobs[jobKey{socket, domain}]; ok && j.view.Role == RoleSource {
+		if t.addEventOnce(j, time.Now(), kind, detail) {
+			t.publish(j)
+		}
+	}
+}
+
+// addEventOnce adds an event unless one of the job's last few says the
+// same (a request and its refusal, asked again and again); the caller
+// holds t.mu.
+func (t *Tracker) addEventOnce(j *job, at time.Time, kind, detail string) bool {
+	recent := j.events.slice()
+	for i := len(recent) - 1; i >= 0 && i >= len(recent)-4; i-- {
+		if recent[i].Kind == kind && recent[i].Detail == detail {
+			return false
+		}
+	}
+	t.addEvent(j, at, kind, detail)
+	return true
+}
+
 // StartPostCopy switches the domain's in-flight pre-copy migration to
 // post-copy; a socket, if named, picks the domain on that socket.
 func (t *Tracker) StartPostCopy(socket, domain string, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
@@ -89,14 +116,14 @@ func (t *Tracker) StartPostCopyWith(ctx context.Context, socket, domain, by stri
 	if call == nil && c != nil {
 		call = func(context.Context, bool) error { return start(c, ref) }
 	}
-	t.addEvent(j, time.Now(), "postcopy", "switch to post-copy requested "+by)
+	t.addEventOnce(j, time.Now(), "postcopy", "switch to post-copy requested "+by)
 	t.mu.Unlock()
 	if call == nil {
 		return Job{}, fmt.Errorf("%w: cannot switch %s to post-copy now", ErrNoLibvirt, domain)
 	}
 	if err := call(ctx, false); err != nil {
 		t.mu.Lock()
-		t.addEvent(j, time.Now(), "postcopy", "switch refused: "+err.Error())
+		t.addEventOnce(j, time.Now(), "postcopy", "switch refused: "+err.Error())
 		t.mu.Unlock()
 		return Job{}, fmt.Errorf("libvirt refused the switch to post-copy (was the migration started with post-copy allowed?): %w", err)
 	}

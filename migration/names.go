@@ -35,8 +35,15 @@ func (t *Tracker) socketsOf(domain string) []string {
 	return out
 }
 
-// unambiguous refuses a domain name more than one socket serves, naming
-// them, unless the request names its socket. t.mu is held.
+// Unambiguous refuses a domain name more than one socket serves, naming
+// them, unless the request names its socket.
+func (t *Tracker) Unambiguous(socket, domain string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.unambiguous(socket, domain)
+}
+
+// unambiguous is Unambiguous with t.mu held.
 func (t *Tracker) unambiguous(socket, domain string) error {
 	if socket != "" {
 		return nil

@@ -322,4 +322,9 @@ func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *test
 	if err != nil || resp.Error != "" {
 		t.Fatalf("the preparer's finish while others hold every control connection: %+v, %v", resp, err)
 	}
+	// The answer was lost, say: the finish asked again hears it again.
+	again, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "m1", Domain: "vm", Cookie: []byte("perform")})
+	if err != nil || again.Error != "" || again.Outcome != resp.Outcome {
+		t.Fatalf("the finish asked again while others hold every control connection: %+v, %v; first %+v", again, err, resp)
+	}
 }

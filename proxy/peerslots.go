@@ -49,19 +49,26 @@ func (p *Proxy) takeControlSlot(peer Peer, raw net.Conn) (release func(), err er
 }
 
 // takeReserve takes one of the control connections kept beyond
-// MaxControlConns for the finishes of prepared migrations: a peer holds
-// at most one per migration it prepared here, so that no other peer, by
-// holding every ordinary connection, can keep a source from hearing its
-// migration's outcome.
+// MaxControlConns for the finishes of prepared migrations, so that no
+// other peer, by holding every ordinary connection, can keep a source
+// from hearing its migration's outcome. A peer holds at most two per
+// migration it prepared here that the registry still holds (a finish
+// asked again while the first still waits on libvirt), and never more
+// than twice its share of incoming migrations. Only a peer known by its
+// certificate has any: without TLS, no peer can be told from another.
 func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
+	owner := peer.owner()
+	if owner == "" {
+		return nil, false
+	}
 	key := peerKey(peer, raw)
-	prepared := p.reg.preparedFor(peer.owner())
+	allowed := min(2*p.reg.preparedFor(owner), 2*MaxIncomingPerPeer)
 	p.controlMu.Lock()
 	defer p.controlMu.Unlock()
 	if p.reserveBy == nil {
 		p.reserveBy = map[string]int{}
 	}
-	if p.reserveBy[key] >= prepared {
+	if p.reserveBy[key] >= allowed {
 		return nil, false
 	}
 	p.reserveBy[key]++

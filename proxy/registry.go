@@ -405,13 +405,15 @@ func (r *registry) gcLocked(now time.Time) {
 	}
 }
 
-// preparedFor counts the live incoming migrations owner prepared here.
+// preparedFor counts the incoming migrations owner prepared here that the
+// registry still holds: live ones, and ended ones whose answer a repeated
+// finish may still ask for.
 func (r *registry) preparedFor(owner string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, e := range r.entries {
-		if e.ended == "" && e.in != nil && e.owner == owner {
+		if e.in != nil && e.owner == owner {
 			n++
 		}
 	}

@@ -50,6 +50,10 @@ type Evidence struct {
 	// PostCopyEnabled: the migration was started with VIR_MIGRATE_POSTCOPY,
 	// without which it cannot switch.
 	PostCopyEnabled bool
+	// DeadlineOwned: the migration's driver itself switches or aborts at
+	// Deadline (a migration Ferry drives, through its owner); the policy
+	// only ramps the downtime as it nears.
+	DeadlineOwned bool
 }
 
 // Memory is what the policy remembers of one job between decisions.
@@ -116,7 +120,7 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 	elapsed := time.Duration(j.ElapsedMs) * time.Millisecond
 
 	switch {
-	case deadline > 0 && elapsed >= deadline:
+	case deadline > 0 && elapsed >= deadline && !e.DeadlineOwned:
 		d.Trigger = "deadline"
 	case j.Convergence == migration.VerdictStalled:
 		d.Trigger = "stalled"

@@ -163,6 +163,22 @@ func TestSlowMigrationNearTheBackstopRampsTheDowntime(t *testing.T) {
 	}
 }
 
+// A driver that acts at the deadline itself (the owner of a migration
+// Ferry drives) gets the ramp from the policy, never a second abort or
+// switch of the policy's own at the same deadline.
+func TestOwnedDeadlineIsLeftToItsOwner(t *testing.T) {
+	starts := []float64{511, 300, 200, 150, 120}
+	sr := series{starts: starts, dirty: 30, transfer: 40,
+		verdicts: verdicts(5, 3, migration.VerdictConverging), elapsedPerPass: 20 * time.Second}
+	var m Memory
+	for n := 1; n <= len(starts); n++ {
+		d := Decide(act(500, false), Evidence{Job: sr.job(n), MaxDowntime: migration.DefaultMaxDowntime, Deadline: 75 * time.Second, DeadlineOwned: true}, &m)
+		if d.Action == Abort || d.Action == PostCopy || d.Trigger == "deadline" {
+			t.Fatalf("pass %d: %+v, want no action of the policy's own at an owned deadline", n, d)
+		}
+	}
+}
+
 func TestSwitchOverThatDidNotLandRaisesOnce(t *testing.T) {
 	// QEMU's own bandwidth reading is 15 % under the tracker's.
 	sr := series{starts: []float64{511.2, 201.0, 45.3, 37.2, 38.9, 37.9, 38.0}, dirty: 90, transfer: 100, qemuTransfer: 85,

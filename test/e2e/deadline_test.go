@@ -46,8 +46,11 @@ func TestDeadlineSwitchesADrivenMigrationToPostCopy(t *testing.T) {
 	if switched == nil {
 		t.Fatalf("no switch at the deadline among the job's events: %+v", src.Events)
 	}
-	if at := switched.Time.Sub(src.StartTime); at < deadline-2*time.Second || at > deadline+10*time.Second {
-		t.Fatalf("switched %s into the job, want about its %s deadline", at.Round(time.Millisecond), deadline)
+	// The job counts from libvirt's Begin, the deadline from Perform: the
+	// target's Prepare (up to 16 s with a cold capabilities cache) lies
+	// between.
+	if at := switched.Time.Sub(src.StartTime); at < deadline || at > deadline+30*time.Second {
+		t.Fatalf("switched %s into the job, want at its %s deadline", at.Round(time.Millisecond), deadline)
 	}
 	onlyOn(t, name, "b", "a")
 	memoryIntact(t, name, before)
@@ -77,7 +80,7 @@ func TestDeadlineAbortsADrivenMigrationWithoutPostCopy(t *testing.T) {
 	if src.FailureClass != migration.ClassDeadlineExceeded {
 		t.Errorf("failure class %s, want %s", src.FailureClass, migration.ClassDeadlineExceeded)
 	}
-	if took := src.EndTime.Sub(src.StartTime); took < deadline-2*time.Second || took > deadline+15*time.Second {
+	if took := src.EndTime.Sub(src.StartTime); took < deadline || took > deadline+30*time.Second {
 		t.Errorf("the job ended %s after its start, want about its %s deadline", took.Round(time.Millisecond), deadline)
 	}
 	if st, _ := domainState(t, "a", name); st != int32(libvirt.DomainRunning) {
