@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -40,6 +41,7 @@ type Owner struct {
 
 	// Only run's goroutine touches these.
 	switched, aborting bool
+	switchedAt         time.Time
 }
 
 // jobControl is what the owner asks of libvirt, on the migration's own
@@ -77,13 +79,26 @@ type request struct {
 	// waiting is closed once a switch waits for QEMU's migration: the
 	// owner has taken it, and will make it.
 	waiting chan struct{}
+	// asked is when it was asked; gone is set once its asker stopped
+	// waiting before the owner took it, which then drops it: applied
+	// later, it would act on a state its asker never saw.
+	asked time.Time
+	gone  atomic.Bool
+}
+
+// isWaiting says whether the owner holds r as a waiting switch.
+func (r *request) isWaiting() bool {
+	select {
+	case <-r.waiting:
+		return true
+	default:
+		return false
+	}
 }
 
 // wait marks a switch as waiting, once.
 func (r *request) wait() {
-	select {
-	case <-r.waiting:
-	default:
+	if !r.isWaiting() {
 		close(r.waiting)
 	}
 }
@@ -112,7 +127,7 @@ var (
 	errEnded      = fmt.Errorf("%w: its Perform has returned, and nothing is left to steer", migration.ErrNoJob)
 	// errBusy: the owner had not taken the request when the asker's time
 	// ran out; it may still apply it.
-	errBusy = errors.New("the migration's owner has not answered yet (a libvirt call before it is slow); the request stays queued")
+	errBusy = errors.New("the migration's owner did not answer in time (a libvirt call before it is slow): a request it had not taken yet is dropped; the job's events say what was done")
 )
 
 // Timing of the owner.
@@ -147,12 +162,8 @@ func (o *Owner) Abort(ctx context.Context, by, why string, force bool) (migratio
 func (o *Owner) StartPostCopy(ctx context.Context, by string) (migration.Job, error) {
 	r := &request{op: opSwitch, by: by, waiting: make(chan struct{})}
 	rep := o.ask(ctx, r)
-	if errors.Is(rep.err, errBusy) {
-		select {
-		case <-r.waiting:
-			return rep.job, ErrSwitchWaiting
-		default:
-		}
+	if errors.Is(rep.err, errBusy) && r.isWaiting() {
+		return rep.job, ErrSwitchWaiting
 	}
 	return rep.job, rep.err
 }
@@ -163,7 +174,7 @@ func (o *Owner) SetMaxDowntime(ctx context.Context, d time.Duration) error {
 }
 
 func (o *Owner) ask(ctx context.Context, r *request) reply {
-	r.reply = make(chan reply, 1)
+	r.reply, r.asked = make(chan reply, 1), time.Now()
 	if r.waiting == nil {
 		r.waiting = make(chan struct{})
 	}
@@ -191,7 +202,13 @@ func (o *Owner) ask(ctx context.Context, r *request) reply {
 			return reply{err: errEnded}
 		}
 	case <-ctx.Done():
-		return reply{err: fmt.Errorf("%w: %v", errBusy, ctx.Err())}
+		r.gone.Store(true)
+		select {
+		case rep := <-r.reply:
+			return rep
+		default:
+			return reply{err: fmt.Errorf("%w: %v", errBusy, ctx.Err())}
+		}
 	}
 }
 
@@ -242,54 +259,66 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 			return
 		default:
 		}
+		// What was asked first is applied first: a request queued before a
+		// timer fired goes before the timer's.
 		var r *request
 		select {
-		case <-o.done:
-			o.stop(waiting)
-			return
 		case r = <-o.reqs:
-		case <-timer:
-			r = &request{op: opSwitch, by: "by the post-copy timer", waiting: make(chan struct{})}
-		case <-dl.C:
-			why := fmt.Sprintf("the migration ran past its deadline of %s", deadline.Round(time.Second))
-			if o.postCopy {
-				r = &request{op: opSwitch, by: "at the deadline: " + why, waiting: make(chan struct{})}
-				giveUp = time.After(o.grace)
-			} else {
-				deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline, why: why}
+		default:
+		}
+		if r == nil {
+			select {
+			case <-o.done:
+				o.stop(waiting)
+				return
+			case r = <-o.reqs:
+			case <-timer:
+				r = &request{op: opSwitch, by: "by the post-copy timer", waiting: make(chan struct{})}
+			case <-dl.C:
+				why := fmt.Sprintf("the migration ran past its deadline of %s", deadline.Round(time.Second))
+				if o.postCopy {
+					r = &request{op: opSwitch, by: "at the deadline: " + why, waiting: make(chan struct{})}
+					giveUp = time.After(o.grace)
+				} else {
+					deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline, why: why}
+					r = deadlineAbort
+				}
+			case <-giveUp:
+				if o.switched {
+					continue
+				}
+				deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline,
+					why: fmt.Sprintf("the migration ran past its deadline of %s, and the switch to post-copy was not taken within %s", deadline.Round(time.Second), o.grace)}
 				r = deadlineAbort
-			}
-		case <-giveUp:
-			if o.switched {
+			case <-again:
+				again = nil
+				if o.aborting || o.switched {
+					continue
+				}
+				r = deadlineAbort
+			case <-stuck:
+				// libvirt took the abort and its migration still runs: ask
+				// again, as libvirt's client would not, rather than wait on a
+				// job that never ends.
+				o.log.Error("the migration still runs a while after libvirt took its abort; asking libvirt again", zap.Duration("since", abortStuck))
+				ctx, cancel := context.WithTimeout(context.Background(), ownerCallTimeout)
+				if err := o.job.AbortJob(ctx, o.dom, false); err != nil {
+					o.log.Warn("libvirt refused the repeated abort", zap.Error(err))
+				}
+				cancel()
+				stuck = time.After(abortStuck)
 				continue
+			case <-retry:
+				retry = nil
+				if len(waiting) == 0 {
+					continue
+				}
+				r = waiting[0]
 			}
-			deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline,
-				why: fmt.Sprintf("the migration ran past its deadline of %s, and the switch to post-copy was not taken within %s", deadline.Round(time.Second), o.grace)}
-			r = deadlineAbort
-		case <-again:
-			again = nil
-			if o.aborting || o.switched {
-				continue
-			}
-			r = deadlineAbort
-		case <-stuck:
-			// libvirt took the abort and its migration still runs: ask
-			// again, as libvirt's client would not, rather than wait on a
-			// job that never ends.
-			o.log.Error("the migration still runs a while after libvirt took its abort; asking libvirt again", zap.Duration("since", abortStuck))
-			ctx, cancel := context.WithTimeout(context.Background(), ownerCallTimeout)
-			if err := o.job.AbortJob(ctx, o.dom, false); err != nil {
-				o.log.Warn("libvirt refused the repeated abort", zap.Error(err))
-			}
-			cancel()
-			stuck = time.After(abortStuck)
+		}
+		if r.gone.Load() && !r.isWaiting() {
+			r.answer(reply{err: errBusy})
 			continue
-		case <-retry:
-			retry = nil
-			if len(waiting) == 0 {
-				continue
-			}
-			r = waiting[0]
 		}
 		if r.op == opSwitch && len(waiting) > 0 && r != waiting[0] {
 			r.wait()
@@ -360,60 +389,79 @@ func (o *Owner) apply(r *request) (rep reply, again bool) {
 	postCopy = postCopy || o.switched
 	switch r.op {
 	case opSwitch:
-		switch {
-		case postCopy:
-			return reply{err: fmt.Errorf("%w: %s", migration.ErrAlreadyPostCopy, o.domain)}, false
-		case o.aborting:
-			return o.refuse(r, ErrAborting), false
-		case !active:
-			return reply{err: errors.New("QEMU's migration is not active yet")}, true
-		}
-		j, err := o.books.StartPostCopyWith(ctx, o.socket, o.domain, r.by, func(ctx context.Context, _ bool) error {
-			return o.job.StartPostCopy(ctx, o.dom)
-		}, nil)
-		switch {
-		case errors.Is(err, migration.ErrAlreadyPostCopy):
-			o.switched = true
-			return reply{err: err}, false
-		case err != nil:
-			// QEMU refuses a switch in its migration's setup, and the
-			// tracker may not have the job yet: both pass.
-			return reply{err: err}, true
-		}
-		o.switched = true
-		o.log.Info("switched to post-copy", zap.String("by", r.by))
-		return reply{job: j}, false
+		return o.applySwitch(ctx, r, postCopy, active)
 	case opAbort:
-		switch {
-		case o.aborting:
-			return o.refuse(r, fmt.Errorf("%w already", ErrAborting)), false
-		case postCopy && !r.force:
-			return o.refuse(r, migration.PostCopyRefusal(o.domain)), false
-		case !active && !postCopy:
-			return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
-		}
-		res, err := o.books.AbortWith(ctx, o.socket, o.domain, r.force, r.by, r.why, func(ctx context.Context, pc bool) error {
-			return o.job.AbortJob(ctx, o.dom, pc || postCopy)
-		})
-		if err == nil {
-			o.aborting = true
-			o.log.Warn("migration aborted", zap.String("by", r.by), zap.String("why", r.why), zap.Bool("postCopy", postCopy))
-		}
-		return reply{abort: res, err: err}, false
-	default:
-		switch {
-		case postCopy:
-			return reply{err: fmt.Errorf("%w: %s has no switch-over downtime to set", migration.ErrAlreadyPostCopy, o.domain)}, false
-		case o.aborting:
-			return reply{err: ErrAborting}, false
-		case !active:
-			return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
-		}
-		err := o.books.SetMaxDowntimeWith(ctx, o.socket, o.domain, r.downtime, func(ctx context.Context, _ bool) error {
-			return o.job.SetMaxDowntime(ctx, o.dom, r.downtime)
-		})
-		return reply{err: err}, false
+		return o.applyAbort(ctx, r, postCopy, active), false
 	}
+	switch {
+	case postCopy:
+		return reply{err: fmt.Errorf("%w: %s has no switch-over downtime to set", migration.ErrAlreadyPostCopy, o.domain)}, false
+	case o.aborting:
+		return reply{err: ErrAborting}, false
+	case !active:
+		return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
+	}
+	set := func(ctx context.Context, _ bool) error { return o.job.SetMaxDowntime(ctx, o.dom, r.downtime) }
+	err = o.books.SetMaxDowntimeWith(ctx, o.socket, o.domain, r.downtime, set)
+	return reply{err: o.unrecorded(ctx, err, "max downtime", set)}, false
+}
+
+func (o *Owner) applySwitch(ctx context.Context, r *request, postCopy, active bool) (reply, bool) {
+	switch {
+	case postCopy:
+		return reply{err: fmt.Errorf("%w: %s", migration.ErrAlreadyPostCopy, o.domain)}, false
+	case o.aborting:
+		return o.refuse(r, ErrAborting), false
+	case !active:
+		return reply{err: errors.New("QEMU's migration is not active yet")}, true
+	}
+	start := func(ctx context.Context, _ bool) error { return o.job.StartPostCopy(ctx, o.dom) }
+	j, err := o.books.StartPostCopyWith(ctx, o.socket, o.domain, r.by, start, nil)
+	err = o.unrecorded(ctx, err, "switch to post-copy "+r.by, start)
+	switch {
+	case errors.Is(err, migration.ErrAlreadyPostCopy):
+		o.switched, o.switchedAt = true, time.Now()
+		return reply{err: err}, false
+	case err != nil:
+		// QEMU refuses a switch in its migration's setup: asked again.
+		return reply{err: err}, true
+	}
+	o.switched, o.switchedAt = true, time.Now()
+	o.log.Info("switched to post-copy", zap.String("by", r.by))
+	return reply{job: j}, false
+}
+
+func (o *Owner) applyAbort(ctx context.Context, r *request, postCopy, active bool) reply {
+	switch {
+	case o.aborting:
+		return o.refuse(r, fmt.Errorf("%w already", ErrAborting))
+	case postCopy && !r.force:
+		return o.refuse(r, migration.PostCopyRefusal(o.domain))
+	case postCopy && r.asked.Before(o.switchedAt):
+		// Forced in pre-copy, where it costs nothing; applied now it
+		// would split the guest, which nobody asked for knowingly.
+		return o.refuse(r, fmt.Errorf("%w: the abort was asked before the switch to post-copy, and is not applied after it; ask again (with --force) if the guest is to be paused in post-copy", migration.ErrPostCopyNeedsForce))
+	case !active && !postCopy:
+		return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}
+	}
+	abort := func(ctx context.Context, pc bool) error { return o.job.AbortJob(ctx, o.dom, pc || postCopy) }
+	res, err := o.books.AbortWith(ctx, o.socket, o.domain, r.force, r.by, r.why, abort)
+	if err = o.unrecorded(ctx, err, "abort by "+r.by+": "+r.why, abort); err == nil {
+		o.aborting = true
+		o.log.Warn("migration aborted", zap.String("by", r.by), zap.String("why", r.why), zap.Bool("postCopy", postCopy))
+	}
+	return reply{abort: res, err: err}
+}
+
+// unrecorded makes call itself when the tracker has no job to record it
+// on (its own connection to libvirt is cut, say): the record is evidence,
+// and never a condition of acting on the migration.
+func (o *Owner) unrecorded(ctx context.Context, err error, what string, call migration.Act) error {
+	if !errors.Is(err, migration.ErrNoJob) {
+		return err
+	}
+	o.log.Warn("the tracker has no job of the migration; acting on libvirt without its record", zap.String("what", what))
+	return call(ctx, false)
 }
 
 // refuse answers r with err, and leaves the refusal on the job.

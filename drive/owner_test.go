@@ -26,10 +26,15 @@ type fakeJob struct {
 	refuseSwitch bool
 	// failAborts: libvirt refuses this many aborts first.
 	failAborts int
-	calls      []string
+	// gate, when set, holds every state read until it is closed.
+	gate  chan struct{}
+	calls []string
 }
 
 func (f *fakeJob) DomainState(context.Context, libvirt.Domain) (libvirtx.State, int32, error) {
+	if f.gate != nil {
+		<-f.gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
@@ -89,12 +94,15 @@ func (f *fakeJob) log() []string {
 }
 
 // fakeBooks passes the owner's calls through, as the tracker does once
-// it has recorded them.
-type fakeBooks struct{}
+// it has recorded them; with noJob, it has no job to record them on.
+type fakeBooks struct{ noJob bool }
 
 func (fakeBooks) NoteOn(_, _, _, _ string) {}
 
-func (fakeBooks) AbortWith(ctx context.Context, _, _ string, _ bool, by, why string, call migration.Act) (migration.AbortResult, error) {
+func (b fakeBooks) AbortWith(ctx context.Context, _, _ string, _ bool, by, why string, call migration.Act) (migration.AbortResult, error) {
+	if b.noJob {
+		return migration.AbortResult{}, migration.ErrNoJob
+	}
 	return migration.AbortResult{Message: by + ": " + why}, call(ctx, false)
 }
 
@@ -279,5 +287,63 @@ func TestOwnerRefusesASwitchWithoutPostCopy(t *testing.T) {
 	defer cancel()
 	if _, err := o.StartPostCopy(ctx, "by a test"); !errors.Is(err, ErrNoPostCopy) {
 		t.Fatalf("switch without post-copy: %v, want ErrNoPostCopy", err)
+	}
+}
+
+// An abort forced in pre-copy that reaches the owner after the switch is
+// not applied: it would split the guest. One forced after the switch is.
+func TestOwnerDoesNotApplyAPreCopyForceAfterTheSwitch(t *testing.T) {
+	job := &fakeJob{}
+	o := startOwner(t, job, true, time.Hour, 0)
+	asked := time.Now()
+	if _, err := o.StartPostCopy(context.Background(), "by a test"); err != nil {
+		t.Fatal(err)
+	}
+	early := &request{op: opAbort, by: migration.AbortByOperator, force: true, reply: make(chan reply, 1), waiting: make(chan struct{}), asked: asked}
+	o.reqs <- early
+	if rep := <-early.reply; !errors.Is(rep.err, migration.ErrPostCopyNeedsForce) {
+		t.Fatalf("a forced abort asked before the switch: %v, want ErrPostCopyNeedsForce", rep.err)
+	}
+	if got := job.log(); !equal(got, []string{"switch"}) {
+		t.Fatalf("libvirt heard %v, want the switch only", got)
+	}
+	if _, err := o.Abort(context.Background(), migration.AbortByOperator, "", true); err != nil {
+		t.Fatalf("a forced abort asked after the switch: %v", err)
+	}
+	if got := job.log(); !equal(got, []string{"switch", "abort postCopy=true"}) {
+		t.Fatalf("libvirt heard %v, want the switch and a post-copy abort", got)
+	}
+}
+
+// A request whose asker gave up before the owner took it is dropped, not
+// applied later against a state its asker never saw.
+func TestOwnerDropsARequestItsAskerGaveUpOn(t *testing.T) {
+	job := &fakeJob{gate: make(chan struct{})}
+	o := startOwner(t, job, false, time.Hour, 0)
+	go o.SetMaxDowntime(context.Background(), time.Second) // holds the owner in a state read
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := o.Abort(ctx, migration.AbortByOperator, "", false); !errors.Is(err, errBusy) {
+		t.Fatalf("abort behind a stuck call: %v, want errBusy", err)
+	}
+	close(job.gate)
+	time.Sleep(200 * time.Millisecond)
+	if got := job.log(); !equal(got, []string{"downtime 1s"}) {
+		t.Fatalf("libvirt heard %v, want the downtime only", got)
+	}
+}
+
+// With no tracker job to record it on, the owner still acts.
+func TestOwnerActsWithoutTheTrackersJob(t *testing.T) {
+	job := &fakeJob{}
+	o := newOwner("/run/libvirt/libvirt-sock", "vm", libvirt.Domain{Name: "vm"}, job, fakeBooks{noJob: true}, false, zap.NewNop())
+	go o.run(time.Hour, 0)
+	defer func() { close(o.done); <-o.ended }()
+	if _, err := o.Abort(context.Background(), migration.AbortByOperator, "", false); err != nil {
+		t.Fatalf("abort with no tracker job: %v", err)
+	}
+	if got := job.log(); !equal(got, []string{"abort postCopy=false"}) {
+		t.Fatalf("libvirt heard %v", got)
 	}
 }

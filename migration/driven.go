@@ -175,7 +175,7 @@ func (t *Tracker) DriveInDoubt(socket, domain, why string) {
 func (t *Tracker) Drive(socket, domain string, info ProxyInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.driven[domain] = &drivenInfo{proxy: &info, socket: socket}
+	t.driven[jobKey{socket, domain}] = &drivenInfo{proxy: &info}
 	for k, j := range t.jobs {
 		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
 			j.setProxy(&info)
@@ -236,10 +236,10 @@ func (t *Tracker) PrepareFailed(domain string, ref libvirt.Domain, socket string
 func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info ProxyInfo, failure string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	di := t.driven[domain]
+	di := t.driven[jobKey{socket, domain}]
 	if di == nil {
 		di = &drivenInfo{}
-		t.driven[domain] = di
+		t.driven[jobKey{socket, domain}] = di
 	}
 	di.proxy, di.reason, di.ended = &info, failure, true
 	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
@@ -281,6 +281,6 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		t.publish(best)
 	}
 	if best != nil && best.view.Phase.Finished() {
-		delete(t.driven, domain)
+		delete(t.driven, jobKey{socket, domain})
 	}
 }

@@ -120,7 +120,8 @@ type Tracker struct {
 	latest map[jobKey]*job
 	// driven holds what a driver told of a domain's migration before the
 	// job existed or ended: its proxy, and its own account of a failure.
-	driven map[string]*drivenInfo
+	// By socket and domain: a namesake on another socket is not driven.
+	driven map[jobKey]*drivenInfo
 	// incoming is what prepared a domain's incoming migration, for its
 	// target job.
 	incoming map[string]incomingInfo
@@ -135,10 +136,7 @@ type Tracker struct {
 
 type drivenInfo struct {
 	// ended: the driver has given its final account.
-	ended bool
-	// socket is the libvirt the driven domain runs on: a namesake on
-	// another socket is not driven.
-	socket   string
+	ended    bool
 	proxy    *ProxyInfo
 	reason   string
 	deadline bool
@@ -167,7 +165,7 @@ func NewTracker(cfg Config) *Tracker {
 		finals:   map[jobKey]*job{},
 		conns:    map[string]*libvirtx.Conn{},
 		latest:   map[jobKey]*job{},
-		driven:   map[string]*drivenInfo{},
+		driven:   map[jobKey]*drivenInfo{},
 		incoming: map[string]incomingInfo{},
 		ledger:   openLedger(cfg.StateDir, cfg.Log),
 		stateAt:  map[jobKey]time.Time{},
@@ -390,7 +388,7 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 	}
 	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
 	j.domID, j.opened, j.seen = ref.ID, start, start
-	if di := t.driven[ref.Name]; di != nil && role == RoleSource && (di.socket == "" || di.socket == socket) {
+	if di := t.driven[jobKey{socket, ref.Name}]; di != nil && role == RoleSource {
 		j.setProxy(di.proxy)
 	}
 	if role == RoleTarget {
@@ -423,7 +421,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		phase = PhasePostCopyFailed
 	}
 	driverPending := false
-	if di := t.driven[j.view.Domain]; di != nil && j.view.Role == RoleSource && (di.socket == "" || di.socket == j.view.Socket) {
+	if di := t.driven[jobKey{j.view.Socket, j.view.Domain}]; di != nil && j.view.Role == RoleSource {
 		// The driver's account names what libvirt cannot: the proxy, the
 		// link, a deadline that aborted the job (which libvirt records as
 		// a cancel, as if a client had asked). Until it has given it, the
@@ -435,7 +433,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		if di.proxy != nil {
 			j.setProxy(di.proxy)
 		}
-		delete(t.driven, j.view.Domain)
+		delete(t.driven, jobKey{j.view.Socket, j.view.Domain})
 	}
 	// A prepare of the domain's next migration may already be recorded
 	// when this job's end is seen late; it stays.

@@ -35,7 +35,10 @@ const (
 	MaxControlRequest = 4 << 20
 	MaxDomainXML      = 2 << 20
 	MaxCookie         = 256 << 10
-	MaxParallel       = 64
+	// maxReservedExtra is what a finish or a cancel carries besides its
+	// cookie (base64 makes it a third larger), on a kept connection.
+	maxReservedExtra = 128 << 10
+	MaxParallel      = 64
 	// MaxControlConns and MaxIncoming bound what peers may hold at once:
 	// control connections being served, and incoming migrations prepared
 	// and not yet ended, each a target QEMU.
@@ -181,7 +184,12 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 	}
 	defer releaseSlot()
 	c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
-	lr := &limitedReader{r: c, n: MaxControlRequest}
+	limit := int64(MaxControlRequest)
+	if reserved {
+		// A finish or a cancel: a cookie and a few names.
+		limit = MaxCookie + maxReservedExtra
+	}
+	lr := &limitedReader{r: c, n: limit}
 	// A request past readGate (a prepare's domain XML) waits for a reading
 	// slot; a finish or a cancel is smaller and never waits.
 	gr := &gatedReader{r: lr, acquire: func() (func(), error) {
@@ -205,7 +213,7 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 			reason = reasonTooManyReading
 		case lr.hit:
 			reason = reasonTooLarge
-			err = fmt.Errorf("control request larger than %d bytes", MaxControlRequest)
+			err = fmt.Errorf("control request larger than %d bytes", limit)
 		case errors.As(err, &ne) && ne.Timeout():
 			reason = "header_timeout"
 		}

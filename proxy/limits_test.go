@@ -264,12 +264,13 @@ func TestOnePeerPreparesItsShareOfIncomingMigrations(t *testing.T) {
 
 // holdControlsAs opens n control connections to dst as node as, from
 // address from, through the TLS handshake and the header, and never sends
-// a request.
+// a request; it returns once dst holds each.
 func holdControlsAs(t *testing.T, as, dst *node, from net.IP, n int) {
 	t.Helper()
 	hb, _ := Header{Kind: KindControl}.Encode()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
 	for range n {
+		before := dst.p.controls.Load()
 		raw, err := d.Dial("tcp", dst.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -279,7 +280,15 @@ func holdControlsAs(t *testing.T, as, dst *node, from net.IP, n int) {
 		if err := c.Handshake(); err != nil {
 			t.Fatal(err)
 		}
-		c.Write(hb)
+		if _, err := c.Write(hb); err != nil {
+			t.Fatal(err)
+		}
+		for end := time.Now().Add(10 * time.Second); dst.p.controls.Load() == before; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("dst never held the control connection (refused: handshake %v, header %v, opening %v)",
+					rejectedOf(dst, "tls_handshake"), rejectedOf(dst, "header_timeout"), rejectedOf(dst, reasonTooManyOpening))
+			}
+		}
 	}
 }
 
@@ -290,7 +299,10 @@ func holdControlsAs(t *testing.T, as, dst *node, from net.IP, n int) {
 func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *testing.T) {
 	ca := newTestCA(t, "ca")
 	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
-	dst := nodeWithCert(t, "b", ca.issueNode(t, t.TempDir(), "b"))
+	// The others hold their connections as long as a peer may before its
+	// request is read: long enough for the whole test.
+	files := ca.issueNode(t, t.TempDir(), "b")
+	dst := startNodeWith(t, Config{TLS: &files, Node: "b", HeaderTimeout: time.Minute})
 	prepareAs(t, src, dst, "m1", "vm", 0, false)
 	for i := range MaxControlConns / MaxControlConnsPerPeer {
 		name := fmt.Sprintf("c%d", i)
@@ -298,7 +310,8 @@ func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *test
 	}
 	for end := time.Now().Add(20 * time.Second); dst.p.controls.Load() != MaxControlConns; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("%d control connections held, want %d", dst.p.controls.Load(), MaxControlConns)
+			t.Fatalf("%d control connections held, want %d (refused: handshake %v, header %v, opening %v, from peer %v)", dst.p.controls.Load(), MaxControlConns,
+				rejectedOf(dst, "tls_handshake"), rejectedOf(dst, "header_timeout"), rejectedOf(dst, reasonTooManyOpening), rejectedOf(dst, reasonTooManyFromPeer))
 		}
 	}
 

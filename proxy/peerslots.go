@@ -54,8 +54,9 @@ func (p *Proxy) takeControlSlot(peer Peer, raw net.Conn) (release func(), err er
 // from hearing its migration's outcome. A peer holds at most two per
 // migration it prepared here that the registry still holds (a finish
 // asked again while the first still waits on libvirt), and never more
-// than twice its share of incoming migrations. Only a peer known by its
-// certificate has any: without TLS, no peer can be told from another.
+// than twice its share of incoming migrations; all peers together hold
+// at most twice MaxIncoming. Only a peer known by its certificate has
+// any: without TLS, no peer can be told from another.
 func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
 	owner := peer.owner()
 	if owner == "" {
@@ -68,7 +69,11 @@ func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
 	if p.reserveBy == nil {
 		p.reserveBy = map[string]int{}
 	}
-	if p.reserveBy[key] >= allowed {
+	total := 0
+	for _, n := range p.reserveBy {
+		total += n
+	}
+	if p.reserveBy[key] >= allowed || total >= 2*MaxIncoming {
 		return nil, false
 	}
 	p.reserveBy[key]++

@@ -47,7 +47,10 @@ func startNodeIDs(t *testing.T, cfg Config, newID func(string) string) *node {
 		cfg.Incoming = in
 	}
 	cfg.Listen, cfg.SocketDir = "127.0.0.1:0", dir
-	cfg.HeaderTimeout, cfg.DialTimeout, cfg.Registerer = 500*time.Millisecond, 2*time.Second, prometheus.NewRegistry()
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = 500 * time.Millisecond
+	}
+	cfg.DialTimeout, cfg.Registerer = 2*time.Second, prometheus.NewRegistry()
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
