@@ -168,7 +168,11 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 	abortHandler(func(ctx context.Context, socket, domain string, force bool) (migration.AbortResult, error) {
-		if o := d.owner(socket, domain); o != nil {
+		o, err := d.owner(socket, domain)
+		switch {
+		case err != nil:
+			return migration.AbortResult{}, err
+		case o != nil:
 			return o.Abort(ctx, migration.AbortByOperator, "", force)
 		}
 		return d.Tracker.Abort(ctx, socket, domain, force)
@@ -177,13 +181,17 @@ func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 
 // owner is the owner of a migration Ferry drives of domain, while its
 // Perform runs: whatever acts on it goes through the owner, even while
-// the tracker's own connection to its libvirt is cut. A name two sockets
-// serve finds none, and the tracker's answer then says so.
-func (d *Daemon) owner(socket, domain string) *drive.Owner {
-	if d.source == nil || d.Tracker.Unambiguous(socket, domain) != nil {
-		return nil
+// the tracker's own connection to its libvirt is cut. With no socket
+// named, a domain of the name on any other libvirt makes it ambiguous.
+func (d *Daemon) owner(socket, domain string) (*drive.Owner, error) {
+	if d.source == nil {
+		return nil, nil
 	}
-	return d.source.Owner(socket, domain)
+	o := d.source.Owner(socket, domain)
+	if o == nil || socket != "" {
+		return o, nil
+	}
+	return o, d.Tracker.AmbiguousBeside(o.Socket(), domain)
 }
 
 // abortFunc is Tracker.Abort, or a stand-in where no libvirt can put a job
@@ -265,12 +273,16 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
 	var j migration.Job
-	var err error
-	if o := d.owner(socketParam(r), r.PathValue("domain")); o != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	o, err := d.owner(socketParam(r), r.PathValue("domain"))
+	switch {
+	case err != nil:
+	case o != nil:
+		// Longer than one libvirt call of the owner's, so that a switch it
+		// takes is answered.
+		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 		j, err = o.StartPostCopy(ctx, "by an operator through Ferry")
 		cancel()
-	} else {
+	default:
 		j, err = d.Tracker.StartPostCopy(socketParam(r), r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
 			return c.StartPostCopy(r.Context(), ref)
 		})

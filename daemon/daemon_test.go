@@ -162,15 +162,16 @@ func TestAMigrationNamesItsTargetNode(t *testing.T) {
 func TestMigrateRequestErrorsNameTheField(t *testing.T) {
 	_, hc := startDaemonWith(t, func(c *Config) { c.MigrationAllowAnyTarget = true })
 	for body, want := range map[string]string{
-		`{"domain":"","target":"10.0.0.1"}`:                                "domain is empty",
-		`{"domain":"vm","target":"nohostport"}`:                            "not the target node's proxy address",
-		`{"domain":"vm","target":"10.0.0.2:9475","parallel":-1}`:           "parallel -1",
-		`{"domain":"vm","target":"10.0.0.2:9475","bandwith":5}`:            "unknown field",
-		`{"domain":"nosuchvm","target":"10.0.0.2:9475","parallel":2}`:      "no running domain",
-		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"Bad_Node"}`: `targetNode "Bad_Node" is not a node name`,
-		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"b"}`:        "targetNode needs the proxy's TLS",
-		`{"domain":"vm","target":"10.0.0.2:9475","deadlineSeconds":2}`:     "below the shortest deadline",
-		`{"domain":"vm","target":"10.0.0.2:9475","deadlineSeconds":1e19}`:  "past the longest",
+		`{"domain":"","target":"10.0.0.1"}`:                                    "domain is empty",
+		`{"domain":"vm","target":"nohostport"}`:                                "not the target node's proxy address",
+		`{"domain":"vm","target":"10.0.0.2:9475","parallel":-1}`:               "parallel -1",
+		`{"domain":"vm","target":"10.0.0.2:9475","bandwith":5}`:                "unknown field",
+		`{"domain":"nosuchvm","target":"10.0.0.2:9475","parallel":2}`:          "no running domain",
+		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"Bad_Node"}`:     `targetNode "Bad_Node" is not a node name`,
+		`{"domain":"vm","target":"10.0.0.2:9475","targetNode":"b"}`:            "targetNode needs the proxy's TLS",
+		`{"domain":"vm","target":"10.0.0.2:9475","deadlineSeconds":2}`:         "below the shortest deadline",
+		`{"domain":"vm","target":"10.0.0.2:9475","deadlineSeconds":1e19}`:      "past the longest",
+		`{"domain":"vm","target":"10.0.0.2:9475","postCopyAfterSeconds":1e19}`: "postCopyAfterSeconds 1e+19 is outside",
 	} {
 		resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", strings.NewReader(body))
 		if err != nil {

@@ -39,9 +39,10 @@ type Owner struct {
 	done  chan struct{} // closed by the driver once Perform has returned
 	ended chan struct{} // closed when the owner has stopped
 
-	// Only run's goroutine touches these.
-	switched, aborting bool
-	switchedAt         time.Time
+	// Only run's goroutine touches these. closed: past the deadline's
+	// grace, no switch is made any more.
+	switched, aborting, closed bool
+	switchedAt                 time.Time
 }
 
 // jobControl is what the owner asks of libvirt, on the migration's own
@@ -148,6 +149,9 @@ func newOwner(socket, domain string, dom libvirt.Domain, job jobControl, bk book
 	return &Owner{socket: socket, domain: domain, dom: dom, job: job, books: bk, postCopy: postCopy, log: log, grace: postCopyGrace, retryAbort: abortRetry,
 		reqs: make(chan *request, 16), done: make(chan struct{}), ended: make(chan struct{})}
 }
+
+// Socket is the libvirt the migration's domain runs on.
+func (o *Owner) Socket() string { return o.socket }
 
 // Abort asks the owner to abort the migration; by and why say who asked
 // and, for the policy or the deadline, on what figures.
@@ -287,6 +291,14 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 				if o.switched {
 					continue
 				}
+				// From now on no switch is made: one taken later would
+				// reach the target after it may have given the migration
+				// up, with the guest running there.
+				o.closed = true
+				for _, w := range waiting {
+					w.answer(reply{err: fmt.Errorf("%w: the switch to post-copy was not taken within %s of the deadline", ErrAborting, o.grace)})
+				}
+				waiting, retry = nil, nil
 				deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline,
 					why: fmt.Sprintf("the migration ran past its deadline of %s, and the switch to post-copy was not taken within %s", deadline.Round(time.Second), o.grace)}
 				r = deadlineAbort
@@ -327,6 +339,9 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 		}
 		rep, ask := o.apply(r)
 		switch {
+		case r.op == opSwitch && ask && r.gone.Load() && !r.isWaiting():
+			// Its asker heard it was not taken: not made later either.
+			r.answer(rep)
 		case r.op == opSwitch && ask:
 			if len(waiting) == 0 {
 				r.wait()
@@ -410,7 +425,7 @@ func (o *Owner) applySwitch(ctx context.Context, r *request, postCopy, active bo
 	switch {
 	case postCopy:
 		return reply{err: fmt.Errorf("%w: %s", migration.ErrAlreadyPostCopy, o.domain)}, false
-	case o.aborting:
+	case o.aborting || o.closed:
 		return o.refuse(r, ErrAborting), false
 	case !active:
 		return reply{err: errors.New("QEMU's migration is not active yet")}, true

@@ -26,13 +26,18 @@ type fakeJob struct {
 	refuseSwitch bool
 	// failAborts: libvirt refuses this many aborts first.
 	failAborts int
-	// gate, when set, holds every state read until it is closed.
+	// gate, when set, holds every state read until it is closed; held
+	// counts the reads it held.
 	gate  chan struct{}
+	held  int
 	calls []string
 }
 
 func (f *fakeJob) DomainState(context.Context, libvirt.Domain) (libvirtx.State, int32, error) {
 	if f.gate != nil {
+		f.mu.Lock()
+		f.held++
+		f.mu.Unlock()
 		<-f.gate
 	}
 	f.mu.Lock()
@@ -321,7 +326,7 @@ func TestOwnerDropsARequestItsAskerGaveUpOn(t *testing.T) {
 	job := &fakeJob{gate: make(chan struct{})}
 	o := startOwner(t, job, false, time.Hour, 0)
 	go o.SetMaxDowntime(context.Background(), time.Second) // holds the owner in a state read
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the owner held in a state read", func() bool { job.mu.Lock(); defer job.mu.Unlock(); return job.held > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if _, err := o.Abort(ctx, migration.AbortByOperator, "", false); !errors.Is(err, errBusy) {
@@ -345,5 +350,32 @@ func TestOwnerActsWithoutTheTrackersJob(t *testing.T) {
 	}
 	if got := job.log(); !equal(got, []string{"abort postCopy=false"}) {
 		t.Fatalf("libvirt heard %v", got)
+	}
+}
+
+// Past the deadline's grace no switch is made any more, even once libvirt
+// would take it: the target may have given the migration up by then.
+func TestOwnerMakesNoSwitchPastTheGrace(t *testing.T) {
+	job := &fakeJob{refuseSwitch: true, failAborts: 1 << 30}
+	o := startOwner(t, job, true, 20*time.Millisecond, 0)
+	waitFor(t, "the abort past the grace", func() bool {
+		for _, c := range job.log() {
+			if c == "abort refused" {
+				return true
+			}
+		}
+		return false
+	})
+	job.mu.Lock()
+	job.refuseSwitch = false
+	job.mu.Unlock()
+	if _, err := o.StartPostCopy(context.Background(), "by a test"); !errors.Is(err, ErrAborting) {
+		t.Fatalf("a switch past the grace: %v, want ErrAborting", err)
+	}
+	time.Sleep(5 * switchRetry)
+	for _, c := range job.log() {
+		if c == "switch" {
+			t.Fatalf("libvirt heard a switch past the grace: %v", job.log())
+		}
 	}
 }

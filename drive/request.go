@@ -38,8 +38,8 @@ func validateMigrate(r MigrateRequest) error {
 	if _, port, err := net.SplitHostPort(r.Target); err != nil || port == "" {
 		errs = append(errs, fmt.Sprintf("target %q is not the target node's proxy address HOST:PORT", r.Target))
 	}
-	if r.PostCopyAfterSeconds < 0 {
-		errs = append(errs, "postCopyAfterSeconds is negative")
+	if r.PostCopyAfterSeconds < 0 || r.PostCopyAfterSeconds > maxDeadline.Seconds() {
+		errs = append(errs, fmt.Sprintf("postCopyAfterSeconds %g is outside 0 to %s", r.PostCopyAfterSeconds, maxDeadline))
 	}
 	switch {
 	case r.DeadlineSeconds < 0 || r.DeadlineSeconds > 0 && r.DeadlineSeconds < minDeadline.Seconds():
@@ -68,13 +68,18 @@ func validateMigrate(r MigrateRequest) error {
 // It counts from Perform; the shortest leaves QEMU's setup behind it.
 const (
 	minDeadline = 10 * time.Second
-	maxDeadline = 7 * 24 * time.Hour
+	maxDeadline = 20 * time.Hour
 )
 
 // deadlineFor is the migration's deadline: Ferry's own for a guest of
-// memBytes at the request's bandwidth, or the request's if shorter.
+// memBytes at the request's bandwidth, or the request's if shorter, and
+// never past maxDeadline, which the target's own bound on a migration
+// (a day) stays ahead of.
 func deadlineFor(req MigrateRequest, memBytes uint64) time.Duration {
-	d := libvirtx.MigrationDeadline(memBytes, req.BandwidthMiBs)
+	d := min(libvirtx.MigrationDeadline(memBytes, req.BandwidthMiBs), maxDeadline)
+	if d <= 0 {
+		d = maxDeadline // a size past what a Duration holds
+	}
 	if req.DeadlineSeconds > 0 {
 		d = min(d, time.Duration(req.DeadlineSeconds*float64(time.Second)))
 	}

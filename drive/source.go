@@ -17,9 +17,10 @@ import (
 	"github.com/ferry-vm/ferry/proxy"
 )
 
-// Bounds of the protocol steps around Perform, whose own bound is the
-// migration deadline. The target's Finish has none: in post-copy it lasts
-// until the last page, and only its answer may decide the source's copy.
+// Bounds of the protocol steps around Perform, which has none of its own
+// (its owner acts at the deadline). The target's Finish has none either:
+// in post-copy it lasts until the last page, and only its answer may
+// decide the source's copy.
 const (
 	confirmTimeout = 2 * time.Minute
 	cancelTimeout  = 30 * time.Second

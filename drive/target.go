@@ -190,11 +190,11 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	}
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.
-	in.tracker.ExpectIncoming(m.Domain, m.ID, m.PeerNode)
+	in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
 	ok := false
 	defer func() {
 		if !ok {
-			in.tracker.ForgetIncoming(m.Domain, m.ID)
+			in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
 		}
 	}()
 	params := []libvirt.TypedParam{
@@ -268,6 +268,13 @@ func (in *Target) linger(c *libvirtx.Conn) bool {
 }
 
 func (in *Target) Finish(ctx context.Context, m proxy.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
+	if cancelled {
+		if why, held := in.Held(ctx, m); held {
+			// The source's Perform failed after the switch: the guest
+			// runs here, and its outcome (split) is asked for next.
+			return nil, fmt.Errorf("not cancelled: %s", why)
+		}
+	}
 	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return nil, err
@@ -369,11 +376,45 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 	return "", fmt.Errorf("domain %s is %s (reason %d): not settled", m.Domain, state, reason)
 }
 
+// Held says whether the migration's guest runs here in post-copy (or its
+// post-copy failed here): its vCPUs run on pages pulled through the
+// migration's streams, and a cancel would kill the only copy that runs.
+func (in *Target) Held(ctx context.Context, m proxy.IncomingMigration) (string, bool) {
+	c, err := in.conn()
+	if err != nil {
+		return "", false
+	}
+	dom, err := c.LookupDomain(ctx, m.Domain)
+	if err != nil || !sameInstance(m.Instance, dom) {
+		return "", false
+	}
+	state, reason, err := c.DomainState(ctx, dom)
+	if err != nil || !inPostCopyHere(state, reason) {
+		return "", false
+	}
+	return fmt.Sprintf("the guest is %s (reason %d) here: in post-copy", state, reason), true
+}
+
+// inPostCopyHere says whether a target's domain is held by post-copy.
+func inPostCopyHere(state libvirtx.State, reason int32) bool {
+	switch {
+	case state == libvirtx.StateRunning:
+		return reason == int32(libvirt.DomainRunningPostcopy) || reason == int32(libvirt.DomainRunningPostcopyFailed)
+	case state == libvirtx.StatePaused:
+		return reason == int32(libvirt.DomainPausedPostcopy) || reason == int32(libvirt.DomainPausedPostcopyFailed)
+	}
+	return false
+}
+
 // Cancel ends a prepared migration. libvirt's Finish answers a cancel with
 // an error even when it killed the target QEMU as asked, so what counts is
-// whether the domain still runs afterwards.
+// whether the domain still runs afterwards. A guest in post-copy here is
+// never cancelled: it is the copy that runs.
 func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
-	in.tracker.ForgetIncoming(m.Domain, m.ID)
+	if why, held := in.Held(ctx, m); held {
+		return fmt.Errorf("not cancelled: %s", why)
+	}
+	in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
 	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return err

@@ -78,7 +78,8 @@ func (c *Conn) Migrate(ctx context.Context, dom libvirt.Domain, dconnuri string,
 // Perform runs the source's Perform step of a migration that Ferry drives
 // step by step (no peer-to-peer: dconnuri is empty and libvirt never talks
 // to the target's libvirt), with cookie from the target's Prepare. It has
-// Migrate's deadline and abort rules and returns libvirt's cookie for the
+// Migrate's deadline and abort rules (a caller that aborts by itself
+// passes a deadline it never reaches) and returns libvirt's cookie for the
 // target's Finish. In post-copy libvirt returns once the switch is made.
 func (c *Conn) Perform(ctx context.Context, dom libvirt.Domain, params []libvirt.TypedParam, cookie []byte,
 	flags libvirt.DomainMigrateFlags, deadline time.Duration) ([]byte, error) {

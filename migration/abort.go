@@ -98,7 +98,7 @@ func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain s
 	if postCopy {
 		msg = "forced abort in post-copy: the migration is being paused (libvirt's post-copy abort); the guest stops on both nodes, its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual"
 	}
-	t.addEvent(j, now, "abort", msg)
+	t.addEventOnce(j, now, "abort", msg)
 	t.publish(j)
 	t.mu.Unlock()
 
@@ -110,7 +110,7 @@ func (t *Tracker) abort(ctx context.Context, find func() (*job, error), domain s
 		if !j.view.Phase.Finished() {
 			j.view.AbortStatus = AbortFailed
 		}
-		t.addEvent(j, time.Now(), "abort", "abort failed: "+err.Error())
+		t.addEventOnce(j, time.Now(), "abort", "abort failed: "+err.Error())
 		t.publish(j)
 		return AbortResult{Job: j.view, Message: "abort failed"}, fmt.Errorf("%w: %v", ErrAbortFailed, err)
 	}

@@ -200,19 +200,19 @@ func (j *job) setProxy(info *ProxyInfo) {
 // Only a job found after this takes them: a target job of the domain that
 // exists already is an older migration's (one KubeVirt drove, or one from
 // before a ferryd restart), whatever its end is still to show.
-func (t *Tracker) ExpectIncoming(domain, id, peerNode string) {
+func (t *Tracker) ExpectIncoming(socket, domain, id, peerNode string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.incoming[domain] = incomingInfo{id: id, peer: peerNode}
+	t.incoming[jobKey{socket, domain}] = incomingInfo{id: id, peer: peerNode}
 }
 
 // ForgetIncoming drops what ExpectIncoming recorded of migration id, which
 // will not come.
-func (t *Tracker) ForgetIncoming(domain, id string) {
+func (t *Tracker) ForgetIncoming(socket, domain, id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.incoming[domain].id == id {
-		delete(t.incoming, domain)
+	if t.incoming[jobKey{socket, domain}].id == id {
+		delete(t.incoming, jobKey{socket, domain})
 	}
 }
 
@@ -280,7 +280,9 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		best.setProxy(&info)
 		t.publish(best)
 	}
-	if best != nil && best.view.Phase.Finished() {
+	if best == nil && failure == "" || best != nil && best.view.Phase.Finished() {
+		// Nothing left for it to tell: a later migration of the name,
+		// one Ferry does not drive, must not inherit it.
 		delete(t.driven, jobKey{socket, domain})
 	}
 }

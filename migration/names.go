@@ -35,15 +35,27 @@ func (t *Tracker) socketsOf(domain string) []string {
 	return out
 }
 
-// Unambiguous refuses a domain name more than one socket serves, naming
-// them, unless the request names its socket.
-func (t *Tracker) Unambiguous(socket, domain string) error {
+// AmbiguousBeside refuses a domain name that a socket other than socket
+// serves, naming them all: a request that named no socket and found the
+// domain on socket by other means (a migration Ferry drives there) must
+// not act on it while another libvirt has a domain of that name.
+func (t *Tracker) AmbiguousBeside(socket, domain string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.unambiguous(socket, domain)
+	all := t.socketsOf(domain)
+	if !slices.Contains(all, socket) {
+		all = append(all, socket)
+		slices.Sort(all)
+	}
+	if len(all) > 1 {
+		return fmt.Errorf("%w: %q is on %s on node %s; refused as ambiguous: name the socket (?socket=PATH; ferryctl --libvirt-socket PATH)",
+			ErrAmbiguous, domain, strings.Join(all, " and "), t.cfg.Node)
+	}
+	return nil
 }
 
-// unambiguous is Unambiguous with t.mu held.
+// unambiguous refuses a domain name more than one socket serves, naming
+// them, unless the request names its socket. t.mu is held.
 func (t *Tracker) unambiguous(socket, domain string) error {
 	if socket != "" {
 		return nil

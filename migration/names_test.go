@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/libvirtx"
 )
@@ -65,5 +68,19 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 	}
 	if _, err := f.tr.JobByName("/run/other-sock", dom.Name); !errors.Is(err, ErrNoJob) {
 		t.Errorf("job on a socket serving no such domain: %v, want ErrNoJob", err)
+	}
+}
+
+// A domain found on one socket by other means (the migration Ferry drives
+// there) is ambiguous beside a namesake on another libvirt, even one the
+// request's socket has not been seen on.
+func TestAmbiguousBesideAnotherSocket(t *testing.T) {
+	tr := NewTracker(Config{Node: "n1"})
+	tr.ApplyDomains("/pods/x/virtqemud-sock", []libvirtx.Domain{{Ref: libvirt.Domain{Name: "vm"}, Name: "vm", State: libvirtx.StateRunning}}, time.Now())
+	if err := tr.AmbiguousBeside("/run/libvirt/libvirt-sock", "vm"); !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("a namesake on another socket: %v, want ErrAmbiguous", err)
+	}
+	if err := tr.AmbiguousBeside("/pods/x/virtqemud-sock", "vm"); err != nil {
+		t.Fatalf("the domain on its own socket alone: %v", err)
 	}
 }

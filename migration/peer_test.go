@@ -12,7 +12,7 @@ import (
 // moment, and forgotten when the job ends.
 func TestTargetJobNamesThePreparingNode(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming(dom.Name, "m-1", "a")
+	f.tr.ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	if j := f.wantPhase(PhaseRunning); j.PeerNode != "a" || j.IncomingID != "m-1" {
 		t.Fatalf("target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
@@ -45,10 +45,10 @@ func TestSourceJobNamesTheAnsweringNode(t *testing.T) {
 // the old job, and the old job keeps its own.
 func TestALateEndKeepsTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming(dom.Name, "m-1", "a")
+	f.tr.ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.wantPhase(PhaseRunning)
-	f.tr.ExpectIncoming(dom.Name, "m-2", "a")
+	f.tr.ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
 	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "m-1" {
 		t.Fatalf("the ended job names migration %q, want m-1", j.IncomingID)
@@ -67,7 +67,7 @@ func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.wantPhase(PhaseRunning)
-	f.tr.ExpectIncoming(dom.Name, "m-2", "a")
+	f.tr.ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
 	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "" || j.PeerNode != "" {
 		t.Fatalf("the older job took the new prepare: migration %q, peer %q", j.IncomingID, j.PeerNode)
@@ -76,7 +76,7 @@ func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 	if next.id != "m-2" {
 		t.Fatalf("the new prepare is %+v after the older job's end, want m-2", next)
 	}
-	f.tr.ForgetIncoming(dom.Name, "m-1")
+	f.tr.ForgetIncoming(sock, dom.Name, "m-1")
 	next = f.prepared()
 	if next.id != "m-2" {
 		t.Fatal("forgetting another migration dropped m-2's prepare")
@@ -88,5 +88,16 @@ func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 func (f *feed) prepared() incomingInfo {
 	f.tr.mu.Lock()
 	defer f.tr.mu.Unlock()
-	return f.tr.incoming[dom.Name]
+	return f.tr.incoming[jobKey{sock, dom.Name}]
+}
+
+// A prepare is the target job's only on the socket it was made on: a
+// namesake's incoming job on another libvirt (a pod's) does not take it.
+func TestAPrepareIsTakenOnlyOnItsSocket(t *testing.T) {
+	f := newFeed(t, "b")
+	f.tr.ExpectIncoming("/pods/x/virtqemud-sock", dom.Name, "m-1", "a")
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	if j := f.wantPhase(PhaseRunning); j.PeerNode != "" || j.IncomingID != "" {
+		t.Fatalf("a target job on %s took another socket's prepare: peer %q, migration %q", sock, j.PeerNode, j.IncomingID)
+	}
 }

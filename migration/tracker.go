@@ -124,7 +124,7 @@ type Tracker struct {
 	driven map[jobKey]*drivenInfo
 	// incoming is what prepared a domain's incoming migration, for its
 	// target job.
-	incoming map[string]incomingInfo
+	incoming map[jobKey]incomingInfo
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
 	// stateAt is when an event last told a domain's state, so an older
@@ -166,7 +166,7 @@ func NewTracker(cfg Config) *Tracker {
 		conns:    map[string]*libvirtx.Conn{},
 		latest:   map[jobKey]*job{},
 		driven:   map[jobKey]*drivenInfo{},
-		incoming: map[string]incomingInfo{},
+		incoming: map[jobKey]incomingInfo{},
 		ledger:   openLedger(cfg.StateDir, cfg.Log),
 		stateAt:  map[jobKey]time.Time{},
 	}
@@ -392,7 +392,7 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 		j.setProxy(di.proxy)
 	}
 	if role == RoleTarget {
-		in := t.incoming[ref.Name]
+		in := t.incoming[jobKey{socket, ref.Name}]
 		j.view.PeerNode, j.view.IncomingID = in.peer, in.id
 	}
 	t.jobs[jobKey{socket, ref.Name}] = j
@@ -437,8 +437,8 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	}
 	// A prepare of the domain's next migration may already be recorded
 	// when this job's end is seen late; it stays.
-	if in, ok := t.incoming[j.view.Domain]; ok && j.view.Role == RoleTarget && in.id == j.view.IncomingID {
-		delete(t.incoming, j.view.Domain)
+	if in, ok := t.incoming[jobKey{j.view.Socket, j.view.Domain}]; ok && j.view.Role == RoleTarget && in.id == j.view.IncomingID {
+		delete(t.incoming, jobKey{j.view.Socket, j.view.Domain})
 	}
 	switch j.view.AbortStatus {
 	case AbortAborting:

@@ -193,6 +193,10 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 	// A request past readGate (a prepare's domain XML) waits for a reading
 	// slot; a finish or a cancel is smaller and never waits.
 	gr := &gatedReader{r: lr, acquire: func() (func(), error) {
+		if reserved {
+			// Bounded to a finish's size already, and kept for it.
+			return func() {}, nil
+		}
 		release, err := p.startReading(peer, raw, time.Now().Add(p.cfg.HeaderTimeout))
 		if err == nil {
 			// The wait is not the peer's: it gets its whole time to send.

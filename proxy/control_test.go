@@ -274,6 +274,27 @@ func TestDropsAMigrationWhoseSourceWentSilent(t *testing.T) {
 	}
 }
 
+// A migration past its time whose guest runs here in post-copy is kept:
+// dropping it would cancel the only copy that runs. One not held is
+// dropped as before.
+func TestAMigrationInPostCopyIsNotDroppedAtItsTime(t *testing.T) {
+	src := startNode(t, nil)
+	dst := startNodeWith(t, Config{RegistrationTTL: 300 * time.Millisecond})
+	dst.in.mu.Lock()
+	dst.in.hold = true
+	dst.in.mu.Unlock()
+	prepare(t, src, dst, "h1", 0, false)
+	time.Sleep(time.Second)
+	if got := dst.in.cancels(); len(got) != 0 || len(dst.p.Registered()) != 1 {
+		t.Fatalf("a migration in post-copy was dropped at its time: cancels %v, registered %+v", got, dst.p.Registered())
+	}
+	dst.in.mu.Lock()
+	dst.in.hold = false
+	dst.in.mu.Unlock()
+	prepareAs(t, src, dst, "h2", "vm2", 0, false)
+	waitMetric(t, func() bool { return len(dst.in.cancels()) == 1 })
+}
+
 // TestPostCopyMayOpenOneMoreMemoryConnection: QEMU opens a second channel
 // for post-copy, so a migration prepared for post-copy takes 2 + parallel.
 func TestPostCopyMayOpenOneMoreMemoryConnection(t *testing.T) {

@@ -35,6 +35,14 @@ type fakeIncoming struct {
 	// answers Outcome instead, as a restarted node's libvirt would.
 	running map[string]bool
 	outcome func(IncomingMigration) (string, error)
+	// hold says the guest runs here in post-copy (see Held).
+	hold bool
+}
+
+func (f *fakeIncoming) Held(context.Context, IncomingMigration) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return "in post-copy here", f.hold
 }
 
 func (f *fakeIncoming) Instance(_ context.Context, m IncomingMigration) (string, error) {

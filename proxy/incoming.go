@@ -43,6 +43,13 @@ type IncomingOutcome interface {
 	Outcome(ctx context.Context, m IncomingMigration) (string, error)
 }
 
+// IncomingHolder is an Incoming that can say a migration must not be
+// dropped now, and why: its guest runs here in post-copy, pulling pages
+// through the migration's streams.
+type IncomingHolder interface {
+	Held(ctx context.Context, m IncomingMigration) (string, bool)
+}
+
 // IncomingPersister is an Incoming that defines a migrated persistent
 // guest on this node itself, and says whether it did.
 type IncomingPersister interface {
@@ -124,7 +131,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		return p.refusePeer(raw, peer.Node, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
 	}
 	ttl := p.cfg.RegistrationTTL
-	if req.DeadlineSeconds > 0 {
+	if req.DeadlineSeconds > 0 && req.DeadlineSeconds < ttl.Seconds() {
 		ttl = min(ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
 	}
 	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
@@ -174,7 +181,17 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 			p.dropIncoming(m.ID, fmt.Sprintf("no data stream within %v of the prepare", p.cfg.FirstStreamWait))
 		}
 	})
-	p.reg.addTimer(e, ttl, func() { p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl)) })
+	var expire func()
+	expire = func() {
+		if why, held := p.held(e); held {
+			p.log.Error("an incoming migration past its time is kept: dropping it would lose its guest", zap.String("migration", m.ID),
+				zap.String("domain", m.Domain), zap.String("why", why))
+			p.reg.addTimer(e, heldRecheck, expire)
+			return
+		}
+		p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl))
+	}
+	p.reg.addTimer(e, ttl, expire)
 	// Kept before the answer, with the guest instance it started: a
 	// ferryd restarted later still knows what it prepared, and so what a
 	// finish of it asks.
@@ -458,6 +475,20 @@ func (p *Proxy) dropIncoming(id, why string) bool {
 	}
 	p.Unregister(id, why)
 	return true
+}
+
+// heldRecheck is how often a migration kept past its time is looked at.
+const heldRecheck = time.Minute
+
+// held asks the Incoming whether e's migration must be kept.
+func (p *Proxy) held(e *entry) (string, bool) {
+	h, ok := p.cfg.Incoming.(IncomingHolder)
+	if !ok {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	return h.Held(ctx, p.reg.incomingOf(e))
 }
 
 // cancelTimeout bounds libvirt's Finish with cancelled set: it only kills

@@ -405,15 +405,19 @@ func (r *registry) gcLocked(now time.Time) {
 	}
 }
 
-// preparedFor counts the incoming migrations owner prepared here that the
-// registry still holds: live ones, and ended ones whose answer a repeated
-// finish may still ask for.
+// preparedFor counts the incoming migrations owner prepared here that a
+// finish may still be asked for: live ones, and ended ones whose finish
+// answered, while the registry keeps that answer. Prepares refused,
+// cancelled or dropped count for nothing.
 func (r *registry) preparedFor(owner string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
+	now, n := time.Now(), 0
 	for _, e := range r.entries {
-		if e.in != nil && e.owner == owner {
+		if e.in == nil || e.owner != owner {
+			continue
+		}
+		if e.ended == "" || e.result != nil && now.Sub(e.endedAt) <= r.keep {
 			n++
 		}
 	}

@@ -68,7 +68,7 @@ func migrateCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
 	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
 	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
-	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its data starts moving, by post-copy if allowed, else by an abort; can only shorten Ferry's own (150s per GiB, at least 5m; 10s to 7 days)")
+	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its data starts moving, by post-copy if allowed, else by an abort; can only shorten Ferry's own (150s per GiB, at least 5m; 10s to 20h)")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
 	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
