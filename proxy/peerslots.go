@@ -24,28 +24,16 @@ func peerKey(peer Peer, raw net.Conn) string {
 // takeControlSlot takes one of the peer's control slots, or says why not;
 // release gives it back, once.
 func (p *Proxy) takeControlSlot(peer Peer, raw net.Conn) (release func(), err error) {
-	key := peerKey(peer, raw)
 	p.controlMu.Lock()
 	defer p.controlMu.Unlock()
 	if p.controlBy == nil {
 		p.controlBy = map[string]int{}
 	}
-	if p.controlBy[key] >= MaxControlConnsPerPeer {
+	release, ok := p.countIn(p.controlBy, peerKey(peer, raw), MaxControlConnsPerPeer)
+	if !ok {
 		return nil, fmt.Errorf("this peer already holds %d control connections whose requests are not read yet", MaxControlConnsPerPeer)
 	}
-	p.controlBy[key]++
-	done := false
-	return func() {
-		p.controlMu.Lock()
-		defer p.controlMu.Unlock()
-		if done {
-			return
-		}
-		done = true
-		if p.controlBy[key]--; p.controlBy[key] <= 0 {
-			delete(p.controlBy, key)
-		}
-	}, nil
+	return release, nil
 }
 
 // takeReserve takes one of the control connections kept beyond
@@ -62,7 +50,6 @@ func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
 	if owner == "" {
 		return nil, false
 	}
-	key := peerKey(peer, raw)
 	allowed := min(2*p.reg.preparedFor(owner), 2*MaxIncomingPerPeer)
 	p.controlMu.Lock()
 	defer p.controlMu.Unlock()
@@ -73,10 +60,19 @@ func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
 	for _, n := range p.reserveBy {
 		total += n
 	}
-	if p.reserveBy[key] >= allowed || total >= 2*MaxIncoming {
+	if total >= 2*MaxIncoming {
 		return nil, false
 	}
-	p.reserveBy[key]++
+	return p.countIn(p.reserveBy, peerKey(peer, raw), allowed)
+}
+
+// countIn counts one more for key in counts, below limit; release counts
+// it out again, once. p.controlMu is held, and release takes it.
+func (p *Proxy) countIn(counts map[string]int, key string, limit int) (release func(), ok bool) {
+	if counts[key] >= limit {
+		return nil, false
+	}
+	counts[key]++
 	done := false
 	return func() {
 		p.controlMu.Lock()
@@ -85,8 +81,8 @@ func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
 			return
 		}
 		done = true
-		if p.reserveBy[key]--; p.reserveBy[key] <= 0 {
-			delete(p.reserveBy, key)
+		if counts[key]--; counts[key] <= 0 {
+			delete(counts, key)
 		}
 	}, true
 }

@@ -52,9 +52,7 @@ func TestDeadlineSwitchesADrivenMigrationToPostCopy(t *testing.T) {
 	if at := switched.Time.Sub(src.StartTime); at < deadline || at > deadline+30*time.Second {
 		t.Fatalf("switched %s into the job, want at its %s deadline", at.Round(time.Millisecond), deadline)
 	}
-	onlyOn(t, name, "b", "a")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "b", "a", before, start)
 }
 
 // Without post-copy the owner aborts the same migration at its deadline:
@@ -86,7 +84,5 @@ func TestDeadlineAbortsADrivenMigrationWithoutPostCopy(t *testing.T) {
 	if st, _ := domainState(t, "a", name); st != int32(libvirt.DomainRunning) {
 		t.Fatalf("guest not running on a after the abort at the deadline (state %d)", st)
 	}
-	onlyOn(t, name, "a", "b")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "a", "b", before, start)
 }

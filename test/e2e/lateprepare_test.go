@@ -46,7 +46,5 @@ func TestALatePrepareLeavesNoGuestOnTheTarget(t *testing.T) {
 	if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"}); err != nil {
 		t.Fatalf("the retry failed: %v", err)
 	}
-	onlyOn(t, name, "b", "a")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "b", "a", before, start)
 }

@@ -38,6 +38,17 @@ func withFaults(t *testing.T, node, faults string) {
 	})
 }
 
+// endsWholeOn fails unless a migration a -> b that began at start left the
+// guest running on node alone, its memory as it wrote it (before counts
+// its checks before the migration), and both libvirts agreeing with
+// Ferry's jobs.
+func endsWholeOn(t *testing.T, name, node, other string, before int, start time.Time) {
+	t.Helper()
+	onlyOn(t, name, node, other)
+	memoryIntact(t, name, before)
+	assertTruth(t, name, "a", "b", start)
+}
+
 // onlyOn fails unless libvirt runs the guest on node, not paused and not
 // post-copy-failed, and has no live copy of it (running or paused) on the
 // other.
@@ -110,9 +121,7 @@ func crashFerrydMidPreCopy(t *testing.T, name, node string) (before int, start t
 func TestTargetFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
 	const name = "dstferryd"
 	before, start := crashFerrydMidPreCopy(t, name, "b")
-	onlyOn(t, name, "a", "b")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "a", "b", before, start)
 }
 
 // memoryIntact fails unless the guest's own check of all its memory passes
@@ -200,9 +209,7 @@ func TestSourceFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
 		return j.Phase == migration.PhaseFailed && j.Proxy != nil && strings.Contains(j.FailureReason, "ferryd restarted")
 	})
 	t.Logf("the restarted source ferryd recorded: %s", j.FailureReason)
-	onlyOn(t, name, "a", "b")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "a", "b", before, start)
 }
 
 // The source's libvirtd freezes for 10 s in the middle of a driven
@@ -223,9 +230,7 @@ func TestSourceLibvirtdFrozenDuringADrivenPreCopy(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the migration failed after libvirtd froze for 10 s: %v", err)
 	}
-	onlyOn(t, name, "b", "a")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "b", "a", before, start)
 }
 
 // migrateIntoDoubt migrates a guest a -> b through Ferry with node b's
@@ -262,9 +267,7 @@ func TestAMigrationInDoubtStaysPausedThenSettles(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the migration did not settle as completed: %v", err)
 	}
-	onlyOn(t, name, "b", "a")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "b", "a", before, start)
 }
 
 // The target never answers after its Finish succeeded. The source stays
@@ -282,7 +285,5 @@ func TestAnOperatorResolvesAMigrationInDoubt(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the migration did not end completed once resolved: %v", err)
 	}
-	onlyOn(t, name, "b", "a")
-	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
+	endsWholeOn(t, name, "b", "a", before, start)
 }
