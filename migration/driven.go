@@ -139,10 +139,22 @@ func (t *Tracker) StartPostCopyWith(ctx context.Context, socket, domain, by stri
 func (t *Tracker) DriveSettled(socket, domain string, start time.Time, info ProxyInfo, phase Phase, reason string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.jobs[jobKey{socket, domain}]; ok {
+	key := jobKey{socket, domain}
+	if j, ok := t.jobs[key]; ok && j.view.Role == RoleSource {
+		// This process saw libvirt's job still running: its end takes
+		// the driver's account, as a driven job's does.
+		t.driven[key] = &drivenInfo{proxy: &info, reason: reason, ended: true}
 		return
 	}
-	if j := t.latest[jobKey{socket, domain}]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
+	if j := t.latest[key]; j != nil && j.view.Role == RoleSource && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
+		// Seen to its end by this process, which knew nothing of the
+		// driver: the job is the migration's, and names it now.
+		j.setProxy(&info)
+		if reason != "" && j.view.Phase == PhaseFailed && phase != PhaseCompleted {
+			j.view.FailureReason = reason
+			t.classify(j, time.Now())
+		}
+		t.publish(j)
 		return
 	}
 	ref := libvirt.Domain{Name: domain}

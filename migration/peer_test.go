@@ -101,3 +101,29 @@ func TestAPrepareIsTakenOnlyOnItsSocket(t *testing.T) {
 		t.Fatalf("a target job on %s took another socket's prepare: peer %q, migration %q", sock, j.PeerNode, j.IncomingID)
 	}
 }
+
+// A restarted ferryd whose tracker saw the driven migration's libvirt job
+// end by itself still gives that job the driver's account: the migration
+// it names, and why it ended. So too for one still running when settled.
+func TestASettledDriveNamesTheJobThisProcessSaw(t *testing.T) {
+	d := libvirtx.Domain{Ref: dom, Name: dom.Name, State: libvirtx.StateRunning}
+	for _, ended := range []bool{true, false} {
+		tr := NewTracker(Config{Node: "a"})
+		start := time.Now().Add(-time.Minute)
+		tr.ApplyDomains(sock, []libvirtx.Domain{d}, start)
+		tr.ApplyStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
+			DataTotal: 1 << 30, DataRemaining: 1 << 29, MemoryIteration: 2}, time.Now())
+		if ended {
+			tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
+		}
+		why := "ferryd restarted during the migration; the target dropped its copy"
+		tr.DriveSettled(sock, dom.Name, start, ProxyInfo{MigrationID: "m-0123456789abcdef"}, PhaseFailed, why)
+		if !ended {
+			tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
+		}
+		js := tr.Jobs(true)
+		if len(js) != 1 || js[0].Proxy == nil || js[0].Proxy.MigrationID != "m-0123456789abcdef" || js[0].FailureReason != why {
+			t.Fatalf("ended before the settling %v: jobs %+v, want one naming the migration and why", ended, js)
+		}
+	}
+}
