@@ -144,7 +144,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	if dom, err := c.LookupDomain(ctx, r.Domain); err == nil && libvirtx.UUIDString(dom.UUID) == r.UUID {
 		if state, reason, err := c.DomainState(ctx, dom); err == nil && inPostCopy(state, reason) {
 			info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
-			s.tracker.DriveSettled(r.Socket, r.Domain, r.Started, info, migration.PhasePostCopyFailed,
+			s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, migration.PhasePostCopyFailed,
 				"ferryd restarted during post-copy: the guest's memory is split between the two nodes")
 			s.forgetDrive(r.ID)
 			log.Error("ferryd restarted during post-copy; the guest's memory is split between the two nodes")
@@ -198,7 +198,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	case proxy.OutcomeSplit:
 		phase, reason = migration.PhasePostCopyFailed, "ferryd restarted during the migration, and its post-copy failed: the guest's memory is split between the two nodes"
 	}
-	s.tracker.DriveSettled(r.Socket, r.Domain, r.Started, info, phase, reason)
+	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
 	s.forgetDrive(r.ID)
 	log.Warn("migration settled after a restart", zap.String("outcome", outcome), zap.String("here", what), zap.NamedError("lastError", last))
 }

@@ -132,29 +132,45 @@ func (t *Tracker) StartPostCopyWith(ctx context.Context, socket, domain, by stri
 	return j.view, nil
 }
 
+// settledJobWithin bounds how long after the driver's start a job may have
+// begun and still be the migration's.
+const settledJobWithin = 5 * time.Minute
+
 // DriveSettled records the end of a migration a previous ferryd of this
 // node was driving when it stopped, settled with the target since: its
 // job was lost with that process, so one is made for it, unless this
 // tracker already has one from after its start.
-func (t *Tracker) DriveSettled(socket, domain string, start time.Time, info ProxyInfo, phase Phase, reason string) {
+func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, info ProxyInfo, phase Phase, reason string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, domain}
-	if j, ok := t.jobs[key]; ok && j.view.Role == RoleSource {
-		// This process saw libvirt's job still running: its end takes
-		// the driver's account, as a driven job's does.
-		t.driven[key] = &drivenInfo{proxy: &info, reason: reason, ended: true}
+	// The migration's own job, if this process has seen it: the same
+	// guest, begun when the driver began it (Begin to Perform is short).
+	ours := func(j *job) bool {
+		return j.view.Role == RoleSource && (uuid == "" || j.view.UUID == uuid) &&
+			!j.view.StartTime.Before(start.Add(-2*time.Second)) && j.view.StartTime.Before(start.Add(settledJobWithin))
+	}
+	if j, ok := t.jobs[key]; ok {
+		if ours(j) {
+			// Still running: its end takes the driver's account, as a
+			// driven job's does.
+			j.setProxy(&info)
+			t.driven[key] = &drivenInfo{proxy: &info, reason: reason, ended: true}
+			t.publish(j)
+		}
 		return
 	}
-	if j := t.latest[key]; j != nil && j.view.Role == RoleSource && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
-		// Seen to its end by this process, which knew nothing of the
-		// driver: the job is the migration's, and names it now.
-		j.setProxy(&info)
-		if reason != "" && j.view.Phase == PhaseFailed && phase != PhaseCompleted {
-			j.view.FailureReason = reason
-			t.classify(j, time.Now())
+	if j := t.latest[key]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
+		if ours(j) {
+			// Seen to its end by this process, which knew nothing of the
+			// driver: the job is the migration's, and names it now.
+			j.setProxy(&info)
+			if reason != "" && j.view.Phase == PhaseFailed && phase == PhaseFailed {
+				j.view.FailureReason = reason
+				t.classify(j, time.Now())
+			}
+			t.publish(j)
 		}
-		t.publish(j)
 		return
 	}
 	ref := libvirt.Domain{Name: domain}

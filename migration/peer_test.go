@@ -1,6 +1,7 @@
 package migration
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -117,13 +118,31 @@ func TestASettledDriveNamesTheJobThisProcessSaw(t *testing.T) {
 			tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
 		why := "ferryd restarted during the migration; the target dropped its copy"
-		tr.DriveSettled(sock, dom.Name, start, ProxyInfo{MigrationID: "m-0123456789abcdef"}, PhaseFailed, why)
+		tr.DriveSettled(sock, dom.Name, libvirtx.UUIDString(dom.UUID), start, ProxyInfo{MigrationID: "m-0123456789abcdef"}, PhaseFailed, why)
 		if !ended {
 			tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
 		js := tr.Jobs(true)
 		if len(js) != 1 || js[0].Proxy == nil || js[0].Proxy.MigrationID != "m-0123456789abcdef" || js[0].FailureReason != why {
 			t.Fatalf("ended before the settling %v: jobs %+v, want one naming the migration and why", ended, js)
+		}
+	}
+}
+
+// A settled drive's account goes to its own guest's job only: not to a job
+// of another guest given the name since, nor to a target job.
+func TestASettledDriveLeavesOtherJobsAlone(t *testing.T) {
+	d := libvirtx.Domain{Ref: dom, Name: dom.Name, State: libvirtx.StateRunning}
+	tr := NewTracker(Config{Node: "a"})
+	start := time.Now().Add(-time.Minute)
+	tr.ApplyDomains(sock, []libvirtx.Domain{d}, start)
+	tr.ApplyStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
+		DataTotal: 1 << 30, DataRemaining: 1 << 29, MemoryIteration: 2}, time.Now())
+	tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
+	tr.DriveSettled(sock, dom.Name, "another-guest-uuid", start, ProxyInfo{MigrationID: "m-0123456789abcdef"}, PhaseFailed, "ferryd restarted")
+	for _, j := range tr.Jobs(true) {
+		if j.Proxy != nil || strings.Contains(j.FailureReason, "ferryd restarted") {
+			t.Fatalf("another guest's job took the settled drive's account: %+v", j)
 		}
 	}
 }
