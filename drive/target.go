@@ -380,16 +380,27 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 // post-copy failed here): its vCPUs run on pages pulled through the
 // migration's streams, and a cancel would kill the only copy that runs.
 func (in *Target) Held(ctx context.Context, m proxy.IncomingMigration) (string, bool) {
-	c, err := in.conn()
+	// The migration's own connection: the pool's may be cut (one missed
+	// ping) exactly when this is asked. What cannot be told keeps the
+	// guest: a cancel or a drop is never undone.
+	c, err := in.ownConn(m.ID)
 	if err != nil {
-		return "", false
+		return "this node's libvirt cannot be asked whether the guest runs here in post-copy", true
 	}
 	dom, err := c.LookupDomain(ctx, m.Domain)
-	if err != nil || !sameInstance(m.Instance, dom) {
+	if libvirtx.IsNoDomain(err) || err == nil && !sameInstance(m.Instance, dom) {
 		return "", false
 	}
+	if err != nil {
+		return fmt.Sprintf("cannot tell whether the guest runs here in post-copy: %v", PeerError(err)), true
+	}
 	state, reason, err := c.DomainState(ctx, dom)
-	if err != nil || !inPostCopyHere(state, reason) {
+	switch {
+	case libvirtx.IsNoDomain(err):
+		return "", false
+	case err != nil:
+		return fmt.Sprintf("cannot tell whether the guest runs here in post-copy: %v", PeerError(err)), true
+	case !inPostCopyHere(state, reason):
 		return "", false
 	}
 	return fmt.Sprintf("the guest is %s (reason %d) here: in post-copy", state, reason), true
