@@ -73,6 +73,9 @@ type Config struct {
 	// MigrationAllowAnyTarget lets a migration go to a proxy address
 	// without naming the node whose certificate the target must hold.
 	MigrationAllowAnyTarget bool
+	// PostCopyRecoveryTimeout is how long a broken post-copy migration
+	// Ferry drives is resumed before its guest is declared lost; 0 never.
+	PostCopyRecoveryTimeout time.Duration
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.

@@ -113,7 +113,8 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
-			in = drive.NewTarget(d.Tracker, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks), log.Named("incoming"))
+			in = drive.NewTarget(d.Tracker, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
+				cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
 		}
 		group, err := qemuGroup(cfg, d.Tracker)
 		if err != nil {
@@ -125,7 +126,8 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		}
 		d.Proxy = p
 		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Proxy: p, Policy: cfg.Policy,
-			AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir, Log: log.Named("drive")})
+			AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
+			PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Log: log.Named("drive")})
 		d.steer.driven = d.source.Driven
 	}
 	return d, nil

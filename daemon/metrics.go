@@ -69,6 +69,8 @@ var (
 var (
 	descTotals = prometheus.NewDesc("ferry_migrations_total", "Migration jobs that ended on this node, by role and result, and for failed, aborted and post-copy-failed jobs by failure plane and class.",
 		[]string{"node", "role", "result", "plane", "class"}, nil)
+	descRecoveryAttempts = prometheus.NewDesc("ferry_migration_postcopy_recovery_attempts_total", "Attempts to resume a broken post-copy migration Ferry drives, by result: resumed (QEMU's stream ran again) or failed.",
+		[]string{"node", "result"}, nil)
 	descLibvirtUp = prometheus.NewDesc("ferry_libvirt_up", "Whether ferryd is connected to the libvirt socket.",
 		[]string{"node", "socket"}, nil)
 	descGlobMatches = prometheus.NewDesc("ferry_libvirt_socket_glob_matches", "Sockets the libvirt socket glob matches now; 0 for long on a node running VMs means a wrong --kubelet-pods-dir or mount.",
@@ -119,7 +121,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 type nodeCollector struct{ c *Collector }
 
 func (n nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTotals, descLibvirtUp, descGlobMatches, descAttention, descBuild, descMarksPending, descMarksDone} {
+	for _, d := range []*prometheus.Desc{descTotals, descRecoveryAttempts, descLibvirtUp, descGlobMatches, descAttention, descBuild, descMarksPending, descMarksDone} {
 		ch <- d
 	}
 }
@@ -192,6 +194,9 @@ func (c *Collector) collectNode(ch chan<- prometheus.Metric, snap migration.Snap
 	}
 	for t, n := range snap.Totals {
 		ch <- prometheus.MustNewConstMetric(descTotals, prometheus.CounterValue, float64(n), c.node, string(t.Role), t.Result, string(t.Plane), string(t.Class))
+	}
+	for result, n := range snap.RecoveryAttempts {
+		ch <- prometheus.MustNewConstMetric(descRecoveryAttempts, prometheus.CounterValue, float64(n), c.node, result)
 	}
 	for _, d := range snap.Domains {
 		if d.Attention != "" {

@@ -1,6 +1,8 @@
 package drive
 
 import (
+	"time"
+
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
@@ -32,7 +34,10 @@ type SourceConfig struct {
 	// StateDir keeps each migration's record until it is settled; empty,
 	// nothing outlives the process.
 	StateDir string
-	Log      *zap.Logger
+	// PostCopyRecoveryTimeout is how long a broken post-copy migration is
+	// resumed again before its guest is declared lost; 0 never resumes.
+	PostCopyRecoveryTimeout time.Duration
+	Log                     *zap.Logger
 }
 
 // NewSource builds the source side of Ferry-driven migrations.

@@ -122,6 +122,13 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		s.running.end(drive)
 		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
 	}
+	// A guest that came here by a Ferry post-copy carries the monitor its
+	// target gave it; the next target gives its own.
+	if domXML, err = libvirtx.WithoutRecoveryMonitor(domXML); err != nil {
+		own.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout)
+		s.running.end(drive)
+		return MigrateResponse{}, fmt.Errorf("reading libvirt's Begin XML: %w", err)
+	}
 	// Begin started libvirt's job (CHANGE_PROTECTION): until Perform takes
 	// it over, a failure ends it with a cancelled Confirm, as libvirt's
 	// own client does.
@@ -191,6 +198,9 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	o := newOwner(own.Socket(), req.Domain, dom, own, s.tracker, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
 	s.running.own(drive, id, o, Driven{Settings: pol, PostCopy: postCopy, Deadline: deadline, Act: o.Policy()})
 	s.tracker.Drive(conn.Socket(), req.Domain, info)
+	if postCopy {
+		s.tracker.DriveRecoverable(conn.Socket(), req.Domain, s.cfg.PostCopyRecoveryTimeout)
+	}
 	go func() {
 		defer s.running.end(drive)
 		defer own.Close()
@@ -300,6 +310,17 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 			log.Warn("libvirt's Confirm failed; applied the target's word by hand", zap.Bool("cancelled", cancelled), zap.Error(cerr), zap.String("here", what), zap.NamedError("byHand", aerr))
 			if aerr != nil {
 				settled = false
+			}
+		}
+		if outcome == proxy.OutcomeSplit && flags&libvirt.MigratePostcopy != 0 && fin.Reason != resolvedByOperator && s.cfg.PostCopyRecoveryTimeout > 0 {
+			// The Confirm above left libvirt's job here without an owner,
+			// which is what lets libvirt complete a resumed migration by
+			// itself on both nodes.
+			src.Close("post-copy broke")
+			if resp, ok := s.recoverPostCopy(log, req, conn, dom, tid, src.Owner()); ok {
+				fin, outcome, cancelled, ferr, cerr = resp, proxy.OutcomeRunning, false, nil, nil
+			} else {
+				ferr = fmt.Errorf("post-copy broke and was not resumed within %v: the guest's memory stays split between the two nodes", s.cfg.PostCopyRecoveryTimeout)
 			}
 		}
 		if cerr == nil && !cancelled && fin.Persisted {

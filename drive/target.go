@@ -36,6 +36,9 @@ type Target struct {
 	socket  string
 	policy  libvirtx.IncomingPolicy
 	log     *zap.Logger
+	// recoverFor is how long a broken post-copy is held for its source
+	// to resume it.
+	recoverFor time.Duration
 
 	// own holds each prepared migration's libvirt connection, by id: the
 	// target QEMU lives until its Finish or until the connection that
@@ -75,8 +78,8 @@ func (in *Target) persist(ctx context.Context, c *libvirtx.Conn, m proxy.Incomin
 
 // NewTarget builds the target side on the libvirt at socket, taking what
 // pol allows.
-func NewTarget(tracker *migration.Tracker, socket string, pol libvirtx.IncomingPolicy, log *zap.Logger) *Target {
-	return &Target{tracker: tracker, socket: socket, policy: pol, log: log}
+func NewTarget(tracker *migration.Tracker, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
+	return &Target{tracker: tracker, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
 // Persisted says whether this node defined the migration's guest, once.
@@ -191,14 +194,27 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.
 	in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
+	if m.PostCopy && m.MonitorPath != "" {
+		in.tracker.IncomingRecoverable(in.socket, m.Domain, m.ID, in.recoverFor)
+	}
 	ok := false
 	defer func() {
 		if !ok {
 			in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
 		}
 	}()
+	// A post-copy guest gets a monitor of Ferry's own, the one way to
+	// resume its migration should the streams break (see recover.go).
+	// Not in its persistent definition: it is for this migration only.
+	runXML := domXML
+	if m.PostCopy && m.MonitorPath != "" {
+		if runXML, err = libvirtx.WithRecoveryMonitor(domXML, m.MonitorPath); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	params := []libvirt.TypedParam{
-		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(domXML)},
+		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(runXML)},
 		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
 		// The name checked and registered, whatever else the XML says.
 		{Field: libvirt.MigrateParamDestName, Value: *libvirt.NewTypedParamValueString(m.Domain)},

@@ -35,10 +35,13 @@ const (
 const (
 	rpcRemoteProgram = 0x20008086
 	rpcQEMUProgram   = 0x20008087
-	rpcReply         = 1
-	rpcMessage       = 2
-	rpcStatusOK      = 0
-	rpcStatusError   = 1
+	// qemuCall marks a procedure of the QEMU program among the calls
+	// followed, whose numbers overlap the remote program's.
+	qemuCall       = 1 << 31
+	rpcReply       = 1
+	rpcMessage     = 2
+	rpcStatusOK    = 0
+	rpcStatusError = 1
 )
 
 // errDropPacket marks a packet that is skipped, not fatal: an event Ferry
@@ -146,32 +149,33 @@ func (w *xdrWalk) typedParams(max int) {
 // replyLayouts are the replies to the calls Ferry makes, by procedure,
 // walked as go-libvirt decodes them.
 var replyLayouts = map[uint32]func(*xdrWalk){
-	1:   func(*xdrWalk) {},                                                                         // connect open
-	2:   func(*xdrWalk) {},                                                                         // connect close
-	7:   func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                // connect get capabilities
-	11:  func(w *xdrWalk) { w.domain() },                                                           // domain define XML
-	12:  func(*xdrWalk) {},                                                                         // domain destroy
-	14:  func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                  // domain get XML desc
-	17:  func(w *xdrWalk) { w.take(8, "max memory") },                                              // domain get max memory
-	23:  func(w *xdrWalk) { w.domain() },                                                           // domain lookup by name
-	28:  func(*xdrWalk) {},                                                                         // domain resume
-	66:  func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },    // auth list
-	70:  func(w *xdrWalk) { w.take(4, "complete") },                                                // auth polkit, go-libvirt's own call
-	150: func(w *xdrWalk) { w.take(4, "active") },                                                  // domain is active
-	151: func(w *xdrWalk) { w.take(4, "persistent") },                                              // domain is persistent
-	157: func(w *xdrWalk) { w.take(8, "version") },                                                 // connect get lib version
-	164: func(*xdrWalk) {},                                                                         // domain abort job
-	166: func(*xdrWalk) {},                                                                         // domain migrate set max downtime
-	212: func(w *xdrWalk) { w.take(8, "state and reason") },                                        // domain get state
-	231: func(*xdrWalk) {},                                                                         // domain undefine flags
-	298: func(w *xdrWalk) { w.take(4, "job type"); w.typedParams(xdrJobStatsMax) },                 // domain get job stats
-	302: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.bytes(xdrStringMax, "domain XML") }, // begin3
-	303: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.optString("URI") },                  // prepare3
-	305: func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie") },                                      // perform3
-	306: func(w *xdrWalk) { w.domain(); w.bytes(xdrCookieMax, "cookie") },                          // finish3
-	307: func(*xdrWalk) {},                                                                         // confirm3
-	316: func(w *xdrWalk) { w.take(4, "callback ID") },                                             // event callback register any
-	317: func(*xdrWalk) {},                                                                         // event callback deregister any
+	qemuCall | 1: func(w *xdrWalk) { w.bytes(xdrStringMax, "QEMU monitor answer") },                         // QEMU domain monitor command
+	1:            func(*xdrWalk) {},                                                                         // connect open
+	2:            func(*xdrWalk) {},                                                                         // connect close
+	7:            func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                // connect get capabilities
+	11:           func(w *xdrWalk) { w.domain() },                                                           // domain define XML
+	12:           func(*xdrWalk) {},                                                                         // domain destroy
+	14:           func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                  // domain get XML desc
+	17:           func(w *xdrWalk) { w.take(8, "max memory") },                                              // domain get max memory
+	23:           func(w *xdrWalk) { w.domain() },                                                           // domain lookup by name
+	28:           func(*xdrWalk) {},                                                                         // domain resume
+	66:           func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },    // auth list
+	70:           func(w *xdrWalk) { w.take(4, "complete") },                                                // auth polkit, go-libvirt's own call
+	150:          func(w *xdrWalk) { w.take(4, "active") },                                                  // domain is active
+	151:          func(w *xdrWalk) { w.take(4, "persistent") },                                              // domain is persistent
+	157:          func(w *xdrWalk) { w.take(8, "version") },                                                 // connect get lib version
+	164:          func(*xdrWalk) {},                                                                         // domain abort job
+	166:          func(*xdrWalk) {},                                                                         // domain migrate set max downtime
+	212:          func(w *xdrWalk) { w.take(8, "state and reason") },                                        // domain get state
+	231:          func(*xdrWalk) {},                                                                         // domain undefine flags
+	298:          func(w *xdrWalk) { w.take(4, "job type"); w.typedParams(xdrJobStatsMax) },                 // domain get job stats
+	302:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.bytes(xdrStringMax, "domain XML") }, // begin3
+	303:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.optString("URI") },                  // prepare3
+	305:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie") },                                      // perform3
+	306:          func(w *xdrWalk) { w.domain(); w.bytes(xdrCookieMax, "cookie") },                          // finish3
+	307:          func(*xdrWalk) {},                                                                         // confirm3
+	316:          func(w *xdrWalk) { w.take(4, "callback ID") },                                             // event callback register any
+	317:          func(*xdrWalk) {},                                                                         // event callback deregister any
 	344: func(w *xdrWalk) { // connect get all domain stats
 		n := w.count(xdrDomainListMax, xdrMinNonnullDomain+4, "domain stats records")
 		for i := 0; i < n && w.err == nil; i++ {
@@ -229,7 +233,10 @@ func checkPacket(p []byte, calls *rpcCalls) error {
 		// No call waits on it: go-libvirt would drop it too.
 		return errDropPacket
 	}
-	if prog != rpcRemoteProgram || proc != call || typ != rpcReply {
+	if prog == rpcQEMUProgram {
+		proc |= qemuCall
+	}
+	if (prog != rpcRemoteProgram && prog != rpcQEMUProgram) || proc != call || typ != rpcReply {
 		return fmt.Errorf("answer to call %d (procedure %d) is of program %#x, procedure %d, type %d", serial, call, prog, proc, typ)
 	}
 	switch status {
@@ -320,7 +327,11 @@ func (r *rpcCalls) written(b []byte) {
 		h := r.hdr[:]
 		length := binary.BigEndian.Uint32(h[0:4])
 		if binary.BigEndian.Uint32(h[16:20]) == 0 { // a call
-			r.record(binary.BigEndian.Uint32(h[20:24]), binary.BigEndian.Uint32(h[12:16]))
+			proc := binary.BigEndian.Uint32(h[12:16])
+			if binary.BigEndian.Uint32(h[4:8]) == rpcQEMUProgram {
+				proc |= qemuCall
+			}
+			r.record(binary.BigEndian.Uint32(h[20:24]), proc)
 		}
 		if length > uint32(len(r.hdr)) {
 			r.skip = length - uint32(len(r.hdr))

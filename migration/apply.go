@@ -366,6 +366,10 @@ func (t *Tracker) applyState(j *job, st libvirtx.State, reason int32, at time.Ti
 		t.addEvent(j, at, "state", name+" ("+how+")")
 		t.publish(j)
 	}
+	if j.view.Phase == PhasePostCopyPaused && inPostCopy(j.view.Role, st, reason) {
+		// libvirt saw QEMU take the resumed stream.
+		t.unpause(j, name, at)
+	}
 	tr, ok := lookup(j.view.Role, j.view.Mode, st, reason)
 	if !ok {
 		return

@@ -182,6 +182,16 @@ func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, inf
 	t.finish(j, phase, reason, time.Now())
 }
 
+// DriveRecoverable says the domain's driven post-copy is resumed for up
+// to d should it break, so its job pauses instead of failing.
+func (t *Tracker) DriveRecoverable(socket, domain string, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if di := t.driven[jobKey{socket, domain}]; di != nil {
+		di.recoverFor = d
+	}
+}
+
 // DriveInDoubt shows the domain's driven source job in doubt: the target
 // has not said whether the guest runs there. libvirt's job ends it, once
 // the driver has settled the migration.
@@ -190,7 +200,9 @@ func (t *Tracker) DriveInDoubt(socket, domain, why string) {
 	defer t.mu.Unlock()
 	now := time.Now()
 	for k, j := range t.jobs {
-		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
+		// A paused post-copy is not in doubt: its copies are held on both
+		// nodes, and its recovery says what becomes of them.
+		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource && j.view.Phase != PhasePostCopyPaused {
 			j.view.Phase, j.view.FailureReason, j.view.UpdateTime = PhaseInDoubt, why, now
 			t.addEvent(j, now, "in-doubt", why)
 			t.publish(j)
@@ -288,6 +300,9 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		j.setProxy(&info)
 		t.finish(j, PhaseFailed, failure, time.Now())
 	case best == nil:
+	case best.view.Phase == PhasePostCopyPaused && failure != "":
+		best.setProxy(&info)
+		t.giveUp(best, failure, time.Now())
 	case best.view.Phase.Finished():
 		best.setProxy(&info)
 		if failure != "" && (best.view.Phase == PhaseFailed || (best.view.Phase == PhaseAborted && di.deadline)) {

@@ -35,7 +35,9 @@ const (
 )
 
 // Finished reports whether the phase is terminal.
-func (p Phase) Finished() bool { return p != PhaseRunning && p != PhaseInDoubt }
+func (p Phase) Finished() bool {
+	return p != PhaseRunning && p != PhaseInDoubt && p != PhasePostCopyPaused
+}
 
 // Mode is how memory is being moved, named as KubeVirt names it.
 type Mode string
@@ -138,6 +140,8 @@ type Job struct {
 	// DomainState is the domain's libvirt state/reason as last seen, e.g.
 	// "paused/post-copy-failed".
 	DomainState string `json:"domainState,omitempty"`
+	// Recovery follows a broken post-copy Ferry resumes (PostCopyPaused).
+	Recovery *Recovery `json:"recovery,omitempty"`
 
 	QEMU *QEMUFigures `json:"qemu,omitempty"`
 	// Proxy is set when Ferry drove the migration through its own proxy.

@@ -64,11 +64,13 @@ type jobKey struct{ socket, domain string }
 
 // job is the tracker's record of one migration; view is what is published.
 type job struct {
-	view    Job
-	ref     libvirt.Domain
-	samples ring[Sample]
-	iters   []Iteration
-	events  ring[Event]
+	view Job
+	// recoveryOver: its post-copy recovery gave up, so a failure ends it.
+	recoveryOver bool
+	ref          libvirt.Domain
+	samples      ring[Sample]
+	iters        []Iteration
+	events       ring[Event]
 	// domID is the libvirt domain ID (one per QEMU process) the job began
 	// with: a target QEMU process receives one incoming migration only.
 	domID int32
@@ -110,7 +112,9 @@ type Tracker struct {
 	history ring[*job]
 	domains map[string]map[string]libvirtx.Domain // socket -> name
 	totals  map[Total]uint64
-	subs    map[*subscriber]struct{}
+	// recoveryAttempts counts attempts to resume a broken post-copy.
+	recoveryAttempts map[string]uint64
+	subs             map[*subscriber]struct{}
 	// finals are completed target jobs whose figures libvirt still holds as
 	// completed-job statistics, to be read once by the sampler.
 	finals map[jobKey]*job
@@ -140,6 +144,8 @@ type drivenInfo struct {
 	proxy    *ProxyInfo
 	reason   string
 	deadline bool
+	// recoverFor is how long a broken post-copy of it is resumed.
+	recoverFor time.Duration
 }
 
 // Total counts finished jobs by role and result.
@@ -155,20 +161,22 @@ type Total struct {
 func NewTracker(cfg Config) *Tracker {
 	cfg.defaults()
 	return &Tracker{
-		cfg:      cfg,
-		log:      cfg.Log,
-		jobs:     map[jobKey]*job{},
-		history:  newRing[*job](cfg.HistorySize),
-		domains:  map[string]map[string]libvirtx.Domain{},
-		totals:   map[Total]uint64{},
-		subs:     map[*subscriber]struct{}{},
-		finals:   map[jobKey]*job{},
-		conns:    map[string]*libvirtx.Conn{},
-		latest:   map[jobKey]*job{},
-		driven:   map[jobKey]*drivenInfo{},
-		incoming: map[jobKey]incomingInfo{},
-		ledger:   openLedger(cfg.StateDir, cfg.Log),
-		stateAt:  map[jobKey]time.Time{},
+		cfg:     cfg,
+		log:     cfg.Log,
+		jobs:    map[jobKey]*job{},
+		history: newRing[*job](cfg.HistorySize),
+		domains: map[string]map[string]libvirtx.Domain{},
+		totals:  map[Total]uint64{},
+
+		recoveryAttempts: map[string]uint64{},
+		subs:             map[*subscriber]struct{}{},
+		finals:           map[jobKey]*job{},
+		conns:            map[string]*libvirtx.Conn{},
+		latest:           map[jobKey]*job{},
+		driven:           map[jobKey]*drivenInfo{},
+		incoming:         map[jobKey]incomingInfo{},
+		ledger:           openLedger(cfg.StateDir, cfg.Log),
+		stateAt:          map[jobKey]time.Time{},
 	}
 }
 
@@ -337,6 +345,9 @@ type Snapshot struct {
 	Jobs    []Job
 	Domains []Domain
 	Totals  map[Total]uint64
+	// RecoveryAttempts counts attempts to resume a broken post-copy, by
+	// result.
+	RecoveryAttempts map[string]uint64
 }
 
 // Snapshot copies the in-flight jobs, the domains and the totals.
@@ -351,6 +362,7 @@ func (t *Tracker) Snapshot() Snapshot {
 	for k, v := range t.totals {
 		s.Totals[k] = v
 	}
+	s.RecoveryAttempts = map[string]uint64{RecoveryResumed: t.recoveryAttempts[RecoveryResumed], RecoveryFailed: t.recoveryAttempts[RecoveryFailed]}
 	return s
 }
 
@@ -407,7 +419,11 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start tim
 
 // incomingInfo is a Ferry-driven incoming migration as its prepare left it:
 // the target's id of it and the node that prepared it.
-type incomingInfo struct{ id, peer string }
+type incomingInfo struct {
+	id, peer string
+	// recoverFor is how long its source resumes a broken post-copy.
+	recoverFor time.Duration
+}
 
 // finish ends a job and moves it to history; the caller holds t.mu.
 func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
@@ -419,6 +435,12 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 		// leaves the guest's memory split between the two hosts.
 		reason = "post-copy failed: " + reason
 		phase = PhasePostCopyFailed
+	}
+	if phase == PhasePostCopyFailed {
+		if d, ok := t.recoverable(j); ok {
+			t.pause(j, d, reason, at)
+			return
+		}
 	}
 	driverPending := false
 	if di := t.driven[jobKey{j.view.Socket, j.view.Domain}]; di != nil && j.view.Role == RoleSource {

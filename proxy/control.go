@@ -255,9 +255,9 @@ func (p *Proxy) answer(c net.Conn, req ControlRequest, resp ControlResponse) {
 
 func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
 	switch req.Op {
-	case OpPrepare, OpFinish, OpCancel:
+	case OpPrepare, OpFinish, OpCancel, OpRecover, OpRecovered:
 	default:
-		return p.refuseControl(raw, req, reasonUnknownOp, fmt.Sprintf("unknown control op %q (prepare, finish or cancel)", req.Op))
+		return p.refuseControl(raw, req, reasonUnknownOp, fmt.Sprintf("unknown control op %q (prepare, finish, cancel, recover or recovered)", req.Op))
 	}
 	if err := ValidID(req.Migration); err != nil {
 		return p.refuseControl(raw, req, reasonInvalidID, err.Error())
@@ -273,6 +273,10 @@ func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		return p.prepare(raw, c, req, peer)
 	case OpFinish:
 		return p.finish(raw, c, req, peer)
+	case OpRecover:
+		return p.recover(raw, req, peer)
+	case OpRecovered:
+		return p.recovered(raw, req, peer)
 	default:
 		return p.cancel(raw, req, peer)
 	}

@@ -73,6 +73,9 @@ type IncomingMigration struct {
 	PostCopy  bool
 	MemoryURI string
 	DiskURI   string // empty unless the source asked for a disk stream
+	// MonitorPath, for a post-copy migration, is where its target QEMU is
+	// to listen for Ferry's own monitor (see TargetMonitorPath).
+	MonitorPath string
 	// PeerNode is the node the source's certificate names; empty when it
 	// names none or without TLS.
 	PeerNode string
@@ -140,6 +143,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		MemoryURI: "unix://" + m.Targets[KindMemory], PeerNode: peer.Node}
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
+	}
+	if req.PostCopy {
+		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
 	}
 	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
 		if err := ck.Check(in, req.XML); err != nil {

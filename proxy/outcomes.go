@@ -103,6 +103,30 @@ func (s *outcomeStore) save(r outcomeRecord) error {
 	return atomicfile.Write(p, b)
 }
 
+// recovered replaces a split answer with a recovered migration's: the
+// guest runs whole here now. No other answer is ever replaced.
+func (s *outcomeStore) recovered(id string, resp ControlResponse) error {
+	p, err := s.path(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, err := s.read(p, id)
+	if err != nil {
+		return err
+	}
+	if old.Result == nil || old.Result.Outcome != OutcomeSplit || resp.Outcome != OutcomeRunning {
+		return nil
+	}
+	old.Result = &resp
+	b, err := json.Marshal(old)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(p, b)
+}
+
 // maxOutcomeRecords bounds the directory: past it the oldest records go,
 // pruned as each new migration is recorded.
 const maxOutcomeRecords = 4096

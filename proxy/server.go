@@ -143,6 +143,9 @@ type Proxy struct {
 	// outcomes keeps incoming migrations' records on disk; nil without
 	// Config.OutcomeDir.
 	outcomes *outcomeStore
+	// recoveries names, by incoming migration, the stream of its latest
+	// post-copy recovery attempt (guarded by mu).
+	recoveries map[string]string
 	// controlBy counts them by peer while their requests are in progress.
 	controlMu sync.Mutex
 	controlBy map[string]int

@@ -25,7 +25,7 @@ func removeStaleSockets(dir string, minAge time.Duration, log *zap.Logger) {
 	}
 	listening := listeningUnixSockets()
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), "-source.sock") && !strings.HasSuffix(e.Name(), "-target.sock") {
+		if !strings.HasSuffix(e.Name(), "-source.sock") && !strings.HasSuffix(e.Name(), "-target.sock") && !strings.HasSuffix(e.Name(), "-qmp.sock") {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-vm/ferry/daemon"
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/internal/version"
 	"github.com/ferry-vm/ferry/migration/policy"
 )
@@ -78,6 +79,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.QEMUGroup, "qemu-group", env("FERRY_QEMU_GROUP", ""), "group (name or gid) QEMU runs with, given the socket dir so QEMU can create and reach its migration sockets; default: ask the node's libvirt (its DAC base label, e.g. libvirt-qemu on Debian)")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
 	fs.BoolVar(&cfg.MigrationAllowAnyTarget, "migration-allow-any-target", envBool("FERRY_MIGRATION_ALLOW_ANY_TARGET", false), "let a migration Ferry drives go to a proxy address without naming the target's node (targetNode, ferryctl migrate --to-node); a plain-TCP proxy (--proxy-tls=false), or certificates that name no node, need it")
+	fs.DurationVar(&cfg.PostCopyRecoveryTimeout, "postcopy-recovery-timeout", envDuration("FERRY_POSTCOPY_RECOVERY_TIMEOUT", drive.DefaultPostCopyRecoveryTimeout), "how long a post-copy migration Ferry drives whose streams broke is held paused on both nodes and resumed over fresh streams (the path back: the link, the peer's proxy, a restarted ferryd) before its guest is declared lost; 0 declares it lost at once")
 	fs.Var(&networks, "migration-allowed-network", "libvirt network of this node an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_NETWORKS, comma-separated); default none")
 	fs.Var(&bridges, "migration-allowed-bridge", "host bridge an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_BRIDGES, comma-separated); default none: a migrated guest's NICs use libvirt networks only")
 	fs.Var(&allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")

@@ -177,6 +177,11 @@ func postCopyEvents(t *testing.T, name string) int {
 
 // breakPostCopy runs a migration into post-copy and breaks it; it returns
 // when libvirt on the source has reported the failure, with that time.
+// lostAtOnce has both ferryds declare a broken post-copy lost at once, as
+// KubeVirt does: virt-handler destroys a paused source itself, and Ferry
+// resumes only the migrations it drives.
+func lostAtOnce(t *testing.T) { ferrydArgs(t, "--postcopy-recovery-timeout", "0") }
+
 func breakPostCopy(t *testing.T, domain string) time.Time {
 	t.Helper()
 	evA := watchLifecycle(t, "a", domain)

@@ -30,6 +30,7 @@ import (
 
 func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
 	kubeUp(t)
+	lostAtOnce(t)
 	uid := createVMI(t, "pcvmi")
 	guest(t, testbed.GuestSpec{Name: "default_pcvmi", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, VMIUID: uid})
 	start := time.Now()
@@ -99,6 +100,7 @@ func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
 
 func TestMarkLandsAfterAnAPIOutage(t *testing.T) {
 	kubeUp(t)
+	lostAtOnce(t)
 	for _, restart := range []bool{false, true} {
 		name := "outage"
 		if restart {

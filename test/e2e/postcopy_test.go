@@ -94,8 +94,9 @@ func waitEvent(t *testing.T, ch <-chan lifecycleEvent, event, detail int32, time
 func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: "pcf", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	// Sampling every 30 s leaves libvirt's events as the only way to meet
-	// the 2 s limit below: a tracker that ignored them would miss it.
-	sampleEvery(t, 30*time.Second)
+	// the 2 s limit below: a tracker that ignored them would miss it. No
+	// recovery: the failure is declared at once, as KubeVirt's would be.
+	ferrydArgs(t, "--sample-interval", "30s", "--postcopy-recovery-timeout", "0")
 	evA := watchLifecycle(t, "a", "pcf")
 	evB := watchLifecycle(t, "b", "pcf")
 	// Slow post-copy down so the reset lands before it completes.
@@ -169,9 +170,9 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 	assertTruth(t, "pcf", "a", "b", start)
 }
 
-// sampleEvery restarts both ferryds sampling every interval, for the rest
-// of the test.
-func sampleEvery(t *testing.T, interval time.Duration) {
+// ferrydArgs restarts both ferryds with extra flags, for the rest of the
+// test.
+func ferrydArgs(t *testing.T, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -185,7 +186,7 @@ func sampleEvery(t *testing.T, interval time.Duration) {
 		}
 	})
 	for _, n := range []string{"a", "b"} {
-		if err := bed.SetNodeFerrydArgs(ctx, n, "--sample-interval", interval.String()); err != nil {
+		if err := bed.SetNodeFerrydArgs(ctx, n, args...); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,134 @@
+package drive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// pauseWait bounds how long a target QEMU that had not noticed the break
+// takes to pause once told to.
+const pauseWait = 10 * time.Second
+
+// Recover has the paused target QEMU of a broken post-copy migration
+// listen at socket for the source's resumed stream. It talks to QEMU on
+// the monitor its Prepare gave it: libvirt's failed incoming job holds the
+// domain here, and libvirt answers no call that takes a job on it.
+func (in *Target) Recover(ctx context.Context, m proxy.IncomingMigration, socket string) (string, error) {
+	if err := in.heldHere(ctx, m); err != nil {
+		return "", err
+	}
+	q, err := libvirtx.DialQMP(ctx, m.MonitorPath)
+	if err != nil {
+		return "", fmt.Errorf("the guest's QEMU here has no Ferry monitor to recover it by: %w", err)
+	}
+	defer q.Close()
+	st, err := q.MigrationStatus(ctx)
+	if err != nil {
+		return "", err
+	}
+	switch st {
+	case libvirtx.QEMUMigrationCompleted:
+		return st, nil
+	case libvirtx.QEMUMigrationPostCopyPaused:
+	case libvirtx.QEMUMigrationPostCopyActive, libvirtx.QEMUMigrationPostCopyRecover, libvirtx.QEMUMigrationPostCopyRecoverSet:
+		// It has not seen the break (a silent link), or waits on an
+		// attempt the source has given up: cut its stream so it pauses.
+		if err := q.MigratePause(ctx); err != nil {
+			return "", err
+		}
+		if st, err = awaitPaused(ctx, q); err != nil {
+			return "", err
+		}
+		if st == libvirtx.QEMUMigrationCompleted {
+			return st, nil
+		}
+	default:
+		return "", fmt.Errorf("the guest's migration here is %s in QEMU, not a paused post-copy", st)
+	}
+	if err := q.MigrateRecover(ctx, socket); err != nil {
+		return "", err
+	}
+	in.log.Info("the target QEMU listens for the resumed post-copy", zap.String("domain", m.Domain), zap.String("migration", m.ID))
+	return libvirtx.QEMUMigrationPostCopyPaused, nil
+}
+
+// awaitPaused waits for QEMU to pause its post-copy migration.
+func awaitPaused(ctx context.Context, q *libvirtx.QMP) (string, error) {
+	deadline := time.Now().Add(pauseWait)
+	for {
+		st, err := q.MigrationStatus(ctx)
+		if err != nil || st == libvirtx.QEMUMigrationPostCopyPaused || st == libvirtx.QEMUMigrationCompleted {
+			return st, err
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("QEMU's migration is still %s %v after migrate-pause", st, pauseWait)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// heldHere checks that the migration's own guest is here in post-copy.
+func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error {
+	c, err := in.conn()
+	if err != nil {
+		return err
+	}
+	dom, err := c.LookupDomain(ctx, m.Domain)
+	if err == nil && !sameInstance(m.Instance, dom) {
+		err = errors.New("another domain has the name now")
+	}
+	if err != nil {
+		return fmt.Errorf("the migration's guest is not here: %w", PeerError(err))
+	}
+	state, reason, err := c.DomainState(ctx, dom)
+	if err != nil {
+		return PeerError(err)
+	}
+	if !inPostCopyHere(state, reason) {
+		return fmt.Errorf("the guest is %s (reason %d) here, not in post-copy", state, reason)
+	}
+	return nil
+}
+
+// Recovered says whether a recovered migration's guest runs whole here,
+// defining a persistent guest first. A guest still in post-copy (libvirt
+// completes it by itself once QEMU has) is not settled: asked again.
+func (in *Target) Recovered(ctx context.Context, m proxy.IncomingMigration) (string, bool, error) {
+	c, err := in.conn()
+	if err != nil {
+		return "", false, err
+	}
+	dom, err := c.LookupDomain(ctx, m.Domain)
+	if err != nil || !sameInstance(m.Instance, dom) {
+		// Gone since: it ran here, and the source's copy never runs again.
+		return "", false, fmt.Errorf("the guest is not here to tell: %v", PeerError(err))
+	}
+	state, reason, err := c.DomainState(ctx, dom)
+	switch {
+	case err != nil:
+		return "", false, PeerError(err)
+	case state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningPostcopyFailed):
+		return proxy.OutcomeSplit, false, nil
+	case inPostCopyHere(state, reason):
+		// libvirt's job runs on; a job statistics call would wait for it.
+		return "", false, fmt.Errorf("the guest is still in post-copy here (%s, reason %d)", state, reason)
+	}
+	outcome, err := in.Outcome(ctx, m)
+	if err != nil || outcome != proxy.OutcomeRunning {
+		return outcome, false, err
+	}
+	in.persist(ctx, c, m)
+	return outcome, in.Persisted(m), nil
+}

@@ -1,0 +1,203 @@
+package migration
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// PhasePostCopyPaused means a post-copy migration Ferry drives broke and
+// QEMU holds it paused on both nodes while Ferry resumes it over fresh
+// streams; it becomes PostCopyFailed only when the recovery gives up.
+// Not terminal.
+const PhasePostCopyPaused Phase = "PostCopyPaused"
+
+// Recovery is a paused post-copy migration's resumption, as the job shows
+// it.
+type Recovery struct {
+	// Until is when the guest is declared lost if the migration has not
+	// resumed by then.
+	Until     time.Time `json:"until"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"lastError,omitempty"`
+	// Resumed counts the attempts whose stream went back into post-copy.
+	Resumed int `json:"resumed,omitempty"`
+	// lastResumed is the attempt Resumed last counted.
+	lastResumed int
+}
+
+// Results of a recovery attempt, the label of its counter.
+const (
+	RecoveryResumed = "resumed"
+	RecoveryFailed  = "failed"
+)
+
+// recoverable says whether a job whose post-copy failed is one Ferry
+// resumes, and for how long; the caller holds t.mu.
+func (t *Tracker) recoverable(j *job) (time.Duration, bool) {
+	key := jobKey{j.view.Socket, j.view.Domain}
+	if j.recoveryOver {
+		return 0, false
+	}
+	switch j.view.Role {
+	case RoleSource:
+		if di := t.driven[key]; di != nil && !di.ended && di.recoverFor > 0 {
+			return di.recoverFor, true
+		}
+	case RoleTarget:
+		if in, ok := t.incoming[key]; ok && in.id == j.view.IncomingID && in.recoverFor > 0 {
+			return in.recoverFor, true
+		}
+	}
+	return 0, false
+}
+
+// pause holds a failed post-copy job as paused instead of ending it; the
+// caller holds t.mu.
+func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time.Time) {
+	if j.view.Phase == PhasePostCopyPaused {
+		return
+	}
+	j.view.Phase = PhasePostCopyPaused
+	j.view.Mode = ModePostCopy
+	j.view.FailureReason = reason
+	j.view.EtaSeconds = nil
+	j.view.UpdateTime = at
+	if j.view.Recovery == nil {
+		j.view.Recovery = &Recovery{}
+	}
+	// Each pause has its own time to come back.
+	j.view.Recovery.Until = at.Add(recoverFor)
+	t.addEvent(j, at, "postcopy-paused", fmt.Sprintf("post-copy broke (%s); the guest is held paused on both nodes while the migration is resumed, until %s", reason, j.view.Recovery.Until.UTC().Format(time.RFC3339)))
+	t.log.Warn("post-copy paused for recovery", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)), zap.Time("until", j.view.Recovery.Until))
+	t.publish(j)
+	// A target is told of attempts; should none come (its source gone),
+	// the guest is declared lost when the time is up.
+	time.AfterFunc(recoverFor+recoveryGrace, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if cur := t.jobs[jobKey{j.view.Socket, j.view.Domain}]; cur == j && j.view.Phase == PhasePostCopyPaused {
+			t.giveUp(j, "post-copy recovery timed out", time.Now())
+		}
+	})
+}
+
+// inPostCopy says whether a state is a side's own in a post-copy that runs.
+func inPostCopy(role Role, st libvirtx.State, reason int32) bool {
+	if role == RoleSource {
+		return st == libvirtx.StatePaused && reason == libvirtx.PausedPostCopy
+	}
+	return st == libvirtx.StateRunning && reason == libvirtx.RunningPostCopy
+}
+
+// unpause shows a paused job running in post-copy again; the caller holds
+// t.mu.
+func (t *Tracker) unpause(j *job, state string, at time.Time) {
+	j.view.Phase = PhaseRunning
+	j.view.UpdateTime = at
+	t.addEvent(j, at, "postcopy-resumed", "the migration runs again in post-copy ("+state+")")
+	t.publish(j)
+}
+
+// recoveryGrace lets the source's own end of a recovery arrive first.
+const recoveryGrace = 30 * time.Second
+
+// giveUp ends a paused job as PostCopyFailed; the caller holds t.mu.
+func (t *Tracker) giveUp(j *job, why string, at time.Time) {
+	j.recoveryOver = true
+	j.view.Phase = PhaseRunning // finish() takes only a job not ended
+	reason := why
+	if j.view.FailureReason != "" {
+		reason = why + ": " + j.view.FailureReason
+	}
+	t.finish(j, PhasePostCopyFailed, reason, at)
+}
+
+// pausedJob is the domain's paused job in the given role; the caller
+// holds t.mu.
+func (t *Tracker) pausedJob(socket, domain string, role Role) *job {
+	j := t.jobs[jobKey{socket, domain}]
+	if j == nil || j.view.Role != role || j.view.Phase != PhasePostCopyPaused {
+		return nil
+	}
+	return j
+}
+
+// DrivePaused says the driver resumes the domain's broken post-copy until
+// the given time.
+func (t *Tracker) DrivePaused(socket, domain string, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.pausedJob(socket, domain, RoleSource); j != nil {
+		j.view.Recovery.Until = until
+		t.publish(j)
+	}
+}
+
+// DriveRecoveryAttempt records an attempt to resume the domain's post-copy
+// that ended with err: one that never resumed counts as failed.
+func (t *Tracker) DriveRecoveryAttempt(socket, domain string, attempt int, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.pausedJob(socket, domain, RoleSource)
+	if j == nil || j.view.Recovery.lastResumed != attempt {
+		t.recoveryAttempts[RecoveryFailed]++
+	}
+	if j == nil {
+		return
+	}
+	now := time.Now()
+	j.view.Recovery.Attempts = attempt
+	if err != nil {
+		j.view.Recovery.LastError = err.Error()
+	}
+	t.addEvent(j, now, "recovery", fmt.Sprintf("attempt %d failed: %v", attempt, err))
+	j.view.UpdateTime = now
+	t.publish(j)
+}
+
+// DriveResumed records an attempt whose stream went on: the guest runs
+// again on the target, took after the resume.
+func (t *Tracker) DriveResumed(socket, domain string, attempt int, took time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[jobKey{socket, domain}]
+	if j == nil || j.view.Role != RoleSource || j.view.Recovery == nil {
+		return
+	}
+	if j.view.Recovery.lastResumed >= attempt {
+		return
+	}
+	t.recoveryAttempts[RecoveryResumed]++
+	now := time.Now()
+	j.view.Recovery.Attempts, j.view.Recovery.lastResumed = attempt, attempt
+	j.view.Recovery.Resumed++
+	t.addEvent(j, now, "recovery", fmt.Sprintf("attempt %d resumed the migration %v after the resume", attempt, took.Round(time.Millisecond)))
+	j.view.UpdateTime = now
+	t.publish(j)
+}
+
+// DriveLost ends the domain's paused post-copy as failed: the recovery
+// timed out, or a side is gone.
+func (t *Tracker) DriveLost(socket, domain, why string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.pausedJob(socket, domain, RoleSource); j != nil {
+		t.giveUp(j, why, time.Now())
+	}
+}
+
+// IncomingRecoverable says a post-copy incoming migration is resumed by
+// its source if it breaks, for up to recoverFor.
+func (t *Tracker) IncomingRecoverable(socket, domain, id string, recoverFor time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := jobKey{socket, domain}
+	if in, ok := t.incoming[key]; ok && in.id == id {
+		in.recoverFor = recoverFor
+		t.incoming[key] = in
+	}
+}

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// A post-copy migration whose streams broke is paused by QEMU on both
+// nodes (OutcomeSplit), and can go on over fresh streams: the source asks
+// for one with OpRecover, each attempt anew, and once QEMU has completed
+// asks with OpRecovered what became of the guest.
+const (
+	OpRecover   = "recover"   // have the paused target QEMU listen on a fresh stream
+	OpRecovered = "recovered" // say whether the guest runs whole here after a recovery
+)
+
+// IncomingRecoverer is an Incoming that can resume a broken post-copy
+// migration it prepared.
+type IncomingRecoverer interface {
+	// Recover has the target QEMU of m, paused in post-copy, listen at
+	// socket for the source's resumed stream. It returns QEMU's
+	// migration state; on QEMUCompleted nothing was armed.
+	Recover(ctx context.Context, m IncomingMigration, socket string) (string, error)
+	// Recovered says whether the guest of m now runs whole here
+	// (OutcomeRunning, with whether it was defined persistently), is still
+	// split, or an error while libvirt's job still runs.
+	Recovered(ctx context.Context, m IncomingMigration) (string, bool, error)
+}
+
+// TargetMonitorPath is where the target QEMU of a post-copy migration
+// listens for Ferry's own QMP monitor on this node: beside the migration's
+// sockets, under a name only the two nodes know.
+func TargetMonitorPath(dir, id string) string {
+	return filepath.Join(dir, id+"-qmp.sock")
+}
+
+// recoveryTTL is how long a recovery stream waits for the source's
+// connections; the source asks anew for each attempt.
+const recoveryTTL = 2 * time.Minute
+
+// recoverTimeout bounds readying the target QEMU.
+const recoverTimeout = 30 * time.Second
+
+// splitIncoming is the migration req names, as this node recorded it, if
+// it was prepared by peer and its finish left it split.
+func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigration, bool) {
+	if p.outcomes == nil {
+		return IncomingMigration{}, false
+	}
+	r, ok, err := p.outcomes.load(req.Migration)
+	if err != nil || !ok || r.Owner != owner || r.Domain != req.Domain || r.Result == nil {
+		return IncomingMigration{}, false
+	}
+	if r.Result.Outcome != OutcomeSplit && r.Result.Outcome != OutcomeRunning {
+		return IncomingMigration{}, false
+	}
+	return IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
+		MonitorPath: TargetMonitorPath(p.cfg.SocketDir, r.ID)}, r.Result.Outcome == OutcomeSplit
+}
+
+// recover readies one attempt: a fresh stream, registered for the peer
+// that prepared the migration, and the target QEMU listening behind it.
+func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {
+	rc, ok := p.cfg.Incoming.(IncomingRecoverer)
+	if !ok {
+		return p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node does not recover post-copy migrations")
+	}
+	owner := peer.owner()
+	in, split := p.splitIncoming(req, owner)
+	if in.ID == "" {
+		return p.refusePeer(raw, peer.Node, req, ReasonUnknownMigration, fmt.Sprintf("migration %s of %s is not a post-copy this node holds split for this peer", req.Migration, req.Domain))
+	}
+	if !split {
+		return ControlResponse{Outcome: OutcomeRunning}
+	}
+	p.mu.Lock()
+	if p.recoveries == nil {
+		p.recoveries = map[string]string{}
+	}
+	prev := p.recoveries[in.ID]
+	p.mu.Unlock()
+	if prev != "" {
+		// One stream at a time: QEMU listens only where it was last told.
+		p.Unregister(prev, "a newer recovery attempt")
+	}
+	rid := newMigrationID()
+	m := Migration{ID: rid, Domain: in.Domain, State: statePrepared, Expires: time.Now().Add(recoveryTTL), PeerNode: peer.Node,
+		Targets: map[Kind]string{KindMemory: TargetSocketPath(p.cfg.SocketDir, rid, KindMemory)},
+		// The main channel, then post-copy's preempt channel.
+		Limits: map[Kind]int{KindMemory: 2}}
+	// No libvirt side of its own: its streams ending cancels nothing.
+	if err := p.reg.add(m, nil, owner); err != nil {
+		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
+	}
+	p.mu.Lock()
+	p.recoveries[in.ID] = rid
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	status, err := rc.Recover(ctx, in, m.Targets[KindMemory])
+	if err != nil {
+		p.Unregister(rid, "recovery not armed")
+		p.log.Warn("a post-copy recovery could not be armed", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.Error(err))
+		return ControlResponse{Error: p.scrub("recovery: " + err.Error())}
+	}
+	p.log.Info("post-copy recovery armed", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.String("stream", rid),
+		zap.String("qemu", status), zap.String("peerNode", peer.Node))
+	return ControlResponse{Migration: rid}
+}
+
+// recovered answers what became of a recovered migration's guest, and
+// keeps the answer in place of the split one once it runs whole here.
+func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {
+	rc, ok := p.cfg.Incoming.(IncomingRecoverer)
+	if !ok {
+		return p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node does not recover post-copy migrations")
+	}
+	owner := peer.owner()
+	in, _ := p.splitIncoming(req, owner)
+	if in.ID == "" {
+		return p.refusePeer(raw, peer.Node, req, ReasonUnknownMigration, fmt.Sprintf("migration %s of %s is not a post-copy this node holds for this peer", req.Migration, req.Domain))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	outcome, persisted, err := rc.Recovered(ctx, in)
+	if err != nil {
+		return p.refusePeer(raw, peer.Node, req, reasonUnsettled, fmt.Sprintf("the outcome of migration %s on this node is not settled yet: %v", req.Migration, err))
+	}
+	resp := ControlResponse{Outcome: outcome, Persisted: persisted}
+	if outcome == OutcomeRunning {
+		if err := p.outcomes.recovered(in.ID, resp); err != nil {
+			p.log.Warn("cannot record a recovered migration's outcome", zap.String("migration", in.ID), zap.Error(err))
+		}
+		p.mu.Lock()
+		rid := p.recoveries[in.ID]
+		delete(p.recoveries, in.ID)
+		p.mu.Unlock()
+		if rid != "" {
+			p.Unregister(rid, "recovered")
+		}
+	}
+	return resp
+}

@@ -1,0 +1,111 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// breakablePostCopy starts a driven migration of a verifying guest that
+// switches to post-copy at once and stays there a while (its post-copy
+// capped), and returns once the source is in post-copy, with the guest's
+// checks so far and the start.
+func breakablePostCopy(t *testing.T, name string) (int, time.Time, <-chan error) {
+	t.Helper()
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 4, Verify: true})
+	before := verifiedSoFar(t, name)
+	evA := watchLifecycle(t, "a", name)
+	start := time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs,
+		PostCopyAfter: 2 * time.Second, PostCopyBandwidthMiBs: 8, Policy: "observe"})
+	waitEvent(t, evA, 3, 7, 2*time.Minute) // suspended/post-copy: the switch happened
+	// Let QEMU's post-copy stream get going before it is broken.
+	time.Sleep(time.Second)
+	return before, start, done
+}
+
+// pausedOnBoth waits for the driven job to show the pause on both nodes,
+// with libvirt holding the guest post-copy-failed on each.
+func pausedOnBoth(t *testing.T, name string, within time.Duration) {
+	t.Helper()
+	paused := func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyPaused && j.Recovery != nil }
+	src := waitJob(t, "a", name, "PostCopyPaused", within, paused)
+	waitJob(t, "b", name, "PostCopyPaused", within, paused)
+	if time.Until(src.Recovery.Until) < time.Minute {
+		t.Errorf("the recovery ends %v from now, want the default 5 minutes from the pause", time.Until(src.Recovery.Until))
+	}
+}
+
+// resumedToTheEnd waits for the migration to complete after its
+// recovery, then checks what libvirt and the guest say on both nodes.
+func resumedToTheEnd(t *testing.T, name string, done <-chan error, before int, start time.Time, resumes int) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the migration did not complete: %v", err)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the migration did not end within 5 minutes")
+	}
+	src := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	if src.Recovery == nil || src.Recovery.Resumed < resumes {
+		t.Fatalf("the job's recovery %+v, want %d resumes", src.Recovery, resumes)
+	}
+	var paused, resumed int
+	for _, e := range src.Events {
+		switch {
+		case e.Kind == "postcopy-paused":
+			paused++
+		case e.Kind == "recovery" && strings.Contains(e.Detail, "resumed the migration"):
+			resumed++
+		}
+	}
+	if paused == 0 || resumed < resumes {
+		t.Errorf("the job's events show %d pauses and %d resumes, want the pause and %d resumes: %+v", paused, resumed, resumes, src.Events)
+	}
+	// libvirt completed the migration on both nodes by itself: gone (or
+	// shut off) as migrated here, running as migrated there.
+	for node, want := range map[string]func(nodeTruth) bool{"a": nodeTruth.migratedAway, "b": nodeTruth.migratedHere} {
+		got, err := readNodeTruth(node, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !want(got) {
+			t.Errorf("libvirt on %s: %s, not as a completed migration leaves it", node, got)
+		}
+	}
+	for _, n := range []string{"a", "b"} {
+		if v := metricSum(n, "ferry_migrations_total", `result="postcopy_failed"`); v != 0 {
+			t.Errorf("node %s counts %v post-copy failures, want none", n, v)
+		}
+	}
+	if v := metricSum("a", "ferry_migration_postcopy_recovery_attempts_total", `result="resumed"`); v < float64(resumes) {
+		t.Errorf("the source counts %v resumed attempts, want %d", v, resumes)
+	}
+	endsWholeOn(t, name, "b", "a", before, start)
+}
+
+// The streams of a post-copy are reset twice in a row: each time QEMU
+// pauses the migration on both nodes and Ferry resumes it over fresh
+// streams, and it completes, the guest's memory whole.
+func TestPostCopyResetTwiceIsResumedTwice(t *testing.T) {
+	const name = "pcr-reset"
+	before, start, done := breakablePostCopy(t, name)
+	if err := bed.ResetMigration(); err != nil {
+		t.Fatalf("reset-migration: %v", err)
+	}
+	pausedOnBoth(t, name, time.Minute)
+	waitJob(t, "a", name, "resumed once", time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
+	time.Sleep(time.Second)
+	if err := bed.ResetMigration(); err != nil {
+		t.Fatalf("second reset-migration: %v", err)
+	}
+	waitJob(t, "a", name, "resumed twice", 2*time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 2 })
+	resumedToTheEnd(t, name, done, before, start, 2)
+}
