@@ -47,6 +47,8 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{domain}/abort", d.abort)
 	mux.HandleFunc("POST /v1/jobs/{domain}/postcopy", d.postCopy)
 	mux.HandleFunc("POST /v1/jobs/{domain}/resolve", d.resolve)
+	mux.HandleFunc("POST /v1/jobs/{domain}/recover", d.recovery(drive.NudgeNow))
+	mux.HandleFunc("POST /v1/jobs/{domain}/give-up", d.recovery(drive.NudgeGiveUp))
 	mux.HandleFunc("POST /v1/migrations", d.migrate)
 	mux.HandleFunc("GET /v1/proxy", d.proxyStatus)
 	mux.Handle("GET /metrics", d.metricsHandler())
@@ -54,7 +56,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", d.readyz)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/jobs/{domain}/abort, /v1/jobs/{domain}/postcopy and /v1/jobs/{domain}/resolve", r.Method, r.URL.Path))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/jobs/{domain}/abort, /v1/jobs/{domain}/postcopy, /v1/jobs/{domain}/resolve, /v1/jobs/{domain}/recover and /v1/jobs/{domain}/give-up", r.Method, r.URL.Path))
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET /v1/jobs, /v1/jobs/{domain}, /v1/domains, /v1/watch, /metrics", r.Method, r.URL.Path))
@@ -242,6 +244,24 @@ func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	d.log.Warn("an operator settled a migration in doubt", zap.String("domain", domain), zap.String("keep", r.URL.Query().Get("keep")))
 	writeJSON(w, http.StatusAccepted, map[string]string{"message": "the migration of " + domain + " is settled keeping the " + r.URL.Query().Get("keep") + "'s copy"})
+}
+
+// recovery passes an operator's word to the recovery of a paused
+// post-copy: try now, or give up (the guest is then declared lost).
+func (d *Daemon) recovery(word string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		domain := r.PathValue("domain")
+		if d.source == nil || !d.source.Recovery(socketParam(r), domain, word) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("no post-copy of %s driven from this node is paused for recovery (run it on the source node; or two sockets serve that name: add ?socket=)", domain))
+			return
+		}
+		msg := "the recovery of " + domain + "'s post-copy tries again now"
+		if word == drive.NudgeGiveUp {
+			msg = "the recovery of " + domain + "'s post-copy is given up: the guest is declared lost, its memory split between the two nodes"
+		}
+		d.log.Warn("an operator spoke to a post-copy recovery", zap.String("domain", domain), zap.String("word", word))
+		writeJSON(w, http.StatusAccepted, map[string]string{"message": msg})
+	}
 }
 
 func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {

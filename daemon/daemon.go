@@ -34,6 +34,7 @@ type Daemon struct {
 	scrape  *scrapeHandler
 	// source drives migrations from this node; nil without the proxy.
 	source *drive.Source
+	target *drive.Target
 
 	steer    *steerer
 	reporter *kubevirt.Reporter
@@ -113,8 +114,9 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
-			in = drive.NewTarget(d.Tracker, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
+			d.target = drive.NewTarget(d.Tracker, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
 				cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
+			in = d.target
 		}
 		group, err := qemuGroup(cfg, d.Tracker)
 		if err != nil {
@@ -250,6 +252,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 
 	poolCtx, stopPool := context.WithCancel(context.Background())
+	// What a previous ferryd left is known before the tracker first
+	// looks at libvirt: a broken post-copy it was resuming is paused, not
+	// failed.
+	if d.source != nil {
+		d.source.SettleRecorded(poolCtx)
+	}
+	if d.target != nil {
+		d.target.HoldRecorded(d.Proxy.HeldIncoming())
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -257,9 +268,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
-	if d.source != nil {
-		d.source.SettleRecorded(poolCtx)
-	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

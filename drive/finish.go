@@ -10,6 +10,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -19,7 +20,17 @@ import (
 // inDoubtAfter the job shows InDoubt; the guest stays paused here
 // meanwhile, which is the one state that cannot become two guests.
 func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, src *proxy.SourceMigration, cookie []byte,
-	socket string, dom libvirt.Domain, postCopy bool) (proxy.ControlResponse, string) {
+	conn *libvirtx.Conn, dom libvirt.Domain, postCopy bool) (proxy.ControlResponse, string) {
+	socket := conn.Socket()
+	// A post-copy whose streams broke is paused by QEMU here: that alone
+	// settles it as split, whatever the target can say meanwhile (a cut
+	// link, a ferryd gone), and its recovery starts at once.
+	var paused <-chan struct{}
+	if postCopy && s.cfg.PostCopyRecoveryTimeout > 0 {
+		stop := make(chan struct{})
+		defer close(stop)
+		paused = watchPaused(conn, dom, stop)
+	}
 	// A pre-copy Finish returns within moments; a post-copy one when the
 	// last page has arrived, however long that takes. An attempt waits
 	// that long: only a broken connection (keepalive, the user timeout)
@@ -31,6 +42,16 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 	first, inDoubt := time.Now(), false
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		if paused != nil {
+			// Ends with the attempt: cancel() below closes ctx.
+			go func() {
+				select {
+				case <-paused:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+		}
 		resp, err := s.proxy.ControlTo(ctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish,
 			Migration: tid, Domain: req.Domain, Cookie: cookie})
 		cancel()
@@ -39,6 +60,9 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 				log.Warn("the migration's outcome is settled", zap.String("outcome", outcome), zap.Int("attempts", attempt))
 			}
 			return resp, outcome
+		}
+		if isClosed(paused) {
+			return pausedHere(), proxy.OutcomeSplit
 		}
 		log.Warn("the target's finish gave no outcome; asking again", zap.Int("attempt", attempt), zap.Error(err))
 		if !inDoubt && time.Since(first) >= inDoubtAfter {
@@ -51,8 +75,58 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 		select {
 		case outcome := <-s.running.decisions(driveKey(socket, req.Domain)):
 			return proxy.ControlResponse{Reason: resolvedByOperator, Error: "settled by an operator: the target's copy is taken as " + outcome}, outcome
+		case <-paused:
+			return pausedHere(), proxy.OutcomeSplit
 		case <-time.After(min(time.Duration(attempt)*time.Second, 5*time.Second)):
 		}
+	}
+}
+
+// pausedHere is the settled answer of a post-copy QEMU paused here.
+func pausedHere() proxy.ControlResponse {
+	return proxy.ControlResponse{Reason: reasonPausedHere, Error: "post-copy broke: QEMU paused the migration on this node"}
+}
+
+// reasonPausedHere marks a split this node saw for itself.
+const reasonPausedHere = "paused_here"
+
+// watchPaused closes its channel once libvirt has the source paused by a
+// broken post-copy; it stops looking when stop closes.
+func watchPaused(conn *libvirtx.Conn, dom libvirt.Domain, stop <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		t := time.NewTicker(pausedPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), pausedPoll*4)
+			st, rs, err := conn.DomainState(ctx, dom)
+			cancel()
+			if err == nil && st == libvirtx.StatePaused && rs == int32(libvirt.DomainPausedPostcopyFailed) {
+				close(out)
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// pausedPoll is how often a post-copy source is looked at for a pause.
+const pausedPoll = 250 * time.Millisecond
+
+func isClosed(c <-chan struct{}) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

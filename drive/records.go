@@ -113,6 +113,12 @@ func (s *Source) SettleRecorded(ctx context.Context) {
 		if !s.running.start(key) {
 			continue
 		}
+		if s.recovers(r) {
+			// Before the tracker first looks: a broken post-copy of it is
+			// paused for recovery, not failed.
+			s.tracker.Drive(r.Socket, r.Domain, r.info(s.proxy.TLS()))
+			s.tracker.DriveRecoverable(r.Socket, r.Domain, s.cfg.PostCopyRecoveryTimeout)
+		}
 		go func() {
 			defer s.running.end(key)
 			s.settleAfterRestart(ctx, r)
@@ -127,6 +133,9 @@ func (s *Source) SettleRecorded(ctx context.Context) {
 // target's word. Only then is the record removed.
 func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
+	// SettleRecorded marked it driven for a recovery; settled any other
+	// way, the mark goes, or a later migration of the name would inherit it.
+	defer s.tracker.Undrive(r.Socket, r.Domain)
 	if time.Since(r.Started) > drivenKeep {
 		// The target keeps its answers this long: past it, nobody can
 		// settle the migration but an operator.
@@ -143,7 +152,13 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	// never cancelled there, and what is left is post-copy's to recover.
 	if dom, err := c.LookupDomain(ctx, r.Domain); err == nil && libvirtx.UUIDString(dom.UUID) == r.UUID {
 		if state, reason, err := c.DomainState(ctx, dom); err == nil && inPostCopy(state, reason) {
-			info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
+			info := r.info(s.proxy.TLS())
+			if s.recovers(r) {
+				// The streams went with the ferryd that stopped: QEMU holds
+				// the migration paused on both nodes, to be resumed.
+				s.recoverAfterRestart(log, r, c, dom, info)
+				return
+			}
 			s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, migration.PhasePostCopyFailed,
 				"ferryd restarted during post-copy: the guest's memory is split between the two nodes")
 			s.forgetDrive(r.ID)
@@ -201,6 +216,33 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
 	s.forgetDrive(r.ID)
 	log.Warn("migration settled after a restart", zap.String("outcome", outcome), zap.String("here", what), zap.NamedError("lastError", last))
+}
+
+// recovers says whether a broken post-copy of r is resumed.
+func (s *Source) recovers(r drivenRecord) bool {
+	return r.Flags&uint32(libvirt.MigratePostcopy) != 0 && s.cfg.PostCopyRecoveryTimeout > 0
+}
+
+func (r drivenRecord) info(tls bool) migration.ProxyInfo {
+	return migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: tls}
+}
+
+// recoverAfterRestart resumes the broken post-copy a previous ferryd left,
+// and records how it ended.
+func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirtx.Conn, dom libvirt.Domain, info migration.ProxyInfo) {
+	log.Warn("ferryd restarted during post-copy: resuming the migration")
+	resp, err := s.recoverPostCopy(log, MigrateRequest{Domain: r.Domain, Target: r.Target}, c, dom, r.TargetID, r.TargetOwner)
+	failure := ""
+	if err == nil && resp.Persisted {
+		if err := c.Undefine(context.Background(), dom); err != nil && !libvirtx.IsNoDomain(err) {
+			log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
+		}
+	}
+	if err != nil {
+		failure = "ferryd restarted during post-copy, and " + err.Error()
+	}
+	s.tracker.DriveEnded(r.Domain, dom, r.Socket, r.Started, info, failure)
+	s.forgetDrive(r.ID)
 }
 
 // applyOutcome makes this node's copy follow the target's word: with the

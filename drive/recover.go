@@ -47,17 +47,22 @@ type recovery struct {
 	owner  string
 	until  time.Time
 	socket string
+	// nudges are an operator's words; gaveUp says one gave up.
+	nudges <-chan string
+	gaveUp bool
 }
 
 // recoverPostCopy resumes a broken post-copy migration, and returns the
-// target's answer once the guest runs whole there, or false when the
-// recovery timed out or a side is gone.
-func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libvirtx.Conn, dom libvirt.Domain, tid, owner string) (proxy.ControlResponse, bool) {
+// target's answer once the guest runs whole there, or why it did not.
+func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libvirtx.Conn, dom libvirt.Domain, tid, owner string) (proxy.ControlResponse, error) {
 	r := &recovery{s: s, log: log, req: req, conn: conn, dom: dom, tid: tid, owner: owner,
 		until: time.Now().Add(s.cfg.PostCopyRecoveryTimeout), socket: conn.Socket()}
+	key := driveKey(r.socket, req.Domain)
+	r.nudges = s.running.recovering(key, true)
+	defer s.running.recovering(key, false)
 	s.tracker.DrivePaused(r.socket, req.Domain, r.until)
 	log.Warn("post-copy broke: the guest stays paused on both nodes while the migration is resumed", zap.Time("until", r.until))
-	for attempt := 1; time.Now().Before(r.until); attempt++ {
+	for attempt := 1; time.Now().Before(r.until) && !r.gaveUp; attempt++ {
 		done, resumed, err := r.attempt(attempt)
 		if done {
 			break
@@ -74,17 +79,29 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 			break
 		}
 	}
-	return r.settle()
+	if resp, ok := r.settle(); ok {
+		return resp, nil
+	}
+	if r.gaveUp {
+		return proxy.ControlResponse{}, errors.New("post-copy broke, and an operator gave up its recovery (ferryctl give-up): the guest's memory stays split between the two nodes")
+	}
+	return proxy.ControlResponse{}, fmt.Errorf("post-copy broke and was not resumed within %v: the guest's memory stays split between the two nodes", s.cfg.PostCopyRecoveryTimeout)
 }
 
-// sleep waits d, or until the recovery's end; false once that has passed.
+// sleep waits d, or until the recovery's end or an operator's word; false
+// once the recovery is over.
 func (r *recovery) sleep(d time.Duration) bool {
 	left := time.Until(r.until)
 	if left <= 0 {
 		return false
 	}
-	time.Sleep(min(d, left))
-	return true
+	select {
+	case <-time.After(min(d, left)):
+	case w := <-r.nudges:
+		r.log.Warn("an operator spoke to the post-copy recovery", zap.String("word", w))
+		r.gaveUp = w == NudgeGiveUp
+	}
+	return !r.gaveUp
 }
 
 // attempt runs one resume; done means QEMU completed the migration (or

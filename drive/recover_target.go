@@ -102,6 +102,19 @@ func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error
 	return nil
 }
 
+// HoldRecorded has the tracker pause, not fail, the broken post-copy of
+// each incoming migration a previous ferryd left held here: its source
+// resumes it.
+func (in *Target) HoldRecorded(held []proxy.IncomingMigration) {
+	if in.recoverFor <= 0 {
+		return
+	}
+	for _, m := range held {
+		in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
+		in.tracker.IncomingRecoverable(in.socket, m.Domain, m.ID, in.recoverFor)
+	}
+}
+
 // Recovered says whether a recovered migration's guest runs whole here,
 // defining a persistent guest first. A guest still in post-copy (libvirt
 // completes it by itself once QEMU has) is not settled: asked again.

@@ -22,6 +22,10 @@ type driveState struct {
 	// (proxy.OutcomeStopped or OutcomeRunning), taken only in doubt.
 	decide  chan string
 	inDoubt bool
+	// nudge carries an operator's word to a paused post-copy's recovery:
+	// try now, or give up; recovering says one is under way.
+	nudge      chan string
+	recovering bool
 	// id is the migration's ID on this node; owner and driven are set
 	// while its Perform runs.
 	id     string
@@ -49,7 +53,7 @@ func (ds *registry) start(key string) bool {
 	if _, busy := ds.running[key]; busy {
 		return false
 	}
-	ds.running[key] = &driveState{done: make(chan struct{}), decide: make(chan string, 1)}
+	ds.running[key] = &driveState{done: make(chan struct{}), decide: make(chan string, 1), nudge: make(chan string, 1)}
 	return true
 }
 
@@ -157,6 +161,63 @@ func (ds *registry) decide(socket, domain, outcome string) (string, bool) {
 	default: // a decision is already on its way
 	}
 	return key, true
+}
+
+// Operator's words to a paused post-copy's recovery.
+const (
+	NudgeNow    = "now"
+	NudgeGiveUp = "give-up"
+)
+
+// recovering marks key's migration as a paused post-copy being resumed,
+// and returns the channel an operator's word arrives on.
+func (ds *registry) recovering(key string, on bool) <-chan string {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.recovering = on
+		return st.nudge
+	}
+	return nil
+}
+
+// nudge hands an operator's word to the recovery of domain's paused
+// post-copy (on socket, if named); false when none is under way.
+func (ds *registry) nudge(socket, domain, word string) bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	var found *driveState
+	for k, st := range ds.running {
+		s, d, _ := strings.Cut(k, "\x00")
+		if d != domain || (socket != "" && s != socket) || !st.recovering {
+			continue
+		}
+		if found != nil {
+			return false
+		}
+		found = st
+	}
+	if found == nil {
+		return false
+	}
+	if word == NudgeGiveUp {
+		// Giving up outranks a pending "now".
+		select {
+		case <-found.nudge:
+		default:
+		}
+	}
+	select {
+	case found.nudge <- word:
+	default:
+	}
+	return true
+}
+
+// Recovery hands an operator's word (NudgeNow, NudgeGiveUp) to the
+// recovery of domain's paused post-copy; false when none is under way.
+func (s *Source) Recovery(socket, domain, word string) bool {
+	return s.running.nudge(socket, domain, word)
 }
 
 // stopAll gives running migrations a grace period to finish before ferryd

@@ -291,7 +291,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	} else {
 		// The guest is paused here, whole, and may run there: only the
 		// target's word decides which copy lives.
-		fin, outcome := s.settleFinish(log, req, tid, src, performCookie, conn.Socket(), dom, flags&libvirt.MigratePostcopy != 0)
+		fin, outcome := s.settleFinish(log, req, tid, src, performCookie, conn, dom, flags&libvirt.MigratePostcopy != 0)
 		if fin.Reason == resolvedByOperator {
 			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
 		}
@@ -317,10 +317,10 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 			// which is what lets libvirt complete a resumed migration by
 			// itself on both nodes.
 			src.Close("post-copy broke")
-			if resp, ok := s.recoverPostCopy(log, req, conn, dom, tid, src.Owner()); ok {
+			if resp, err := s.recoverPostCopy(log, req, conn, dom, tid, src.Owner()); err == nil {
 				fin, outcome, cancelled, ferr, cerr = resp, proxy.OutcomeRunning, false, nil, nil
 			} else {
-				ferr = fmt.Errorf("post-copy broke and was not resumed within %v: the guest's memory stays split between the two nodes", s.cfg.PostCopyRecoveryTimeout)
+				ferr = err
 			}
 		}
 		if cerr == nil && !cancelled && fin.Persisted {

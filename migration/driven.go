@@ -192,6 +192,15 @@ func (t *Tracker) DriveRecoverable(socket, domain string, d time.Duration) {
 	}
 }
 
+// Undrive forgets a driven mark no account was given for.
+func (t *Tracker) Undrive(socket, domain string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if di := t.driven[jobKey{socket, domain}]; di != nil && !di.ended {
+		delete(t.driven, jobKey{socket, domain})
+	}
+}
+
 // DriveInDoubt shows the domain's driven source job in doubt: the target
 // has not said whether the guest runs there. libvirt's job ends it, once
 // the driver has settled the migration.

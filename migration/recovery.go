@@ -103,7 +103,7 @@ func (t *Tracker) unpause(j *job, state string, at time.Time) {
 }
 
 // recoveryGrace lets the source's own end of a recovery arrive first.
-const recoveryGrace = 30 * time.Second
+var recoveryGrace = 30 * time.Second
 
 // giveUp ends a paused job as PostCopyFailed; the caller holds t.mu.
 func (t *Tracker) giveUp(j *job, why string, at time.Time) {

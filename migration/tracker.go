@@ -321,6 +321,11 @@ func (t *Tracker) Domains() []Domain {
 				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
 			}
 			v.AttentionReason, v.Attention = attention(d, t.jobs[jobKey{socket, d.Name}] != nil)
+			if j := t.jobs[jobKey{socket, d.Name}]; j != nil && j.view.Phase == PhasePostCopyPaused && v.AttentionReason == "postcopy_failed" {
+				// Not failed yet: Ferry is resuming it.
+				v.AttentionReason = "postcopy_paused"
+				v.Attention = "post-copy broke; QEMU holds it paused on both nodes while Ferry resumes it (until " + j.view.Recovery.Until.UTC().Format(time.RFC3339) + ")"
+			}
 			out = append(out, v)
 		}
 	}

@@ -103,6 +103,27 @@ func (s *outcomeStore) save(r outcomeRecord) error {
 	return atomicfile.Write(p, b)
 }
 
+// recent reads the records prepared within age.
+func (s *outcomeStore) recent(age time.Duration) []outcomeRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entries, _ := os.ReadDir(s.dir)
+	var out []outcomeRecord
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || ValidID(id) != nil {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) > age {
+			continue
+		}
+		if r, err := s.read(filepath.Join(s.dir, e.Name()), id); err == nil && time.Since(r.Prepared) <= age {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // recovered replaces a split answer with a recovered migration's: the
 // guest runs whole here now. No other answer is ever replaced.
 func (s *outcomeStore) recovered(id string, resp ControlResponse) error {

@@ -47,8 +47,12 @@ const recoveryTTL = 2 * time.Minute
 const recoverTimeout = 30 * time.Second
 
 // splitIncoming is the migration req names, as this node recorded it, if
-// it was prepared by peer and its finish left it split.
+// it was prepared by peer and its finish left it split, or still runs (the
+// target QEMU has not seen the break yet: a silent link).
 func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigration, bool) {
+	if in, ok := p.reg.finishingIncoming(req.Migration, req.Domain, owner); ok && in.PostCopy && in.MonitorPath != "" {
+		return in, true
+	}
 	if p.outcomes == nil {
 		return IncomingMigration{}, false
 	}
@@ -62,6 +66,26 @@ func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigrati
 	return IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
 		MonitorPath: TargetMonitorPath(p.cfg.SocketDir, r.ID)}, r.Result.Outcome == OutcomeSplit
 }
+
+// HeldIncoming lists the incoming migrations this node's records say a
+// broken post-copy may hold here: split, or finishing when the ferryd
+// before this one stopped.
+func (p *Proxy) HeldIncoming() []IncomingMigration {
+	if p.outcomes == nil {
+		return nil
+	}
+	var out []IncomingMigration
+	for _, r := range p.outcomes.recent(heldRecordAge) {
+		if r.Result != nil && r.Result.Outcome == OutcomeSplit || r.Result == nil && r.Finishing {
+			out = append(out, IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
+				MonitorPath: TargetMonitorPath(p.cfg.SocketDir, r.ID)})
+		}
+	}
+	return out
+}
+
+// heldRecordAge bounds the records HeldIncoming reads.
+const heldRecordAge = 24 * time.Hour
 
 // recover readies one attempt: a fresh stream, registered for the peer
 // that prepared the migration, and the target QEMU listening behind it.
@@ -89,7 +113,7 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 		p.Unregister(prev, "a newer recovery attempt")
 	}
 	rid := newMigrationID()
-	m := Migration{ID: rid, Domain: in.Domain, State: statePrepared, Expires: time.Now().Add(recoveryTTL), PeerNode: peer.Node,
+	m := Migration{ID: rid, Domain: in.Domain, State: statePrepared, Expires: time.Now().Add(recoveryTTL), PeerNode: peer.Node, RecoveryOf: in.ID,
 		Targets: map[Kind]string{KindMemory: TargetSocketPath(p.cfg.SocketDir, rid, KindMemory)},
 		// The main channel, then post-copy's preempt channel.
 		Limits: map[Kind]int{KindMemory: 2}}

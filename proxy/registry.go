@@ -21,6 +21,9 @@ type Migration struct {
 	State   string          `json:"state"`
 	// PeerNode is the node that prepared it, as its certificate names it.
 	PeerNode string `json:"peerNode,omitempty"`
+	// RecoveryOf, for the streams of a post-copy's recovery, is the
+	// migration they resume, which may still be finishing.
+	RecoveryOf string `json:"recoveryOf,omitempty"`
 }
 
 // States of an incoming migration. Data streams are relayed only once
@@ -144,7 +147,7 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 		return &regError{reasonTooManyIncoming, fmt.Sprintf("this peer has %d incoming migrations prepared and not ended here, the most one peer may", mine)}
 	}
 	for _, e := range r.entries {
-		if e.ended == "" && e.m.Domain == m.Domain {
+		if e.ended == "" && e.m.Domain == m.Domain && e.m.ID != m.RecoveryOf {
 			// The other migration's id is its capability: never named.
 			return &regError{reasonDuplicate, fmt.Sprintf("domain %s already has an incoming migration on this node", m.Domain)}
 		}
@@ -344,6 +347,20 @@ func (r *registry) stillFinishing(id, domain, owner string) bool {
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	return ok && e.ended == "" && e.owner == owner && e.m.Domain == domain && e.m.State == stateFinishing && e.result == nil
+}
+
+// finishingIncoming is the libvirt side of migration id of domain, prepared
+// by owner, whose finish is running still, with no answer yet.
+func (r *registry) finishingIncoming(id, domain, owner string) (IncomingMigration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok || e.ended != "" || e.in == nil || e.owner != owner || e.m.Domain != domain || e.m.State != stateFinishing || e.result != nil {
+		return IncomingMigration{}, false
+	}
+	in := *e.in
+	in.Instance = e.instance
+	return in, true
 }
 
 // setInstance records the guest instance a migration's Prepare started.

@@ -137,6 +137,9 @@ func printJob(w io.Writer, j migration.Job) {
 		}
 	}
 	kv("Phase", "%s", j.Phase)
+	if rc := j.Recovery; rc != nil {
+		kv("Post-copy recovery", "%s", recoveryString(j, time.Now()))
+	}
 	if j.FailureReason != "" {
 		kv("Failure", "%s", j.FailureReason)
 	}
@@ -302,6 +305,25 @@ func summaryLine(j migration.Job) string {
 	}
 	if j.FailureReason != "" {
 		s += "\n  reason: " + oneLine(j.FailureReason)
+	}
+	return s
+}
+
+// recoveryString says where a broken post-copy's recovery stands: while
+// paused, how long until the guest is declared lost.
+func recoveryString(j migration.Job, now time.Time) string {
+	rc := j.Recovery
+	s := fmt.Sprintf("%d attempts, %d resumed", rc.Attempts, rc.Resumed)
+	if j.Phase == migration.PhasePostCopyPaused {
+		left := rc.Until.Sub(now).Round(time.Second)
+		if left < 0 {
+			left = 0
+		}
+		s = fmt.Sprintf("paused on both nodes; declared lost in %s (at %s) unless resumed; %s (ferryctl recover / give-up)",
+			left, rc.Until.Local().Format("15:04:05"), s)
+	}
+	if rc.LastError != "" {
+		s += "; last: " + rc.LastError
 	}
 	return s
 }

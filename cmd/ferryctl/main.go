@@ -148,7 +148,7 @@ func newRoot(g *globals) *cobra.Command {
 		return usageError(fmt.Sprintf("%s: %v (usage: %s)", c.CommandPath(), err, c.UseLine()))
 	})
 	root.AddCommand(jobsCmd(g), jobCmd(g), watchCmd(g), domainsCmd(g), migrateCmd(g), abortCmd(g),
-		postCopyCmd(g), resolveCmd(g), proxyCmd(g), completionCmd(), versionCmd())
+		postCopyCmd(g), resolveCmd(g), recoverCmd(g), giveUpCmd(g), proxyCmd(g), completionCmd(), versionCmd())
 	return root
 }
 

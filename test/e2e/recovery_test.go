@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +109,109 @@ func TestPostCopyResetTwiceIsResumedTwice(t *testing.T) {
 	}
 	waitJob(t, "a", name, "resumed twice", 2*time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 2 })
 	resumedToTheEnd(t, name, done, before, start, 2)
+}
+
+// The migration link is cut for longer than the proxy's TCP user timeout
+// (30 s), so the streams break and QEMU pauses the post-copy on both
+// nodes; once the link is back Ferry resumes it, and it completes.
+func TestPostCopyResumesAfterALinkCut(t *testing.T) {
+	const name = "pcr-cut"
+	before, start, done := breakablePostCopy(t, name)
+	if err := bed.CutLink(); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	defer func() {
+		if !restored {
+			bed.RestoreLink()
+		}
+	}()
+	cut := time.Now()
+	waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyPaused })
+	time.Sleep(time.Until(cut.Add(45 * time.Second)))
+	if err := bed.RestoreLink(); err != nil {
+		t.Fatal(err)
+	}
+	restored = true
+	back := time.Now()
+	pausedOnBoth(t, name, time.Minute)
+	j := waitJob(t, "a", name, "resumed", 2*time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
+	for _, e := range j.Events {
+		if e.Kind == "recovery" && strings.Contains(e.Detail, "resumed") {
+			t.Logf("resumed %v after the link came back: %s", e.Time.Sub(back).Round(time.Millisecond), e.Detail)
+		}
+	}
+	resumedToTheEnd(t, name, done, before, start, 1)
+}
+
+// The link stays cut past the recovery timeout: the guest is declared
+// lost at its deadline, once on each node, and libvirt keeps both copies
+// held as it does for a post-copy nobody resumes.
+func TestPostCopyCutPastTheRecoveryTimeoutIsLost(t *testing.T) {
+	const name = "pcr-lost"
+	const timeout = 20 * time.Second
+	ferrydArgs(t, "--postcopy-recovery-timeout", timeout.String())
+	_, _, done := breakablePostCopy(t, name)
+	if err := bed.CutLink(); err != nil {
+		t.Fatal(err)
+	}
+	defer bed.RestoreLink()
+	src := waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyPaused })
+	deadline := src.Recovery.Until
+	failed := func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyFailed }
+	src = waitJob(t, "a", name, "PostCopyFailed", 2*time.Minute, failed)
+	if src.EndTime == nil || src.EndTime.Before(deadline) {
+		t.Errorf("the source job ended at %v, before its recovery deadline %v", src.EndTime, deadline)
+	}
+	if !strings.Contains(src.FailureReason, "not resumed within") {
+		t.Errorf("the source's reason does not say the recovery timed out: %q", src.FailureReason)
+	}
+	// The target hears no attempt while the link is down; it gives up by
+	// its own clock.
+	dst := waitJob(t, "b", name, "PostCopyFailed", 2*time.Minute, failed)
+	t.Logf("declared lost: source %v and target %v past the deadline", src.EndTime.Sub(deadline).Round(time.Millisecond), dst.EndTime.Sub(deadline).Round(time.Millisecond))
+	bed.RestoreLink()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the migration reported success though its guest was declared lost")
+		}
+	case <-time.After(time.Minute):
+		t.Error("the migration call did not return")
+	}
+	time.Sleep(5 * time.Second)
+	for _, n := range []string{"a", "b"} {
+		if v := metricSum(n, "ferry_migrations_total", `result="postcopy_failed"`); v != 1 {
+			t.Errorf("node %s counts %v post-copy failures, want exactly one", n, v)
+		}
+	}
+	for node, split := range map[string]func(nodeTruth) bool{"a": nodeTruth.postCopyFailedSource, "b": nodeTruth.postCopyFailedTarget} {
+		got, err := readNodeTruth(node, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !split(got) {
+			t.Errorf("libvirt on %s: %s, not held post-copy-failed", node, got)
+		}
+	}
+}
+
+// A ferryd SIGKILLed in post-copy takes the migration's streams with it,
+// and QEMU pauses the migration on both nodes. Started again, it finds
+// what it recorded, and the migration is resumed and completes.
+func TestPostCopyResumedAfterAFerrydIsKilled(t *testing.T) {
+	for _, node := range []string{"b", "a"} {
+		t.Run("node "+node, func(t *testing.T) {
+			name := "pcr-kill-" + node
+			before, start, done := breakablePostCopy(t, name)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := bed.CrashFerryd(ctx, node); err != nil {
+				t.Fatal(err)
+			}
+			pausedOnBoth(t, name, time.Minute)
+			waitJob(t, "a", name, "resumed", 2*time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
+			resumedToTheEnd(t, name, done, before, start, 1)
+		})
+	}
 }

@@ -1,0 +1,118 @@
+package migration
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// drivenPostCopy is a source job of a post-copy Ferry drives and resumes
+// for up to recoverFor, switched to post-copy.
+func drivenPostCopy(t *testing.T, recoverFor time.Duration) *feed {
+	f := newFeed(t, "a")
+	f.tr.Drive(sock, dom.Name, ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
+	f.tr.DriveRecoverable(sock, dom.Name, recoverFor)
+	f.stats(outgoing(1, 300))
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
+	return f
+}
+
+func TestABrokenDrivenPostCopyPausesInsteadOfFailing(t *testing.T) {
+	f := drivenPostCopy(t, 5*time.Minute)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	j := f.wantPhase(PhasePostCopyPaused)
+	if j.Recovery == nil || time.Until(j.Recovery.Until) < 4*time.Minute {
+		t.Fatalf("recovery %+v, want one ending about 5 minutes from now", j.Recovery)
+	}
+	f.list(paused(libvirtx.PausedPostCopyFailed))
+	f.wantJobs(1, 1)
+	f.wantTotal(RoleSource, "postcopy_failed", 0)
+	doms := f.tr.Domains()
+	if len(doms) != 1 || doms[0].AttentionReason != "postcopy_paused" {
+		t.Fatalf("a paused post-copy flagged as %+v, want postcopy_paused (not failed: it is being resumed)", doms)
+	}
+	// An attempt that fails, then one whose stream runs again: libvirt
+	// shows the source paused in post-copy, and the job runs again.
+	f.tr.DriveRecoveryAttempt(sock, dom.Name, 1, errors.New("asking the target: refused"))
+	f.tr.DriveResumed(sock, dom.Name, 2, 200*time.Millisecond)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
+	if j := f.wantPhase(PhaseRunning); j.Recovery.Attempts != 2 || j.Recovery.Resumed != 1 || j.Recovery.LastError == "" {
+		t.Fatalf("recovery %+v, want 2 attempts, 1 resumed, the last error", j.Recovery)
+	}
+	// It breaks again, and completes after a second resume.
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f.wantPhase(PhasePostCopyPaused)
+	f.tr.DriveResumed(sock, dom.Name, 3, 100*time.Millisecond)
+	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
+	j = f.wantPhase(PhaseCompleted)
+	if j.Recovery.Resumed != 2 {
+		t.Fatalf("recovery %+v, want 2 resumed", j.Recovery)
+	}
+	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, ProxyInfo{MigrationID: "m-1"}, "")
+	f.wantTotal(RoleSource, "completed", 1)
+	f.wantTotal(RoleSource, "postcopy_failed", 0)
+	s := f.tr.Snapshot()
+	if s.RecoveryAttempts[RecoveryResumed] != 2 || s.RecoveryAttempts[RecoveryFailed] != 1 {
+		t.Fatalf("attempts %v, want 2 resumed and 1 failed", s.RecoveryAttempts)
+	}
+}
+
+func TestAPausedPostCopyTheDriverGivesUpOnFailsOnce(t *testing.T) {
+	f := drivenPostCopy(t, 5*time.Minute)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	j := f.wantPhase(PhasePostCopyPaused)
+	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, ProxyInfo{MigrationID: "m-1"}, "post-copy broke and was not resumed within 5m0s")
+	j = f.wantPhase(PhasePostCopyFailed)
+	if !strings.Contains(j.FailureReason, "not resumed within") {
+		t.Fatalf("reason %q", j.FailureReason)
+	}
+	// libvirt's later word on the same failure records nothing more.
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f.list(paused(libvirtx.PausedPostCopyFailed))
+	f.wantJobs(0, 1)
+	f.wantTotal(RoleSource, "postcopy_failed", 1)
+}
+
+func TestAPausedPostCopyNobodyResumesFailsAtItsTime(t *testing.T) {
+	grace := recoveryGrace
+	recoveryGrace = 10 * time.Millisecond
+	t.Cleanup(func() { recoveryGrace = grace })
+	f := drivenPostCopy(t, 10*time.Millisecond)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f.wantPhase(PhasePostCopyPaused)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if j, _ := f.tr.Job(dom.Name); j.Phase == PhasePostCopyFailed {
+			if !strings.Contains(j.FailureReason, "timed out") {
+				t.Fatalf("reason %q", j.FailureReason)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("the paused job never failed at its time")
+}
+
+func TestAPostCopyNotResumedFailsAtOnce(t *testing.T) {
+	f := drivenPostCopy(t, 0)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f.wantPhase(PhasePostCopyFailed)
+}
+
+func TestATargetOfARecoverablePostCopyPauses(t *testing.T) {
+	f := newFeed(t, "b")
+	f.tr.ExpectIncoming(sock, dom.Name, "m-t", "a")
+	f.tr.IncomingRecoverable(sock, dom.Name, "m-t", 5*time.Minute)
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
+	f.wantPhase(PhasePostCopyPaused)
+	f.list(running(libvirtx.RunningPostCopy))
+	f.wantPhase(PhaseRunning)
+	f.list(running(libvirtx.RunningMigrated))
+	f.wantPhase(PhaseCompleted)
+	f.wantTotal(RoleTarget, "postcopy_failed", 0)
+}
