@@ -89,6 +89,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		Log:            log.Named("tracker"),
 		OnFinish:       d.jobFinished,
 		OnStart:        d.jobStarted,
+		OnRecovered:    d.postCopyRecovered,
 		StateDir:       cfg.StateDir,
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{

@@ -124,6 +124,20 @@ func (d *Daemon) reportVMI(j migration.Job) {
 	}
 }
 
+// postCopyRecovered takes the irrecoverable mark off a VMI whose post-copy
+// completed after all: nobody should give up on a guest that runs.
+func (d *Daemon) postCopyRecovered(r migration.RecoveredDomain) {
+	if d.reporter == nil || r.Namespace == "" {
+		return
+	}
+	m := kubevirt.Mark{Namespace: r.Namespace, Name: r.Name, Node: d.cfg.NodeName, Role: string(migration.RoleTarget), Socket: r.Socket,
+		Kind: kubevirt.KindRecovered, UID: d.domainUID(r.Socket, r.Domain), Detected: time.Now(),
+		Message: fmt.Sprintf("the post-copy migration recorded failed completed after all: the guest runs on node %s as migrated; Ferry took its irrecoverable mark off", d.cfg.NodeName)}
+	if err := d.reporter.Report(m); err != nil {
+		d.log.Error("VMI unmark", zap.String("vmi", r.Namespace+"/"+r.Name), zap.Error(err))
+	}
+}
+
 // failureClass names a job's failure for a VMI's readers.
 func failureClass(j migration.Job) string {
 	if k := j.FailureKind(); k != "" {

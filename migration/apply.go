@@ -173,14 +173,21 @@ func (t *Tracker) applyList(in input) []action {
 		// and only libvirt's job says its incoming migration ended.
 		out = append(out, action{dom: d.Ref, what: sample})
 	}
+	completed := map[ledgerKey]ledgerRecord{}
 	t.ledger.prune(in.socket, func(r ledgerRecord) bool {
 		d, ok := byName[r.Domain]
 		if !ok || d.UUID != r.UUID {
 			return false
 		}
 		tr, ok := lookup(r.Role, ModePostCopy, d.State, d.Reason)
+		if r.Role == RoleTarget && d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningMigrated {
+			completed[ledgerKey{r.Socket, r.UUID, r.Role}] = r
+		}
 		return ok && tr.end == PhasePostCopyFailed
 	})
+	for _, r := range completed {
+		t.postCopyCompletedAfterAll(r, in.at)
+	}
 	return out
 }
 

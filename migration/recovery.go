@@ -102,6 +102,29 @@ func (t *Tracker) unpause(j *job, state string, at time.Time) {
 	t.publish(j)
 }
 
+// RecoveredDomain is a domain whose post-copy was recorded failed and
+// completed since: libvirt runs it as migrated on this node.
+type RecoveredDomain struct {
+	Socket, Domain, UUID string
+	Namespace, Name      string
+}
+
+// postCopyCompletedAfterAll records a failed post-copy that libvirt then
+// completed (it does, unattended, when only the API call failed and QEMU's
+// stream went on); the caller holds t.mu.
+func (t *Tracker) postCopyCompletedAfterAll(r ledgerRecord, at time.Time) {
+	if last := t.latest[jobKey{r.Socket, r.Domain}]; last != nil && last.view.UUID == r.UUID {
+		t.addEvent(last, at, "postcopy-completed", "the post-copy recorded failed completed after all: libvirt runs the guest here as migrated")
+		t.publish(last)
+	}
+	t.log.Warn("a post-copy recorded failed completed after all", zap.String("domain", r.Domain), zap.String("socket", r.Socket))
+	if t.cfg.OnRecovered != nil {
+		d := RecoveredDomain{Socket: r.Socket, Domain: r.Domain, UUID: r.UUID}
+		d.Namespace, d.Name, _ = vmiName(r.Domain)
+		go t.cfg.OnRecovered(d)
+	}
+}
+
 // recoveryGrace lets the source's own end of a recovery arrive first.
 var recoveryGrace = 30 * time.Second
 

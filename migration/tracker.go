@@ -34,6 +34,9 @@ type Config struct {
 	OnFinish func(Job)
 	// OnStart is called, outside the tracker's lock, with each job found.
 	OnStart func(Job)
+	// OnRecovered is called, outside the tracker's lock, for a domain
+	// whose post-copy was recorded failed and then completed.
+	OnRecovered func(RecoveredDomain)
 	// StateDir, when set, keeps the post-copy failures already recorded, so
 	// a restarted ferryd neither counts nor reports them again.
 	StateDir string

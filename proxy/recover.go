@@ -57,14 +57,26 @@ func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigrati
 		return IncomingMigration{}, false
 	}
 	r, ok, err := p.outcomes.load(req.Migration)
-	if err != nil || !ok || r.Owner != owner || r.Domain != req.Domain || r.Result == nil {
+	if err != nil || !ok || r.Owner != owner || r.Domain != req.Domain {
 		return IncomingMigration{}, false
 	}
-	if r.Result.Outcome != OutcomeSplit && r.Result.Outcome != OutcomeRunning {
+	in := IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
+		MonitorPath: TargetMonitorPath(p.cfg.SocketDir, r.ID)}
+	if r.Result == nil && r.Finishing {
+		// This ferryd restarted during the finish, and no source has asked
+		// since: libvirt says how the finish left the guest.
+		if p.outcomeOf(in) != OutcomeSplit {
+			return IncomingMigration{}, false
+		}
+		resp := ControlResponse{Outcome: OutcomeSplit, Reason: ReasonRestarted,
+			Error: fmt.Sprintf("domain %s is held here by a failed post-copy: its memory is split between the two nodes", r.Domain)}
+		p.saveOutcome(r.ID, owner, r.Domain, r.Instance, &resp)
+		return in, true
+	}
+	if r.Result == nil || r.Result.Outcome != OutcomeSplit && r.Result.Outcome != OutcomeRunning {
 		return IncomingMigration{}, false
 	}
-	return IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
-		MonitorPath: TargetMonitorPath(p.cfg.SocketDir, r.ID)}, r.Result.Outcome == OutcomeSplit
+	return in, r.Result.Outcome == OutcomeSplit
 }
 
 // HeldIncoming lists the incoming migrations this node's records say a
@@ -112,7 +124,7 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 		// One stream at a time: QEMU listens only where it was last told.
 		p.Unregister(prev, "a newer recovery attempt")
 	}
-	rid := newMigrationID()
+	rid := p.newID(fmt.Sprintf("%s-r%d", in.ID, p.recoveryN.Add(1)))
 	m := Migration{ID: rid, Domain: in.Domain, State: statePrepared, Expires: time.Now().Add(recoveryTTL), PeerNode: peer.Node, RecoveryOf: in.ID,
 		Targets: map[Kind]string{KindMemory: TargetSocketPath(p.cfg.SocketDir, rid, KindMemory)},
 		// The main channel, then post-copy's preempt channel.
@@ -157,6 +169,7 @@ func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlRe
 	}
 	resp := ControlResponse{Outcome: outcome, Persisted: persisted}
 	if outcome == OutcomeRunning {
+		p.reg.recovered(in.ID, resp)
 		if err := p.outcomes.recovered(in.ID, resp); err != nil {
 			p.log.Warn("cannot record a recovered migration's outcome", zap.String("migration", in.ID), zap.Error(err))
 		}

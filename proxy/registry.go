@@ -225,6 +225,16 @@ func (r *registry) setResult(e *entry, resp ControlResponse) {
 	}
 }
 
+// recovered replaces a split finish's kept answer once a recovery has the
+// guest running whole here.
+func (r *registry) recovered(id string, resp ControlResponse) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.entries[id]; ok && e.result != nil && e.result.Outcome == OutcomeSplit && resp.Outcome == OutcomeRunning {
+		e.result = &resp
+	}
+}
+
 // finishing returns the migration id of domain, prepared by owner, whose
 // finish is running, so a repeat can wait for its answer; cut is called
 // to end that wait early (a newer repeat, the migration's end).

@@ -146,6 +146,7 @@ type Proxy struct {
 	// recoveries names, by incoming migration, the stream of its latest
 	// post-copy recovery attempt (guarded by mu).
 	recoveries map[string]string
+	recoveryN  atomic.Int64
 	// controlBy counts them by peer while their requests are in progress.
 	controlMu sync.Mutex
 	controlBy map[string]int

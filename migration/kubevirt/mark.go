@@ -49,6 +49,10 @@ type Mark struct {
 const (
 	KindIrrecoverable = "irrecoverable"
 	KindEvent         = "event"
+	// KindRecovered takes an irrecoverable mark off (label, annotation)
+	// with an Event: the post-copy it named completed after all (libvirt
+	// completes one whose API call failed while QEMU's stream went on).
+	KindRecovered = "recovered"
 )
 
 func (m Mark) key() string { return m.Namespace + "/" + m.Name }
@@ -63,8 +67,8 @@ func (m Mark) validate() error {
 	if msgs := validation.IsDNS1123Subdomain(m.Name); len(msgs) > 0 {
 		errs = append(errs, fmt.Sprintf("name %q: %s", m.Name, strings.Join(msgs, ", ")))
 	}
-	if m.Kind != KindIrrecoverable && m.Kind != KindEvent {
-		errs = append(errs, fmt.Sprintf("kind %q is neither %s nor %s", m.Kind, KindIrrecoverable, KindEvent))
+	if m.Kind != KindIrrecoverable && m.Kind != KindEvent && m.Kind != KindRecovered {
+		errs = append(errs, fmt.Sprintf("kind %q is none of %s, %s and %s", m.Kind, KindIrrecoverable, KindEvent, KindRecovered))
 	}
 	if m.Kind == KindEvent && (m.EventReason == "" || (m.EventType != "Normal" && m.EventType != "Warning")) {
 		errs = append(errs, "an event needs a reason and type Normal or Warning")

@@ -92,8 +92,23 @@ func (r *Reporter) Report(m Mark) error {
 			return nil // already on its way
 		}
 	}
+	var superseded []string
+	if m.Kind == KindRecovered {
+		// A mark not delivered yet is no longer true: it never lands.
+		for id, p := range r.pending {
+			if p.Kind == KindIrrecoverable && p.key() == m.key() && !p.Patched {
+				delete(r.pending, id)
+				r.delivered["superseded"]++
+				superseded = append(superseded, id)
+			}
+		}
+	}
 	r.pending[m.ID] = m
 	r.mu.Unlock()
+	for _, id := range superseded {
+		r.store.remove(id)
+		r.log.Info("a VMI mark not delivered yet is dropped: its post-copy completed", zap.String("vmi", m.key()))
+	}
 	err := r.store.save(m)
 	if err != nil {
 		r.log.Error("cannot persist VMI mark; delivering from memory only", zap.String("vmi", m.key()), zap.Error(err))
@@ -258,6 +273,9 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 	if m.Kind == KindEvent {
 		return "event", r.event(ctx, vmi, m, m.EventType, m.EventReason)
 	}
+	if m.Kind == KindRecovered {
+		return r.unmark(ctx, vmi, m)
+	}
 	if !m.Patched {
 		marked, err := r.markIrrecoverable(ctx, m)
 		if err != nil {
@@ -304,6 +322,35 @@ func (r *Reporter) markIrrecoverable(ctx context.Context, m *Mark) (bool, error)
 		return true, nil
 	}
 	return false, errors.New("VMI kept changing under the patch (5 conflicts)")
+}
+
+// unmark takes the irrecoverable label and annotation off, once, and
+// records the Event saying why.
+func (r *Reporter) unmark(ctx context.Context, vmi *unstructured.Unstructured, m *Mark) (string, error) {
+	if m.UID == "" {
+		return "no_vmi_uid", nil
+	}
+	if !m.Patched {
+		if vmi.GetLabels()[IrrecoverableLabel] != "true" {
+			return "not_marked", nil
+		}
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": vmi.GetResourceVersion(),
+			"labels":          map[string]any{IrrecoverableLabel: nil},
+			"annotations":     map[string]any{FailureAnnotation: nil},
+		}})
+		if err != nil {
+			return "", err
+		}
+		if _, err := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, body,
+			metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+			// A conflict is retried from a fresh read.
+			return "", err
+		}
+		m.Patched = true
+		r.store.save(*m)
+	}
+	return "unmarked", r.event(ctx, vmi, m, corev1.EventTypeNormal, "PostCopyRecovered")
 }
 
 // markedBy says whether the VMI's failure annotation is the one m's patch

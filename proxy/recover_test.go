@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+)
+
+// recoveringIncoming is fakeIncoming that resumes post-copy: Recover
+// listens where the target QEMU would after migrate-recover, echoing.
+type recoveringIncoming struct {
+	*fakeIncoming
+	rmu       sync.Mutex
+	armed     []string // sockets, in order
+	monitors  []string
+	recovered string // Recovered's answer
+}
+
+func (f *recoveringIncoming) Recover(_ context.Context, m IncomingMigration, socket string) (string, error) {
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return "", err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go echo(c)
+		}
+	}()
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	f.armed = append(f.armed, socket)
+	f.monitors = append(f.monitors, m.MonitorPath)
+	return "postcopy-paused", nil
+}
+
+func (f *recoveringIncoming) Recovered(context.Context, IncomingMigration) (string, bool, error) {
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	if f.recovered == "" {
+		return "", false, errors.New("libvirt's job still runs")
+	}
+	return f.recovered, true, nil
+}
+
+func echo(c net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		c.Write(buf[:n])
+	}
+}
+
+// splitPostCopy prepares a post-copy migration id on a target keeping
+// records in dir, relays some of it, and has its finish leave it split.
+func splitPostCopy(t *testing.T, src *node, dir, id string) (*node, *recoveringIncoming) {
+	t.Helper()
+	in := &recoveringIncoming{fakeIncoming: newFakeIncoming()}
+	in.outcome = func(IncomingMigration) (string, error) { return OutcomeSplit, nil }
+	in.finishErr = errors.New("job 'migration in' failed in post-copy phase")
+	dst := startNodeWith(t, Config{OutcomeDir: dir, Incoming: in})
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: "vm",
+		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true}); err != nil {
+		t.Fatal(err)
+	}
+	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, sm.Paths[KindMemory], 1024)
+	sm.Close("the streams broke")
+	if resp, _ := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: id, Domain: "vm"}); resp.Outcome != OutcomeSplit {
+		t.Fatalf("the finish answered %+v, want split", resp)
+	}
+	return dst, in
+}
+
+// Each attempt gets a fresh stream, which relays to where the target QEMU
+// listens, and only to the peer that prepared the migration.
+func TestRecoveryOpensAFreshStreamEachAttempt(t *testing.T) {
+	src := startNode(t, nil)
+	dst, in := splitPostCopy(t, src, t.TempDir(), "pc")
+	var streams []string
+	for attempt := 0; attempt < 2; attempt++ {
+		resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "pc", Domain: "vm"})
+		if err != nil || ValidID(resp.Migration) != nil {
+			t.Fatalf("recover answered %+v, %v", resp, err)
+		}
+		sm, err := src.p.OpenSource(resp.Migration, dst.addr, []Kind{KindMemory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, sm.Paths[KindMemory], 4096)
+		sm.Close("attempt over")
+		streams = append(streams, resp.Migration)
+	}
+	if streams[0] == streams[1] {
+		t.Fatal("two attempts shared a stream id")
+	}
+	in.rmu.Lock()
+	if len(in.armed) != 2 || in.monitors[0] != TargetMonitorPath(dst.p.SocketDir(), "pc") {
+		t.Errorf("armed %v on monitors %v", in.armed, in.monitors)
+	}
+	in.rmu.Unlock()
+	// Another peer, knowing the id, gets nothing.
+	other := startNode(t, nil)
+	if _, err := other.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "pc", Domain: "other"}); err == nil {
+		t.Fatal("a recovery of another domain's name was armed")
+	}
+	// Once the guest runs whole there, the kept answer says so.
+	in.rmu.Lock()
+	in.recovered = OutcomeRunning
+	in.rmu.Unlock()
+	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecovered, Migration: "pc", Domain: "vm"})
+	if err != nil || resp.Outcome != OutcomeRunning || !resp.Persisted {
+		t.Fatalf("recovered answered %+v, %v", resp, err)
+	}
+	if again := finish(t, src, dst, "pc", false); again.Outcome != OutcomeRunning {
+		t.Fatalf("a repeated finish after the recovery answered %+v, want running", again)
+	}
+}
+
+// A recovery asked while libvirt's job still runs is "ask again", and a
+// migration that never was split is never armed.
+func TestRecoveryOnlyOfASplitPostCopy(t *testing.T) {
+	src := startNode(t, nil)
+	dst, in := splitPostCopy(t, src, t.TempDir(), "pc")
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecovered, Migration: "pc", Domain: "vm"}); err == nil {
+		t.Fatal("recovered answered while libvirt's job still runs")
+	}
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "never", Domain: "vm"}); err == nil {
+		t.Fatal("a recovery of an unknown migration was armed")
+	}
+	in.rmu.Lock()
+	defer in.rmu.Unlock()
+	if len(in.armed) != 0 {
+		t.Fatalf("armed %v", in.armed)
+	}
+}
