@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all build test unit fuzz fuzz-short e2e demo bench bench-policy lint prepare clean testbed-down dashboard
+.PHONY: all build test unit fuzz fuzz-short e2e demo bench bench-policy bench-recovery lint prepare clean testbed-down dashboard
 
 all: build
 
@@ -76,6 +76,11 @@ bench: build
 # classic monitor on a matrix of real guests, repeated (about 35 minutes).
 bench-policy: build
 	test/bench/policy.sh
+
+# Ferry's post-copy recovery timed on real migrations: streams reset, and
+# the link cut past the proxy's TCP user timeout (10-20 minutes).
+bench-recovery: build
+	test/bench/recovery.sh
 
 # deploy/grafana-dashboard.json from deploy/dashboard.
 dashboard:

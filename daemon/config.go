@@ -137,6 +137,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--migration-allowed-path %q is not a clean absolute path", p))
 		}
 	}
+	if c.PostCopyRecoveryTimeout < 0 || c.PostCopyRecoveryTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--postcopy-recovery-timeout %v is outside 0 (declare a broken post-copy lost at once) to 24h: a guest paused on missing pages is an outage", c.PostCopyRecoveryTimeout))
+	}
 	if c.DebugSocketMode&^0o777 != 0 {
 		errs = append(errs, fmt.Errorf("--debug-socket-mode %o is not a permission mode", c.DebugSocketMode))
 	}

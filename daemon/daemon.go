@@ -90,7 +90,10 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		OnFinish:       d.jobFinished,
 		OnStart:        d.jobStarted,
 		OnRecovered:    d.postCopyRecovered,
-		StateDir:       cfg.StateDir,
+		// QEMU's own word, through libvirt (a read-only socket cannot ask
+		// it, and libvirt's word is then taken).
+		VerifyPostCopyFailure: true,
+		StateDir:              cfg.StateDir,
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
 		Sockets:        cfg.LibvirtSockets,

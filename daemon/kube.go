@@ -204,6 +204,12 @@ func (d *Daemon) domainUID(socket, domain string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	// The metadata element, not the XML: libvirt answers it at once even
+	// while an incoming migration's job holds the domain (a failed
+	// post-copy's for as long as it is not resumed).
+	if uid, err := c.DomainKubeVirtUID(ctx, ref); err == nil {
+		return uid
+	}
 	x, err := c.DomainXML(ctx, ref)
 	if err != nil {
 		return ""

@@ -163,6 +163,12 @@ type CallError struct {
 func (e *CallError) Error() string { return fmt.Sprintf("libvirt %s (%s): %v", e.Op, e.Socket, e.Err) }
 func (e *CallError) Unwrap() error { return e.Err }
 
+// IsNoMetadata says libvirt has no metadata of the asked kind.
+func IsNoMetadata(err error) bool {
+	var le libvirt.Error
+	return errors.As(err, &le) && le.Code == uint32(libvirt.ErrNoDomainMetadata)
+}
+
 // IsNoDomain reports whether err says the domain does not exist (any more).
 func IsNoDomain(err error) bool {
 	var le libvirt.Error

@@ -1,12 +1,47 @@
 package libvirtx
 
 import (
+	"context"
 	"encoding/xml"
 	"path/filepath"
 	"strings"
 
+	libvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 )
+
+// kubeVirtNS is the namespace of KubeVirt's domain metadata.
+const kubeVirtNS = "http://kubevirt.io"
+
+// DomainKubeVirtUID reads the VMI UID from the domain's KubeVirt metadata
+// element: unlike its XML, which waits on an incoming migration's job for
+// as long as the migration lasts, libvirt answers it at once. "" when the
+// domain has none.
+func (c *Conn) DomainKubeVirtUID(ctx context.Context, dom libvirt.Domain) (string, error) {
+	md, err := call(ctx, c, "domain metadata", func(l *libvirt.Libvirt) (string, error) {
+		return l.DomainGetMetadata(dom, int32(libvirt.DomainMetadataElement), libvirt.OptString{kubeVirtNS}, libvirt.DomainAffectLive)
+	})
+	if IsNoMetadata(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return uidOfElement(md), nil
+}
+
+// uidOfElement reads the UID from KubeVirt's metadata element as libvirt
+// gives it, without its namespace (it was asked for by that namespace):
+// <kubevirt><uid>…</uid></kubevirt>.
+func uidOfElement(md string) string {
+	var k struct {
+		UID string `xml:"uid"`
+	}
+	if xml.Unmarshal([]byte(md), &k) != nil {
+		return ""
+	}
+	return strings.TrimSpace(k.UID)
+}
 
 // KubeVirtUID returns the VMI UID KubeVirt records in a domain's metadata
 // (<kubevirt xmlns="http://kubevirt.io"><uid>…</uid>), or "" when the domain

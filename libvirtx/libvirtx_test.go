@@ -70,3 +70,13 @@ func TestProcessCPUSecondsAndV1Paths(t *testing.T) {
 		t.Errorf("root cpuacct: %q", p)
 	}
 }
+
+// As libvirt 11.3 answers virDomainGetMetadata for KubeVirt's namespace.
+func TestKubeVirtUIDFromTheMetadataElement(t *testing.T) {
+	if got := uidOfElement("<kubevirt>\n  <uid>1234-uid</uid>\n</kubevirt>"); got != "1234-uid" {
+		t.Fatalf("uid %q", got)
+	}
+	if got := uidOfElement("<kubevirt/>"); got != "" {
+		t.Fatalf("uid %q from an element without one", got)
+	}
+}

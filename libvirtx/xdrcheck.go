@@ -149,6 +149,7 @@ func (w *xdrWalk) typedParams(max int) {
 // replyLayouts are the replies to the calls Ferry makes, by procedure,
 // walked as go-libvirt decodes them.
 var replyLayouts = map[uint32]func(*xdrWalk){
+	265:          func(w *xdrWalk) { w.bytes(xdrStringMax, "metadata") },                                    // domain get metadata
 	qemuCall | 1: func(w *xdrWalk) { w.bytes(xdrStringMax, "QEMU monitor answer") },                         // QEMU domain monitor command
 	1:            func(*xdrWalk) {},                                                                         // connect open
 	2:            func(*xdrWalk) {},                                                                         // connect close

@@ -29,6 +29,8 @@ const vanishGrace = 2 * time.Second
 func (t *Tracker) apply(in input) []action {
 	t.mu.Lock()
 	acts := t.dispatch(in)
+	acts = append(acts, t.asks...)
+	t.asks = nil
 	snap := t.ledger.snapshot()
 	t.mu.Unlock()
 	t.ledger.write(snap)
@@ -51,6 +53,8 @@ func (t *Tracker) dispatch(in input) []action {
 		t.applyFinal(in)
 	case inSocketGone:
 		t.applySocketGone(in)
+	case inQEMUStatus:
+		t.applyQEMUStatus(in)
 	}
 	return nil
 }
@@ -173,6 +177,7 @@ func (t *Tracker) applyList(in input) []action {
 		// and only libvirt's job says its incoming migration ended.
 		out = append(out, action{dom: d.Ref, what: sample})
 	}
+	t.askAgainAll()
 	completed := map[ledgerKey]ledgerRecord{}
 	t.ledger.prune(in.socket, func(r ledgerRecord) bool {
 		d, ok := byName[r.Domain]
@@ -183,7 +188,9 @@ func (t *Tracker) applyList(in input) []action {
 		if r.Role == RoleTarget && d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningMigrated {
 			completed[ledgerKey{r.Socket, r.UUID, r.Role}] = r
 		}
-		return ok && tr.end == PhasePostCopyFailed
+		// Kept while it runs in post-copy again (resumed): it may yet
+		// complete, or fail again, and is the same failure.
+		return ok && tr.end == PhasePostCopyFailed || inPostCopy(r.Role, d.State, d.Reason)
 	})
 	for _, r := range completed {
 		t.postCopyCompletedAfterAll(r, in.at)

@@ -35,6 +35,7 @@ type input struct {
 	cpu  *libvirtx.QEMUCPU
 	list []libvirtx.Domain
 	why  string
+	qemu string
 }
 
 type inputKind int
@@ -47,6 +48,7 @@ const (
 	inEnded                       // completed-job statistics and state, after the libvirt job went away
 	inFinal                       // completed-job statistics of a completed target job
 	inSocketGone                  // the libvirt socket itself was removed
+	inQEMUStatus                  // QEMU's own word on a source's migration (qemu: its status)
 )
 
 // followUp is what the caller of apply must read from libvirt next.
@@ -62,6 +64,9 @@ const (
 	// settleLater: the domain vanished; give libvirt's lifecycle event a
 	// moment to say why before settling from what is left.
 	settleLater
+	// askQEMU: read QEMU's own migration status, before libvirt's word
+	// that a source's post-copy failed is taken.
+	askQEMU
 )
 
 // transition is one row of the table: what a domain in a state means for a

@@ -116,3 +116,33 @@ func TestATargetOfARecoverablePostCopyPauses(t *testing.T) {
 	f.wantPhase(PhaseCompleted)
 	f.wantTotal(RoleTarget, "postcopy_failed", 0)
 }
+
+// A post-copy recorded failed that runs again and completes is reported
+// once, so its VMI mark comes off.
+func TestAFailedPostCopyThatCompletesAfterAllIsReported(t *testing.T) {
+	got := make(chan RecoveredDomain, 2)
+	f := newFeed(t, "b")
+	f.tr.cfg.OnRecovered = func(d RecoveredDomain) { got <- d }
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
+	f.wantPhase(PhasePostCopyFailed)
+	f.list(running(libvirtx.RunningPostCopyFailed))
+	f.list(running(libvirtx.RunningPostCopy)) // resumed: still the same failure
+	f.list(running(libvirtx.RunningMigrated))
+	f.list(running(libvirtx.RunningMigrated))
+	select {
+	case d := <-got:
+		if d.Domain != dom.Name || d.Namespace != "default" || d.Name != "vm1" {
+			t.Fatalf("reported %+v", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a failed post-copy that completed was not reported")
+	}
+	select {
+	case d := <-got:
+		t.Fatalf("reported twice: %+v", d)
+	case <-time.After(200 * time.Millisecond):
+	}
+	f.wantTotal(RoleTarget, "postcopy_failed", 1)
+}

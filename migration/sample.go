@@ -70,6 +70,12 @@ func (s *sampler) do(ctx context.Context, a action) {
 		s.follow(ctx, s.sample(ctx, a.dom))
 	case settle:
 		s.settle(ctx, a.dom)
+	case askQEMU:
+		at := time.Now()
+		qctx, cancel := context.WithTimeout(ctx, qemuAskTimeout)
+		st, err := s.c.QEMUMigrationStatus(qctx, a.dom)
+		cancel()
+		s.t.apply(input{kind: inQEMUStatus, socket: s.c.Socket(), dom: a.dom, at: at, got: time.Now(), qemu: st, err: err})
 	}
 }
 

@@ -34,6 +34,11 @@ type Config struct {
 	OnFinish func(Job)
 	// OnStart is called, outside the tracker's lock, with each job found.
 	OnStart func(Job)
+	// VerifyPostCopyFailure asks a source's QEMU (through libvirt's
+	// monitor pass-through) before taking libvirt's word that its
+	// post-copy failed: libvirt says so when the migration's API call
+	// fails, even while QEMU's stream goes on and completes.
+	VerifyPostCopyFailure bool
 	// OnRecovered is called, outside the tracker's lock, for a domain
 	// whose post-copy was recorded failed and then completed.
 	OnRecovered func(RecoveredDomain)
@@ -70,10 +75,14 @@ type job struct {
 	view Job
 	// recoveryOver: its post-copy recovery gave up, so a failure ends it.
 	recoveryOver bool
-	ref          libvirt.Domain
-	samples      ring[Sample]
-	iters        []Iteration
-	events       ring[Event]
+	// unconfirmed is libvirt's word that its post-copy failed, while QEMU
+	// is asked; qemuSaid once QEMU's own word has been taken.
+	unconfirmed *unconfirmedFailure
+	qemuSaid    bool
+	ref         libvirt.Domain
+	samples     ring[Sample]
+	iters       []Iteration
+	events      ring[Event]
 	// domID is the libvirt domain ID (one per QEMU process) the job began
 	// with: a target QEMU process receives one incoming migration only.
 	domID int32
@@ -117,7 +126,9 @@ type Tracker struct {
 	totals  map[Total]uint64
 	// recoveryAttempts counts attempts to resume a broken post-copy.
 	recoveryAttempts map[string]uint64
-	subs             map[*subscriber]struct{}
+	// asks are reads of QEMU's status that apply returns with its own.
+	asks []action
+	subs map[*subscriber]struct{}
 	// finals are completed target jobs whose figures libvirt still holds as
 	// completed-job statistics, to be read once by the sampler.
 	finals map[jobKey]*job
@@ -324,6 +335,14 @@ func (t *Tracker) Domains() []Domain {
 				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
 			}
 			v.AttentionReason, v.Attention = attention(d, t.jobs[jobKey{socket, d.Name}] != nil)
+			if j := t.jobs[jobKey{socket, d.Name}]; j != nil && j.unconfirmed != nil && v.AttentionReason == "postcopy_failed" {
+				// libvirt's word alone: QEMU is asked, or streams on.
+				v.AttentionReason = "postcopy_unconfirmed"
+				v.Attention = "libvirt reports post-copy failed; QEMU is asked whether its stream broke"
+				if j.unconfirmed.alive != "" {
+					v.Attention = "libvirt reports post-copy failed (the migration's API call failed), but QEMU's stream goes on (" + j.unconfirmed.alive + "); libvirt completes it by itself"
+				}
+			}
 			if j := t.jobs[jobKey{socket, d.Name}]; j != nil && j.view.Phase == PhasePostCopyPaused && v.AttentionReason == "postcopy_failed" {
 				// Not failed yet: Ferry is resuming it.
 				v.AttentionReason = "postcopy_paused"
@@ -447,6 +466,10 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	if phase == PhasePostCopyFailed {
 		if d, ok := t.recoverable(j); ok {
 			t.pause(j, d, reason, at)
+			return
+		}
+		if t.cfg.VerifyPostCopyFailure && j.view.Role == RoleSource && !j.qemuSaid {
+			t.askQEMU(j, reason, at)
 			return
 		}
 	}

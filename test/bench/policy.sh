@@ -17,18 +17,6 @@
 # prints the tables again).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-make -s build
-go build -o bin/policybench ./test/bench/policybench
-finish() {
-  if [[ -n "${BENCH_LOGS:-}" ]]; then
-    dir=$(bin/testbed env 2>/dev/null | sed -n 's/^FERRY_TESTBED_DIR=//p')
-    for n in a b; do
-      mkdir -p "$BENCH_LOGS/$n"
-      find "$dir/$n" -maxdepth 4 -name '*.log' -exec cp {} "$BENCH_LOGS/$n/" \; 2>/dev/null || true
-    done
-  fi
-  bin/testbed down >/dev/null 2>&1 || true
-}
-trap finish EXIT
-bin/testbed up --ferryd bin/ferryd >/dev/null
+. test/bench/bed.sh
+bed_up policybench
 bin/policybench --runs 3 --once none,ferry-no-postcopy ${BENCH_JSON:+--json "$BENCH_JSON"} "$@"

@@ -160,14 +160,20 @@ func marked(t *testing.T, u *unstructured.Unstructured) (bool, kubevirt.Failure)
 // postCopyEvents counts the PostCopyFailed Events on a VMI.
 func postCopyEvents(t *testing.T, name string) int {
 	t.Helper()
+	return vmiEvents(t, name, "PostCopyFailed", "Warning")
+}
+
+// vmiEvents counts Ferry's Events of reason on the VMI, all of type typ.
+func vmiEvents(t *testing.T, name, reason, typ string) int {
+	t.Helper()
 	evs, err := kube.Clientset.CoreV1().Events("default").List(context.Background(),
-		metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=PostCopyFailed"})
+		metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
 	if err != nil {
 		t.Fatalf("events: %v", err)
 	}
 	n := 0
 	for _, e := range evs.Items {
-		if e.ReportingController != "ferry" || e.Type != "Warning" {
+		if e.ReportingController != "ferry" || e.Type != typ {
 			t.Errorf("event %s: controller %q type %q", e.Name, e.ReportingController, e.Type)
 		}
 		n += int(max(e.Count, 1))
@@ -175,13 +181,13 @@ func postCopyEvents(t *testing.T, name string) int {
 	return n
 }
 
-// breakPostCopy runs a migration into post-copy and breaks it; it returns
-// when libvirt on the source has reported the failure, with that time.
 // lostAtOnce has both ferryds declare a broken post-copy lost at once, as
 // KubeVirt does: virt-handler destroys a paused source itself, and Ferry
 // resumes only the migrations it drives.
 func lostAtOnce(t *testing.T) { ferrydArgs(t, "--postcopy-recovery-timeout", "0") }
 
+// breakPostCopy runs a migration into post-copy and breaks it; it returns
+// when libvirt on the source has reported the failure, with that time.
 func breakPostCopy(t *testing.T, domain string) time.Time {
 	t.Helper()
 	evA := watchLifecycle(t, "a", domain)

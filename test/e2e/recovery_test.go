@@ -27,7 +27,13 @@ type pcRun struct {
 // capped), and returns once the source is in post-copy.
 func breakablePostCopy(t *testing.T, name string) pcRun {
 	t.Helper()
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 4, Verify: true})
+	return breakable(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 4, Verify: true})
+}
+
+func breakable(t *testing.T, g testbed.GuestSpec) pcRun {
+	t.Helper()
+	name := g.Name
+	guest(t, g)
 	r := pcRun{name: name, before: verifiedSoFar(t, name), failed: map[string]float64{},
 		resumed: metricSum("a", "ferry_migration_postcopy_recovery_attempts_total", `result="resumed"`)}
 	for _, n := range []string{"a", "b"} {
@@ -240,4 +246,53 @@ func TestPostCopyResumedAfterAFerrydIsKilled(t *testing.T) {
 			resumedToTheEnd(t, r, 1)
 		})
 	}
+}
+
+// The source's libvirtd restarts during a KubeVirt-style migration's
+// post-copy (libvirt's own, peer to peer, through the bed's relays).
+// libvirt reports the post-copy failed; before recording it, Ferry asks
+// the source's QEMU, through libvirt, whether its stream broke (libvirt
+// says the same when only the migration's API call failed and QEMU streams
+// on). Here QEMU paused it: the failure is recorded on QEMU's word, once.
+func TestASourcesPostCopyFailureIsTakenOnQEMUsWord(t *testing.T) {
+	const name = "pc-api"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 4})
+	failed := metricSum("a", "ferry_migrations_total", `result="postcopy_failed"`)
+	evA := watchLifecycle(t, "a", name)
+	start := time.Now()
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs,
+		PostCopyAfter: 2 * time.Second, PostCopyBandwidthMiBs: 8})
+	waitEvent(t, evA, 3, 7, 2*time.Minute) // suspended/post-copy
+	time.Sleep(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.RestartLibvirtd(ctx, "a"); err != nil {
+		t.Fatalf("restarting libvirtd on a: %v", err)
+	}
+	<-done
+	src := waitJob(t, "a", name, "PostCopyFailed", time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyFailed })
+	if !strings.Contains(src.FailureReason, "(QEMU: "+"postcopy-paused)") {
+		t.Errorf("the failure was not taken on QEMU's word: %q", src.FailureReason)
+	}
+	var asked bool
+	for _, e := range src.Events {
+		asked = asked || e.Kind == "postcopy-unconfirmed" && strings.Contains(e.Detail, "asking QEMU")
+	}
+	if !asked {
+		t.Errorf("the job's events do not show QEMU asked: %+v", src.Events)
+	}
+	time.Sleep(3 * time.Second)
+	if v := metricSum("a", "ferry_migrations_total", `result="postcopy_failed"`) - failed; v != 1 {
+		t.Errorf("the source counts %v post-copy failures, want exactly one", v)
+	}
+	for node, split := range map[string]func(nodeTruth) bool{"a": nodeTruth.postCopyFailedSource, "b": nodeTruth.postCopyFailedTarget} {
+		got, err := readNodeTruth(node, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !split(got) {
+			t.Errorf("libvirt on %s: %s, not held post-copy-failed", node, got)
+		}
+	}
+	t.Logf("recorded %v after the migration began: %s", time.Since(start).Round(time.Millisecond), src.FailureReason)
 }

@@ -31,9 +31,9 @@ func report(w io.Writer, o options, cs []guestCase, kinds []policyKind, rs []res
 				throttle = max(throttle, r.ThrottlePercent)
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %d | %s | %s |\n", c.Name, guestText(c), k.Name, len(runs),
-				outcomeText(runs), totalOf(runs).text("%.1f"), field(runs, libvirtDowntime).text("%.0f"),
-				field(runs, eventPauseMs).text("%.0f"), field(runs, postCopySeconds).text("%.1f"), throttle,
-				field(runs, passes).text("%.0f"), steps)
+				outcomeText(runs), totalOf(runs).Text("%.1f"), field(runs, libvirtDowntime).Text("%.0f"),
+				field(runs, eventPauseMs).Text("%.0f"), field(runs, postCopySeconds).Text("%.1f"), throttle,
+				field(runs, passes).Text("%.0f"), steps)
 		}
 	}
 	fmt.Fprintln(w, "\nfigures: median (min-max) over the runs; total s over the completed runs (over all when none completed)")

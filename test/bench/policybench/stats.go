@@ -4,46 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/ferry-vm/ferry/test/bench/benchstat"
 )
-
-// spread is a figure over repeated runs.
-type spread struct {
-	N                int
-	Median, Min, Max float64
-}
-
-func spreadOf(xs []float64) spread {
-	if len(xs) == 0 {
-		return spread{}
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return spread{N: len(s), Median: median(s), Min: s[0], Max: s[len(s)-1]}
-}
-
-// median of sorted figures; the mean of the middle two for an even count.
-func median(sorted []float64) float64 {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return sorted[n/2]
-	}
-	return (sorted[n/2-1] + sorted[n/2]) / 2
-}
-
-// text prints the median, and min-max when there was more than one run.
-func (s spread) text(format string) string {
-	if s.N == 0 {
-		return "-"
-	}
-	m := fmt.Sprintf(format, s.Median)
-	if s.N == 1 {
-		return m
-	}
-	return m + " (" + fmt.Sprintf(format, s.Min) + "-" + fmt.Sprintf(format, s.Max) + ")"
-}
 
 // runsOf are one case's runs under one policy, in the order run.
 func runsOf(rs []result, c, p string) []result {
@@ -68,7 +31,7 @@ func completed(rs []result) []result {
 
 // totalOf is the total time over the completed runs, or over all runs
 // when none completed (how long it took to fail).
-func totalOf(rs []result) spread {
+func totalOf(rs []result) benchstat.Spread {
 	use := completed(rs)
 	if len(use) == 0 {
 		use = rs
@@ -77,17 +40,17 @@ func totalOf(rs []result) spread {
 	for _, r := range use {
 		xs = append(xs, r.TotalSeconds)
 	}
-	return spreadOf(xs)
+	return benchstat.Of(xs)
 }
 
-func field(rs []result, f func(result) (float64, bool)) spread {
+func field(rs []result, f func(result) (float64, bool)) benchstat.Spread {
 	var xs []float64
 	for _, r := range rs {
 		if v, ok := f(r); ok {
 			xs = append(xs, v)
 		}
 	}
-	return spreadOf(xs)
+	return benchstat.Of(xs)
 }
 
 // outcomeText counts the runs' outcomes, in the order first seen: "post-copy"
@@ -138,7 +101,7 @@ func totalCell(rs []result) string {
 	if len(done) == 0 {
 		return fmt.Sprintf("- (0/%d)", len(rs))
 	}
-	t := totalOf(done).text("%.1f")
+	t := totalOf(done).Text("%.1f")
 	if len(done) < len(rs) {
 		t += fmt.Sprintf(", %d/%d completed", len(done), len(rs))
 	}

@@ -4,24 +4,6 @@ import (
 	"testing"
 )
 
-func TestSpreadMedianOddAndEven(t *testing.T) {
-	for _, c := range []struct {
-		xs   []float64
-		want spread
-		text string
-	}{
-		{nil, spread{}, "-"},
-		{[]float64{9.8}, spread{1, 9.8, 9.8, 9.8}, "9.8"},
-		{[]float64{12, 9, 10}, spread{3, 10, 9, 12}, "10.0 (9.0-12.0)"},
-		{[]float64{4, 1, 3, 2}, spread{4, 2.5, 1, 4}, "2.5 (1.0-4.0)"},
-	} {
-		got := spreadOf(c.xs)
-		if got != c.want || got.text("%.1f") != c.text {
-			t.Errorf("%v: %+v %q, want %+v %q", c.xs, got, got.text("%.1f"), c.want, c.text)
-		}
-	}
-}
-
 func TestTotalCellCountsCompletedRuns(t *testing.T) {
 	done := func(s float64) result { return result{Complete: true, TotalSeconds: s} }
 	failed := result{TotalSeconds: 76}
