@@ -257,7 +257,7 @@ func (d *Daemon) recovery(word string) http.HandlerFunc {
 		}
 		msg := "the recovery of " + domain + "'s post-copy tries again now"
 		if word == drive.NudgeGiveUp {
-			msg = "the recovery of " + domain + "'s post-copy is given up: the guest is declared lost, its memory split between the two nodes"
+			msg = "the recovery of " + domain + "'s post-copy is given up once the attempt under way (if any) ends: the guest is then declared lost, its memory split between the two nodes"
 		}
 		d.log.Warn("an operator spoke to a post-copy recovery", zap.String("domain", domain), zap.String("word", word))
 		writeJSON(w, http.StatusAccepted, map[string]string{"message": msg})

@@ -90,6 +90,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		OnFinish:       d.jobFinished,
 		OnStart:        d.jobStarted,
 		OnRecovered:    d.postCopyRecovered,
+		OnRecovery:     d.reportRecovery,
 		// QEMU's own word, through libvirt (a read-only socket cannot ask
 		// it, and libvirt's word is then taken).
 		VerifyPostCopyFailure: true,

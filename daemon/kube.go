@@ -104,6 +104,11 @@ func (d *Daemon) reportVMI(j migration.Job) {
 		m.Detected = *j.EndTime
 	}
 	switch {
+	case j.Phase == migration.PhaseCompleted && j.Recovery != nil && j.Role == migration.RoleSource:
+		// Its recovery is over: the annotation goes.
+		m.Kind, m.UID, m.EventType, m.EventReason = kubevirt.KindRecovering, uid, "Normal", "PostCopyRecovered"
+		m.Recovery = &kubevirt.RecoveryState{State: kubevirt.RecoveryOver, Node: d.cfg.NodeName, Attempts: j.Recovery.Attempts, Resumed: j.Recovery.Resumed, Updated: m.Detected}
+		m.Message = fmt.Sprintf("post-copy migration completed after Ferry resumed it %d time(s): the guest runs on the target", j.Recovery.Resumed)
 	case j.Phase == migration.PhasePostCopyFailed:
 		m.Kind = kubevirt.KindIrrecoverable
 		m.UID = uid
@@ -135,6 +140,37 @@ func (d *Daemon) postCopyRecovered(r migration.RecoveredDomain) {
 		Message: fmt.Sprintf("the post-copy migration recorded failed completed after all: the guest runs on node %s as migrated; Ferry took its irrecoverable mark off", d.cfg.NodeName)}
 	if err := d.reporter.Report(m); err != nil {
 		d.log.Error("VMI unmark", zap.String("vmi", r.Namespace+"/"+r.Name), zap.Error(err))
+	}
+}
+
+// reportRecovery shows a KubeVirt VMI where the recovery of its broken
+// post-copy stands (an annotation, kept current) with an Event for each
+// change: paused, each attempt, resumed.
+func (d *Daemon) reportRecovery(j migration.Job, what string) {
+	if d.reporter == nil || j.Namespace == "" || j.Recovery == nil {
+		return
+	}
+	rc := j.Recovery
+	st := &kubevirt.RecoveryState{State: "paused", Node: d.cfg.NodeName, Until: rc.Until, Attempts: rc.Attempts, Resumed: rc.Resumed,
+		LastError: rc.LastError, Updated: j.UpdateTime}
+	m := kubevirt.Mark{Namespace: j.Namespace, Name: j.Name, Node: d.cfg.NodeName, Role: string(j.Role), Socket: j.Socket,
+		Kind: kubevirt.KindRecovering, UID: d.domainUID(j.Socket, j.Domain), Detected: j.UpdateTime, Recovery: st, EventType: "Warning"}
+	switch what {
+	case migration.RecoveryPaused:
+		m.EventReason = "PostCopyPaused"
+		m.Message = fmt.Sprintf("post-copy migration broke; the guest is held paused on both nodes while Ferry on node %s resumes it, until %s (then it is declared lost)",
+			d.cfg.NodeName, rc.Until.UTC().Format(time.RFC3339))
+	case migration.RecoveryAttemptFailed:
+		m.EventReason = "PostCopyRecoveryAttempt"
+		m.Message = fmt.Sprintf("post-copy recovery attempt %d failed: %s; Ferry tries again until %s", rc.Attempts, rc.LastError, rc.Until.UTC().Format(time.RFC3339))
+	case migration.RecoveryResumedStream:
+		st.State, m.EventType, m.EventReason = "resumed", "Normal", "PostCopyResumed"
+		m.Message = fmt.Sprintf("post-copy migration resumed by Ferry on node %s (attempt %d)", d.cfg.NodeName, rc.Attempts)
+	default:
+		return
+	}
+	if err := d.reporter.Report(m); err != nil {
+		d.log.Error("VMI recovery state", zap.String("vmi", j.Namespace+"/"+j.Name), zap.Error(err))
 	}
 }
 

@@ -166,6 +166,9 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 			return
 		}
 	}
+	if s.recovers(r) && s.recoveredThere(ctx, log, r, c) {
+		return
+	}
 	var outcome string
 	var last error
 	for attempt := 1; outcome == ""; attempt++ {
@@ -227,11 +230,32 @@ func (r drivenRecord) info(tls bool) migration.ProxyInfo {
 	return migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: tls}
 }
 
+// recoveredThere settles a post-copy the previous ferryd was resuming, if
+// the target says it completed there meanwhile (its stored "split" from
+// before would say otherwise).
+func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRecord, c *libvirtx.Conn) bool {
+	actx, cancel := context.WithTimeout(ctx, recoverAskTimeout)
+	resp, err := s.proxy.ControlTo(actx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpRecovered, Migration: r.TargetID, Domain: r.Domain})
+	cancel()
+	if err != nil || resp.Outcome != proxy.OutcomeRunning {
+		return false
+	}
+	if dom, err := c.LookupDomain(ctx, r.Domain); err == nil && libvirtx.UUIDString(dom.UUID) == r.UUID && resp.Persisted {
+		if err := c.Undefine(ctx, dom); err != nil && !libvirtx.IsNoDomain(err) {
+			log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
+		}
+	}
+	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, r.info(s.proxy.TLS()), migration.PhaseCompleted, "")
+	s.forgetDrive(r.ID)
+	log.Warn("the post-copy being resumed when ferryd stopped completed meanwhile: the guest runs on the target")
+	return true
+}
+
 // recoverAfterRestart resumes the broken post-copy a previous ferryd left,
 // and records how it ended.
 func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirtx.Conn, dom libvirt.Domain, info migration.ProxyInfo) {
 	log.Warn("ferryd restarted during post-copy: resuming the migration")
-	resp, err := s.recoverPostCopy(log, MigrateRequest{Domain: r.Domain, Target: r.Target}, c, dom, r.TargetID, r.TargetOwner)
+	resp, err := s.recoverPostCopy(log, MigrateRequest{Domain: r.Domain, Target: r.Target}, c, dom, r.TargetID, r.TargetOwner, nil)
 	failure := ""
 	if err == nil && resp.Persisted {
 		if err := c.Undefine(context.Background(), dom); err != nil && !libvirtx.IsNoDomain(err) {

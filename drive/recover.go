@@ -47,43 +47,60 @@ type recovery struct {
 	owner  string
 	until  time.Time
 	socket string
+	// orig are the migration's own streams, kept until QEMU says they
+	// broke: libvirt may call a post-copy failed whose stream goes on.
+	orig *proxy.SourceMigration
 	// nudges are an operator's words; gaveUp says one gave up.
 	nudges <-chan string
 	gaveUp bool
+	// final: the target's word that stops the attempts (an older ferryd).
+	final error
 }
+
+// errStreamAlive: QEMU's stream still moves; nothing to resume.
+var errStreamAlive = errors.New("QEMU's post-copy stream still moves: not resumed, as it has not broken")
 
 // recoverPostCopy resumes a broken post-copy migration, and returns the
 // target's answer once the guest runs whole there, or why it did not.
-func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libvirtx.Conn, dom libvirt.Domain, tid, owner string) (proxy.ControlResponse, error) {
-	r := &recovery{s: s, log: log, req: req, conn: conn, dom: dom, tid: tid, owner: owner,
+func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libvirtx.Conn, dom libvirt.Domain, tid, owner string,
+	orig *proxy.SourceMigration) (proxy.ControlResponse, error) {
+	r := &recovery{s: s, log: log, req: req, conn: conn, dom: dom, tid: tid, owner: owner, orig: orig,
 		until: time.Now().Add(s.cfg.PostCopyRecoveryTimeout), socket: conn.Socket()}
 	key := driveKey(r.socket, req.Domain)
 	r.nudges = s.running.recovering(key, true)
 	defer s.running.recovering(key, false)
 	s.tracker.DrivePaused(r.socket, req.Domain, r.until)
 	log.Warn("post-copy broke: the guest stays paused on both nodes while the migration is resumed", zap.Time("until", r.until))
-	for attempt := 1; time.Now().Before(r.until) && !r.gaveUp; attempt++ {
+	for attempt := 1; time.Now().Before(r.until) && !r.gaveUp && r.final == nil; attempt++ {
 		done, resumed, err := r.attempt(attempt)
 		if done {
 			break
 		}
-		if resumed {
-			// It ran again, and broke again: a new pause, with its own
-			// time to come back.
+		if resumed || errors.Is(err, errStreamAlive) {
+			// It ran again, and broke again (or never broke): a new
+			// pause, with its own time to come back.
 			r.until = time.Now().Add(s.cfg.PostCopyRecoveryTimeout)
 			s.tracker.DrivePaused(r.socket, req.Domain, r.until)
 		}
-		s.tracker.DriveRecoveryAttempt(r.socket, req.Domain, attempt, err)
+		if !errors.Is(err, errStreamAlive) {
+			s.tracker.DriveRecoveryAttempt(r.socket, req.Domain, attempt, err)
+		}
 		log.Warn("post-copy recovery attempt failed", zap.Int("attempt", attempt), zap.Bool("resumedFirst", resumed), zap.Error(err))
 		if !r.sleep(min(time.Duration(attempt)*time.Second, maxBackoff)) {
 			break
 		}
 	}
+	if r.orig != nil {
+		r.orig.Close("post-copy recovery over")
+	}
 	if resp, ok := r.settle(); ok {
 		return resp, nil
 	}
-	if r.gaveUp {
+	switch {
+	case r.gaveUp:
 		return proxy.ControlResponse{}, errors.New("post-copy broke, and an operator gave up its recovery (ferryctl give-up): the guest's memory stays split between the two nodes")
+	case r.final != nil:
+		return proxy.ControlResponse{}, fmt.Errorf("post-copy broke, and cannot be resumed: %w; the guest's memory stays split between the two nodes", r.final)
 	}
 	return proxy.ControlResponse{}, fmt.Errorf("post-copy broke and was not resumed within %v: the guest's memory stays split between the two nodes", s.cfg.PostCopyRecoveryTimeout)
 }
@@ -104,108 +121,162 @@ func (r *recovery) sleep(d time.Duration) bool {
 	return !r.gaveUp
 }
 
+// stallWait is how long a stream QEMU calls post-copy-active is watched
+// for progress before it is taken for broken (a silent link) and paused.
+const stallWait = 5 * time.Second
+
 // attempt runs one resume; done means QEMU completed the migration (or
 // the guest is gone from here: libvirt completed it), resumed that the
 // stream went back into post-copy before it ended.
 func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), recoverAskTimeout)
 	defer cancel()
-	st, err := r.sourceStatus(ctx)
+	info, err := r.sourceInfo(ctx)
 	if err != nil {
-		return false, resumed, err
+		return false, false, err
 	}
-	switch st {
+	switch info.Status {
 	case libvirtx.QEMUMigrationCompleted:
-		return true, resumed, nil
+		return true, false, nil
 	case libvirtx.QEMUMigrationPostCopyActive, libvirtx.QEMUMigrationPostCopyRecover, libvirtx.QEMUMigrationPostCopyRecoverSet:
+		if info.Status == libvirtx.QEMUMigrationPostCopyActive && r.moving(ctx, info) {
+			return false, false, errStreamAlive
+		}
 		// A silent link, or a stale attempt: cut it so QEMU pauses.
 		if err := r.conn.PauseMigration(ctx, r.dom); err != nil {
-			return false, resumed, fmt.Errorf("pausing the source's stalled migration: %w", err)
+			return false, false, fmt.Errorf("pausing the source's stalled migration: %w", err)
 		}
-		return false, resumed, fmt.Errorf("the source's migration was %s: paused it to resume", st)
+		return false, false, fmt.Errorf("the source's migration was %s with no progress for %v: paused it to resume", info.Status, stallWait)
 	case libvirtx.QEMUMigrationPostCopyPaused:
 	default:
-		return false, resumed, fmt.Errorf("the source's migration is %s in QEMU, not a paused post-copy", st)
+		return false, false, fmt.Errorf("the source's migration is %s in QEMU, not a paused post-copy", info.Status)
+	}
+	if r.orig != nil {
+		// QEMU has let go of them.
+		r.orig.Close("post-copy broke")
+		r.orig = nil
 	}
 	resp, err := r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, proxy.ControlRequest{Op: proxy.OpRecover, Migration: r.tid, Domain: r.req.Domain})
+	var ce *proxy.ControlError
+	if errors.As(err, &ce) && (ce.Reason == "unknown_op" || ce.Reason == "incoming_disabled") {
+		// A target that cannot resume it never will.
+		r.final = err
+	}
 	if err != nil {
-		return false, resumed, fmt.Errorf("asking the target for a fresh stream: %w", err)
+		return false, false, fmt.Errorf("asking the target for a fresh stream: %w", err)
 	}
 	if resp.Outcome == proxy.OutcomeRunning {
-		return true, resumed, nil
+		return true, false, nil
 	}
 	if proxy.ValidID(resp.Migration) != nil {
-		return false, resumed, fmt.Errorf("the target answered the recovery with no valid stream id %q", resp.Migration)
+		return false, false, fmt.Errorf("the target answered the recovery with no valid stream id %q", resp.Migration)
 	}
 	src, err := r.s.proxy.OpenSource(resp.Migration, r.req.Target, []proxy.Kind{proxy.KindMemory})
 	if err != nil {
-		return false, resumed, err
+		return false, false, err
 	}
 	src.BindTarget(r.owner)
-	defer src.Close("recovery attempt ended")
 	resumedAt := time.Now()
-	if err := r.conn.ResumeMigration(ctx, r.dom, src.Paths[proxy.KindMemory], 0); err != nil {
-		return false, resumed, fmt.Errorf("resuming the source's migration: %w", err)
+	if err := r.conn.ResumeMigration(ctx, r.dom, src.Paths[proxy.KindMemory]); err != nil {
+		src.Close("resume refused")
+		return false, false, fmt.Errorf("resuming the source's migration: %w", err)
 	}
 	r.log.Info("post-copy resumed", zap.Int("attempt", n), zap.String("stream", resp.Migration))
-	// The streams relay for as long as QEMU needs them: until it has
-	// completed, or paused again.
-	var failing time.Time
+	return r.watch(n, src, resumedAt)
+}
+
+// watch follows a resumed stream, which relays for as long as QEMU needs
+// it: until QEMU has completed, or paused again. libvirt not answering
+// meanwhile ends nothing: only QEMU's own word closes the stream.
+func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time) (done, resumed bool, err error) {
+	var silent time.Time
 	for {
-		wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		st, err := r.sourceStatus(wctx)
-		wcancel()
-		if err != nil && failing.IsZero() {
-			failing = time.Now()
-		} else if err == nil {
-			failing = time.Time{}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		info, err := r.sourceInfo(ctx)
+		cancel()
+		if err != nil {
+			if silent.IsZero() {
+				silent = time.Now()
+			}
+			if time.Since(silent) > recoverWatch && int(time.Since(silent)/time.Second)%30 == 0 {
+				r.log.Warn("libvirt does not answer for the resumed post-copy; its stream keeps relaying", zap.Duration("for", time.Since(silent)), zap.Error(err))
+			}
+			time.Sleep(time.Second)
+			continue
 		}
-		switch {
-		case err != nil && time.Since(failing) > recoverWatch:
-			return false, resumed, err
-		case err != nil:
-			// A stream that runs must not be taken for a broken one
-			// because libvirt was slow to answer once.
+		silent = time.Time{}
+		switch st := info.Status; {
 		case st == libvirtx.QEMUMigrationCompleted:
 			r.s.tracker.DriveResumed(r.socket, r.req.Domain, n, time.Since(resumedAt))
+			src.Close("migration completed")
 			return true, resumed, nil
 		case st == libvirtx.QEMUMigrationPostCopyPaused:
+			src.Close("the resumed stream broke")
 			return false, resumed, errors.New("the resumed stream broke: QEMU paused the migration again")
-		case st == libvirtx.QEMUMigrationPostCopyActive && !resumed:
-			resumed = true
-			r.s.tracker.DriveResumed(r.socket, r.req.Domain, n, time.Since(resumedAt))
-		case !resumed && time.Since(resumedAt) > recoverWatch:
-			return false, resumed, fmt.Errorf("the resumed migration is still %s after %v", st, recoverWatch)
+		case st == libvirtx.QEMUMigrationPostCopyActive:
+			if !resumed {
+				resumed = true
+				r.s.tracker.DriveResumed(r.socket, r.req.Domain, n, time.Since(resumedAt))
+			}
+		case st == libvirtx.QEMUMigrationPostCopyRecover || st == libvirtx.QEMUMigrationPostCopyRecoverSet:
+			if time.Since(resumedAt) > recoverWatch {
+				// The handshake never finished: QEMU pauses on this.
+				pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+				perr := r.conn.PauseMigration(pctx, r.dom)
+				pcancel()
+				return false, resumed, fmt.Errorf("the resumed migration is still %s after %v (paused it: %v)", st, recoverWatch, perr)
+			}
+		default:
+			src.Close("migration " + st)
+			return false, resumed, fmt.Errorf("the resumed migration is %s in QEMU", st)
 		}
 		time.Sleep(recoverPoll)
 	}
 }
 
-// sourceStatus is QEMU's migration state here; a domain libvirt has shut
-// off as migrated has completed.
-func (r *recovery) sourceStatus(ctx context.Context) (string, error) {
-	st, err := r.conn.QEMUMigrationStatus(ctx, r.dom)
-	if err == nil {
-		return st, nil
+// moving says whether QEMU's post-copy stream makes progress over
+// stallWait.
+func (r *recovery) moving(ctx context.Context, first libvirtx.MigrationStatus) bool {
+	select {
+	case <-time.After(stallWait):
+	case <-ctx.Done():
+		return false
 	}
-	state, reason, serr := r.conn.DomainState(ctx, r.dom)
-	if serr == nil && state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffMigrated) {
-		return libvirtx.QEMUMigrationCompleted, nil
-	}
-	if libvirtx.IsNoDomain(serr) {
-		return libvirtx.QEMUMigrationCompleted, nil
-	}
-	return "", fmt.Errorf("asking the source's QEMU: %w", err)
+	next, err := r.sourceInfo(ctx)
+	return err == nil && (next.Status != first.Status || next.RAM.Transferred > first.RAM.Transferred)
 }
 
-// settle asks the target what became of the guest until it runs whole
-// there, within recoveredWait of QEMU's completion (libvirt completes
-// both sides by itself), or the recovery's end.
+// sourceInfo is QEMU's migration state here, asked on the recovery's own
+// connection, or the node's pool's when that one is gone (a libvirtd
+// restarted meanwhile); a domain libvirt has shut off as migrated has
+// completed.
+func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, error) {
+	info, err := r.conn.QEMUMigrationInfo(ctx, r.dom)
+	if err != nil {
+		if c, cerr := r.s.tracker.ConnForSocket(r.socket); cerr == nil && c != r.conn {
+			if info, err = c.QEMUMigrationInfo(ctx, r.dom); err == nil {
+				r.conn = c
+			}
+		}
+	}
+	if err == nil {
+		return info, nil
+	}
+	state, reason, serr := r.conn.DomainState(ctx, r.dom)
+	if serr == nil && state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffMigrated) || libvirtx.IsNoDomain(serr) {
+		return libvirtx.MigrationStatus{Status: libvirtx.QEMUMigrationCompleted}, nil
+	}
+	return libvirtx.MigrationStatus{}, fmt.Errorf("asking the source's QEMU: %w", err)
+}
+
+// settle asks the target what became of the guest. After QEMU here has
+// completed, until the target says it runs whole there (libvirt completes
+// both sides by itself); otherwise once, since a recovery that looks lost
+// from here may have completed there.
 func (r *recovery) settle() (proxy.ControlResponse, bool) {
 	ctx := context.Background()
-	if st, err := r.sourceStatus(ctx); err != nil || st != libvirtx.QEMUMigrationCompleted {
-		return proxy.ControlResponse{}, false
-	}
+	info, err := r.sourceInfo(ctx)
+	completed := err == nil && info.Status == libvirtx.QEMUMigrationCompleted
 	give := time.Now().Add(recoveredWait)
 	for {
 		actx, cancel := context.WithTimeout(ctx, recoverAskTimeout)
@@ -213,6 +284,9 @@ func (r *recovery) settle() (proxy.ControlResponse, bool) {
 		cancel()
 		if err == nil && resp.Outcome == proxy.OutcomeRunning {
 			return resp, true
+		}
+		if !completed {
+			return resp, false
 		}
 		if time.Now().After(give) {
 			// QEMU here has handed the guest over and stopped: it cannot

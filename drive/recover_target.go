@@ -25,7 +25,11 @@ func (in *Target) Recover(ctx context.Context, m proxy.IncomingMigration, socket
 	if err := in.heldHere(ctx, m); err != nil {
 		return "", err
 	}
-	q, err := libvirtx.DialQMP(ctx, m.MonitorPath)
+	pid, err := libvirtx.QEMUPID(in.socket, m.Domain)
+	if err != nil {
+		return "", fmt.Errorf("the guest's QEMU here cannot be named: %w", err)
+	}
+	q, err := libvirtx.DialQMP(ctx, m.MonitorPath, pid)
 	if err != nil {
 		return "", fmt.Errorf("the guest's QEMU here has no Ferry monitor to recover it by: %w", err)
 	}

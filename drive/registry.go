@@ -169,13 +169,14 @@ const (
 	NudgeGiveUp = "give-up"
 )
 
-// recovering marks key's migration as a paused post-copy being resumed,
-// and returns the channel an operator's word arrives on.
+// recovering marks key's migration as a paused post-copy being resumed
+// (not in doubt: ferryctl resolve has nothing to settle), and returns the
+// channel an operator's word arrives on.
 func (ds *registry) recovering(key string, on bool) <-chan string {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
-		st.recovering = on
+		st.recovering, st.inDoubt = on, false
 		return st.nudge
 	}
 	return nil

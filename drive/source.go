@@ -152,7 +152,7 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	}
 	prep, err := s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
-		DeadlineSeconds: (deadline + postCopyGrace).Seconds()})
+		DeadlineSeconds: (deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds()})
 	if err != nil {
 		s.running.end(drive)
 		var wp *proxy.WrongPeerError
@@ -316,8 +316,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 			// The Confirm above left libvirt's job here without an owner,
 			// which is what lets libvirt complete a resumed migration by
 			// itself on both nodes.
-			src.Close("post-copy broke")
-			if resp, err := s.recoverPostCopy(log, req, conn, dom, tid, src.Owner()); err == nil {
+			if resp, err := s.recoverPostCopy(log, req, conn, dom, tid, src.Owner(), src); err == nil {
 				fin, outcome, cancelled, ferr, cerr = resp, proxy.OutcomeRunning, false, nil, nil
 			} else {
 				ferr = err

@@ -36,8 +36,8 @@ type Target struct {
 	socket  string
 	policy  libvirtx.IncomingPolicy
 	log     *zap.Logger
-	// recoverFor is how long a broken post-copy is held for its source
-	// to resume it.
+	// recoverFor bounds how long this node holds a broken post-copy for
+	// its source to resume it.
 	recoverFor time.Duration
 
 	// own holds each prepared migration's libvirt connection, by id: the
@@ -194,8 +194,10 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.
 	in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
-	if m.PostCopy && m.MonitorPath != "" {
-		in.tracker.IncomingRecoverable(in.socket, m.Domain, m.ID, in.recoverFor)
+	if hold := min(in.recoverFor, m.RecoverFor); m.PostCopy && m.MonitorPath != "" && hold > 0 {
+		// Held as long as the source resumes it, or this node's own
+		// bound if that is shorter.
+		in.tracker.IncomingRecoverable(in.socket, m.Domain, m.ID, hold)
 	}
 	ok := false
 	defer func() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+	"golang.org/x/sys/unix"
 )
 
 // A post-copy migration whose stream breaks pauses in QEMU on both nodes
@@ -21,21 +22,23 @@ import (
 // QEMU is reached through libvirt's monitor pass-through, which its
 // outgoing job allows.
 
-// MigrationStatus is QEMU's own word on a migration (query-migrate).
+// MigrationStatus is QEMU's own word on a migration (query-migrate): its
+// state, and what it has sent so far.
 type MigrationStatus struct {
 	Status string `json:"status"`
+	RAM    struct {
+		Transferred uint64 `json:"transferred"`
+	} `json:"ram"`
 }
 
 // QEMU's migration states Ferry acts on.
 const (
 	QEMUMigrationNone               = "none"
-	QEMUMigrationActive             = "active"
 	QEMUMigrationPostCopyActive     = "postcopy-active"
 	QEMUMigrationPostCopyPaused     = "postcopy-paused"
 	QEMUMigrationPostCopyRecoverSet = "postcopy-recover-setup"
 	QEMUMigrationPostCopyRecover    = "postcopy-recover"
 	QEMUMigrationCompleted          = "completed"
-	QEMUMigrationFailed             = "failed"
 )
 
 // qmpCommand is one QMP request.
@@ -73,12 +76,17 @@ type QMP struct {
 	rd *bufio.Reader
 }
 
-// DialQMP connects to a QMP socket and leaves capabilities negotiation
-// done, all within ctx.
-func DialQMP(ctx context.Context, path string) (*QMP, error) {
+// DialQMP connects to the QMP socket of the QEMU with process ID pid (in
+// ferryd's PID namespace), refusing any other process listening there, and
+// leaves capabilities negotiation done, all within ctx.
+func DialQMP(ctx context.Context, path string, pid int) (*QMP, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
+		return nil, fmt.Errorf("QEMU's monitor: %w", err)
+	}
+	if err := peerIs(c, pid); err != nil {
+		c.Close()
 		return nil, fmt.Errorf("QEMU's monitor: %w", err)
 	}
 	q := &QMP{c: c, rd: bufio.NewReaderSize(c, 4096)}
@@ -106,6 +114,30 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 }
 
 func (q *QMP) Close() error { return q.c.Close() }
+
+// peerIs checks that the process at the other end of c is pid.
+func peerIs(c net.Conn, pid int) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	if int(cred.Pid) != pid {
+		return fmt.Errorf("its listener is pid %d, not the guest's QEMU (pid %d)", cred.Pid, pid)
+	}
+	return nil
+}
 
 func (q *QMP) line() ([]byte, error) {
 	var out []byte
@@ -166,7 +198,8 @@ func (q *QMP) MigrationStatus(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return migrationStatus(raw)
+	st, err := migrationStatus(raw)
+	return st.Status, err
 }
 
 // MigrateRecover has a paused incoming post-copy migration listen on a
@@ -183,16 +216,16 @@ func (q *QMP) MigratePause(ctx context.Context) error {
 	return err
 }
 
-func migrationStatus(raw json.RawMessage) (string, error) {
+func migrationStatus(raw json.RawMessage) (MigrationStatus, error) {
 	var st MigrationStatus
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return "", fmt.Errorf("query-migrate: %w", err)
+		return st, fmt.Errorf("query-migrate: %w", err)
 	}
 	if st.Status == "" {
 		// QEMU leaves it out before any migration.
 		st.Status = QEMUMigrationNone
 	}
-	return st.Status, nil
+	return st, nil
 }
 
 // monitorCommand runs a QMP command on a domain through libvirt's
@@ -221,9 +254,15 @@ func (c *Conn) monitorCommand(ctx context.Context, dom libvirt.Domain, cmd qmpCo
 // QEMUMigrationStatus asks the domain's QEMU, through libvirt, for its
 // migration's state.
 func (c *Conn) QEMUMigrationStatus(ctx context.Context, dom libvirt.Domain) (string, error) {
+	st, err := c.QEMUMigrationInfo(ctx, dom)
+	return st.Status, err
+}
+
+// QEMUMigrationInfo is QEMUMigrationStatus with what QEMU has sent.
+func (c *Conn) QEMUMigrationInfo(ctx context.Context, dom libvirt.Domain) (MigrationStatus, error) {
 	raw, err := c.monitorCommand(ctx, dom, qmpCommand{Execute: "query-migrate"})
 	if err != nil {
-		return "", err
+		return MigrationStatus{}, err
 	}
 	return migrationStatus(raw)
 }
@@ -236,14 +275,8 @@ func (c *Conn) PauseMigration(ctx context.Context, dom libvirt.Domain) error {
 }
 
 // ResumeMigration has a paused outgoing post-copy migration go on over a
-// unix socket, at bandwidth bytes/s in post-copy (0 leaves QEMU's cap).
-func (c *Conn) ResumeMigration(ctx context.Context, dom libvirt.Domain, socket string, bandwidth uint64) error {
-	if bandwidth > 0 {
-		if _, err := c.monitorCommand(ctx, dom, qmpCommand{Execute: "migrate-set-parameters",
-			Arguments: map[string]uint64{"max-postcopy-bandwidth": bandwidth}}); err != nil {
-			return err
-		}
-	}
+// unix socket (with the post-copy bandwidth cap it had).
+func (c *Conn) ResumeMigration(ctx context.Context, dom libvirt.Domain, socket string) error {
 	_, err := c.monitorCommand(ctx, dom, qmpCommand{Execute: "migrate",
 		Arguments: map[string]any{"uri": "unix:" + socket, "resume": true}})
 	return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ func TestQMPSkipsEventsAndReadsTheState(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	q, err := DialQMP(ctx, path)
+	q, err := DialQMP(ctx, path, os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,18 @@ func TestQMPWithoutAGreetingIsRefused(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := DialQMP(ctx, path); err == nil || !strings.Contains(err.Error(), "no QMP greeting") {
+	if _, err := DialQMP(ctx, path, os.Getpid()); err == nil || !strings.Contains(err.Error(), "no QMP greeting") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// A socket someone else listens on where QEMU's monitor should be is
+// refused before a byte is read from it.
+func TestQMPOfAnotherProcessIsRefused(t *testing.T) {
+	path := scriptedQMP(t, map[string][]string{"qmp_capabilities": {`{"return": {}}`}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := DialQMP(ctx, path, os.Getpid()+1); err == nil || !strings.Contains(err.Error(), "not the guest's QEMU") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -29,8 +29,7 @@ const vanishGrace = 2 * time.Second
 func (t *Tracker) apply(in input) []action {
 	t.mu.Lock()
 	acts := t.dispatch(in)
-	acts = append(acts, t.asks...)
-	t.asks = nil
+	acts = append(acts, t.takeAsks(in.socket)...)
 	snap := t.ledger.snapshot()
 	t.mu.Unlock()
 	t.ledger.write(snap)
@@ -177,7 +176,7 @@ func (t *Tracker) applyList(in input) []action {
 		// and only libvirt's job says its incoming migration ended.
 		out = append(out, action{dom: d.Ref, what: sample})
 	}
-	t.askAgainAll()
+	t.askAgainAll(in.socket)
 	completed := map[ledgerKey]ledgerRecord{}
 	t.ledger.prune(in.socket, func(r ledgerRecord) bool {
 		d, ok := byName[r.Domain]

@@ -41,7 +41,17 @@ func (t *Tracker) askQEMU(j *job, reason string, at time.Time) {
 		return
 	}
 	j.unconfirmed.asked = time.Now()
-	t.asks = append(t.asks, action{dom: j.ref, what: askQEMU})
+	if t.asks == nil {
+		t.asks = map[string][]action{}
+	}
+	t.asks[j.view.Socket] = append(t.asks[j.view.Socket], action{dom: j.ref, what: askQEMU})
+}
+
+// takeAsks returns the asks for socket's sampler; the caller holds t.mu.
+func (t *Tracker) takeAsks(socket string) []action {
+	a := t.asks[socket]
+	delete(t.asks, socket)
+	return a
 }
 
 // applyQEMUStatus takes QEMU's word on a source whose post-copy libvirt
@@ -84,9 +94,10 @@ func streamAlive(status string) bool {
 
 // askAgainAll asks QEMU again about the jobs whose stream went on, at
 // each scan; the caller holds t.mu.
-func (t *Tracker) askAgainAll() {
-	for _, j := range t.jobs {
-		if j.unconfirmed != nil && j.unconfirmed.alive != "" {
+func (t *Tracker) askAgainAll(socket string) {
+	for k, j := range t.jobs {
+		// The scan's own socket: its sampler asks on its own connection.
+		if k.socket == socket && j.unconfirmed != nil && j.unconfirmed.alive != "" {
 			t.askQEMU(j, j.unconfirmed.reason, j.unconfirmed.at)
 		}
 	}

@@ -61,6 +61,8 @@ func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time
 	if j.view.Phase == PhasePostCopyPaused {
 		return
 	}
+	j.pauses++
+	pause := j.pauses
 	j.view.Phase = PhasePostCopyPaused
 	j.view.Mode = ModePostCopy
 	j.view.FailureReason = reason
@@ -74,12 +76,13 @@ func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time
 	t.addEvent(j, at, "postcopy-paused", fmt.Sprintf("post-copy broke (%s); the guest is held paused on both nodes while the migration is resumed, until %s", reason, j.view.Recovery.Until.UTC().Format(time.RFC3339)))
 	t.log.Warn("post-copy paused for recovery", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)), zap.Time("until", j.view.Recovery.Until))
 	t.publish(j)
+	t.recoveryChanged(j, RecoveryPaused)
 	// A target is told of attempts; should none come (its source gone),
 	// the guest is declared lost when the time is up.
 	time.AfterFunc(recoverFor+recoveryGrace, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if cur := t.jobs[jobKey{j.view.Socket, j.view.Domain}]; cur == j && j.view.Phase == PhasePostCopyPaused {
+		if cur := t.jobs[jobKey{j.view.Socket, j.view.Domain}]; cur == j && j.view.Phase == PhasePostCopyPaused && j.pauses == pause {
 			t.giveUp(j, "post-copy recovery timed out", time.Now())
 		}
 	})
@@ -125,12 +128,31 @@ func (t *Tracker) postCopyCompletedAfterAll(r ledgerRecord, at time.Time) {
 	}
 }
 
+// What changed in a recovery, for OnRecovery.
+const (
+	RecoveryPaused        = "paused"
+	RecoveryAttemptFailed = "attempt-failed"
+	RecoveryResumedStream = "resumed"
+)
+
+// recoveryChanged hands the source's job to OnRecovery; the caller holds
+// t.mu.
+func (t *Tracker) recoveryChanged(j *job, what string) {
+	if t.cfg.OnRecovery != nil && j.view.Role == RoleSource {
+		v := j.view
+		v.Recovery = new(Recovery)
+		*v.Recovery = *j.view.Recovery
+		go t.cfg.OnRecovery(v, what)
+	}
+}
+
 // recoveryGrace lets the source's own end of a recovery arrive first.
 var recoveryGrace = 30 * time.Second
 
 // giveUp ends a paused job as PostCopyFailed; the caller holds t.mu.
 func (t *Tracker) giveUp(j *job, why string, at time.Time) {
-	j.recoveryOver = true
+	// Ferry's own word: QEMU was asked by the recovery itself.
+	j.recoveryOver, j.qemuSaid = true, true
 	j.view.Phase = PhaseRunning // finish() takes only a job not ended
 	reason := why
 	if j.view.FailureReason != "" {
@@ -180,6 +202,7 @@ func (t *Tracker) DriveRecoveryAttempt(socket, domain string, attempt int, err e
 	t.addEvent(j, now, "recovery", fmt.Sprintf("attempt %d failed: %v", attempt, err))
 	j.view.UpdateTime = now
 	t.publish(j)
+	t.recoveryChanged(j, RecoveryAttemptFailed)
 }
 
 // DriveResumed records an attempt whose stream went on: the guest runs
@@ -201,6 +224,7 @@ func (t *Tracker) DriveResumed(socket, domain string, attempt int, took time.Dur
 	t.addEvent(j, now, "recovery", fmt.Sprintf("attempt %d resumed the migration %v after the resume", attempt, took.Round(time.Millisecond)))
 	j.view.UpdateTime = now
 	t.publish(j)
+	t.recoveryChanged(j, RecoveryResumedStream)
 }
 
 // DriveLost ends the domain's paused post-copy as failed: the recovery

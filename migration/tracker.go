@@ -39,6 +39,9 @@ type Config struct {
 	// post-copy failed: libvirt says so when the migration's API call
 	// fails, even while QEMU's stream goes on and completes.
 	VerifyPostCopyFailure bool
+	// OnRecovery is called, outside the tracker's lock, with a job whose
+	// post-copy recovery changed (paused, an attempt, resumed).
+	OnRecovery func(j Job, what string)
 	// OnRecovered is called, outside the tracker's lock, for a domain
 	// whose post-copy was recorded failed and then completed.
 	OnRecovered func(RecoveredDomain)
@@ -79,10 +82,13 @@ type job struct {
 	// is asked; qemuSaid once QEMU's own word has been taken.
 	unconfirmed *unconfirmedFailure
 	qemuSaid    bool
-	ref         libvirt.Domain
-	samples     ring[Sample]
-	iters       []Iteration
-	events      ring[Event]
+	// pauses counts its post-copy pauses: a pause's own timer acts only
+	// while no later one has begun.
+	pauses  int
+	ref     libvirt.Domain
+	samples ring[Sample]
+	iters   []Iteration
+	events  ring[Event]
 	// domID is the libvirt domain ID (one per QEMU process) the job began
 	// with: a target QEMU process receives one incoming migration only.
 	domID int32
@@ -126,8 +132,9 @@ type Tracker struct {
 	totals  map[Total]uint64
 	// recoveryAttempts counts attempts to resume a broken post-copy.
 	recoveryAttempts map[string]uint64
-	// asks are reads of QEMU's status that apply returns with its own.
-	asks []action
+	// asks are reads of QEMU's status, by socket, that apply returns
+	// with its own to that socket's sampler.
+	asks map[string][]action
 	subs map[*subscriber]struct{}
 	// finals are completed target jobs whose figures libvirt still holds as
 	// completed-job statistics, to be read once by the sampler.

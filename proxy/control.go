@@ -70,6 +70,10 @@ type ControlRequest struct {
 	PostCopy        bool    `json:"postCopy,omitempty"`
 	Disk            bool    `json:"disk,omitempty"`
 	DeadlineSeconds float64 `json:"deadlineSeconds,omitempty"`
+	// RecoverSeconds, for a post-copy prepare, is how long the source
+	// resumes it should its streams break; 0: never, and the target QEMU
+	// gets no monitor of Ferry's.
+	RecoverSeconds float64 `json:"recoverSeconds,omitempty"`
 	// Finish: the Perform cookie rides in Cookie; Cancelled says Perform
 	// failed.
 	Cancelled bool `json:"cancelled,omitempty"`

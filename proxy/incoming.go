@@ -73,9 +73,11 @@ type IncomingMigration struct {
 	PostCopy  bool
 	MemoryURI string
 	DiskURI   string // empty unless the source asked for a disk stream
-	// MonitorPath, for a post-copy migration, is where its target QEMU is
-	// to listen for Ferry's own monitor (see TargetMonitorPath).
+	// MonitorPath, for a post-copy migration its source will resume, is
+	// where Ferry's own monitor of the target QEMU is (see
+	// TargetMonitorPath), and RecoverFor how long the source resumes it.
 	MonitorPath string
+	RecoverFor  time.Duration
 	// PeerNode is the node the source's certificate names; empty when it
 	// names none or without TLS.
 	PeerNode string
@@ -144,8 +146,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
 	}
-	if req.PostCopy {
+	if req.PostCopy && req.RecoverSeconds > 0 {
 		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
+		in.RecoverFor = time.Duration(min(req.RecoverSeconds, maxRecoverSeconds) * float64(time.Second))
 	}
 	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
 		if err := ck.Check(in, req.XML); err != nil {
@@ -171,8 +174,10 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	cookie, err := p.cfg.Incoming.Prepare(ctx, in, req.XML, req.Cookie)
 	if err != nil {
 		p.Unregister(m.ID, "prepare failed")
+		os.Remove(in.MonitorPath)
 		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
 	}
+	p.hideMonitor(in)
 	e, err := p.reg.setState(m.ID, m.Domain, statePreparing, statePrepared)
 	if err != nil {
 		// Cut meanwhile (the node is shutting down): libvirt must not
@@ -228,6 +233,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 // kept, on disk too, for a repeat of the finish.
 func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
 	owner := peer.owner()
+	if p.reg.recovery(req.Migration) {
+		return p.refusePeer(raw, peer.Node, req, reasonWrongState, fmt.Sprintf("%s names a recovery's streams: the migration it resumes is what is finished", req.Migration))
+	}
 	if !req.Cancelled && p.reg.notStarted(req.Migration, req.Domain, owner) {
 		// libvirt's Finish would wait for a migration that never came,
 		// holding its job and this node's shutdown.
@@ -305,6 +313,10 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	}
 	if err != nil {
 		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
+	}
+	if outcome == OutcomeRunning || outcome == OutcomeStopped {
+		// Whole on one node: nothing will resume it.
+		p.dropMonitor(e.m.ID)
 	}
 	if outcome != "" || e.in == nil {
 		// Only a settled answer is kept: an unsettled one (the wait cut
@@ -441,6 +453,9 @@ func (p *Proxy) saveRecord(r outcomeRecord) error {
 }
 
 func (p *Proxy) cancel(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {
+	if p.reg.recovery(req.Migration) {
+		return p.refusePeer(raw, peer.Node, req, reasonWrongState, fmt.Sprintf("%s names a recovery's streams: there is nothing to cancel", req.Migration))
+	}
 	e, err := p.reg.claim(req.Migration, req.Domain, peer.owner(), true, statePrepared, stateFinishing)
 	if err != nil {
 		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
@@ -448,6 +463,7 @@ func (p *Proxy) cancel(raw net.Conn, req ControlRequest, peer Peer) ControlRespo
 	if e.in != nil {
 		p.cancelLibvirt(p.reg.incomingOf(e), "cancelled by the source")
 	}
+	p.dropMonitor(e.m.ID)
 	counters := e.counters.Snapshot()
 	p.Unregister(req.Migration, "cancelled by the source")
 	return ControlResponse{Counters: counters}
@@ -479,6 +495,7 @@ func (p *Proxy) dropIncoming(id, why string) bool {
 	if e.in != nil {
 		p.cancelLibvirt(p.reg.incomingOf(e), why)
 	}
+	p.dropMonitor(id)
 	p.Unregister(id, why)
 	return true
 }

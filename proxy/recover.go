@@ -33,11 +33,14 @@ type IncomingRecoverer interface {
 }
 
 // TargetMonitorPath is where the target QEMU of a post-copy migration
-// listens for Ferry's own QMP monitor on this node: beside the migration's
-// sockets, under a name only the two nodes know.
+// creates Ferry's own QMP monitor on this node, beside the migration's
+// sockets; the proxy then moves it (see HiddenMonitorPath).
 func TargetMonitorPath(dir, id string) string {
 	return filepath.Join(dir, id+"-qmp.sock")
 }
+
+// maxRecoverSeconds caps how long a source may say it resumes.
+const maxRecoverSeconds = 24 * 60 * 60
 
 // recoveryTTL is how long a recovery stream waits for the source's
 // connections; the source asks anew for each attempt.
@@ -51,17 +54,25 @@ const recoverTimeout = 30 * time.Second
 // target QEMU has not seen the break yet: a silent link).
 func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigration, bool) {
 	if in, ok := p.reg.finishingIncoming(req.Migration, req.Domain, owner); ok && in.PostCopy && in.MonitorPath != "" {
+		in.MonitorPath = HiddenMonitorPath(p.cfg.SocketDir, in.ID)
 		return in, true
 	}
 	if p.outcomes == nil {
-		return IncomingMigration{}, false
+		// Without a state dir, what this process's registry kept.
+		in, ok := p.reg.endedIncoming(req.Migration, req.Domain, owner)
+		resp, answered := p.reg.finishedResult(req.Migration, req.Domain, owner)
+		if !ok || !answered || !in.PostCopy || (resp.Outcome != OutcomeSplit && resp.Outcome != OutcomeRunning) {
+			return IncomingMigration{}, false
+		}
+		in.MonitorPath = HiddenMonitorPath(p.cfg.SocketDir, in.ID)
+		return in, resp.Outcome == OutcomeSplit
 	}
 	r, ok, err := p.outcomes.load(req.Migration)
 	if err != nil || !ok || r.Owner != owner || r.Domain != req.Domain {
 		return IncomingMigration{}, false
 	}
 	in := IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
-		MonitorPath: TargetMonitorPath(p.cfg.SocketDir, r.ID)}
+		MonitorPath: HiddenMonitorPath(p.cfg.SocketDir, r.ID)}
 	if r.Result == nil && r.Finishing {
 		// This ferryd restarted during the finish, and no source has asked
 		// since: libvirt says how the finish left the guest.
@@ -90,14 +101,15 @@ func (p *Proxy) HeldIncoming() []IncomingMigration {
 	for _, r := range p.outcomes.recent(heldRecordAge) {
 		if r.Result != nil && r.Result.Outcome == OutcomeSplit || r.Result == nil && r.Finishing {
 			out = append(out, IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
-				MonitorPath: TargetMonitorPath(p.cfg.SocketDir, r.ID)})
+				MonitorPath: HiddenMonitorPath(p.cfg.SocketDir, r.ID)})
 		}
 	}
 	return out
 }
 
-// heldRecordAge bounds the records HeldIncoming reads.
-const heldRecordAge = 24 * time.Hour
+// heldRecordAge bounds the records HeldIncoming reads: a split older than
+// that was resumed, or declared lost, long ago.
+const heldRecordAge = time.Hour
 
 // recover readies one attempt: a fresh stream, registered for the peer
 // that prepared the migration, and the target QEMU listening behind it.
@@ -113,6 +125,12 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 	}
 	if !split {
 		return ControlResponse{Outcome: OutcomeRunning}
+	}
+	// Its streams are checked against QEMU's group like any other: a
+	// restarted ferryd may not know it yet, and must not relay unchecked.
+	if _, err := p.socketGroup(); err != nil {
+		p.log.Warn("cannot give QEMU the migration socket dir", zap.Error(err))
+		return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "recover: this node cannot check its QEMU's sockets (see its log)")
 	}
 	p.mu.Lock()
 	if p.recoveries == nil {
@@ -136,6 +154,19 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 	p.mu.Lock()
 	p.recoveries[in.ID] = rid
 	p.mu.Unlock()
+	// An attempt nobody follows through (its source gone) is dropped, so
+	// the domain takes migrations again.
+	if e, ok := p.reg.live(rid); ok {
+		var expire func()
+		expire = func() {
+			if !p.reg.idle(e) {
+				p.reg.addTimer(e, recoveryTTL, expire)
+				return
+			}
+			p.Unregister(rid, fmt.Sprintf("no recovery stream within %v", recoveryTTL))
+		}
+		p.reg.addTimer(e, recoveryTTL, expire)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
 	status, err := rc.Recover(ctx, in, m.Targets[KindMemory])
@@ -157,9 +188,20 @@ func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlRe
 		return p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node does not recover post-copy migrations")
 	}
 	owner := peer.owner()
-	in, _ := p.splitIncoming(req, owner)
+	in, split := p.splitIncoming(req, owner)
 	if in.ID == "" {
 		return p.refusePeer(raw, peer.Node, req, ReasonUnknownMigration, fmt.Sprintf("migration %s of %s is not a post-copy this node holds for this peer", req.Migration, req.Domain))
+	}
+	if !split {
+		// Answered before (the answer lost on its way): the same answer.
+		if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok && resp.Outcome == OutcomeRunning {
+			return resp
+		}
+		if p.outcomes != nil {
+			if r, ok, _ := p.outcomes.load(req.Migration); ok && r.Owner == owner && r.Result != nil && r.Result.Outcome == OutcomeRunning {
+				return *r.Result
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
@@ -170,8 +212,10 @@ func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlRe
 	resp := ControlResponse{Outcome: outcome, Persisted: persisted}
 	if outcome == OutcomeRunning {
 		p.reg.recovered(in.ID, resp)
-		if err := p.outcomes.recovered(in.ID, resp); err != nil {
-			p.log.Warn("cannot record a recovered migration's outcome", zap.String("migration", in.ID), zap.Error(err))
+		if p.outcomes != nil {
+			if err := p.outcomes.recovered(in.ID, resp); err != nil {
+				p.log.Warn("cannot record a recovered migration's outcome", zap.String("migration", in.ID), zap.Error(err))
+			}
 		}
 		p.mu.Lock()
 		rid := p.recoveries[in.ID]
@@ -180,6 +224,7 @@ func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlRe
 		if rid != "" {
 			p.Unregister(rid, "recovered")
 		}
+		p.dropMonitor(in.ID)
 	}
 	return resp
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -69,7 +71,7 @@ func splitPostCopy(t *testing.T, src *node, dir, id string) (*node, *recoveringI
 	in.finishErr = errors.New("job 'migration in' failed in post-copy phase")
 	dst := startNodeWith(t, Config{OutcomeDir: dir, Incoming: in})
 	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: "vm",
-		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true}); err != nil {
+		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300}); err != nil {
 		t.Fatal(err)
 	}
 	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory})
@@ -107,7 +109,7 @@ func TestRecoveryOpensAFreshStreamEachAttempt(t *testing.T) {
 		t.Fatal("two attempts shared a stream id")
 	}
 	in.rmu.Lock()
-	if len(in.armed) != 2 || in.monitors[0] != TargetMonitorPath(dst.p.SocketDir(), "pc") {
+	if len(in.armed) != 2 || in.monitors[0] != HiddenMonitorPath(dst.p.SocketDir(), "pc") {
 		t.Errorf("armed %v on monitors %v", in.armed, in.monitors)
 	}
 	in.rmu.Unlock()
@@ -144,5 +146,52 @@ func TestRecoveryOnlyOfASplitPostCopy(t *testing.T) {
 	defer in.rmu.Unlock()
 	if len(in.armed) != 0 {
 		t.Fatalf("armed %v", in.armed)
+	}
+}
+
+// Once Prepare has returned, the target QEMU's monitor is moved where no
+// QEMU may reach it, and still answers there; anything else found in its
+// place (a link planted by another QEMU) is removed, never followed.
+func TestTheMonitorIsMovedOutOfQEMUsReach(t *testing.T) {
+	n := startNode(t, nil)
+	dir := n.p.SocketDir()
+	in := IncomingMigration{ID: "pc", Domain: "vm", MonitorPath: TargetMonitorPath(dir, "pc")}
+	ln, err := net.Listen("unix", in.MonitorPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello\n"))
+			c.Close()
+		}
+	}()
+	n.p.hideMonitor(in)
+	if _, err := os.Lstat(in.MonitorPath); !os.IsNotExist(err) {
+		t.Fatalf("the monitor is still in the socket dir: %v", err)
+	}
+	c, err := net.Dial("unix", HiddenMonitorPath(dir, "pc"))
+	if err != nil {
+		t.Fatalf("the moved monitor does not answer: %v", err)
+	}
+	c.Close()
+	if fi, err := os.Stat(filepath.Dir(HiddenMonitorPath(dir, "pc"))); err != nil || fi.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("the monitors' directory is %v, %v: not ferryd's alone", fi.Mode(), err)
+	}
+	planted := IncomingMigration{ID: "pl", Domain: "vm", MonitorPath: TargetMonitorPath(dir, "pl")}
+	if err := os.Symlink("/run/libvirt/libvirt-sock", planted.MonitorPath); err != nil {
+		t.Fatal(err)
+	}
+	n.p.hideMonitor(planted)
+	if _, err := os.Lstat(planted.MonitorPath); !os.IsNotExist(err) {
+		t.Fatal("a planted link was left in place")
+	}
+	if _, err := os.Lstat(HiddenMonitorPath(dir, "pl")); !os.IsNotExist(err) {
+		t.Fatal("a planted link was moved in as a monitor")
 	}
 }

@@ -130,18 +130,19 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 		return &regError{reasonDuplicate, fmt.Sprintf("migration %s is already known on this node", m.ID)}
 	}
 	live, mine := 0, 0
+	counted := in != nil || m.RecoveryOf != ""
 	for _, e := range r.entries {
-		if e.ended == "" && e.in != nil {
+		if e.ended == "" && (e.in != nil || e.m.RecoveryOf != "") {
 			live++
 			if e.owner == owner {
 				mine++
 			}
 		}
 	}
-	if in != nil && live >= MaxIncoming {
+	if counted && live >= MaxIncoming {
 		return &regError{reasonTooManyIncoming, fmt.Sprintf("%d incoming migrations are prepared and not ended, the most this node takes at once", live)}
 	}
-	if in != nil && owner != "" && mine >= MaxIncomingPerPeer {
+	if counted && owner != "" && mine >= MaxIncomingPerPeer {
 		// One peer, however its migrations stall, leaves the rest of the
 		// node's incoming migrations to the others.
 		return &regError{reasonTooManyIncoming, fmt.Sprintf("this peer has %d incoming migrations prepared and not ended here, the most one peer may", mine)}
@@ -357,6 +358,23 @@ func (r *registry) stillFinishing(id, domain, owner string) bool {
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	return ok && e.ended == "" && e.owner == owner && e.m.Domain == domain && e.m.State == stateFinishing && e.result == nil
+}
+
+// live is migration id while it has not ended.
+func (r *registry) live(id string) (*entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	return e, ok && e.ended == ""
+}
+
+// recovery says whether id names a recovery's streams, which only relay:
+// nothing finishes or cancels them.
+func (r *registry) recovery(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	return ok && e.m.RecoveryOf != ""
 }
 
 // finishingIncoming is the libvirt side of migration id of domain, prepared

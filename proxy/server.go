@@ -196,6 +196,10 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
 	}
 	removeStaleSockets(cfg.SocketDir, 10*time.Second, p.log)
+	if err := makeMonitorDir(cfg.SocketDir); err != nil {
+		return nil, fmt.Errorf("proxy QEMU monitor dir: %w", err)
+	}
+	removeStaleMonitors(cfg.SocketDir, p.log)
 	if cfg.OutcomeDir != "" {
 		s, err := openOutcomes(cfg.OutcomeDir)
 		if err != nil {

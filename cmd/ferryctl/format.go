@@ -319,8 +319,11 @@ func recoveryString(j migration.Job, now time.Time) string {
 		if left < 0 {
 			left = 0
 		}
-		s = fmt.Sprintf("paused on both nodes; declared lost in %s (at %s) unless resumed; %s (ferryctl recover / give-up)",
+		s = fmt.Sprintf("paused on both nodes; declared lost in %s (at %s) unless resumed; %s",
 			left, rc.Until.Local().Format("15:04:05"), s)
+		if j.Role == migration.RoleSource {
+			s += " (ferryctl recover / give-up)"
+		}
 	}
 	if rc.LastError != "" {
 		s += "; last: " + rc.LastError

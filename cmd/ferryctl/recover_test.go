@@ -10,7 +10,7 @@ import (
 
 func TestRecoveryShowsTheCountdownWhilePaused(t *testing.T) {
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	j := migration.Job{Phase: migration.PhasePostCopyPaused, Recovery: &migration.Recovery{Until: now.Add(3*time.Minute + 12*time.Second), Attempts: 2, LastError: "asking the target: refused"}}
+	j := migration.Job{Role: migration.RoleSource, Phase: migration.PhasePostCopyPaused, Recovery: &migration.Recovery{Until: now.Add(3*time.Minute + 12*time.Second), Attempts: 2, LastError: "asking the target: refused"}}
 	got := recoveryString(j, now)
 	for _, want := range []string{"declared lost in 3m12s", "2 attempts, 0 resumed", "last: asking the target: refused", "ferryctl recover"} {
 		if !strings.Contains(got, want) {

@@ -37,6 +37,8 @@ type Mark struct {
 	// EventType and EventReason are for Kind "event".
 	EventType   string `json:"eventType,omitempty"`
 	EventReason string `json:"eventReason,omitempty"`
+	// Recovery is a KindRecovering mark's annotation.
+	Recovery *RecoveryState `json:"recovery,omitempty"`
 	// Patched records that the label is set and only the Event remains,
 	// so a retry after a crash neither patches twice nor loses the Event.
 	Patched bool `json:"patched,omitempty"`
@@ -53,7 +55,26 @@ const (
 	// with an Event: the post-copy it named completed after all (libvirt
 	// completes one whose API call failed while QEMU's stream went on).
 	KindRecovered = "recovered"
+	// KindRecovering sets (or, once it is over, removes) the recovery
+	// annotation of a post-copy being resumed, with an Event.
+	KindRecovering = "recovering"
 )
+
+// RecoveryState is the recovery annotation's content.
+type RecoveryState struct {
+	// State is paused (waiting for the path, or between attempts),
+	// resumed (its stream runs again), or over (the annotation goes).
+	State     string    `json:"state"`
+	Node      string    `json:"node"`
+	Until     time.Time `json:"until"`
+	Attempts  int       `json:"attempts"`
+	Resumed   int       `json:"resumed"`
+	LastError string    `json:"lastError,omitempty"`
+	Updated   time.Time `json:"updated"`
+}
+
+// RecoveryOver is the State that removes the annotation.
+const RecoveryOver = "over"
 
 func (m Mark) key() string { return m.Namespace + "/" + m.Name }
 
@@ -67,10 +88,15 @@ func (m Mark) validate() error {
 	if msgs := validation.IsDNS1123Subdomain(m.Name); len(msgs) > 0 {
 		errs = append(errs, fmt.Sprintf("name %q: %s", m.Name, strings.Join(msgs, ", ")))
 	}
-	if m.Kind != KindIrrecoverable && m.Kind != KindEvent && m.Kind != KindRecovered {
-		errs = append(errs, fmt.Sprintf("kind %q is none of %s, %s and %s", m.Kind, KindIrrecoverable, KindEvent, KindRecovered))
+	switch m.Kind {
+	case KindIrrecoverable, KindEvent, KindRecovered, KindRecovering:
+	default:
+		errs = append(errs, fmt.Sprintf("kind %q is none of %s, %s, %s and %s", m.Kind, KindIrrecoverable, KindEvent, KindRecovered, KindRecovering))
 	}
-	if m.Kind == KindEvent && (m.EventReason == "" || (m.EventType != "Normal" && m.EventType != "Warning")) {
+	if m.Kind == KindRecovering && m.Recovery == nil {
+		errs = append(errs, "a recovery mark needs its state")
+	}
+	if (m.Kind == KindEvent || m.Kind == KindRecovering) && (m.EventReason == "" || (m.EventType != "Normal" && m.EventType != "Warning")) {
 		errs = append(errs, "an event needs a reason and type Normal or Warning")
 	}
 	if len(errs) > 0 {

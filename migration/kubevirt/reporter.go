@@ -47,6 +47,9 @@ type Reporter struct {
 	kick    chan struct{}
 	// Delivered counts marks by outcome, for metrics and tests.
 	delivered map[string]int
+	// recoveryAt is, by VMI, the time of the latest recovery state
+	// reported.
+	recoveryAt map[string]time.Time
 }
 
 // NewReporter loads the marks a previous run left pending.
@@ -61,7 +64,8 @@ func NewReporter(cfg ReporterConfig) (*Reporter, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	r := &Reporter{cfg: cfg, log: cfg.Log, store: st, pending: map[string]Mark{}, kick: make(chan struct{}, 1), delivered: map[string]int{}}
+	r := &Reporter{cfg: cfg, log: cfg.Log, store: st, pending: map[string]Mark{}, kick: make(chan struct{}, 1), delivered: map[string]int{},
+		recoveryAt: map[string]time.Time{}}
 	marks, errs := st.load()
 	for _, e := range errs {
 		r.log.Error("pending VMI mark unreadable", zap.Error(e))
@@ -87,16 +91,34 @@ func (r *Reporter) Report(m Mark) error {
 	m.ID = markID(m)
 	r.mu.Lock()
 	for _, p := range r.pending {
-		if p.Kind == m.Kind && p.key() == m.key() && p.EventReason == m.EventReason {
+		if p.Kind == m.Kind && p.Kind != KindRecovering && p.key() == m.key() && p.EventReason == m.EventReason {
 			r.mu.Unlock()
 			return nil // already on its way
 		}
 	}
 	var superseded []string
+	if m.Kind == KindRecovering {
+		// The latest state is the one to show: reported out of order, an
+		// older one is dropped, and older ones not written yet give way.
+		at := m.key() + "\x00" + m.UID + "\x00" + m.Socket
+		if !m.Detected.After(r.recoveryAt[at]) {
+			r.mu.Unlock()
+			return nil
+		}
+		r.recoveryAt[at] = m.Detected
+		for id, p := range r.pending {
+			if p.Kind == KindRecovering && p.key() == m.key() && p.UID == m.UID && p.Socket == m.Socket && !p.Patched {
+				delete(r.pending, id)
+				superseded = append(superseded, id)
+			}
+		}
+	}
 	if m.Kind == KindRecovered {
 		// A mark not delivered yet is no longer true: it never lands.
 		for id, p := range r.pending {
-			if p.Kind == KindIrrecoverable && p.key() == m.key() && !p.Patched {
+			// Only the same guest's, seen on the same libvirt socket: a
+			// pod's domain named like another's VMI drops nothing of it.
+			if p.Kind == KindIrrecoverable && p.key() == m.key() && m.UID != "" && p.UID == m.UID && p.Socket == m.Socket && !p.Patched {
 				delete(r.pending, id)
 				r.delivered["superseded"]++
 				superseded = append(superseded, id)
@@ -107,7 +129,7 @@ func (r *Reporter) Report(m Mark) error {
 	r.mu.Unlock()
 	for _, id := range superseded {
 		r.store.remove(id)
-		r.log.Info("a VMI mark not delivered yet is dropped: its post-copy completed", zap.String("vmi", m.key()))
+		r.log.Info("a VMI mark not delivered yet is dropped: a newer word on its post-copy replaces it", zap.String("vmi", m.key()))
 	}
 	err := r.store.save(m)
 	if err != nil {
@@ -276,6 +298,9 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 	if m.Kind == KindRecovered {
 		return r.unmark(ctx, vmi, m)
 	}
+	if m.Kind == KindRecovering {
+		return r.recovering(ctx, vmi, m)
+	}
 	if !m.Patched {
 		marked, err := r.markIrrecoverable(ctx, m)
 		if err != nil {
@@ -353,6 +378,37 @@ func (r *Reporter) unmark(ctx context.Context, vmi *unstructured.Unstructured, m
 	return "unmarked", r.event(ctx, vmi, m, corev1.EventTypeNormal, "PostCopyRecovered")
 }
 
+// recovering sets the recovery annotation to m's state (removes it once
+// the recovery is over), then records the Event.
+func (r *Reporter) recovering(ctx context.Context, vmi *unstructured.Unstructured, m *Mark) (string, error) {
+	if m.UID == "" {
+		return "no_vmi_uid", nil
+	}
+	if !m.Patched {
+		var ann any
+		if m.Recovery.State != RecoveryOver {
+			b, err := json.Marshal(m.Recovery)
+			if err != nil {
+				return "", err
+			}
+			ann = string(b)
+		} else if _, set := vmi.GetAnnotations()[RecoveryAnnotation]; !set {
+			return "recovery_not_shown", r.event(ctx, vmi, m, m.EventType, m.EventReason)
+		}
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{RecoveryAnnotation: ann}}})
+		if err != nil {
+			return "", err
+		}
+		if _, err := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, body,
+			metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+			return "", err
+		}
+		m.Patched = true
+		r.store.save(*m)
+	}
+	return "recovery", r.event(ctx, vmi, m, m.EventType, m.EventReason)
+}
+
 // markedBy says whether the VMI's failure annotation is the one m's patch
 // writes.
 func markedBy(vmi *unstructured.Unstructured, m *Mark) bool {
@@ -380,7 +436,8 @@ func irrecoverablePatch(vmi *unstructured.Unstructured, m *Mark) ([]byte, bool, 
 		"metadata": map[string]any{
 			"resourceVersion": vmi.GetResourceVersion(),
 			"labels":          map[string]any{IrrecoverableLabel: "true"},
-			"annotations":     map[string]any{FailureAnnotation: string(ann)},
+			// The recovery, if there was one, is over.
+			"annotations": map[string]any{FailureAnnotation: string(ann), RecoveryAnnotation: nil},
 		},
 	})
 	return b, false, err

@@ -37,6 +37,9 @@ const (
 	IrrecoverableLabel = "ferry-vm.io/migration-irrecoverable"
 	// FailureAnnotation holds the Failure, as JSON: why, where, when.
 	FailureAnnotation = "ferry-vm.io/migration-failure"
+	// RecoveryAnnotation holds, as JSON, where the recovery of a broken
+	// post-copy stands while Ferry resumes it (a condition, in metadata).
+	RecoveryAnnotation = "ferry-vm.io/migration-recovery"
 )
 
 // infoFrom reads what a job shows of its VMI from the unstructured object.

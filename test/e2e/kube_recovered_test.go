@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -58,4 +59,39 @@ func TestAVMIMarkedIrrecoverableLosesTheMarkWhenItsPostCopyCompletes(t *testing.
 	t.Logf("the mark came off %v after the migration ended", unmarkedAt.Sub(ended).Round(time.Millisecond))
 	onlyOn(t, "default_"+name, "b", "a")
 	memoryIntact(t, "default_"+name, r.before)
+}
+
+// A post-copy Ferry drives for a KubeVirt VMI breaks and is resumed: while
+// it is, the VMI says so (an annotation kept current, an Event for each
+// change), never the irrecoverable mark; once it completes the annotation
+// goes, with an Event.
+func TestAVMIShowsItsPostCopyRecoveryNotTheIrrecoverableMark(t *testing.T) {
+	kubeUp(t)
+	const name = "pcrec"
+	uid := createVMI(t, name)
+	r := breakable(t, testbed.GuestSpec{Name: "default_" + name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 4, VMIUID: uid, Verify: true})
+	if err := bed.ResetMigration(); err != nil {
+		t.Fatalf("reset-migration: %v", err)
+	}
+	var shown kubevirt.RecoveryState
+	waitFor(t, "the recovery annotation", 30*time.Second, func() bool {
+		a, ok := getVMI(t, name).GetAnnotations()[kubevirt.RecoveryAnnotation]
+		return ok && json.Unmarshal([]byte(a), &shown) == nil
+	})
+	if shown.Node != "a" || shown.Until.IsZero() || (shown.State != "paused" && shown.State != "resumed") {
+		t.Errorf("recovery annotation %+v", shown)
+	}
+	resumedToTheEnd(t, r, 1)
+	waitFor(t, "the recovery annotation taken off", 30*time.Second, func() bool {
+		_, ok := getVMI(t, name).GetAnnotations()[kubevirt.RecoveryAnnotation]
+		return !ok
+	})
+	for reason, typ := range map[string]string{"PostCopyPaused": "Warning", "PostCopyResumed": "Normal", "PostCopyRecovered": "Normal"} {
+		if n := vmiEvents(t, name, reason, typ); n != 1 {
+			t.Errorf("%d %s Events, want one", n, reason)
+		}
+	}
+	if ok, _ := marked(t, getVMI(t, name)); ok || postCopyEvents(t, name) != 0 {
+		t.Errorf("a VMI whose post-copy was resumed was marked irrecoverable")
+	}
 }

@@ -17,6 +17,15 @@ type linkError struct{ err error }
 func (e *linkError) Error() string { return "the link stays down: " + e.err.Error() }
 func (e *linkError) Unwrap() error { return e.err }
 
+// noBreak breaks nothing: it marks the moment the other scenarios break
+// the streams, for the baseline's figures to be timed from the same point
+// of the same migration.
+func noBreak() breakTimes {
+	at := time.Now()
+	logf("no break (the unbroken baseline): timing from this moment")
+	return breakTimes{Start: at, Back: at}
+}
+
 // breakByReset resets every connection of Ferry's proxies: the streams
 // break at once and nothing stands in the way of new ones.
 func breakByReset(b *testbed.Bed) (breakTimes, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ferry-vm/ferry/migration"
@@ -12,7 +13,8 @@ import (
 // time (the reset's `ss -K` and settle, the restore's `ip link set`):
 // they err long, never short.
 type breakTimes struct {
-	// Start is when the bench broke the path.
+	// Start is when the bench broke the path; for the unbroken baseline,
+	// when it would have (the virtual break), as is Back.
 	Start time.Time
 	// Back is when the path came back: for a reset its start, the path
 	// being there again once the connections are gone; for a cut the
@@ -72,5 +74,26 @@ func measure(bt breakTimes, evs []migration.Event, samples []consoleSample) (fig
 		from = f.Paused
 	}
 	f.PauseTotal = f.Running.At.Sub(from)
+	return f, nil
+}
+
+// measureUnbroken reads the baseline's figures: "running again" as a
+// broken run's, from the virtual break (bt.Back, the moment the others
+// break) to the first new progress line after it. A run whose streams
+// broke by themselves is no baseline.
+func measureUnbroken(bt breakTimes, evs []migration.Event, samples []consoleSample) (figures, error) {
+	var f figures
+	if p, ok := firstEvent(evs, kindPaused, time.Time{}); ok {
+		return f, fmt.Errorf("the source job shows a postcopy-paused event at %s: the streams broke by themselves, so the run is no unbroken baseline", p.Time.Format("15:04:05.000"))
+	}
+	b, ok := sampleAt(samples, bt.Back)
+	if !ok {
+		return f, errors.New("no reading of the guest's console before the virtual break")
+	}
+	f.Baseline = b.consoleCounts
+	if f.Running, ok = firstGrowth(samples, bt.Back, f.Baseline); !ok {
+		return f, errors.New("the guest printed no progress line after the virtual break")
+	}
+	f.ToRunning = f.Running.At.Sub(bt.Back)
 	return f, nil
 }

@@ -78,3 +78,34 @@ func TestMeasureSaysWhatIsMissing(t *testing.T) {
 		}
 	}
 }
+
+func TestMeasureUnbrokenTimesFromTheVirtualBreak(t *testing.T) {
+	bt := breakTimes{Start: ms(0), Back: ms(0)}
+	samples := []consoleSample{
+		{ms(-2000), consoleCounts{Progress: 20, OK: 10}},
+		{ms(-10), consoleCounts{Progress: 21, OK: 10}},
+		{ms(14900), consoleCounts{Progress: 22, OK: 11}},
+	}
+	evs := []migration.Event{{Time: ms(-3000), Kind: "mode", Detail: "post-copy"}}
+	f, err := measureUnbroken(bt, evs, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ToRunning != 14900*time.Millisecond || f.Baseline.Progress != 21 || f.PauseTotal != 0 || !f.Resume.At.IsZero() {
+		t.Errorf("%+v: want running 14.9 s from the reading of -10 ms, no pause or resume", f)
+	}
+	for _, c := range []struct {
+		name    string
+		evs     []migration.Event
+		samples []consoleSample
+		want    string
+	}{
+		{"broke by itself", recoveryEvents(-1000, 500), samples, "broke by themselves"},
+		{"no reading", evs, samples[2:], "no reading of the guest's console before the virtual break"},
+		{"no new line", evs, samples[:2], "no progress line after the virtual break"},
+	} {
+		if _, err := measureUnbroken(bt, c.evs, c.samples); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+}

@@ -11,19 +11,22 @@ import (
 )
 
 // runResult is one run: a guest migrated a -> b, its post-copy broken and
-// resumed.
+// resumed, or, for the baseline, left whole.
 type runResult struct {
 	Scenario string `json:"scenario"`
 	Run      int    `json:"run"`
 	Guest    string `json:"guest"`
 	// OK says the migration completed and the guest's memory checked
-	// whole after the resume: only such runs are timed in the report.
+	// whole after the resume (the virtual break): only such runs are
+	// timed in the report.
 	// The figures of a failed run stay here for a post-mortem.
 	OK          bool   `json:"ok"`
 	Failure     string `json:"failure,omitempty"`
 	MigrationID string `json:"migrationId,omitempty"`
 	TLS         *bool  `json:"tls,omitempty"`
 
+	// For the baseline, BrokeAt and PathBackAt are both the virtual
+	// break; it has no pause or resume.
 	BrokeAt    time.Time `json:"brokeAt,omitzero"`
 	PathBackAt time.Time `json:"pathBackAt,omitzero"`
 	PausedAt   time.Time `json:"pausedAt,omitzero"`
@@ -31,7 +34,7 @@ type runResult struct {
 	RunningAt  time.Time `json:"runningAt,omitzero"`
 	// The three figures: from the path's return to the job's first
 	// resumed attempt and to the guest's first new console line, and
-	// from the break to that line.
+	// from the break to that line. The baseline has only the second.
 	ResumedSeconds float64 `json:"resumedSeconds,omitempty"`
 	RunningSeconds float64 `json:"runningSeconds,omitempty"`
 	PauseSeconds   float64 `json:"pauseSeconds,omitempty"`
@@ -53,6 +56,10 @@ func (r runResult) summary() string {
 	if !r.OK {
 		return "failed: " + r.Failure
 	}
+	if r.Scenario == unbroken {
+		return fmt.Sprintf("running %.2fs after the virtual break; migration completed in %.1fs, %d memory checks ok since the virtual break",
+			r.RunningSeconds, r.MigrationSeconds, r.ChecksAfter)
+	}
 	return fmt.Sprintf("resumed %.2fs and running %.2fs after the path came back, paused %.2fs in all; attempt %d resumed; migration completed in %.1fs, %d memory checks ok since the pause",
 		r.ResumedSeconds, r.RunningSeconds, r.PauseSeconds, r.ResumeAttempt, r.MigrationSeconds, r.ChecksAfter)
 }
@@ -66,7 +73,8 @@ const migrationTimeout = 10 * time.Minute
 const endCheckWait = 10 * time.Second
 
 // runOne starts a guest on a, migrates it to b, breaks the post-copy and
-// measures its recovery. Its error is one the bench cannot go on after:
+// measures its recovery; for the baseline it breaks nothing and measures
+// the same from the same moment. Its error is one the bench cannot go on after:
 // the link left down, or the bench interrupted.
 func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc string, run int, name string) (runResult, error) {
 	r := runResult{Scenario: sc, Run: run, Guest: name}
@@ -116,7 +124,10 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 	}
 
 	var bt breakTimes
+	measureRun := measure
 	switch sc {
+	case unbroken:
+		bt, measureRun = noBreak(), measureUnbroken
 	case "reset":
 		bt, err = breakByReset(b)
 	case "cut":
@@ -147,7 +158,7 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 	// a post-mortem, not reported.
 	checked := migErr == nil && waitConsole(ctx, w, endCheckWait, func(c consoleCounts) bool { return c.OK > atEnd.OK || c.Bad != "" })
 	samples, cerr := w.finish()
-	fig, merr := measure(bt, f.allEvents(), samples)
+	fig, merr := measureRun(bt, f.allEvents(), samples)
 	r.fill(fig, bt)
 	switch {
 	case migErr != nil:
@@ -170,7 +181,7 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 	case bad != "":
 		return fail("the guest's memory check failed: %s", bad), nil
 	case r.ChecksAfter <= 0:
-		return fail("no memory check passed after the pause"), nil
+		return fail("no memory check passed after the %s", sinceWhat(sc)), nil
 	case !checked:
 		return fail("no memory check on the console within %v of the migration's end", endCheckWait), nil
 	}
@@ -191,6 +202,14 @@ func (r *runResult) fill(f figures, bt breakTimes) {
 	if !f.Running.At.IsZero() {
 		r.RunningSeconds, r.PauseSeconds = f.ToRunning.Seconds(), f.PauseTotal.Seconds()
 	}
+}
+
+// sinceWhat names the moment a run's memory checks are counted from.
+func sinceWhat(sc string) string {
+	if sc == unbroken {
+		return "virtual break"
+	}
+	return "pause"
 }
 
 // waitConsole waits for a console reading that satisfies cond.
