@@ -234,9 +234,21 @@ func (r drivenRecord) info(tls bool) migration.ProxyInfo {
 // the target says it completed there meanwhile (its stored "split" from
 // before would say otherwise).
 func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRecord, c *libvirtx.Conn) bool {
-	actx, cancel := context.WithTimeout(ctx, recoverAskTimeout)
-	resp, err := s.proxy.ControlTo(actx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpRecovered, Migration: r.TargetID, Domain: r.Domain})
-	cancel()
+	var resp proxy.ControlResponse
+	var err error
+	// Asked until the target says for certain (running, or split): its
+	// stored "split" from before the recovery is not its last word.
+	for give := time.Now().Add(recoveredWait); ; {
+		actx, cancel := context.WithTimeout(ctx, recoverAskTimeout)
+		resp, err = s.proxy.ControlTo(actx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpRecovered, Migration: r.TargetID, Domain: r.Domain})
+		cancel()
+		var ce *proxy.ControlError
+		settled := err == nil || errors.As(err, &ce) && ce.Reason == proxy.ReasonUnknownMigration
+		if settled || time.Now().After(give) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
 	if err != nil || resp.Outcome != proxy.OutcomeRunning {
 		return false
 	}

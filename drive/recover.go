@@ -91,7 +91,7 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 		}
 	}
 	if r.orig != nil {
-		r.orig.Close("post-copy recovery over")
+		r.releaseOrig()
 	}
 	if resp, ok := r.settle(); ok {
 		return resp, nil
@@ -224,6 +224,7 @@ func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time)
 				pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
 				perr := r.conn.PauseMigration(pctx, r.dom)
 				pcancel()
+				src.Close("the resume never took")
 				return false, resumed, fmt.Errorf("the resumed migration is still %s after %v (paused it: %v)", st, recoverWatch, perr)
 			}
 		default:
@@ -232,6 +233,26 @@ func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time)
 		}
 		time.Sleep(recoverPoll)
 	}
+}
+
+// releaseOrig closes the migration's own streams once QEMU no longer
+// moves data through them: however the recovery ended, Ferry never cuts a
+// stream that runs.
+func (r *recovery) releaseOrig() {
+	orig := r.orig
+	r.orig = nil
+	go func() {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			info, err := r.sourceInfo(ctx)
+			cancel()
+			if err == nil && info.Status != libvirtx.QEMUMigrationPostCopyActive {
+				orig.Close("post-copy recovery over")
+				return
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}()
 }
 
 // moving says whether QEMU's post-copy stream makes progress over

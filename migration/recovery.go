@@ -77,8 +77,13 @@ func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time
 	t.log.Warn("post-copy paused for recovery", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)), zap.Time("until", j.view.Recovery.Until))
 	t.publish(j)
 	t.recoveryChanged(j, RecoveryPaused)
-	// A target is told of attempts; should none come (its source gone),
-	// the guest is declared lost when the time is up.
+	if j.view.Role == RoleSource {
+		// The driver ends it, however the recovery goes: its deadline
+		// moves (a resume, a stream that never broke), this clock would not.
+		return
+	}
+	// A target hears of no attempts while the path is down; should none
+	// come (its source gone), the guest is declared lost when time is up.
 	time.AfterFunc(recoverFor+recoveryGrace, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()

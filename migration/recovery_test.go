@@ -76,12 +76,16 @@ func TestAPausedPostCopyTheDriverGivesUpOnFailsOnce(t *testing.T) {
 	f.wantTotal(RoleSource, "postcopy_failed", 1)
 }
 
-func TestAPausedPostCopyNobodyResumesFailsAtItsTime(t *testing.T) {
+func TestAPausedPostCopyNobodyResumesFailsAtItsTimeOnTheTarget(t *testing.T) {
 	grace := recoveryGrace
 	recoveryGrace = 10 * time.Millisecond
 	t.Cleanup(func() { recoveryGrace = grace })
-	f := drivenPostCopy(t, 10*time.Millisecond)
-	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f := newFeed(t, "b")
+	f.tr.ExpectIncoming(sock, dom.Name, "m-t", "a")
+	f.tr.IncomingRecoverable(sock, dom.Name, "m-t", 10*time.Millisecond)
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
+	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
 	f.wantPhase(PhasePostCopyPaused)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -94,6 +98,19 @@ func TestAPausedPostCopyNobodyResumesFailsAtItsTime(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal("the paused job never failed at its time")
+}
+
+// A source's pause has no clock of its own: its driver moves the deadline
+// and ends it.
+func TestAPausedSourceWaitsForItsDriver(t *testing.T) {
+	grace := recoveryGrace
+	recoveryGrace = 10 * time.Millisecond
+	t.Cleanup(func() { recoveryGrace = grace })
+	f := drivenPostCopy(t, 10*time.Millisecond)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f.wantPhase(PhasePostCopyPaused)
+	time.Sleep(200 * time.Millisecond)
+	f.wantPhase(PhasePostCopyPaused)
 }
 
 func TestAPostCopyNotResumedFailsAtOnce(t *testing.T) {

@@ -326,6 +326,12 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	}
 	// Its own end must not cut the connection that carries the answer.
 	p.reg.setStopFinish(e, cancel)
+	if outcome == OutcomeSplit && e.in != nil && in.MonitorPath != "" {
+		// libvirt may call a post-copy failed whose stream still moves:
+		// its streams stay until the recovery pauses the target QEMU.
+		p.log.Info("incoming post-copy split: its streams stay for its recovery", zap.String("migration", req.Migration), zap.String("domain", req.Domain))
+		return resp
+	}
 	p.Unregister(req.Migration, why)
 	return resp
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,18 @@ const monitorKeep = outcomeKeep
 // HiddenMonitorPath is where a migration's monitor is kept once moved.
 func HiddenMonitorPath(dir, id string) string {
 	return filepath.Join(dir, monitorDirName, id+"-qmp.sock")
+}
+
+// maxSocketPath is what a unix socket's path may hold (sun_path).
+const maxSocketPath = 107
+
+// monitorPathFits says whether a monitor's moved path fits a socket
+// address, which ferryd must connect to.
+func monitorPathFits(socketDir string) error {
+	if n := len(HiddenMonitorPath(socketDir, newMigrationID())); n > maxSocketPath {
+		return fmt.Errorf("--proxy-socket-dir %s is too long: a QEMU monitor's path in it is %d bytes, over the %d a unix socket takes (post-copy recovery needs it)", socketDir, n, maxSocketPath)
+	}
+	return nil
 }
 
 // makeMonitorDir creates the monitor directory as ferryd's own and no one
@@ -60,18 +73,51 @@ func (p *Proxy) hideMonitor(in IncomingMigration) {
 		return
 	}
 	var st unix.Stat_t
+	dst := HiddenMonitorPath(p.cfg.SocketDir, in.ID)
 	err := unix.Lstat(in.MonitorPath, &st)
 	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
-		err = os.Rename(in.MonitorPath, HiddenMonitorPath(p.cfg.SocketDir, in.ID))
-		if err == nil {
-			return
+		if err = os.Rename(in.MonitorPath, dst); err == nil {
+			if err = checkMoved(dst); err == nil {
+				return
+			}
 		}
+	} else if errors.Is(err, unix.ENOENT) && checkMoved(dst) == nil {
+		// The janitor moved it first.
+		return
 	} else if err == nil {
 		err = fmt.Errorf("it is not a socket (mode %o)", st.Mode)
 	}
 	os.Remove(in.MonitorPath)
 	p.log.Warn("the target QEMU's monitor could not be kept: its post-copy cannot be resumed", zap.String("migration", in.ID),
 		zap.String("domain", in.Domain), zap.Error(err))
+}
+
+// hideStrayMonitor moves a monitor socket found in the socket dir into
+// the monitors' directory; anything else of the name goes.
+func hideStrayMonitor(socketDir, path string, log *zap.Logger) {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		dst := filepath.Join(socketDir, monitorDirName, filepath.Base(path))
+		if os.Rename(path, dst) == nil && checkMoved(dst) == nil {
+			log.Info("moved a QEMU monitor socket out of QEMU's reach", zap.String("name", filepath.Base(path)))
+			return
+		}
+	}
+	os.Remove(path)
+}
+
+// checkMoved makes sure what a rename moved in is a socket, and removes
+// it if not (a link swapped in after it was looked at).
+func checkMoved(dst string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dst, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		os.Remove(dst)
+		return fmt.Errorf("what was moved in is not a socket (mode %o)", st.Mode)
+	}
+	return nil
 }
 
 // dropMonitor removes a migration's monitor once nothing will resume it.

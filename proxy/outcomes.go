@@ -117,7 +117,9 @@ func (s *outcomeStore) recent(age time.Duration) []outcomeRecord {
 		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) > age {
 			continue
 		}
-		if r, err := s.read(filepath.Join(s.dir, e.Name()), id); err == nil && time.Since(r.Prepared) <= age {
+		// By the file's time: a record is written again with its finish's
+		// answer, which is when a post-copy split.
+		if r, err := s.read(filepath.Join(s.dir, e.Name()), id); err == nil {
 			out = append(out, r)
 		}
 	}

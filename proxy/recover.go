@@ -59,9 +59,8 @@ func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigrati
 	}
 	if p.outcomes == nil {
 		// Without a state dir, what this process's registry kept.
-		in, ok := p.reg.endedIncoming(req.Migration, req.Domain, owner)
-		resp, answered := p.reg.finishedResult(req.Migration, req.Domain, owner)
-		if !ok || !answered || !in.PostCopy || (resp.Outcome != OutcomeSplit && resp.Outcome != OutcomeRunning) {
+		in, resp, ok := p.reg.answeredIncoming(req.Migration, req.Domain, owner)
+		if !ok || !in.PostCopy || (resp.Outcome != OutcomeSplit && resp.Outcome != OutcomeRunning) {
 			return IncomingMigration{}, false
 		}
 		in.MonitorPath = HiddenMonitorPath(p.cfg.SocketDir, in.ID)
@@ -159,7 +158,7 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 	if e, ok := p.reg.live(rid); ok {
 		var expire func()
 		expire = func() {
-			if !p.reg.idle(e) {
+			if p.reg.hasStarted(e) && !p.reg.idle(e) {
 				p.reg.addTimer(e, recoveryTTL, expire)
 				return
 			}
@@ -175,6 +174,8 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 		p.log.Warn("a post-copy recovery could not be armed", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.Error(err))
 		return ControlResponse{Error: p.scrub("recovery: " + err.Error())}
 	}
+	// QEMU here listens on the fresh stream: the migration's own are done.
+	p.Unregister(in.ID, "resumed over fresh streams")
 	p.log.Info("post-copy recovery armed", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.String("stream", rid),
 		zap.String("qemu", status), zap.String("peerNode", peer.Node))
 	return ControlResponse{Migration: rid}
@@ -224,6 +225,7 @@ func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlRe
 		if rid != "" {
 			p.Unregister(rid, "recovered")
 		}
+		p.Unregister(in.ID, "recovered")
 		p.dropMonitor(in.ID)
 	}
 	return resp

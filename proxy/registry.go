@@ -139,7 +139,9 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 			}
 		}
 	}
-	if counted && live >= MaxIncoming {
+	// A recovery's streams count against its peer's share only: other
+	// peers' prepares must not starve a split guest's resumption.
+	if in != nil && live >= MaxIncoming {
 		return &regError{reasonTooManyIncoming, fmt.Sprintf("%d incoming migrations are prepared and not ended, the most this node takes at once", live)}
 	}
 	if counted && owner != "" && mine >= MaxIncomingPerPeer {
@@ -375,6 +377,21 @@ func (r *registry) recovery(id string) bool {
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	return ok && e.m.RecoveryOf != ""
+}
+
+// answeredIncoming is migration id of domain, prepared by owner, whose
+// finish has answered, whether the registry still holds it live (a split
+// whose streams are kept) or has ended it, with that answer.
+func (r *registry) answeredIncoming(id, domain, owner string) (IncomingMigration, ControlResponse, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[id]
+	if !ok || e.in == nil || e.owner != owner || e.m.Domain != domain || e.result == nil {
+		return IncomingMigration{}, ControlResponse{}, false
+	}
+	in := *e.in
+	in.Instance = e.instance
+	return in, *e.result, true
 }
 
 // finishingIncoming is the libvirt side of migration id of domain, prepared

@@ -199,6 +199,9 @@ func New(cfg Config) (*Proxy, error) {
 	if err := makeMonitorDir(cfg.SocketDir); err != nil {
 		return nil, fmt.Errorf("proxy QEMU monitor dir: %w", err)
 	}
+	if err := monitorPathFits(cfg.SocketDir); err != nil {
+		p.log.Warn("post-copy migrations this node receives cannot be resumed", zap.Error(err))
+	}
 	removeStaleMonitors(cfg.SocketDir, p.log)
 	if cfg.OutcomeDir != "" {
 		s, err := openOutcomes(cfg.OutcomeDir)

@@ -25,10 +25,16 @@ func removeStaleSockets(dir string, minAge time.Duration, log *zap.Logger) {
 	}
 	listening := listeningUnixSockets()
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), "-source.sock") && !strings.HasSuffix(e.Name(), "-target.sock") && !strings.HasSuffix(e.Name(), "-qmp.sock") {
+		path := filepath.Join(dir, e.Name())
+		if strings.HasSuffix(e.Name(), "-qmp.sock") {
+			// A QEMU monitor never stays in QEMU's reach (a guest restored
+			// from a live XML that names it makes it again).
+			hideStrayMonitor(dir, path, log)
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
+		if !strings.HasSuffix(e.Name(), "-source.sock") && !strings.HasSuffix(e.Name(), "-target.sock") {
+			continue
+		}
 		if listening[path] {
 			continue
 		}

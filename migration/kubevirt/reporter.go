@@ -101,11 +101,23 @@ func (r *Reporter) Report(m Mark) error {
 		// The latest state is the one to show: reported out of order, an
 		// older one is dropped, and older ones not written yet give way.
 		at := m.key() + "\x00" + m.UID + "\x00" + m.Socket
-		if !m.Detected.After(r.recoveryAt[at]) {
+		last, seen := r.recoveryAt[at]
+		if seen && (m.Detected.Before(last) || !m.Detected.After(last) && m.Recovery.State != RecoveryOver) {
 			r.mu.Unlock()
 			return nil
 		}
 		r.recoveryAt[at] = m.Detected
+		for id, p := range r.pending {
+			if p.Kind == KindRecovering && p.key() == m.key() && p.UID == m.UID && p.Socket == m.Socket && !p.Patched {
+				delete(r.pending, id)
+				superseded = append(superseded, id)
+			}
+		}
+	}
+	if m.Kind == KindIrrecoverable {
+		// Its recovery is over: a state not written yet never will be,
+		// and none reported after.
+		r.recoveryAt[m.key()+"\x00"+m.UID+"\x00"+m.Socket] = farFuture
 		for id, p := range r.pending {
 			if p.Kind == KindRecovering && p.key() == m.key() && p.UID == m.UID && p.Socket == m.Socket && !p.Patched {
 				delete(r.pending, id)
@@ -377,6 +389,9 @@ func (r *Reporter) unmark(ctx context.Context, vmi *unstructured.Unstructured, m
 	}
 	return "unmarked", r.event(ctx, vmi, m, corev1.EventTypeNormal, "PostCopyRecovered")
 }
+
+// farFuture ends a VMI's recovery states: none is newer.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // recovering sets the recovery annotation to m's state (removes it once
 // the recovery is over), then records the Event.
