@@ -77,8 +77,9 @@ bench: build
 bench-policy: build
 	test/bench/policy.sh
 
-# Ferry's post-copy recovery timed on real migrations: streams reset, and
-# the link cut past the proxy's TCP user timeout (10-20 minutes).
+# Ferry's post-copy recovery timed on real migrations against the same
+# migration unbroken: streams reset, and the link cut past the proxy's TCP
+# user timeout (15-30 minutes).
 bench-recovery: build
 	test/bench/recovery.sh
 

@@ -387,7 +387,7 @@ func (r *Reporter) unmark(ctx context.Context, vmi *unstructured.Unstructured, m
 		m.Patched = true
 		r.store.save(*m)
 	}
-	return "unmarked", r.event(ctx, vmi, m, corev1.EventTypeNormal, "PostCopyRecovered")
+	return "unmarked", r.event(ctx, vmi, m, corev1.EventTypeNormal, "IrrecoverableMarkRemoved")
 }
 
 // farFuture ends a VMI's recovery states: none is newer.

@@ -55,7 +55,7 @@ func TestAVMIMarkedIrrecoverableLosesTheMarkWhenItsPostCopyCompletes(t *testing.
 		ok, _ := marked(t, u)
 		return !ok && !ann
 	})
-	waitFor(t, "a PostCopyRecovered Event", 10*time.Second, func() bool { return vmiEvents(t, name, "PostCopyRecovered", "Normal") == 1 })
+	waitFor(t, "an IrrecoverableMarkRemoved Event", 10*time.Second, func() bool { return vmiEvents(t, name, "IrrecoverableMarkRemoved", "Normal") == 1 })
 	t.Logf("the mark came off %v after the migration ended", unmarkedAt.Sub(ended).Round(time.Millisecond))
 	onlyOn(t, "default_"+name, "b", "a")
 	memoryIntact(t, "default_"+name, r.before)
