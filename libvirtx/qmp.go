@@ -10,7 +10,8 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
-	"golang.org/x/sys/unix"
+
+	"github.com/ferry-vm/ferry/internal/peercred"
 )
 
 // A post-copy migration whose stream breaks pauses in QEMU on both nodes
@@ -117,21 +118,9 @@ func (q *QMP) Close() error { return q.c.Close() }
 
 // peerIs checks that the process at the other end of c is pid.
 func peerIs(c net.Conn, pid int) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return errors.New("not a unix socket")
-	}
-	raw, err := uc.SyscallConn()
+	cred, err := peercred.Of(c)
 	if err != nil {
 		return err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return cerr
 	}
 	if int(cred.Pid) != pid {
 		return fmt.Errorf("its listener is pid %d, not the guest's QEMU (pid %d)", cred.Pid, pid)

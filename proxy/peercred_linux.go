@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net"
 
-	"golang.org/x/sys/unix"
+	"github.com/ferry-vm/ferry/internal/peercred"
 )
 
 // checkLocalPeer refuses a local migration socket whose other end is not a
@@ -22,21 +22,12 @@ func (p *Proxy) checkLocalPeer(c net.Conn, what string, allowRoot bool) error {
 	if gid < 0 {
 		return nil
 	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
+	if _, ok := c.(*net.UnixConn); !ok {
 		return nil
 	}
-	raw, err := uc.SyscallConn()
+	cred, err := peercred.Of(c)
 	if err != nil {
-		return err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return fmt.Errorf("%s: reading its peer's credentials: %w", what, cerr)
+		return fmt.Errorf("%s: reading its peer's credentials: %w", what, err)
 	}
 	if allowRoot && cred.Uid == 0 {
 		return nil

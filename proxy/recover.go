@@ -110,17 +110,28 @@ func (p *Proxy) HeldIncoming() []IncomingMigration {
 // that was resumed, or declared lost, long ago.
 const heldRecordAge = time.Hour
 
+// recoveryOf finds the post-copy req names, prepared here by peer, and
+// whether it is split; or the refusal to answer.
+func (p *Proxy) recoveryOf(raw net.Conn, req ControlRequest, peer Peer) (IncomingRecoverer, IncomingMigration, bool, *ControlResponse) {
+	rc, ok := p.cfg.Incoming.(IncomingRecoverer)
+	if !ok {
+		r := p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node does not recover post-copy migrations")
+		return nil, IncomingMigration{}, false, &r
+	}
+	in, split := p.splitIncoming(req, peer.owner())
+	if in.ID == "" {
+		r := p.refusePeer(raw, peer.Node, req, ReasonUnknownMigration, fmt.Sprintf("migration %s of %s is not a post-copy this node holds for this peer", req.Migration, req.Domain))
+		return nil, IncomingMigration{}, false, &r
+	}
+	return rc, in, split, nil
+}
+
 // recover readies one attempt: a fresh stream, registered for the peer
 // that prepared the migration, and the target QEMU listening behind it.
 func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {
-	rc, ok := p.cfg.Incoming.(IncomingRecoverer)
-	if !ok {
-		return p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node does not recover post-copy migrations")
-	}
-	owner := peer.owner()
-	in, split := p.splitIncoming(req, owner)
-	if in.ID == "" {
-		return p.refusePeer(raw, peer.Node, req, ReasonUnknownMigration, fmt.Sprintf("migration %s of %s is not a post-copy this node holds split for this peer", req.Migration, req.Domain))
+	rc, in, split, refused := p.recoveryOf(raw, req, peer)
+	if refused != nil {
+		return *refused
 	}
 	if !split {
 		return ControlResponse{Outcome: OutcomeRunning}
@@ -147,7 +158,7 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 		// The main channel, then post-copy's preempt channel.
 		Limits: map[Kind]int{KindMemory: 2}}
 	// No libvirt side of its own: its streams ending cancels nothing.
-	if err := p.reg.add(m, nil, owner); err != nil {
+	if err := p.reg.add(m, nil, peer.owner()); err != nil {
 		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
 	}
 	p.mu.Lock()
@@ -184,15 +195,11 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 // recovered answers what became of a recovered migration's guest, and
 // keeps the answer in place of the split one once it runs whole here.
 func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {
-	rc, ok := p.cfg.Incoming.(IncomingRecoverer)
-	if !ok {
-		return p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node does not recover post-copy migrations")
+	rc, in, split, refused := p.recoveryOf(raw, req, peer)
+	if refused != nil {
+		return *refused
 	}
 	owner := peer.owner()
-	in, split := p.splitIncoming(req, owner)
-	if in.ID == "" {
-		return p.refusePeer(raw, peer.Node, req, ReasonUnknownMigration, fmt.Sprintf("migration %s of %s is not a post-copy this node holds for this peer", req.Migration, req.Domain))
-	}
 	if !split {
 		// Answered before (the answer lost on its way): the same answer.
 		if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok && resp.Outcome == OutcomeRunning {

@@ -376,18 +376,28 @@ func (r *Reporter) unmark(ctx context.Context, vmi *unstructured.Unstructured, m
 			"labels":          map[string]any{IrrecoverableLabel: nil},
 			"annotations":     map[string]any{FailureAnnotation: nil},
 		}})
-		if err != nil {
-			return "", err
-		}
-		if _, err := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, body,
-			metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+		if err := r.patchOnce(ctx, m, body, err); err != nil {
 			// A conflict is retried from a fresh read.
 			return "", err
 		}
-		m.Patched = true
-		r.store.save(*m)
 	}
 	return "unmarked", r.event(ctx, vmi, m, corev1.EventTypeNormal, "IrrecoverableMarkRemoved")
+}
+
+// patchOnce applies m's merge patch of the VMI's metadata (body, or the
+// error making it) and records that it did, so that a retry after a crash
+// owes only the Event.
+func (r *Reporter) patchOnce(ctx context.Context, m *Mark, body []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	if _, err := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+		return err
+	}
+	m.Patched = true
+	r.store.save(*m)
+	return nil
 }
 
 // farFuture ends a VMI's recovery states: none is newer.
@@ -411,15 +421,9 @@ func (r *Reporter) recovering(ctx context.Context, vmi *unstructured.Unstructure
 			return "recovery_not_shown", r.event(ctx, vmi, m, m.EventType, m.EventReason)
 		}
 		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{RecoveryAnnotation: ann}}})
-		if err != nil {
+		if err := r.patchOnce(ctx, m, body, err); err != nil {
 			return "", err
 		}
-		if _, err := r.cfg.Dynamic.Resource(VMIResource).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, body,
-			metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
-			return "", err
-		}
-		m.Patched = true
-		r.store.save(*m)
 	}
 	return "recovery", r.event(ctx, vmi, m, m.EventType, m.EventReason)
 }

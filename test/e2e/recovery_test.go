@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -102,15 +103,7 @@ func resumedToTheEnd(t *testing.T, r pcRun, resumes int) {
 	}
 	// libvirt completed the migration on both nodes by itself: gone (or
 	// shut off) as migrated here, running as migrated there.
-	for node, want := range map[string]func(nodeTruth) bool{"a": nodeTruth.migratedAway, "b": nodeTruth.migratedHere} {
-		got, err := readNodeTruth(node, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !want(got) {
-			t.Errorf("libvirt on %s: %s, not as a completed migration leaves it", node, got)
-		}
-	}
+	libvirtShows(t, name, "as a completed migration leaves it", nodeTruth.migratedAway, nodeTruth.migratedHere)
 	for _, n := range []string{"a", "b"} {
 		if v := metricSum(n, "ferry_migrations_total", `result="postcopy_failed"`) - r.failed[n]; v != 0 {
 			t.Errorf("node %s counts %v post-copy failures, want none", n, v)
@@ -177,13 +170,16 @@ func TestPostCopyResumesAfterALinkCut(t *testing.T) {
 }
 
 // The link stays cut past the recovery timeout: the guest is declared
-// lost at its deadline, once on each node, and libvirt keeps both copies
-// held as it does for a post-copy nobody resumes.
+// lost at its deadline, once on each node, libvirt keeps both copies held
+// as it does for a post-copy nobody resumes, and the guest's VMI is marked
+// irrecoverable, its recovery annotation gone.
 func TestPostCopyCutPastTheRecoveryTimeoutIsLost(t *testing.T) {
-	const name = "pcr-lost"
+	kubeUp(t)
+	const vmi, name = "pcrlost", "default_pcrlost"
 	const timeout = 20 * time.Second
+	uid := createVMI(t, vmi)
 	ferrydArgs(t, "--postcopy-recovery-timeout", timeout.String())
-	r := breakablePostCopy(t, name)
+	r := breakable(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 4, VMIUID: uid, Verify: true})
 	if err := bed.CutLink(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,14 +213,15 @@ func TestPostCopyCutPastTheRecoveryTimeoutIsLost(t *testing.T) {
 			t.Errorf("node %s counts %v post-copy failures, want exactly one", n, v)
 		}
 	}
-	for node, split := range map[string]func(nodeTruth) bool{"a": nodeTruth.postCopyFailedSource, "b": nodeTruth.postCopyFailedTarget} {
-		got, err := readNodeTruth(node, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !split(got) {
-			t.Errorf("libvirt on %s: %s, not held post-copy-failed", node, got)
-		}
+	libvirtShows(t, name, "held post-copy-failed", nodeTruth.postCopyFailedSource, nodeTruth.postCopyFailedTarget)
+	waitFor(t, "the VMI marked irrecoverable", 30*time.Second, func() bool {
+		u := getVMI(t, vmi)
+		ok, _ := marked(t, u)
+		_, recovering := u.GetAnnotations()[kubevirt.RecoveryAnnotation]
+		return ok && !recovering
+	})
+	if n := postCopyEvents(t, vmi); n != 1 {
+		t.Errorf("%d PostCopyFailed Events, want one", n)
 	}
 }
 
@@ -285,14 +282,21 @@ func TestASourcesPostCopyFailureIsTakenOnQEMUsWord(t *testing.T) {
 	if v := metricSum("a", "ferry_migrations_total", `result="postcopy_failed"`) - failed; v != 1 {
 		t.Errorf("the source counts %v post-copy failures, want exactly one", v)
 	}
-	for node, split := range map[string]func(nodeTruth) bool{"a": nodeTruth.postCopyFailedSource, "b": nodeTruth.postCopyFailedTarget} {
+	libvirtShows(t, name, "held post-copy-failed", nodeTruth.postCopyFailedSource, nodeTruth.postCopyFailedTarget)
+	t.Logf("recorded %v after the migration began: %s", time.Since(start).Round(time.Millisecond), src.FailureReason)
+}
+
+// libvirtShows fails unless libvirt shows the guest on a as onA says and
+// on b as onB says.
+func libvirtShows(t *testing.T, name, what string, onA, onB func(nodeTruth) bool) {
+	t.Helper()
+	for node, want := range map[string]func(nodeTruth) bool{"a": onA, "b": onB} {
 		got, err := readNodeTruth(node, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !split(got) {
-			t.Errorf("libvirt on %s: %s, not held post-copy-failed", node, got)
+		if !want(got) {
+			t.Errorf("libvirt on %s: %s, not %s", node, got, what)
 		}
 	}
-	t.Logf("recorded %v after the migration began: %s", time.Since(start).Round(time.Millisecond), src.FailureReason)
 }
