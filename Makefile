@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all build test unit fuzz fuzz-short e2e demo bench bench-policy bench-recovery lint prepare clean testbed-down dashboard
+.PHONY: all build test unit fuzz fuzz-short e2e demo bench bench-policy bench-recovery bench-evacuate bench-data bench-proxy lint prepare clean testbed-down dashboard docs
 
 all: build
 
@@ -37,6 +37,9 @@ unit:
 # becomes a regression test.
 FUZZ_TARGETS := libvirtx:FuzzCheckPacket libvirtx:FuzzReplyDecodedByGoLibvirt libvirtx:FuzzIncomingXML proxy:FuzzReadHeader proxy:FuzzControlRequest daemon:FuzzDebugAPI migration:FuzzLedgerLoad migration/kubevirt:FuzzStoreLoad migration/kubevirt:FuzzVMIObject
 FUZZTIME ?= 5m
+# The short run counts executions: a wall-clock -fuzztime can end in Go's
+# own "context deadline exceeded" with nothing found (golang/go#75804).
+FUZZ_SHORT ?= 5000x
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -45,7 +48,7 @@ fuzz:
 	done
 
 fuzz-short:
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 # Real libvirt daemons and QEMU guests in two network namespaces, and a real
 # etcd + kube-apiserver on loopback (built from the Go module proxy on first
@@ -71,6 +74,7 @@ bench: build
 	test/bench/proxy.sh
 	test/bench/hostile.sh
 	test/bench/migration.sh
+	test/bench/data.sh
 
 # Ferry's convergence policy against libvirt's defaults and KubeVirt's
 # classic monitor on a matrix of real guests, repeated (about 35 minutes).
@@ -83,9 +87,28 @@ bench-policy: build
 bench-recovery: build
 	test/bench/recovery.sh
 
+# Evacuating a node: Ferry's scheduler against KubeVirt's defaults.
+bench-evacuate: build
+	test/bench/evacuate.sh
+
+# The proxy alone: 1 GiB through each relay, with throughput and CPU per GiB.
+bench-proxy:
+	test/bench/proxy.sh
+
+# Data settings over a slow link: KubeVirt's against Ferry's choice.
+bench-data: build
+	test/bench/data.sh
+
 # deploy/grafana-dashboard.json from deploy/dashboard.
 dashboard:
 	$(GO) generate ./deploy/dashboard/
+
+# The references generated from the code (docs/flags.md from ferryd's
+# flags, docs/metrics.md from package metrics): each test named
+# *DocIsCurrent fails when its file is stale and writes it under
+# FERRY_UPDATE_DOCS=1.
+docs:
+	FERRY_UPDATE_DOCS=1 $(GO) test -count=1 -run 'DocIsCurrent' ./...
 
 testbed-down: build
 	$(BIN)/testbed down

@@ -11,38 +11,24 @@ import (
 	"strings"
 	"time"
 
-	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/drive"
-	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
 )
-
-// JobsResponse is GET /v1/jobs.
-type JobsResponse struct {
-	Node string          `json:"node"`
-	Jobs []migration.Job `json:"jobs"`
-}
-
-// DomainsResponse is GET /v1/domains.
-type DomainsResponse struct {
-	Node    string                  `json:"node"`
-	Domains []migration.Domain      `json:"domains"`
-	Libvirt []libvirtx.SocketStatus `json:"libvirt"`
-}
-
-// ErrorResponse is every 4xx/5xx body.
-type ErrorResponse struct {
-	Error string `json:"error"`
-}
 
 func (d *Daemon) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs", d.getJobs)
 	mux.HandleFunc("GET /v1/jobs/{domain}", d.getJob)
 	mux.HandleFunc("GET /v1/domains", d.getDomains)
+	mux.HandleFunc("GET /v1/domains/{name}/check", d.check)
+	mux.HandleFunc("POST /v1/domains/{name}/check", d.check)
+	mux.HandleFunc("GET /v1/plan", d.getPlan)
+	mux.HandleFunc("POST /v1/evacuations", d.startEvacuation)
+	mux.HandleFunc("GET /v1/evacuation", d.getEvacuation)
 	mux.HandleFunc("GET /v1/watch", d.watch)
 	mux.HandleFunc("POST /v1/jobs/{domain}/abort", d.abort)
 	mux.HandleFunc("POST /v1/jobs/{domain}/postcopy", d.postCopy)
@@ -56,7 +42,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", d.readyz)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/jobs/{domain}/abort, /v1/jobs/{domain}/postcopy, /v1/jobs/{domain}/resolve, /v1/jobs/{domain}/recover and /v1/jobs/{domain}/give-up", r.Method, r.URL.Path))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/evacuations, /v1/domains/{name}/check, /v1/jobs/{domain}/abort, /v1/jobs/{domain}/postcopy, /v1/jobs/{domain}/resolve, /v1/jobs/{domain}/recover and /v1/jobs/{domain}/give-up", r.Method, r.URL.Path))
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET /v1/jobs, /v1/jobs/{domain}, /v1/domains, /v1/watch, /metrics", r.Method, r.URL.Path))
@@ -119,7 +105,7 @@ func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
 	for i := range jobs {
 		jobs[i] = d.forAPI(jobs[i])
 	}
-	writeJSON(w, http.StatusOK, JobsResponse{Node: d.cfg.NodeName, Jobs: jobs})
+	writeJSON(w, http.StatusOK, api.JobsResponse{Node: d.cfg.NodeName, Jobs: jobs})
 }
 
 func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
@@ -138,9 +124,12 @@ func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {
 	doms := d.Tracker.Domains()
 	if doms == nil {
-		doms = []migration.Domain{}
+		doms = []api.Domain{}
 	}
-	writeJSON(w, http.StatusOK, DomainsResponse{Node: d.cfg.NodeName, Domains: doms, Libvirt: d.Pool.Status()})
+	if d.meter != nil {
+		d.meter.Annotate(doms)
+	}
+	writeJSON(w, http.StatusOK, api.DomainsResponse{Node: d.cfg.NodeName, Domains: doms, Libvirt: socketsForAPI(d.Pool.Status())})
 }
 
 // watch streams job updates as NDJSON, one Job per line, optionally for one
@@ -169,21 +158,21 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
-	abortHandler(func(ctx context.Context, socket, domain string, force bool) (migration.AbortResult, error) {
+	abortHandler(func(ctx context.Context, socket, domain string, force bool) (api.AbortResult, error) {
 		o, err := d.owner(socket, domain)
 		switch {
 		case err != nil:
-			return migration.AbortResult{}, err
+			return api.AbortResult{}, err
 		case o != nil:
 			return o.Abort(ctx, migration.AbortByOperator, "", force)
 		}
-		return d.Tracker.Abort(ctx, socket, domain, force)
+		return d.Tracker.Abort(ctx, migration.Target{Socket: socket, Domain: domain}, force, migration.AbortByOperator, "", onLibvirt(d.Pool, abortJob))
 	}, d.log)(w, r)
 }
 
 // owner is the owner of a migration Ferry drives of domain, while its
-// Perform runs: whatever acts on it goes through the owner, even while
-// the tracker's own connection to its libvirt is cut. With no socket
+// Perform runs: whatever acts on it goes through the owner, on the
+// migration's own connection, even while the pool's to its libvirt is cut. With no socket
 // named, a domain of the name on any other libvirt makes it ambiguous.
 func (d *Daemon) owner(socket, domain string) (*drive.Owner, error) {
 	if d.source == nil {
@@ -198,7 +187,7 @@ func (d *Daemon) owner(socket, domain string) (*drive.Owner, error) {
 
 // abortFunc is Tracker.Abort, or a stand-in where no libvirt can put a job
 // in post-copy.
-type abortFunc func(ctx context.Context, socket, domain string, force bool) (migration.AbortResult, error)
+type abortFunc func(ctx context.Context, socket, domain string, force bool) (api.AbortResult, error)
 
 // abortHandler serves POST /v1/jobs/{domain}/abort[?force=1]. Force is a
 // query parameter rather than a body so the bodiless request that aborts a
@@ -210,7 +199,9 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		// Not the request's own context: an abort recorded and on its way
+		// to libvirt is carried through even if the client goes away.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 		defer cancel()
 		res, err := abort(ctx, socketParam(r), r.PathValue("domain"), force)
 		switch {
@@ -219,6 +210,8 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 			writeJSON(w, http.StatusAccepted, res)
 		case errors.Is(err, migration.ErrNoJob):
 			writeError(w, http.StatusNotFound, err.Error())
+		case errors.Is(err, migration.ErrNoLibvirt):
+			writeError(w, http.StatusServiceUnavailable, err.Error())
 		case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrPostCopyNeedsForce), errors.Is(err, migration.ErrAmbiguous),
 			errors.Is(err, drive.ErrAborting):
 			writeError(w, http.StatusConflict, err.Error())
@@ -243,7 +236,7 @@ func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.log.Warn("an operator settled a migration in doubt", zap.String("domain", domain), zap.String("keep", r.URL.Query().Get("keep")))
-	writeJSON(w, http.StatusAccepted, map[string]string{"message": "the migration of " + domain + " is settled keeping the " + r.URL.Query().Get("keep") + "'s copy"})
+	writeJSON(w, http.StatusAccepted, api.MessageResponse{Message: "the migration of " + domain + " is settled keeping the " + r.URL.Query().Get("keep") + "'s copy"})
 }
 
 // recovery passes an operator's word to the recovery of a paused
@@ -260,7 +253,7 @@ func (d *Daemon) recovery(word string) http.HandlerFunc {
 			msg = "the recovery of " + domain + "'s post-copy is given up once the attempt under way (if any) ends: the guest is then declared lost, its memory split between the two nodes"
 		}
 		d.log.Warn("an operator spoke to a post-copy recovery", zap.String("domain", domain), zap.String("word", word))
-		writeJSON(w, http.StatusAccepted, map[string]string{"message": msg})
+		writeJSON(w, http.StatusAccepted, api.MessageResponse{Message: msg})
 	}
 }
 
@@ -269,7 +262,7 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "this ferryd runs without a migration proxy (--proxy-listen is empty)")
 		return
 	}
-	var req migration.MigrateRequest
+	var req api.MigrateRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -292,7 +285,7 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
-	var j migration.Job
+	var j api.Job
 	o, err := d.owner(socketParam(r), r.PathValue("domain"))
 	switch {
 	case err != nil:
@@ -303,17 +296,17 @@ func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
 		j, err = o.StartPostCopy(ctx, "by an operator through Ferry")
 		cancel()
 	default:
-		j, err = d.Tracker.StartPostCopy(socketParam(r), r.PathValue("domain"), func(c *libvirtx.Conn, ref libvirt.Domain) error {
-			return c.StartPostCopy(r.Context(), ref)
-		})
+		j, err = d.Tracker.StartPostCopy(r.Context(), migration.Target{Socket: socketParam(r), Domain: r.PathValue("domain")}, "through Ferry", onLibvirt(d.Pool, startPostCopy))
 	}
 	switch {
 	case errors.Is(err, drive.ErrSwitchWaiting):
-		writeJSON(w, http.StatusAccepted, migration.AbortResult{Job: j, Message: "the switch to post-copy is asked, and is made as soon as QEMU's migration is active"})
+		writeJSON(w, http.StatusAccepted, api.AbortResult{Job: j, Message: "the switch to post-copy is asked, and is made as soon as QEMU's migration is active"})
 	case err == nil:
-		writeJSON(w, http.StatusAccepted, migration.AbortResult{Job: j, Message: "switching to post-copy: the target now runs the guest and pulls the remaining pages on demand"})
+		writeJSON(w, http.StatusAccepted, api.AbortResult{Job: j, Message: "switching to post-copy: the target now runs the guest and pulls the remaining pages on demand"})
 	case errors.Is(err, migration.ErrNoJob):
 		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, migration.ErrNoLibvirt):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, migration.ErrNotSource), errors.Is(err, migration.ErrAlreadyPostCopy), errors.Is(err, migration.ErrAmbiguous),
 		errors.Is(err, drive.ErrAborting), errors.Is(err, drive.ErrNoPostCopy):
 		writeError(w, http.StatusConflict, err.Error())
@@ -322,16 +315,8 @@ func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ProxyResponse is GET /v1/proxy.
-type ProxyResponse struct {
-	Enabled    bool              `json:"enabled"`
-	TLS        bool              `json:"tls"`
-	SocketDir  string            `json:"socketDir,omitempty"`
-	Registered []proxy.Migration `json:"registered"`
-}
-
 func (d *Daemon) proxyStatus(w http.ResponseWriter, _ *http.Request) {
-	resp := ProxyResponse{Registered: []proxy.Migration{}}
+	resp := api.ProxyResponse{Registered: []api.ProxyMigration{}}
 	if d.Proxy != nil {
 		resp.Enabled, resp.TLS, resp.SocketDir = true, d.Proxy.TLS(), d.Proxy.SocketDir()
 		if reg := d.Proxy.Registered(); reg != nil {
@@ -371,7 +356,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, ErrorResponse{Error: msg})
+	writeJSON(w, code, api.ErrorResponse{Error: msg})
 }
 
 func (d *Daemon) logRequests(h http.Handler) http.Handler {

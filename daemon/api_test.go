@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration"
 )
 
@@ -20,12 +21,12 @@ func TestAbortInPostCopyWithoutForceIsConflict(t *testing.T) {
 	const refusal = "sda's migration is in post-copy, so an abort would not cancel it but pause it: ... ferryctl abort sda --force"
 	var gotForce []bool
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/jobs/{domain}/abort", abortHandler(func(_ context.Context, _, domain string, force bool) (migration.AbortResult, error) {
+	mux.Handle("POST /v1/jobs/{domain}/abort", abortHandler(func(_ context.Context, _, domain string, force bool) (api.AbortResult, error) {
 		gotForce = append(gotForce, force)
 		if !force {
-			return migration.AbortResult{}, fmt.Errorf("%w: %s", migration.ErrPostCopyNeedsForce, refusal)
+			return api.AbortResult{}, fmt.Errorf("%w: %s", migration.ErrPostCopyNeedsForce, refusal)
 		}
-		return migration.AbortResult{Job: migration.Job{Domain: domain, Mode: migration.ModePostCopy}, Message: "forced abort in post-copy"}, nil
+		return api.AbortResult{Job: api.Job{Domain: domain, Mode: api.ModePostCopy}, Message: "forced abort in post-copy"}, nil
 	}, zap.NewNop()))
 
 	for _, c := range []struct {

@@ -5,19 +5,33 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/measure"
 	"github.com/ferry-vm/ferry/migration/policy"
 )
 
 // Config is ferryd's whole configuration.
 type Config struct {
-	NodeName       string
-	LibvirtSockets []string
-	LibvirtGlob    string
+	NodeName string
+	// DirtyRate is how the domains' dirty rates are measured; a zero
+	// Period turns it off.
+	DirtyRate measure.Config
+	// Peers are the proxy addresses of other nodes, by node name.
+	Peers map[string]string
+	// LinkBandwidthMiBs is the migration link's bandwidth, which the
+	// driven migrations share; 0 leaves it unmanaged.
+	LinkBandwidthMiBs int
+	// OutboundSlots and InboundSlots bound the driven migrations out of
+	// and into this node at once (0: drive's defaults).
+	OutboundSlots, InboundSlots int
+	LibvirtSockets              []string
+	LibvirtGlob                 string
 	// KubeletPodsDir is the kubelet's pods directory as ferryd sees it
 	// (the DaemonSet mounts it at /pods, as KubeVirt's virt-handler does),
 	// where KubeVirt's launcher sockets are found when neither sockets nor
@@ -118,6 +132,14 @@ func (c *Config) Validate() error {
 	if c.DebugSocket == "" {
 		errs = append(errs, errors.New("--debug-socket is empty"))
 	}
+	if d := c.DirtyRate; d.Period < 0 || d.Period > 0 && (d.Sample < time.Second || d.Sample > time.Minute || d.Period < 2*d.Sample || d.Concurrent < 1) {
+		errs = append(errs, fmt.Errorf("--dirty-rate-period %v, --dirty-rate-sample %v, --dirty-rate-concurrent %d: want a sample of 1s to 60s, a period of at least two samples (or 0 for none), and at least one at once",
+			d.Period, d.Sample, d.Concurrent))
+	}
+	if c.LinkBandwidthMiBs < 0 || c.OutboundSlots < 0 || c.InboundSlots < 0 {
+		errs = append(errs, fmt.Errorf("--migration-bandwidth-mibs %d, --outbound-migrations %d, --inbound-migrations %d: none may be negative (0 slots: the default)",
+			c.LinkBandwidthMiBs, c.OutboundSlots, c.InboundSlots))
+	}
 	if c.SampleInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--sample-interval %v is below 100ms: libvirt job stats are not updated that often", c.SampleInterval))
 	}
@@ -147,4 +169,20 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// ParsePeers reads --peer NODE=HOST:PORT entries.
+func ParsePeers(list []string) (map[string]string, error) {
+	peers := map[string]string{}
+	for _, p := range list {
+		node, addr, ok := strings.Cut(p, "=")
+		if _, port, err := net.SplitHostPort(addr); !ok || node == "" || err != nil || port == "" {
+			return nil, fmt.Errorf("--peer %q: want NODE=HOST:PORT, the node's name and its proxy's address", p)
+		}
+		if _, dup := peers[node]; dup {
+			return nil, fmt.Errorf("--peer %q: node %s is named twice", p, node)
+		}
+		peers[node] = addr
+	}
+	return peers, nil
 }

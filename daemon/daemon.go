@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,9 +15,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/measure"
+	"github.com/ferry-vm/ferry/metrics"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/migration/policy"
@@ -31,18 +35,24 @@ type Daemon struct {
 	Pool    *libvirtx.Pool
 	Proxy   *proxy.Proxy
 	reg     *prometheus.Registry
-	scrape  *scrapeHandler
+	scrape  *metrics.Handler
 	// source drives migrations from this node; nil without the proxy.
 	source *drive.Source
 	target *drive.Target
 
-	steer    *steerer
+	steer *steerer
+	// meter measures the domains' dirty rates; nil when that is off.
+	meter    *measure.Meter
+	evac     evacuations
 	reporter *kubevirt.Reporter
 	// uids are the VMI UIDs of running jobs' domains, by job ID, read
 	// when each job started.
 	uidMu sync.Mutex
 	uids  map[string]string
 	vmis  *kubevirt.Watcher
+	// dyn reads the cluster's objects for plans' advice; nil without
+	// Kubernetes.
+	dyn dynamic.Interface
 	// pods finds peers' nodes from their pods; nil without Kubernetes.
 	pods *PodNodes
 
@@ -106,24 +116,37 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if err := d.setupKube(); err != nil {
 		return nil, err
 	}
-	col := NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool)
-	if d.reporter != nil {
-		col.vmi = d.withVMI
-		col.pending = func() int { return len(d.reporter.Pending()) }
-		col.delivered = d.reporter.Delivered
+	col := metrics.NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool)
+	col.Evacuation = d.lastPlanSeconds
+	col.Slots = d.slotUse
+	if cfg.DirtyRate.Period > 0 {
+		d.meter = measure.New(cfg.DirtyRate, d.Tracker, d.Pool, log.Named("measure"))
+		col.DirtyRates = func() map[metrics.DomainKey]uint64 {
+			out := map[metrics.DomainKey]uint64{}
+			for k, v := range d.meter.Latest() {
+				out[metrics.DomainKey{Socket: k[0], Domain: k[1]}] = v
+			}
+			return out
+		}
 	}
-	d.reg.MustRegister(nodeCollector{col})
-	d.scrape = newScrapeHandler(d.reg, col, log.Named("metrics"))
-	d.steer = newSteerer(d.Tracker, cfg.Policy, cfg.NodeName, log.Named("policy"), d.reg)
+	if d.reporter != nil {
+		col.VMI = d.withVMI
+		col.MarksPending = func() int { return len(d.reporter.Pending()) }
+		col.MarksDelivered = d.reporter.Delivered
+	}
+	d.reg.MustRegister(col.Node())
+	d.scrape = metrics.NewHandler(d.reg, col, log.Named("metrics"))
+	d.steer = newSteerer(d.Tracker, cfg.Policy, cfg.NodeName, log.Named("policy"), metrics.NewPolicyActions(d.reg))
 	d.steer.advised = d.reportAdvice
+	d.steer.conns = d.Pool
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
-			d.target = drive.NewTarget(d.Tracker, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
+			d.target = drive.NewTarget(d.Tracker, d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
 				cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
 			in = d.target
 		}
-		group, err := qemuGroup(cfg, d.Tracker)
+		group, err := qemuGroup(cfg, d.Pool)
 		if err != nil {
 			return nil, err
 		}
@@ -132,9 +155,10 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 			return nil, err
 		}
 		d.Proxy = p
-		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Proxy: p, Policy: cfg.Policy,
+		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Conns: d.Pool, Proxy: p, Policy: cfg.Policy,
 			AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
-			PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Log: log.Named("drive")})
+			PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
+			LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, Log: log.Named("drive")})
 		d.steer.driven = d.source.Driven
 	}
 	return d, nil
@@ -160,7 +184,7 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 				zap.String("migrationInterface", cfg.MigrationInterface))
 		}
 	}
-	pc := proxy.Config{
+	pc := proxy.Config{InboundSlots: cmp.Or(cfg.InboundSlots, drive.DefaultInboundSlots),
 		Listen:       net.JoinHostPort(host, port),
 		SocketDir:    cfg.ProxySocketDir,
 		Node:         cfg.NodeName,
@@ -169,7 +193,9 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		SocketGroup:  group,
 		Private:      append([]string{cfg.StateDir}, cfg.LibvirtSockets...),
 		Log:          log,
-		Registerer:   reg,
+		// The same fields: metrics declares the proxy's series, proxy
+		// counts into them.
+		Metrics: proxy.Metrics(metrics.NewProxy(reg)),
 	}
 	if cfg.StateDir != "" {
 		pc.OutcomeDir = filepath.Join(cfg.StateDir, "incoming-migrations")
@@ -222,7 +248,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			debugLn.Close()
 			return err
 		}
-		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()))
+		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()), zap.String("relay", proxy.RelayEngine()))
 		if !d.Proxy.TLS() && !d.cfg.MigrationAllowAnyTarget {
 			d.log.Warn("the proxy is plain TCP, so no migration this node drives can name its target node; start ferryd with --migration-allow-any-target to drive migrations from here")
 		}
@@ -273,6 +299,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
+	if d.meter != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.meter.Run(poolCtx)
+		}()
+	}
+	if d.source != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.source.Balance(poolCtx)
+		}()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

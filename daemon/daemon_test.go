@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/internal/testsock"
 )
 
 func startDaemon(t testing.TB) (*Daemon, *http.Client) { return startDaemonWith(t, nil) }
@@ -37,27 +39,8 @@ func startDaemonWith(t testing.TB, tweak func(*Config)) (*Daemon, *http.Client) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", d.cfg.DebugSocket)
-	}}}
-	for i := 0; i < 100; i++ {
-		if resp, err := hc.Get("http://ferryd/healthz"); err == nil {
-			resp.Body.Close()
-			return d, hc
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("debug socket never answered")
-	return nil, nil
+	testsock.Run(t, d.Run, d.cfg.DebugSocket)
+	return d, testsock.HTTPClient(d.cfg.DebugSocket)
 }
 
 func TestDebugAPIRejectsMalformedRequests(t *testing.T) {
@@ -81,7 +64,7 @@ func TestDebugAPIRejectsMalformedRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var body ErrorResponse
+		var body api.ErrorResponse
 		json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
 		if resp.StatusCode != c.code || !strings.Contains(body.Error, c.says) {
@@ -92,7 +75,7 @@ func TestDebugAPIRejectsMalformedRequests(t *testing.T) {
 
 func TestDebugAPIReportsLibvirtDown(t *testing.T) {
 	_, hc := startDaemon(t)
-	var got DomainsResponse
+	var got api.DomainsResponse
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		resp, err := hc.Get("http://ferryd/v1/domains")
@@ -151,7 +134,7 @@ func TestAMigrationNamesItsTargetNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var e ErrorResponse
+	var e api.ErrorResponse
 	json.NewDecoder(resp.Body).Decode(&e)
 	resp.Body.Close()
 	if resp.StatusCode != 400 || !strings.Contains(e.Error, "targetNode") || !strings.Contains(e.Error, "--migration-allow-any-target") {
@@ -177,7 +160,7 @@ func TestMigrateRequestErrorsNameTheField(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var e ErrorResponse
+		var e api.ErrorResponse
 		json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
 		if resp.StatusCode != 400 || !strings.Contains(e.Error, want) {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ferry-vm/ferry/metrics"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -23,7 +24,7 @@ func TestPrepareRefusalsFromThisNode(t *testing.T) {
 	for i := 0; i < 100 && d.Proxy.Addr() == nil; i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	src, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", SocketDir: t.TempDir(), Registerer: prometheus.NewRegistry()})
+	src, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", SocketDir: t.TempDir(), Metrics: proxy.Metrics(metrics.NewProxy(prometheus.NewRegistry()))})
 	if err != nil {
 		t.Fatal(err)
 	}

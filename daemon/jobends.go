@@ -6,8 +6,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/drive"
-	"github.com/ferry-vm/ferry/migration"
 )
 
 // targetGrace is how long a target waits, once its side of the job has
@@ -18,9 +18,9 @@ const targetGrace = 30 * time.Second
 // jobFinished drops the target side's prepared migration some time after
 // its job ends, so a source that cannot reach the target any more (link
 // down, source crashed) does not leave it waiting for a finish.
-func (d *Daemon) jobFinished(j migration.Job) {
+func (d *Daemon) jobFinished(j api.Job) {
 	d.reportVMI(j)
-	if d.Proxy == nil || j.Role != migration.RoleTarget {
+	if d.Proxy == nil || j.Role != api.RoleTarget {
 		return
 	}
 	// Only the job's own migration, named at its prepare: one of the same

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/units"
-	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 )
@@ -70,7 +70,7 @@ func (d *Daemon) setupKube() error {
 	if err != nil {
 		return err
 	}
-	d.reporter, d.vmis = rep, vmis
+	d.reporter, d.vmis, d.dyn = rep, vmis, dyn
 	if d.cfg.PodNamespace != "" {
 		d.pods = NewPodNodes(core, d.cfg.PodNamespace)
 	}
@@ -94,7 +94,7 @@ func (d *Daemon) runKube(ctx context.Context) {
 // reportVMI turns a finished job of a KubeVirt domain into what the API
 // server must learn: a post-copy failure marks the VMI irrecoverable; a
 // guest left paused or an aborted migration gets an Event.
-func (d *Daemon) reportVMI(j migration.Job) {
+func (d *Daemon) reportVMI(j api.Job) {
 	if d.reporter == nil || j.Namespace == "" {
 		return
 	}
@@ -104,21 +104,21 @@ func (d *Daemon) reportVMI(j migration.Job) {
 		m.Detected = *j.EndTime
 	}
 	switch {
-	case j.Phase == migration.PhaseCompleted && j.Recovery != nil && j.Role == migration.RoleSource:
+	case j.Phase == api.PhaseCompleted && j.Recovery != nil && j.Role == api.RoleSource:
 		// Its recovery is over: the annotation goes.
 		m.Kind, m.UID, m.EventType, m.EventReason = kubevirt.KindRecovering, uid, "Normal", "PostCopyRecovered"
 		m.Recovery = &kubevirt.RecoveryState{State: kubevirt.RecoveryOver, Node: d.cfg.NodeName, Attempts: j.Recovery.Attempts, Resumed: j.Recovery.Resumed, Updated: m.Detected}
 		m.Message = fmt.Sprintf("post-copy migration completed after Ferry resumed it %d time(s): the guest runs on the target", j.Recovery.Resumed)
-	case j.Phase == migration.PhasePostCopyFailed:
+	case j.Phase == api.PhasePostCopyFailed:
 		m.Kind = kubevirt.KindIrrecoverable
 		m.UID = uid
 		m.Reason, m.RemainingBytes, m.PostCopyRequests = j.FailureReason, j.MemoryRemainingBytes, j.PostCopyRequests
 		m.Message = fmt.Sprintf("%s: post-copy migration failed (%s), seen on node %s (%s side): %s; %s left to copy, %d post-copy page requests served",
 			kubevirt.IrrecoverableMessage, failureClass(j), d.cfg.NodeName, j.Role, j.FailureReason, units.IEC(j.MemoryRemainingBytes), j.PostCopyRequests)
-	case j.Phase == migration.PhaseAborted && j.Role == migration.RoleSource:
+	case j.Phase == api.PhaseAborted && j.Role == api.RoleSource:
 		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Normal", "MigrationAborted"
 		m.Message = fmt.Sprintf("migration aborted on node %s (%s): %s", d.cfg.NodeName, failureClass(j), j.FailureReason)
-	case j.Phase == migration.PhaseFailed && j.Role == migration.RoleSource && strings.HasPrefix(j.DomainState, "paused/"):
+	case j.Phase == api.PhaseFailed && j.Role == api.RoleSource && strings.HasPrefix(j.DomainState, "paused/"):
 		m.Kind, m.EventType, m.EventReason = kubevirt.KindEvent, "Warning", "MigrationFailedGuestPaused"
 		m.Message = fmt.Sprintf("migration failed (%s) and left the guest paused (%s) on node %s: %s", failureClass(j), j.DomainState, d.cfg.NodeName, j.FailureReason)
 	default:
@@ -135,7 +135,7 @@ func (d *Daemon) postCopyRecovered(r migration.RecoveredDomain) {
 	if d.reporter == nil || r.Namespace == "" {
 		return
 	}
-	m := kubevirt.Mark{Namespace: r.Namespace, Name: r.Name, Node: d.cfg.NodeName, Role: string(migration.RoleTarget), Socket: r.Socket,
+	m := kubevirt.Mark{Namespace: r.Namespace, Name: r.Name, Node: d.cfg.NodeName, Role: string(api.RoleTarget), Socket: r.Socket,
 		Kind: kubevirt.KindRecovered, UID: d.domainUID(r.Socket, r.Domain), Detected: time.Now(),
 		Message: fmt.Sprintf("the post-copy migration recorded failed completed after all: the guest runs on node %s as migrated; Ferry took its irrecoverable mark off", d.cfg.NodeName)}
 	if err := d.reporter.Report(m); err != nil {
@@ -146,7 +146,7 @@ func (d *Daemon) postCopyRecovered(r migration.RecoveredDomain) {
 // reportRecovery shows a KubeVirt VMI where the recovery of its broken
 // post-copy stands (an annotation, kept current) with an Event for each
 // change: paused, each attempt, resumed.
-func (d *Daemon) reportRecovery(j migration.Job, what string) {
+func (d *Daemon) reportRecovery(j api.Job, what string) {
 	if d.reporter == nil || j.Namespace == "" || j.Recovery == nil {
 		return
 	}
@@ -175,7 +175,7 @@ func (d *Daemon) reportRecovery(j migration.Job, what string) {
 }
 
 // failureClass names a job's failure for a VMI's readers.
-func failureClass(j migration.Job) string {
+func failureClass(j api.Job) string {
 	if k := j.FailureKind(); k != "" {
 		return k
 	}
@@ -185,7 +185,7 @@ func failureClass(j migration.Job) string {
 // reportAdvice tells a KubeVirt VMI, once per migration, what the policy
 // would do to its migration: Ferry only advises on migrations it does not
 // drive, since virt-launcher's own monitor acts on them.
-func (d *Daemon) reportAdvice(j migration.Job, step migration.PolicyStep) {
+func (d *Daemon) reportAdvice(j api.Job, step api.PolicyStep) {
 	if d.reporter == nil || j.Namespace == "" {
 		return
 	}
@@ -201,7 +201,7 @@ func (d *Daemon) reportAdvice(j migration.Job, step migration.PolicyStep) {
 // jobStarted reads the VMI UID of a KubeVirt domain while its libvirt
 // still answers: once post-copy fails, every call on the target's domain
 // waits on its state-change lock, and a mark needs the UID then.
-func (d *Daemon) jobStarted(j migration.Job) {
+func (d *Daemon) jobStarted(j api.Job) {
 	if d.reporter == nil || j.Namespace == "" {
 		return
 	}
@@ -220,12 +220,12 @@ func (d *Daemon) jobStarted(j migration.Job) {
 
 // jobVMIUID is the UID read when the job started, or else read now (only
 // for a mark: a completed job needs none).
-func (d *Daemon) jobVMIUID(j migration.Job) string {
+func (d *Daemon) jobVMIUID(j api.Job) string {
 	d.uidMu.Lock()
 	uid, ok := d.uids[j.ID]
 	delete(d.uids, j.ID)
 	d.uidMu.Unlock()
-	if ok || j.Phase != migration.PhasePostCopyFailed {
+	if ok || j.Phase != api.PhasePostCopyFailed {
 		return uid
 	}
 	return d.domainUID(j.Socket, j.Domain)
@@ -234,7 +234,11 @@ func (d *Daemon) jobVMIUID(j migration.Job) string {
 // domainUID reads the VMI UID from the KubeVirt metadata of the domain on
 // the job's own socket, briefly: the mark must not wait on a slow libvirt.
 func (d *Daemon) domainUID(socket, domain string) string {
-	c, ref, err := d.Tracker.ConnOn(socket, domain)
+	_, ref, err := d.Tracker.DomainRef(socket, domain)
+	if err != nil {
+		return ""
+	}
+	c, err := d.Pool.Conn(socket)
 	if err != nil {
 		return ""
 	}
@@ -243,22 +247,22 @@ func (d *Daemon) domainUID(socket, domain string) string {
 	// The metadata element, not the XML: libvirt answers it at once even
 	// while an incoming migration's job holds the domain (a failed
 	// post-copy's for as long as it is not resumed).
-	if uid, err := c.DomainKubeVirtUID(ctx, ref); err == nil {
-		return uid
-	}
-	x, err := c.DomainXML(ctx, ref)
-	if err != nil {
-		return ""
-	}
-	return libvirtx.KubeVirtUID(x)
+	uid, _ := c.DomainKubeVirtUID(ctx, ref)
+	return uid
 }
 
 func (d *Daemon) podsDir() string { return d.cfg.KubeletPodsDir }
 
 // withVMI adds the cached VMI to jobs of KubeVirt domains.
-func (d *Daemon) withVMI(j migration.Job) migration.Job {
-	if d.vmis != nil && j.Namespace != "" {
-		j.VMI = d.vmis.Lookup(j.Namespace, j.Name)
+// A domain's name alone does not make it the VMI's: any pod can serve a
+// libvirt where the launcher glob looks and name a domain like a VM. The
+// VMI is shown only for a socket of one of its own launcher pods.
+func (d *Daemon) withVMI(j api.Job) api.Job {
+	if d.vmis == nil || j.Namespace == "" {
+		return j
+	}
+	if v := d.vmis.Lookup(j.Namespace, j.Name); v != nil && kubevirt.SocketOfVMI(d.podsDir(), j.Socket, v) {
+		j.VMI = v
 	}
 	return j
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
@@ -23,14 +24,16 @@ type steerer struct {
 	log     *zap.Logger
 	actions *prometheus.CounterVec
 	// apply carries a decision out on a job: through act, the owner of a
-	// migration Ferry drives, or through the tracker when act is nil.
+	// migration Ferry drives, or on the job's libvirt (conns) when act is
+	// nil.
 	apply func(ctx context.Context, jobID string, act policy.Actuator, d policy.Decision) error
+	conns drive.Conns
 	// driven finds a migration Ferry drives by its ID while it runs; nil
 	// without the proxy.
 	driven func(id string) (drive.Driven, bool)
 	// advised hears the first advice on each job (a KubeVirt VMI gets it
 	// as an Event); nil without Kubernetes.
-	advised func(j migration.Job, step migration.PolicyStep)
+	advised func(j api.Job, step api.PolicyStep)
 
 	mu sync.Mutex
 	// mem and told are per job ID, for jobs the policy does not merely
@@ -47,13 +50,10 @@ const steerCallTimeout = 15 * time.Second
 // stream never delivered.
 const sweepEvery = time.Minute
 
-func newSteerer(t *migration.Tracker, node policy.Settings, name string, log *zap.Logger, reg prometheus.Registerer) *steerer {
+// actions is ferry_migration_policy_actions_total (metrics.NewPolicyActions).
+func newSteerer(t *migration.Tracker, node policy.Settings, name string, log *zap.Logger, actions *prometheus.CounterVec) *steerer {
 	s := &steerer{t: t, node: node, name: name, log: log, mem: map[string]*policy.Memory{}, told: map[string]bool{},
-		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferry_migration_policy_actions_total",
-			Help: "Decisions of the convergence policy, by action and by mode: act (carried out) or advise (shown only).",
-		}, []string{"node", "action", "mode"})}
-	reg.MustRegister(s.actions)
+		actions: actions}
 	s.apply = s.carryOut
 	return s
 }
@@ -94,7 +94,7 @@ func (s *steerer) sweep() {
 // own, bound to its migration ID, else the node's. A migration Ferry
 // drives whose owner is gone (its Perform returned) is steered by nobody:
 // ok is false.
-func (s *steerer) settingsFor(j migration.Job) (_ policy.Settings, _ drive.Driven, driven, ok bool) {
+func (s *steerer) settingsFor(j api.Job) (_ policy.Settings, _ drive.Driven, driven, ok bool) {
 	if j.Proxy != nil && j.Proxy.MigrationID != "" {
 		if s.driven == nil {
 			return s.node, drive.Driven{}, false, false
@@ -106,9 +106,9 @@ func (s *steerer) settingsFor(j migration.Job) (_ policy.Settings, _ drive.Drive
 }
 
 // consider decides at most once per pass of each source pre-copy job.
-func (s *steerer) consider(ctx context.Context, j migration.Job) {
+func (s *steerer) consider(ctx context.Context, j api.Job) {
 	s.mu.Lock()
-	if j.Phase.Finished() || j.Role != migration.RoleSource {
+	if j.Phase.Finished() || j.Role != api.RoleSource {
 		delete(s.mem, j.ID)
 		delete(s.told, j.ID)
 		s.mu.Unlock()
@@ -120,7 +120,9 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 		return
 	}
 	mode := settings.ModeFor(driven)
-	if mode == policy.Observe || j.Mode != migration.ModePreCopy {
+	if mode == policy.Observe || j.Mode != api.ModePreCopy || dp.HeldBack {
+		// Held at a trickle while another has the link, its passes are
+		// the scheduler's doing, not the guest's.
 		return
 	}
 	s.mu.Lock()
@@ -142,7 +144,7 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 	if d.Action == policy.None {
 		return
 	}
-	step := migration.PolicyStep{Time: time.Now(), Iteration: d.Iteration, Action: string(d.Action), Trigger: d.Trigger,
+	step := api.PolicyStep{Time: time.Now(), Iteration: d.Iteration, Action: string(d.Action), Trigger: d.Trigger,
 		MaxDowntimeMs: d.MaxDowntimeMs, Reason: d.Reason, Applied: mode == policy.Act}
 	// Recorded before it is carried out: an abort ends the job at once,
 	// and the job's failure class is read from this step.
@@ -172,27 +174,7 @@ func (s *steerer) consider(ctx context.Context, j migration.Job) {
 
 func (s *steerer) carryOut(ctx context.Context, jobID string, act policy.Actuator, d policy.Decision) error {
 	if act == nil {
-		act = trackerActs{s.t, jobID}
+		act = libvirtActs{s.t, s.conns, jobID}
 	}
 	return policy.Apply(ctx, act, d)
-}
-
-// trackerActs acts on a migration Ferry does not drive (KubeVirt's), on
-// the tracker's connection to its libvirt.
-type trackerActs struct {
-	t  *migration.Tracker
-	id string
-}
-
-func (a trackerActs) SetMaxDowntime(ctx context.Context, d time.Duration) error {
-	return a.t.SetMaxDowntime(ctx, a.id, d)
-}
-
-func (a trackerActs) StartPostCopy(ctx context.Context) error {
-	return a.t.StartPostCopyByID(ctx, a.id)
-}
-
-func (a trackerActs) Abort(ctx context.Context, why string) error {
-	_, err := a.t.AbortByPolicy(ctx, a.id, why)
-	return err
 }

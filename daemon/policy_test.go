@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,9 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
+	"github.com/ferry-vm/ferry/metrics"
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/migrationtest"
 	"github.com/ferry-vm/ferry/migration/policy"
 )
 
@@ -43,15 +48,23 @@ func (a *applied) count() int {
 	return len(a.calls)
 }
 
-func policyDomain(name string, uuid byte) libvirtx.Domain {
-	return libvirtx.Domain{Ref: libvirt.Domain{Name: name, UUID: libvirt.UUID{uuid}}, Name: name,
-		State: libvirtx.StateRunning, Reason: 1}
+func policyDomain(name string, uuid byte) libvirtxtest.Domain {
+	return libvirtxtest.Domain{Name: name, UUID: libvirt.UUID{uuid}, ID: int32(uuid), State: int32(libvirtx.StateRunning), Reason: 1}
 }
 
-// stalledPasses feeds a pre-copy pinned at a 380 MiB working set, several
-// readings a pass, calling consider after each as the Watch stream would.
-func stalledPasses(tr *migration.Tracker, s *steerer, socket string, d libvirtx.Domain, passes int) {
-	at := time.Now().Add(-time.Hour)
+// policyLibvirt is a fake libvirt running d, read by tr's sampler.
+func policyLibvirt(t *testing.T, tr *migration.Tracker, d libvirtxtest.Domain) *libvirtxtest.Server {
+	f := libvirtxtest.New(t, "")
+	f.SetDomains(d)
+	migrationtest.Serve(t, tr, f)
+	return f
+}
+
+// stalledPasses has libvirt report a pre-copy pinned at a 380 MiB working
+// set, several readings a pass, and calls consider once the tracker has
+// read each, as the Watch stream would.
+func stalledPasses(t *testing.T, tr *migration.Tracker, s *steerer, f *libvirtxtest.Server, d libvirtxtest.Domain, passes int) {
+	t.Helper()
 	elapsed := uint64(0)
 	for it := 1; it <= passes; it++ {
 		for k := 0; k < 3; k++ {
@@ -60,12 +73,12 @@ func stalledPasses(tr *migration.Tracker, s *steerer, socket string, d libvirtx.
 				left = uint64(510-k*100) * mib
 			}
 			elapsed += 2000
-			at = at.Add(2 * time.Second)
-			tr.ApplyStats(socket, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
+			f.SetJob(d.Name, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
 				TimeElapsedMs: elapsed, MemoryIteration: uint64(it), DataTotal: 512 * mib, MemoryTotal: 512 * mib,
-				DataRemaining: left, MemoryRemaining: left, MemoryBps: 48 * mib, MemoryDirtyRate: 47 * mib}, at)
+				DataRemaining: left, MemoryRemaining: left, MemoryBps: 48 * mib, MemoryDirtyRate: 47 * mib})
+			migrationtest.WaitJob(t, tr, f.Path(), d.Name, fmt.Sprintf("at %d ms", elapsed), func(j api.Job) bool { return j.ElapsedMs == elapsed })
 			for _, j := range tr.Jobs(false) {
-				if j.Domain == d.Name && j.Socket == socket {
+				if j.Domain == d.Name && j.Socket == f.Path() {
 					s.consider(context.Background(), j)
 				}
 			}
@@ -74,8 +87,8 @@ func stalledPasses(tr *migration.Tracker, s *steerer, socket string, d libvirtx.
 }
 
 func newTestSteerer(t *testing.T, node policy.Settings) (*migration.Tracker, *steerer, *applied) {
-	tr := migration.NewTracker(migration.Config{Node: "n1"})
-	s := newSteerer(tr, node, "n1", zap.NewNop(), prometheus.NewRegistry())
+	tr := migration.NewTracker(migration.Config{Node: "n1", SampleInterval: 20 * time.Millisecond})
+	s := newSteerer(tr, node, "n1", zap.NewNop(), metrics.NewPolicyActions(prometheus.NewRegistry()))
 	a := &applied{}
 	s.apply = a.record
 	return tr, s, a
@@ -86,24 +99,24 @@ func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 	node.Mode = policy.Act
 	tr, s, a := newTestSteerer(t, node)
 	d := policyDomain("ns_vm", 1)
-	tr.ApplyDomains("/run/a.sock", []libvirtx.Domain{d}, time.Now())
-	tr.Drive("/run/a.sock", d.Name, migration.ProxyInfo{MigrationID: "m-1"})
+	fa := policyLibvirt(t, tr, d)
+	tr.Drive(fa.Path(), d.Name, api.ProxyInfo{MigrationID: "m-1"})
 	s.driven = func(id string) (drive.Driven, bool) {
 		return drive.Driven{Settings: node, Act: ownerStandIn{}}, id == "m-1"
 	}
 
 	// A namesake on another socket is not driven: advised only.
 	twin := policyDomain("ns_vm", 2)
-	tr.ApplyDomains("/run/b.sock", []libvirtx.Domain{twin}, time.Now())
+	fb := policyLibvirt(t, tr, twin)
 
-	stalledPasses(tr, s, "/run/a.sock", d, 6)
-	stalledPasses(tr, s, "/run/b.sock", twin, 6)
+	stalledPasses(t, tr, s, fa, d, 6)
+	stalledPasses(t, tr, s, fb, twin, 6)
 	if a.count() != 1 {
 		t.Fatalf("applied %v, want one abort on the driven job", a.calls)
 	}
-	var driven, other migration.Job
+	var driven, other api.Job
 	for _, j := range tr.Jobs(false) {
-		if j.Socket == "/run/a.sock" {
+		if j.Socket == fa.Path() {
 			driven = j
 		} else {
 			other = j
@@ -125,9 +138,9 @@ func TestSteererLeavesADrivenMigrationWithoutItsOwnerAlone(t *testing.T) {
 	tr, s, a := newTestSteerer(t, node)
 	s.driven = func(string) (drive.Driven, bool) { return drive.Driven{}, false }
 	d := policyDomain("ns_gone", 4)
-	tr.ApplyDomains("/run/a.sock", []libvirtx.Domain{d}, time.Now())
-	tr.Drive("/run/a.sock", d.Name, migration.ProxyInfo{MigrationID: "m-2"})
-	stalledPasses(tr, s, "/run/a.sock", d, 6)
+	f := policyLibvirt(t, tr, d)
+	tr.Drive(f.Path(), d.Name, api.ProxyInfo{MigrationID: "m-2"})
+	stalledPasses(t, tr, s, f, d, 6)
 	if a.count() != 0 {
 		t.Fatalf("applied %v to a driven migration with no owner", a.calls)
 	}
@@ -136,18 +149,20 @@ func TestSteererLeavesADrivenMigrationWithoutItsOwnerAlone(t *testing.T) {
 func TestSteererKeepsNoMemoryWhenObservingAndSweepsEndedJobs(t *testing.T) {
 	tr, s, a := newTestSteerer(t, policy.Defaults())
 	d := policyDomain("ns_obs", 3)
-	tr.ApplyDomains("/run/a.sock", []libvirtx.Domain{d}, time.Now())
-	stalledPasses(tr, s, "/run/a.sock", d, 5)
+	f := policyLibvirt(t, tr, d)
+	stalledPasses(t, tr, s, f, d, 5)
 	if a.count() != 0 || len(s.mem) != 0 {
 		t.Fatalf("observe: applied %v, memory for %d jobs", a.calls, len(s.mem))
 	}
 
 	s.node.Mode = policy.Advise
-	stalledPasses(tr, s, "/run/a.sock", d, 6)
+	stalledPasses(t, tr, s, f, d, 6)
 	if len(s.mem) != 1 {
 		t.Fatalf("advise: memory for %d jobs, want 1", len(s.mem))
 	}
-	tr.ApplyEnded("/run/a.sock", d, libvirtx.JobStats{Type: libvirtx.JobCancelled, Operation: libvirtx.OperationMigrationOut}, time.Now())
+	f.SetJob(d.Name, nil)
+	f.SetCompletedJob(d.Name, libvirtx.JobStats{Type: libvirtx.JobCancelled, Operation: libvirtx.OperationMigrationOut})
+	migrationtest.WaitJob(t, tr, f.Path(), d.Name, "aborted", func(j api.Job) bool { return j.Phase == api.PhaseAborted })
 	if len(tr.Jobs(false)) != 0 {
 		t.Fatal("the job did not end")
 	}

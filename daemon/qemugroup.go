@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/ferry-vm/ferry/drive"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -16,7 +15,7 @@ import (
 // create and reach its migration sockets: --qemu-group when set, else
 // what the node's libvirt says (the base label of its DAC driver), which
 // needs no group database in ferryd's container and follows qemu.conf.
-func qemuGroup(cfg Config, tracker *migration.Tracker) (func(context.Context) (int, error), error) {
+func qemuGroup(cfg Config, conns drive.Conns) (func(context.Context) (int, error), error) {
 	if cfg.QEMUGroup != "" {
 		gid, err := lookupGroup(cfg.QEMUGroup)
 		if err != nil {
@@ -31,7 +30,7 @@ func qemuGroup(cfg Config, tracker *migration.Tracker) (func(context.Context) (i
 	}
 	sock := cfg.LibvirtSockets[0]
 	return func(ctx context.Context) (int, error) {
-		c, err := tracker.ConnForSocket(sock)
+		c, err := conns.Conn(sock)
 		if err != nil {
 			return -1, &proxy.Refusal{Reason: drive.ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 		}

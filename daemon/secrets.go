@@ -5,7 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -20,23 +21,40 @@ func idRef(id string) string {
 	return "ref-" + hex.EncodeToString(sum[:6])
 }
 
-func redactRegistered(ms []proxy.Migration) []proxy.Migration {
-	out := make([]proxy.Migration, len(ms))
+func redactRegistered(ms []proxy.Migration) []api.ProxyMigration {
+	out := make([]api.ProxyMigration, len(ms))
 	for i, m := range ms {
 		ref := idRef(m.ID)
 		// The target sockets are named after the ID too.
-		targets := make(map[proxy.Kind]string, len(m.Targets))
+		targets := make(map[string]string, len(m.Targets))
+		limits := make(map[string]int, len(m.Limits))
 		for k, path := range m.Targets {
-			targets[k] = strings.ReplaceAll(path, m.ID, ref)
+			targets[k.String()] = strings.ReplaceAll(path, m.ID, ref)
 		}
-		m.ID, m.Targets = ref, targets
-		out[i] = m
+		for k, n := range m.Limits {
+			limits[k.String()] = n
+		}
+		out[i] = api.ProxyMigration{ID: ref, Domain: m.Domain, Targets: targets, Limits: limits, Expires: m.Expires,
+			State: m.State, PeerNode: m.PeerNode}
+		if m.RecoveryOf != "" {
+			out[i].RecoveryOf = idRef(m.RecoveryOf)
+		}
+	}
+	return out
+}
+
+// socketsForAPI is the pool's view of its libvirt sockets on the wire.
+func socketsForAPI(ss []libvirtx.SocketStatus) []api.SocketStatus {
+	out := make([]api.SocketStatus, len(ss))
+	for i, s := range ss {
+		out[i] = api.SocketStatus{Socket: s.Socket, Up: s.Up, LibvirtVersion: s.LibVersion, LastError: s.LastError,
+			Since: s.Since, Reconnects: s.Reconnects, LastPingMicro: s.LastPingMicro}
 	}
 	return out
 }
 
 // forAPI is a job as the debug API shows it.
-func (d *Daemon) forAPI(j migration.Job) migration.Job {
+func (d *Daemon) forAPI(j api.Job) api.Job {
 	j.IncomingID = idRef(j.IncomingID)
 	return d.withVMI(j)
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/internal/testsock"
+	"github.com/ferry-vm/ferry/metrics"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -51,7 +53,7 @@ func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 	}
 	target := d.Proxy.Addr().String()
 
-	src, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", SocketDir: t.TempDir(), Node: "node-a", Registerer: prometheus.NewRegistry()})
+	src, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", SocketDir: t.TempDir(), Node: "node-a", Metrics: proxy.Metrics(metrics.NewProxy(prometheus.NewRegistry()))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,23 +66,7 @@ func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 			XML: "<domain><name>vm2</name></domain>"})
 		return err
 	}
-	ln, err := net.Listen("unix", proxy.TargetSocketPath(d.cfg.ProxySocketDir, "m1", proxy.KindMemory))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	testsock.Serve(t, proxy.TargetSocketPath(d.cfg.ProxySocketDir, "m1", proxy.KindMemory), testsock.Echo)
 	sm, err := src.OpenSource("m1", target, []proxy.Kind{proxy.KindMemory})
 	if err != nil {
 		t.Fatal(err)

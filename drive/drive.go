@@ -1,8 +1,10 @@
 package drive
 
 import (
+	"context"
 	"time"
 
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
@@ -19,12 +21,16 @@ type Source struct {
 	proxy   *proxy.Proxy
 	log     *zap.Logger
 	running *registry
+	slots   *slots
 }
 
 // SourceConfig is what a Source depends on.
 type SourceConfig struct {
 	Tracker *migration.Tracker
-	Proxy   *proxy.Proxy
+	// Conns are this node's connections to its libvirt sockets (the
+	// pool's); the migration's own steps run on a connection of their own.
+	Conns Conns
+	Proxy *proxy.Proxy
 	// Policy is the node's convergence policy, which a request may
 	// narrow.
 	Policy policy.Settings
@@ -37,10 +43,26 @@ type SourceConfig struct {
 	// PostCopyRecoveryTimeout is how long a broken post-copy migration is
 	// resumed again before its guest is declared lost; 0 never resumes.
 	PostCopyRecoveryTimeout time.Duration
-	Log                     *zap.Logger
+	// Quiet, when set, keeps other work off a domain about to migrate
+	// (QEMU's dirty-rate measurement) until release is called.
+	Quiet func(ctx context.Context, socket, domain string) (release func())
+	// DirtyRate, when set, is a domain's measured dirty rate, for
+	// choosing a migration's data settings (compression "auto").
+	DirtyRate func(socket, domain string) (bytesPerSecond uint64, measured bool)
+	// OutboundSlots bounds the migrations driven out at once (default 2);
+	// LinkBytesPerSecond, when set, is the link they share (see balance).
+	OutboundSlots      int
+	LinkBytesPerSecond uint64
+	Log                *zap.Logger
+}
+
+// Conns hands out the live connection to a libvirt socket (a
+// *libvirtx.Pool).
+type Conns interface {
+	Conn(socket string) (*libvirtx.Conn, error)
 }
 
 // NewSource builds the source side of Ferry-driven migrations.
 func NewSource(cfg SourceConfig) *Source {
-	return &Source{cfg: cfg, tracker: cfg.Tracker, proxy: cfg.Proxy, log: cfg.Log, running: newRegistry()}
+	return &Source{cfg: cfg, tracker: cfg.Tracker, proxy: cfg.Proxy, log: cfg.Log, running: newRegistry(), slots: newSlots(cfg.OutboundSlots)}
 }

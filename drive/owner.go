@@ -10,6 +10,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
@@ -53,13 +54,14 @@ type jobControl interface {
 	AbortJob(ctx context.Context, dom libvirt.Domain, postCopy bool) error
 	StartPostCopy(ctx context.Context, dom libvirt.Domain) error
 	SetMaxDowntime(ctx context.Context, dom libvirt.Domain, d time.Duration) error
+	SetMaxSpeed(ctx context.Context, dom libvirt.Domain, mibs uint64) error
 }
 
 // books records on the job what the owner does (a *migration.Tracker).
 type books interface {
-	AbortWith(ctx context.Context, socket, domain string, force bool, by, why string, call migration.Act) (migration.AbortResult, error)
-	SetMaxDowntimeWith(ctx context.Context, socket, domain string, d time.Duration, call migration.Act) error
-	StartPostCopyWith(ctx context.Context, socket, domain, by string, call migration.Act, start func(*libvirtx.Conn, libvirt.Domain) error) (migration.Job, error)
+	Abort(ctx context.Context, tg migration.Target, force bool, by, why string, call migration.Act) (api.AbortResult, error)
+	SetMaxDowntime(ctx context.Context, tg migration.Target, d time.Duration, call migration.Act) error
+	StartPostCopy(ctx context.Context, tg migration.Target, by string, call migration.Act) (api.Job, error)
 	NoteOn(socket, domain, kind, detail string)
 }
 
@@ -69,6 +71,7 @@ const (
 	opDowntime op = iota
 	opSwitch
 	opAbort
+	opSpeed
 )
 
 type request struct {
@@ -76,7 +79,9 @@ type request struct {
 	by, why  string
 	force    bool
 	downtime time.Duration
-	reply    chan reply // buffered: run never waits for an asker
+	// speed is a bandwidth cap in MiB/s (opSpeed).
+	speed uint64
+	reply chan reply // buffered: run never waits for an asker
 	// waiting is closed once a switch waits for QEMU's migration: the
 	// owner has taken it, and will make it.
 	waiting chan struct{}
@@ -105,8 +110,8 @@ func (r *request) wait() {
 }
 
 type reply struct {
-	abort migration.AbortResult
-	job   migration.Job
+	abort api.AbortResult
+	job   api.Job
 	err   error
 }
 
@@ -155,7 +160,7 @@ func (o *Owner) Socket() string { return o.socket }
 
 // Abort asks the owner to abort the migration; by and why say who asked
 // and, for the policy or the deadline, on what figures.
-func (o *Owner) Abort(ctx context.Context, by, why string, force bool) (migration.AbortResult, error) {
+func (o *Owner) Abort(ctx context.Context, by, why string, force bool) (api.AbortResult, error) {
 	rep := o.ask(ctx, &request{op: opAbort, by: by, why: why, force: force})
 	return rep.abort, rep.err
 }
@@ -163,7 +168,7 @@ func (o *Owner) Abort(ctx context.Context, by, why string, force bool) (migratio
 // StartPostCopy asks the owner to switch the migration to post-copy. One
 // asked before QEMU's migration is active waits for it: past ctx the
 // answer is ErrSwitchWaiting, and the switch is still made.
-func (o *Owner) StartPostCopy(ctx context.Context, by string) (migration.Job, error) {
+func (o *Owner) StartPostCopy(ctx context.Context, by string) (api.Job, error) {
 	r := &request{op: opSwitch, by: by, waiting: make(chan struct{})}
 	rep := o.ask(ctx, r)
 	if errors.Is(rep.err, errBusy) && r.isWaiting() {
@@ -175,6 +180,12 @@ func (o *Owner) StartPostCopy(ctx context.Context, by string) (migration.Job, er
 // SetMaxDowntime asks the owner to set libvirt's max downtime.
 func (o *Owner) SetMaxDowntime(ctx context.Context, d time.Duration) error {
 	return o.ask(ctx, &request{op: opDowntime, downtime: d}).err
+}
+
+// SetMaxSpeed asks the owner to cap the migration's bandwidth, in MiB/s:
+// the node's scheduler shares the link so.
+func (o *Owner) SetMaxSpeed(ctx context.Context, mibs uint64) error {
+	return o.ask(ctx, &request{op: opSpeed, speed: mibs}).err
 }
 
 func (o *Owner) ask(ctx context.Context, r *request) reply {
@@ -407,6 +418,11 @@ func (o *Owner) apply(r *request) (rep reply, again bool) {
 		return o.applySwitch(ctx, r, postCopy, active)
 	case opAbort:
 		return o.applyAbort(ctx, r, postCopy, active), false
+	case opSpeed:
+		if !active {
+			return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
+		}
+		return reply{err: o.job.SetMaxSpeed(ctx, o.dom, r.speed)}, false
 	}
 	switch {
 	case postCopy:
@@ -416,8 +432,10 @@ func (o *Owner) apply(r *request) (rep reply, again bool) {
 	case !active:
 		return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
 	}
-	set := func(ctx context.Context, _ bool) error { return o.job.SetMaxDowntime(ctx, o.dom, r.downtime) }
-	err = o.books.SetMaxDowntimeWith(ctx, o.socket, o.domain, r.downtime, set)
+	set := migration.Act{Call: func(ctx context.Context, _ migration.Acting) error {
+		return o.job.SetMaxDowntime(ctx, o.dom, r.downtime)
+	}}
+	err = o.books.SetMaxDowntime(ctx, o.target(), r.downtime, set)
 	return reply{err: o.unrecorded(ctx, err, "max downtime", set)}, false
 }
 
@@ -430,8 +448,8 @@ func (o *Owner) applySwitch(ctx context.Context, r *request, postCopy, active bo
 	case !active:
 		return reply{err: errors.New("QEMU's migration is not active yet")}, true
 	}
-	start := func(ctx context.Context, _ bool) error { return o.job.StartPostCopy(ctx, o.dom) }
-	j, err := o.books.StartPostCopyWith(ctx, o.socket, o.domain, r.by, start, nil)
+	start := migration.Act{Call: func(ctx context.Context, _ migration.Acting) error { return o.job.StartPostCopy(ctx, o.dom) }}
+	j, err := o.books.StartPostCopy(ctx, o.target(), r.by, start)
 	err = o.unrecorded(ctx, err, "switch to post-copy "+r.by, start)
 	switch {
 	case errors.Is(err, migration.ErrAlreadyPostCopy):
@@ -459,8 +477,10 @@ func (o *Owner) applyAbort(ctx context.Context, r *request, postCopy, active boo
 	case !active && !postCopy:
 		return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}
 	}
-	abort := func(ctx context.Context, pc bool) error { return o.job.AbortJob(ctx, o.dom, pc || postCopy) }
-	res, err := o.books.AbortWith(ctx, o.socket, o.domain, r.force, r.by, r.why, abort)
+	abort := migration.Act{Call: func(ctx context.Context, on migration.Acting) error {
+		return o.job.AbortJob(ctx, o.dom, on.PostCopy || postCopy)
+	}}
+	res, err := o.books.Abort(ctx, o.target(), r.force, r.by, r.why, abort)
 	if err = o.unrecorded(ctx, err, "abort by "+r.by+": "+r.why, abort); err == nil {
 		o.aborting = true
 		o.log.Warn("migration aborted", zap.String("by", r.by), zap.String("why", r.why), zap.Bool("postCopy", postCopy))
@@ -476,7 +496,12 @@ func (o *Owner) unrecorded(ctx context.Context, err error, what string, call mig
 		return err
 	}
 	o.log.Warn("the tracker has no job of the migration; acting on libvirt without its record", zap.String("what", what))
-	return call(ctx, false)
+	return call.Call(ctx, migration.Acting{Socket: o.socket, Domain: o.dom})
+}
+
+// target names the migration's job to the tracker.
+func (o *Owner) target() migration.Target {
+	return migration.Target{Socket: o.socket, Domain: o.domain}
 }
 
 // refuse answers r with err, and leaves the refusal on the job.
@@ -493,7 +518,7 @@ func (o *Owner) state(ctx context.Context) (postCopy, active bool, err error) {
 	if err != nil {
 		return false, false, err
 	}
-	if inPostCopy(st, reason) {
+	if libvirtx.InPostCopy(st, reason) {
 		return true, true, nil
 	}
 	js, err := o.job.JobStats(ctx, o.dom, false)

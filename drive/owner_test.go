@@ -11,6 +11,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 )
@@ -92,6 +93,11 @@ func (f *fakeJob) SetMaxDowntime(_ context.Context, _ libvirt.Domain, d time.Dur
 	return nil
 }
 
+func (f *fakeJob) SetMaxSpeed(_ context.Context, _ libvirt.Domain, mibs uint64) error {
+	f.record(fmt.Sprintf("speed %d", mibs))
+	return nil
+}
+
 func (f *fakeJob) log() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -104,19 +110,19 @@ type fakeBooks struct{ noJob bool }
 
 func (fakeBooks) NoteOn(_, _, _, _ string) {}
 
-func (b fakeBooks) AbortWith(ctx context.Context, _, _ string, _ bool, by, why string, call migration.Act) (migration.AbortResult, error) {
+func (b fakeBooks) Abort(ctx context.Context, _ migration.Target, _ bool, by, why string, call migration.Act) (api.AbortResult, error) {
 	if b.noJob {
-		return migration.AbortResult{}, migration.ErrNoJob
+		return api.AbortResult{}, migration.ErrNoJob
 	}
-	return migration.AbortResult{Message: by + ": " + why}, call(ctx, false)
+	return api.AbortResult{Message: by + ": " + why}, call.Call(ctx, migration.Acting{})
 }
 
-func (fakeBooks) SetMaxDowntimeWith(ctx context.Context, _, _ string, _ time.Duration, call migration.Act) error {
-	return call(ctx, false)
+func (fakeBooks) SetMaxDowntime(ctx context.Context, _ migration.Target, _ time.Duration, call migration.Act) error {
+	return call.Call(ctx, migration.Acting{})
 }
 
-func (fakeBooks) StartPostCopyWith(ctx context.Context, _, _, _ string, call migration.Act, _ func(*libvirtx.Conn, libvirt.Domain) error) (migration.Job, error) {
-	return migration.Job{}, call(ctx, false)
+func (fakeBooks) StartPostCopy(ctx context.Context, _ migration.Target, _ string, call migration.Act) (api.Job, error) {
+	return api.Job{}, call.Call(ctx, migration.Acting{})
 }
 
 func startOwner(t *testing.T, job *fakeJob, postCopy bool, deadline, switchAfter time.Duration) *Owner {

@@ -14,9 +14,9 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/atomicfile"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -35,6 +35,9 @@ type drivenRecord struct {
 	TargetNode  string    `json:"targetNode,omitempty"`
 	Flags       uint32    `json:"flags"`
 	Started     time.Time `json:"started"`
+	// MaxSpeedMiBs is the domain's migration speed before this one,
+	// which a failed migration gives back.
+	MaxSpeedMiBs uint64 `json:"maxSpeedMiBs,omitempty"`
 }
 
 // drivenDir holds the records, one file per migration id.
@@ -151,7 +154,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	// A copy here in post-copy means the guest runs on the target: it is
 	// never cancelled there, and what is left is post-copy's to recover.
 	if dom, err := c.LookupDomain(ctx, r.Domain); err == nil && libvirtx.UUIDString(dom.UUID) == r.UUID {
-		if state, reason, err := c.DomainState(ctx, dom); err == nil && inPostCopy(state, reason) {
+		if state, reason, err := c.DomainState(ctx, dom); err == nil && libvirtx.InPostCopy(state, reason) {
 			info := r.info(s.proxy.TLS())
 			if s.recovers(r) {
 				// The streams went with the ferryd that stopped: QEMU holds
@@ -159,7 +162,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 				s.recoverAfterRestart(log, r, c, dom, info)
 				return
 			}
-			s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, migration.PhasePostCopyFailed,
+			s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, api.PhasePostCopyFailed,
 				"ferryd restarted during post-copy: the guest's memory is split between the two nodes")
 			s.forgetDrive(r.ID)
 			log.Error("ferryd restarted during post-copy; the guest's memory is split between the two nodes")
@@ -208,13 +211,13 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		log.Error("cannot apply the target's word to this node's copy; the record stays for the next start", zap.String("outcome", outcome), zap.Error(err))
 		return
 	}
-	info := migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
-	phase, reason := migration.PhaseFailed, "ferryd restarted during the migration; the target dropped its copy: "+what
+	info := api.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
+	phase, reason := api.PhaseFailed, "ferryd restarted during the migration; the target dropped its copy: "+what
 	switch outcome {
 	case proxy.OutcomeRunning:
-		phase, reason = migration.PhaseCompleted, ""
+		phase, reason = api.PhaseCompleted, ""
 	case proxy.OutcomeSplit:
-		phase, reason = migration.PhasePostCopyFailed, "ferryd restarted during the migration, and its post-copy failed: the guest's memory is split between the two nodes"
+		phase, reason = api.PhasePostCopyFailed, "ferryd restarted during the migration, and its post-copy failed: the guest's memory is split between the two nodes"
 	}
 	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
 	s.forgetDrive(r.ID)
@@ -226,8 +229,8 @@ func (s *Source) recovers(r drivenRecord) bool {
 	return r.Flags&uint32(libvirt.MigratePostcopy) != 0 && s.cfg.PostCopyRecoveryTimeout > 0
 }
 
-func (r drivenRecord) info(tls bool) migration.ProxyInfo {
-	return migration.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: tls}
+func (r drivenRecord) info(tls bool) api.ProxyInfo {
+	return api.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: tls}
 }
 
 // recoveredThere settles a post-copy the previous ferryd was resuming, if
@@ -257,7 +260,7 @@ func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRe
 			log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
 		}
 	}
-	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, r.info(s.proxy.TLS()), migration.PhaseCompleted, "")
+	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, r.info(s.proxy.TLS()), api.PhaseCompleted, "")
 	s.forgetDrive(r.ID)
 	log.Warn("the post-copy being resumed when ferryd stopped completed meanwhile: the guest runs on the target")
 	return true
@@ -265,7 +268,7 @@ func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRe
 
 // recoverAfterRestart resumes the broken post-copy a previous ferryd left,
 // and records how it ended.
-func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirtx.Conn, dom libvirt.Domain, info migration.ProxyInfo) {
+func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirtx.Conn, dom libvirt.Domain, info api.ProxyInfo) {
 	log.Warn("ferryd restarted during post-copy: resuming the migration")
 	resp, err := s.recoverPostCopy(log, MigrateRequest{Domain: r.Domain, Target: r.Target}, c, dom, r.TargetID, r.TargetOwner, nil)
 	failure := ""
@@ -334,12 +337,6 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	return fmt.Sprintf("this node's copy is %s (reason %d): left as it is", state, reason), nil
 }
 
-// inPostCopy says whether a source copy is held by post-copy (running on
-// the target meanwhile, or failed with the memory split).
-func inPostCopy(state libvirtx.State, reason int32) bool {
-	return state == libvirtx.StatePaused && (reason == int32(libvirt.DomainPausedPostcopy) || reason == int32(libvirt.DomainPausedPostcopyFailed))
-}
-
 // drivenKeep is how long a record may wait to be settled: the target keeps
 // its answers as long.
 const drivenKeep = 7 * 24 * time.Hour
@@ -354,7 +351,7 @@ func (s *Source) setDriveAside(id, why string) {
 // waitConn waits for this node's connection to socket; nil once ctx ends.
 func (s *Source) waitConn(ctx context.Context, socket string) *libvirtx.Conn {
 	for {
-		if c, err := s.tracker.ConnForSocket(socket); err == nil {
+		if c, err := s.cfg.Conns.Conn(socket); err == nil {
 			return c
 		}
 		select {

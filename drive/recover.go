@@ -274,7 +274,7 @@ func (r *recovery) moving(ctx context.Context, first libvirtx.MigrationStatus) b
 func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, error) {
 	info, err := r.conn.QEMUMigrationInfo(ctx, r.dom)
 	if err != nil {
-		if c, cerr := r.s.tracker.ConnForSocket(r.socket); cerr == nil && c != r.conn {
+		if c, cerr := r.s.cfg.Conns.Conn(r.socket); cerr == nil && c != r.conn {
 			if info, err = c.QEMUMigrationInfo(ctx, r.dom); err == nil {
 				r.conn = c
 			}

@@ -100,7 +100,7 @@ func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error
 	if err != nil {
 		return PeerError(err)
 	}
-	if !inPostCopyHere(state, reason) {
+	if !libvirtx.InPostCopy(state, reason) {
 		return fmt.Errorf("the guest is %s (reason %d) here, not in post-copy", state, reason)
 	}
 	return nil
@@ -138,7 +138,7 @@ func (in *Target) Recovered(ctx context.Context, m proxy.IncomingMigration) (str
 		return "", false, PeerError(err)
 	case state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningPostcopyFailed):
 		return proxy.OutcomeSplit, false, nil
-	case inPostCopyHere(state, reason):
+	case libvirtx.InPostCopy(state, reason):
 		// libvirt's job runs on; a job statistics call would wait for it.
 		return "", false, fmt.Errorf("the guest is still in post-copy here (%s, reason %d)", state, reason)
 	}

@@ -31,6 +31,13 @@ type driveState struct {
 	id     string
 	owner  *Owner
 	driven Driven
+	// release ends what was held for the migration: its slot, the
+	// domain's quiet.
+	release []func()
+	// speed is the bandwidth cap last set on it, in MiB/s, and heldBack
+	// whether that was a trickle while another had the link.
+	speed    uint64
+	heldBack bool
 }
 
 // Driven is what the convergence policy needs of a migration Ferry
@@ -41,6 +48,13 @@ type Driven struct {
 	// Deadline is the backstop the owner enforces itself.
 	Deadline time.Duration
 	Act      policy.Actuator
+	// CapMiBs is the request's own bandwidth cap (0: none), which every
+	// share of the link stays under.
+	CapMiBs uint64
+	// HeldBack says the scheduler holds it at a trickle while another
+	// has the link: its passes say nothing of whether it converges, and
+	// the policy leaves it alone.
+	HeldBack bool
 }
 
 func newRegistry() *registry { return &registry{running: map[string]*driveState{}} }
@@ -63,6 +77,20 @@ func (ds *registry) end(key string) {
 	if st, ok := ds.running[key]; ok {
 		close(st.done)
 		delete(ds.running, key)
+		for _, r := range st.release {
+			r()
+		}
+	}
+}
+
+// hold keeps release until key's drive ends.
+func (ds *registry) hold(key string, release func()) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.release = append(st.release, release)
+	} else {
+		release()
 	}
 }
 
@@ -110,7 +138,9 @@ func (ds *registry) driven(id string) (Driven, bool) {
 	defer ds.mu.Unlock()
 	for _, st := range ds.running {
 		if st.id == id && st.owner != nil {
-			return st.driven, true
+			d := st.driven
+			d.HeldBack = st.heldBack
+			return d, true
 		}
 	}
 	return Driven{}, false
@@ -267,4 +297,40 @@ func (s *Source) Settle(limit time.Duration) {
 	case <-done:
 	case <-time.After(limit):
 	}
+}
+
+// ownedDrive is a migration whose Perform runs, with its owner.
+type ownedDrive struct {
+	key        string
+	owner      *Owner
+	speed, cap uint64
+}
+
+// owned lists the migrations whose owners run now.
+func (ds *registry) owned() []ownedDrive {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	var out []ownedDrive
+	for k, st := range ds.running {
+		if st.owner != nil {
+			out = append(out, ownedDrive{key: k, owner: st.owner, speed: st.speed, cap: st.driven.CapMiBs})
+		}
+	}
+	return out
+}
+
+func (ds *registry) setSpeed(key string, mibs uint64, heldBack bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.speed, st.heldBack = mibs, heldBack
+	}
+}
+
+// shared says whether the scheduler set key's speed.
+func (ds *registry) shared(key string) bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	st, ok := ds.running[key]
+	return ok && st.speed > 0
 }

@@ -12,16 +12,16 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
 )
 
 // MigrateRequest and MigrateResponse are the body and answer of
 // POST /v1/migrations.
 type (
-	MigrateRequest  = migration.MigrateRequest
-	MigrateResponse = migration.MigrateResponse
+	MigrateRequest  = api.MigrateRequest
+	MigrateResponse = api.MigrateResponse
 )
 
 // Errors the debug API maps to status codes.
@@ -52,6 +52,18 @@ func validateMigrate(r MigrateRequest) error {
 	}
 	if r.Parallel < 0 || r.Parallel > 64 {
 		errs = append(errs, fmt.Sprintf("parallel %d is outside 0-64", r.Parallel))
+	}
+	switch r.Compression {
+	case "", CompressionNone, CompressionAuto:
+	case CompressionZstd:
+		if r.Parallel < 1 {
+			errs = append(errs, "compression zstd needs parallel 1 or more: QEMU compresses on multifd channels")
+		}
+		if r.PostCopy || r.PostCopyAfterSeconds > 0 {
+			errs = append(errs, "compression zstd cannot be had with post-copy: QEMU 10.0 takes multifd only without it")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("compression %q is not none, zstd or auto", r.Compression))
 	}
 	if r.TargetNode != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(r.TargetNode) {
@@ -143,6 +155,11 @@ func migrateFlags(req MigrateRequest) (libvirt.DomainMigrateFlags, []libvirt.Typ
 	if req.Parallel > 0 {
 		flags |= libvirt.MigrateParallel
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(req.Parallel))})
+	}
+	if req.Compression == CompressionZstd {
+		// zstd's level stays QEMU's default, 1: the fastest.
+		flags |= libvirt.MigrateCompressed
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamCompression, Value: *libvirt.NewTypedParamValueString(CompressionZstd)})
 	}
 	return flags, params
 }

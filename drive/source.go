@@ -10,9 +10,9 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
 )
@@ -39,24 +39,45 @@ const (
 	inDoubtAfter = 30 * time.Second
 )
 
+// inboundRetry is how often a migration the target has no inbound slot
+// for asks again.
+const inboundRetry = 2 * time.Second
+
 // Start runs libvirt's Begin here, has the target prepare the
 // migration on its own libvirt, and opens the source sockets; it returns
 // once the target is ready, and the migration goes on in the background.
+// A target with all its inbound slots taken is asked again, from Begin,
+// until ctx ends.
 func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse, error) {
+	for noted := false; ; noted = true {
+		resp, err := s.start(ctx, req)
+		var ce *proxy.ControlError
+		if !errors.As(err, &ce) || ce.Reason != proxy.ReasonInboundBusy {
+			return resp, err
+		}
+		if !noted {
+			s.log.Info("migration waits for an inbound slot on the target", zap.String("domain", req.Domain), zap.String("target", req.Target))
+		}
+		select {
+		case <-ctx.Done():
+			return resp, err
+		case <-time.After(inboundRetry):
+		}
+	}
+}
+
+// effective is the request as it will run: checked, and with what the
+// node's policy adds at the start. A dry run asks the same of the target.
+func (s *Source) effective(req MigrateRequest) (MigrateRequest, policy.Settings, error) {
 	if err := validateMigrate(req); err != nil {
-		return MigrateResponse{}, err
+		return req, policy.Settings{}, err
 	}
-	if req.TargetNode != "" && !s.proxy.TLS() {
-		return MigrateResponse{}, fmt.Errorf("%w: targetNode needs the proxy's TLS (--proxy-tls-cert and the rest): without certificates no node can be told from another", ErrBadRequest)
-	}
-	if req.TargetNode == "" && !s.cfg.AllowAnyTarget {
-		// Whoever reaches the debug socket would otherwise send the
-		// guest's memory wherever they name.
-		return MigrateResponse{}, fmt.Errorf("%w: name the target's node (targetNode; ferryctl migrate --to-node NODE), whose certificate the target's proxy must then hold; ferryd --migration-allow-any-target takes a bare address (a plain-TCP proxy needs it)", ErrBadRequest)
+	if err := s.targetAllowed(req); err != nil {
+		return req, policy.Settings{}, err
 	}
 	pol, err := migrationPolicy(s.cfg.Policy, req)
 	if err != nil {
-		return MigrateResponse{}, err
+		return req, policy.Settings{}, err
 	}
 	// A policy that may switch to post-copy needs the migration started
 	// with it, as KubeVirt starts migrations its policy allows post-copy for.
@@ -71,7 +92,22 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	if req.BandwidthMiBs == 0 && pol.BandwidthPerMigrationMiBs > 0 {
 		req.BandwidthMiBs = int(min(pol.BandwidthPerMigrationMiBs, 1<<20))
 	}
-	conn, dom, err := s.tracker.ConnFor(req.Socket, req.Domain)
+	if req.Compression == CompressionZstd && req.PostCopy {
+		return req, pol, fmt.Errorf("%w: compression zstd cannot be had with post-copy, which this node's policy allows (QEMU 10.0 takes multifd only without it)", ErrBadRequest)
+	}
+	return req, pol, nil
+}
+
+func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse, error) {
+	req, pol, err := s.effective(req)
+	if err != nil {
+		return MigrateResponse{}, err
+	}
+	socket, dom, err := s.tracker.DomainRef(req.Socket, req.Domain)
+	if err != nil {
+		return MigrateResponse{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	conn, err := s.cfg.Conns.Conn(socket)
 	if err != nil {
 		return MigrateResponse{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -79,7 +115,17 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	if err != nil {
 		return MigrateResponse{}, fmt.Errorf("reading the guest's memory size, which sets the migration's deadline: %w", err)
 	}
-	deadline := deadlineFor(req, mem)
+	// A migration the scheduler may hold at a trickle while another has
+	// the link is not aborted for that: its deadline counts passes at the
+	// trickle.
+	deadlineReq := req
+	if t := int(s.trickle(s.slots.max)); s.cfg.LinkBytesPerSecond > 0 && (req.BandwidthMiBs == 0 || req.BandwidthMiBs > t) {
+		deadlineReq.BandwidthMiBs = t
+	}
+	deadline := deadlineFor(deadlineReq, mem)
+	// The request's own cap (its own, or its policy's) bounds every share
+	// the scheduler gives it.
+	capMiBs := uint64(req.BandwidthMiBs)
 	// Keyed by socket too: a pod's domain of the same name must not
 	// block this one's migration.
 	drive := driveKey(conn.Socket(), req.Domain)
@@ -88,6 +134,32 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	}
 	if !s.running.start(drive) {
 		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", ErrConflict, req.Domain)
+	}
+	freeSlot, err := s.slots.acquire(ctx, func(ahead int) {
+		s.tracker.NoteOn(conn.Socket(), req.Domain, "scheduler", fmt.Sprintf("waiting for an outbound migration slot: %d ahead", ahead))
+		s.log.Info("migration waits for an outbound slot", zap.String("domain", req.Domain), zap.Int("ahead", ahead))
+	})
+	if err != nil {
+		s.running.end(drive)
+		return MigrateResponse{}, err
+	}
+	s.running.hold(drive, freeSlot)
+	if s.cfg.Quiet != nil {
+		// No dirty-rate measurement beside the migration: it would slow
+		// it, and read its copying as the guest's writing.
+		s.running.hold(drive, s.cfg.Quiet(ctx, conn.Socket(), req.Domain))
+	}
+	if req.BandwidthMiBs == 0 {
+		req.BandwidthMiBs = s.startingShare()
+	}
+	dataWhy := ""
+	if req.Compression == CompressionAuto {
+		c := s.chooseFor(ctx, conn.Socket(), req)
+		if c.Compression == CompressionZstd {
+			req.Parallel = max(req.Parallel, c.Parallel)
+		}
+		req.Compression, dataWhy = c.Compression, c.Why
+		s.log.Info("data settings chosen", zap.String("domain", req.Domain), zap.String("why", c.Why))
 	}
 	// The protocol's steps run on a libvirt connection of the migration's
 	// own, for as long as it lasts: libvirt ties a migration's state to
@@ -116,6 +188,16 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		// The target defines the guest itself and says so; only then is
 		// the definition here removed (see drive).
 		flags |= libvirt.MigratePersistDest
+	}
+	// Between Begin and Perform libvirt holds a migration job that may yet
+	// be cancelled (a target with no inbound slot free, asked again): it
+	// is not taken for the migration until Perform starts.
+	defer s.tracker.Trial(conn.Socket(), req.Domain)()
+	// What libvirt caps this domain's migrations at now, which the
+	// scheduler's shares replace while this one runs.
+	speedBefore, err := own.MaxSpeed(ctx, dom)
+	if err != nil {
+		speedBefore = 0 // unknown: nothing is given back
 	}
 	domXML, cookie, err := own.Begin(ctx, dom, params, flags)
 	if err != nil {
@@ -153,6 +235,12 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	prep, err := s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: (deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds()})
+	var busy *proxy.ControlError
+	if errors.As(err, &busy) && busy.Reason == proxy.ReasonInboundBusy {
+		// Not a failure: the caller asks again.
+		s.running.end(drive)
+		return MigrateResponse{}, fmt.Errorf("preparing the migration on the target: %w", err)
+	}
 	if err != nil {
 		s.running.end(drive)
 		var wp *proxy.WrongPeerError
@@ -163,7 +251,7 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		// No libvirt job ever started, so nothing else would record it: a
 		// failed job keeps the failure, its class and its count.
 		s.tracker.PrepareFailed(req.Domain, dom, conn.Socket(), begun,
-			migration.ProxyInfo{MigrationID: id, Target: req.Target, TLS: s.proxy.TLS(), Parallel: req.Parallel}, err.Error())
+			api.ProxyInfo{MigrationID: id, Target: req.Target, TLS: s.proxy.TLS(), Parallel: req.Parallel}, err.Error())
 		return MigrateResponse{}, err
 	}
 	// The target's id, not ours, names the streams and the finish: the
@@ -182,8 +270,14 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	// The streams go to the node that prepared the migration, nowhere
 	// else the target's address might lead meanwhile.
 	src.BindTarget(prep.Owner)
-	info := migration.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: s.proxy.TLS(), Parallel: req.Parallel}
-	rec := drivenRecord{ID: id, TargetID: tid, Domain: req.Domain, UUID: libvirtx.UUIDString(dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
+	info := api.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: s.proxy.TLS(), Parallel: req.Parallel}
+	info.CapMiBs = req.BandwidthMiBs
+	if req.Compression == CompressionZstd {
+		info.Compression = CompressionZstd
+	}
+	info.DataChoice = dataWhy
+	params = append(params, s.switchoverParam(ctx, own, req, &info)...)
+	rec := drivenRecord{ID: id, TargetID: tid, MaxSpeedMiBs: speedBefore, Domain: req.Domain, UUID: libvirtx.UUIDString(dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
 		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun}
 	if err := s.recordDrive(rec); err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
@@ -196,7 +290,8 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	// nothing acts on it but through the owner.
 	postCopy := flags&libvirt.MigratePostcopy != 0
 	o := newOwner(own.Socket(), req.Domain, dom, own, s.tracker, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
-	s.running.own(drive, id, o, Driven{Settings: pol, PostCopy: postCopy, Deadline: deadline, Act: o.Policy()})
+	s.tracker.EndTrials(conn.Socket(), req.Domain)
+	s.running.own(drive, id, o, Driven{Settings: pol, PostCopy: postCopy, Deadline: deadline, Act: o.Policy(), CapMiBs: capMiBs})
 	s.tracker.Drive(conn.Socket(), req.Domain, info)
 	if postCopy {
 		s.tracker.DriveRecoverable(conn.Socket(), req.Domain, s.cfg.PostCopyRecoveryTimeout)
@@ -220,6 +315,40 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: s.proxy.TLS(), TargetNode: prep.PeerNode, Message: msg}, nil
 }
 
+// restoreSpeed gives a guest that stays here, the migration over, the
+// migration speed it had before the scheduler shared the link: libvirt
+// keeps a speed set during a migration for the domain's next one, which
+// the scheduler's trickle must not cap. It waits for the owner to stop,
+// so that no share asked of it lands after.
+func (s *Source) restoreSpeed(log *zap.Logger, conn *libvirtx.Conn, dom libvirt.Domain, rec drivenRecord, o *Owner, key string) {
+	if rec.MaxSpeedMiBs == 0 || !s.running.shared(key) {
+		return
+	}
+	<-o.ended
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if active, err := conn.ActiveDomain(ctx, rec.Domain); err != nil || !active {
+		return // gone from here: migrated, or no telling
+	}
+	if err := conn.SetMaxSpeed(ctx, dom, rec.MaxSpeedMiBs); err != nil {
+		log.Warn("giving the guest back its migration speed", zap.Uint64("mibs", rec.MaxSpeedMiBs), zap.Error(err))
+	}
+}
+
+// targetAllowed refuses a target that is not named by its node where
+// nodes can be told apart.
+func (s *Source) targetAllowed(req MigrateRequest) error {
+	if req.TargetNode != "" && !s.proxy.TLS() {
+		return fmt.Errorf("%w: targetNode needs the proxy's TLS (--proxy-tls-cert and the rest): without certificates no node can be told from another", ErrBadRequest)
+	}
+	if req.TargetNode == "" && !s.cfg.AllowAnyTarget {
+		// Whoever reaches the debug socket would otherwise send the
+		// guest's memory, or here its definition, wherever they name.
+		return fmt.Errorf("%w: name the target's node (targetNode; ferryctl migrate --to-node NODE), whose certificate the target's proxy must then hold; ferryd --migration-allow-any-target takes a bare address (a plain-TCP proxy needs it)", ErrBadRequest)
+	}
+	return nil
+}
+
 // cancelTarget tells the target to drop a migration it prepared that this
 // node will not perform; the target also drops it by itself if no stream
 // comes.
@@ -236,10 +365,11 @@ func (s *Source) cancelTarget(req MigrateRequest, id, owner string, why error) {
 // tears down the source sockets and leaves the whole account on the job.
 // id is this node's label of the migration, tid the target's id.
 func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
-	info migration.ProxyInfo, o *Owner, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) (settled bool) {
+	info api.ProxyInfo, o *Owner, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) (settled bool) {
 	id, tid := rec.ID, rec.TargetID
 	settled = true
 	log := s.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))
+	defer s.restoreSpeed(log, conn, dom, rec, o, driveKey(conn.Socket(), req.Domain))
 	start := time.Now()
 	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[proxy.KindMemory])}}, params...)
 	log.Info("starting a Ferry-driven migration", zap.Bool("postCopy", flags&libvirt.MigratePostcopy != 0), zap.Int("parallel", req.Parallel), zap.Duration("deadline", deadline))
@@ -341,6 +471,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		err = fmt.Errorf("libvirt's Confirm on this node: %w", cerr)
 	}
 	info.Bytes = src.Counters.Snapshot()
+	info.WireBytesPerSecond = src.Counters.WireBytesPerSecond()
 	info.Errors = src.Errors()
 	if perr != nil {
 		info.TargetLost = targetLost(ferr)
@@ -358,7 +489,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 
 // failureReason joins what libvirt said with what the proxy and the
 // migration link saw, so the reason names the plane that broke.
-func (s *Source) failureReason(socket, domain string, err error, info migration.ProxyInfo, since time.Time) string {
+func (s *Source) failureReason(socket, domain string, err error, info api.ProxyInfo, since time.Time) string {
 	var b strings.Builder
 	b.WriteString("migration failed: ")
 	b.WriteString(err.Error())

@@ -33,6 +33,7 @@ import (
 // (KubeVirt, one libvirt per pod) takes no Ferry-driven migrations.
 type Target struct {
 	tracker *migration.Tracker
+	conns   Conns
 	socket  string
 	policy  libvirtx.IncomingPolicy
 	log     *zap.Logger
@@ -53,6 +54,8 @@ type Target struct {
 	// persisted, those it defined.
 	definitions map[string]string
 	persisted   map[string]bool
+	// trials end the Trial of each dry run's guest, by id.
+	trials map[string]func()
 }
 
 // persist defines a migrated persistent guest from its checked XML.
@@ -78,8 +81,8 @@ func (in *Target) persist(ctx context.Context, c *libvirtx.Conn, m proxy.Incomin
 
 // NewTarget builds the target side on the libvirt at socket, taking what
 // pol allows.
-func NewTarget(tracker *migration.Tracker, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
-	return &Target{tracker: tracker, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
+func NewTarget(tracker *migration.Tracker, conns Conns, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
+	return &Target{tracker: tracker, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
 // Persisted says whether this node defined the migration's guest, once.
@@ -106,12 +109,39 @@ func (in *Target) ownConn(id string) (*libvirtx.Conn, error) {
 // release closes migration id's own connection once its target QEMU no
 // longer depends on it.
 func (in *Target) release(id string) {
+	in.endTrial(id)
 	in.mu.Lock()
 	c := in.own[id]
 	delete(in.own, id)
 	in.mu.Unlock()
 	if c != nil {
 		c.Close()
+	}
+}
+
+func (in *Target) forgetDefinition(id string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	delete(in.definitions, id)
+}
+
+// trial keeps the end of a dry run's Trial until its guest is stopped.
+func (in *Target) trial(id string, end func()) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.trials == nil {
+		in.trials = map[string]func(){}
+	}
+	in.trials[id] = end
+}
+
+func (in *Target) endTrial(id string) {
+	in.mu.Lock()
+	end := in.trials[id]
+	delete(in.trials, id)
+	in.mu.Unlock()
+	if end != nil {
+		end()
 	}
 }
 
@@ -122,7 +152,7 @@ func (in *Target) release(id string) {
 // cookie, bytes no check has read. ferryd defines it itself, from the
 // checked XML, once Finish has handed the guest over (see Persisted).
 const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | libvirt.MigrateAutoConverge | libvirt.MigrateParallel |
-	libvirt.MigrateChangeProtection | libvirt.MigratePersistDest
+	libvirt.MigrateChangeProtection | libvirt.MigratePersistDest | libvirt.MigrateCompressed
 
 // libvirtFlags are a migration's flags as this node's libvirt gets them.
 func libvirtFlags(m proxy.IncomingMigration) libvirt.DomainMigrateFlags {
@@ -130,7 +160,7 @@ func libvirtFlags(m proxy.IncomingMigration) libvirt.DomainMigrateFlags {
 }
 
 func (in *Target) conn() (*libvirtx.Conn, error) {
-	c, err := in.tracker.ConnForSocket(in.socket)
+	c, err := in.conns.Conn(in.socket)
 	if err != nil {
 		return nil, &proxy.Refusal{Reason: ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 	}
@@ -153,7 +183,16 @@ func (in *Target) check(m proxy.IncomingMigration, domXML string) (string, error
 		allowed |= libvirt.MigrateNonSharedDisk
 	}
 	if extra := flags &^ allowed; extra != 0 {
-		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel, change protection, and a persistent domain's persist-dest with undefine-source)", uint32(extra))}
+		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel, compressed, change protection, and a persistent domain's persist-dest with undefine-source)", uint32(extra))}
+	}
+	if flags&libvirt.MigrateCompressed != 0 && (flags&libvirt.MigrateParallel == 0 || m.Parallel < 1) {
+		// Ferry's compression is zstd on multifd channels, the only kind
+		// this node prepares; libvirt would take the flag alone for
+		// another method.
+		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: "compression is taken only with parallel (multifd) connections"}
+	}
+	if flags&libvirt.MigrateCompressed != 0 && flags&libvirt.MigratePostcopy != 0 {
+		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: "compression is not taken with post-copy: QEMU 10.0 takes multifd only without it"}
 	}
 	if m.PostCopy != (flags&libvirt.MigratePostcopy != 0) {
 		// The streams were counted for one mode; libvirt would run the
@@ -191,6 +230,13 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	if active {
 		return nil, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
 	}
+	if m.DryRun {
+		// The guest a dry run starts is no migration, until well after
+		// Cancel (see release) has stopped it.
+		in.trial(m.ID, in.tracker.Trial(in.socket, m.Domain))
+	} else {
+		in.tracker.EndTrials(in.socket, m.Domain)
+	}
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.
 	in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
@@ -224,6 +270,9 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	if flags&libvirt.MigrateParallel != 0 && m.Parallel > 0 {
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(m.Parallel))})
 	}
+	if flags&libvirt.MigrateCompressed != 0 {
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamCompression, Value: *libvirt.NewTypedParamValueString(CompressionZstd)})
+	}
 	if m.DiskURI != "" {
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamDisksURI, Value: *libvirt.NewTypedParamValueString(m.DiskURI)})
 	}
@@ -233,7 +282,7 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	}
 	ck, err := c.Prepare(ctx, params, cookie, flags, wait)
 	ok = err == nil
-	if err == nil && m.Flags&uint32(libvirt.MigratePersistDest) != 0 {
+	if err == nil && m.Flags&uint32(libvirt.MigratePersistDest) != 0 && !m.DryRun {
 		in.mu.Lock()
 		if in.definitions == nil {
 			in.definitions = map[string]string{}
@@ -242,6 +291,7 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 		in.mu.Unlock()
 	}
 	if err != nil {
+		in.endTrial(m.ID)
 		// A Prepare this node gave up on may still complete in libvirt,
 		// and is undone on this connection when it does (see libvirtx's
 		// Prepare): only then does the connection stay open a while, and
@@ -418,21 +468,10 @@ func (in *Target) Held(ctx context.Context, m proxy.IncomingMigration) (string, 
 		return "", false
 	case err != nil:
 		return fmt.Sprintf("cannot tell whether the guest runs here in post-copy: %v", PeerError(err)), true
-	case !inPostCopyHere(state, reason):
+	case !libvirtx.InPostCopy(state, reason):
 		return "", false
 	}
 	return fmt.Sprintf("the guest is %s (reason %d) here: in post-copy", state, reason), true
-}
-
-// inPostCopyHere says whether a target's domain is held by post-copy.
-func inPostCopyHere(state libvirtx.State, reason int32) bool {
-	switch {
-	case state == libvirtx.StateRunning:
-		return reason == int32(libvirt.DomainRunningPostcopy) || reason == int32(libvirt.DomainRunningPostcopyFailed)
-	case state == libvirtx.StatePaused:
-		return reason == int32(libvirt.DomainPausedPostcopy) || reason == int32(libvirt.DomainPausedPostcopyFailed)
-	}
-	return false
 }
 
 // Cancel ends a prepared migration. libvirt's Finish answers a cancel with
@@ -440,7 +479,11 @@ func inPostCopyHere(state libvirtx.State, reason int32) bool {
 // whether the domain still runs afterwards. A guest in post-copy here is
 // never cancelled: it is the copy that runs.
 func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
-	if why, held := in.Held(ctx, m); held {
+	if m.DryRun {
+		// No stream ever came: its connection goes whatever libvirt
+		// answers below, and with it any guest the Finish left.
+		defer in.release(m.ID)
+	} else if why, held := in.Held(ctx, m); held {
 		return fmt.Errorf("not cancelled: %s", why)
 	}
 	in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
@@ -459,6 +502,12 @@ func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
 	}
 	_, ferr := c.Finish(ctx, finishParams(m), nil, libvirtFlags(m), true, until(ctx))
 	active, aerr := c.ActiveDomain(ctx, m.Domain)
+	if aerr == nil && !active {
+		// Never to be defined here: its checked XML goes. (A post-copy
+		// broken and resumed is never cancelled, and keeps it for the
+		// definition its recovery makes.)
+		in.forgetDefinition(m.ID)
+	}
 	switch {
 	case aerr != nil:
 		return PeerError(aerr)

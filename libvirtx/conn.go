@@ -149,9 +149,11 @@ func (c *Conn) Ping(ctx context.Context) (uint64, error) {
 	return call(ctx, c, "ping", (*libvirt.Libvirt).ConnectGetLibVersion)
 }
 
-// Raw exposes the underlying go-libvirt client for calls this package does
-// not wrap; callers are responsible for their own deadlines.
-func (c *Conn) Raw() *libvirt.Libvirt { return c.l }
+// HypervisorVersion is the version of the hypervisor libvirt drives
+// (QEMU's, as major*1,000,000 + minor*1,000 + micro).
+func (c *Conn) HypervisorVersion(ctx context.Context) (uint64, error) {
+	return call(ctx, c, "hypervisor version", (*libvirt.Libvirt).ConnectGetVersion)
+}
 
 // CallError names the libvirt call and socket that failed.
 type CallError struct {

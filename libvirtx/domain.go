@@ -2,6 +2,7 @@ package libvirtx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,6 +31,30 @@ func (c *Conn) Persistent(ctx context.Context, dom libvirt.Domain) (bool, error)
 	})
 }
 
+// MaxLauncherDomains bounds the domains a socket the glob matched may list.
+// A KubeVirt launcher pod's libvirt runs its VMI's one domain; the glob
+// reaches into every pod's volumes, and any pod could serve a libvirt of
+// its own there listing thousands of made-up migrations, each of which
+// would cost ferryd a job's memory and /metrics its series.
+const MaxLauncherDomains = 4
+
+// MaxLauncherName bounds a launcher's domain name in bytes: KubeVirt names
+// a domain NAMESPACE_NAME (at most 63+1+253). A longer one would cost every
+// series and event that carries it.
+const MaxLauncherName = 512
+
+// ErrNotALauncher: a socket the glob matched lists what no KubeVirt
+// launcher runs (too many domains, or a name too long); nothing of it is
+// tracked, and the pool holds it off.
+var ErrNotALauncher = errors.New("lists what no KubeVirt launcher runs: not tracked")
+
+// Matched says whether the connection is to a socket the glob matched: a
+// pod's, held to what a launcher runs.
+func (c *Conn) Matched() bool { return c.dialer.socketOnly }
+
+// LauncherName says whether a launcher's libvirt may name a domain so.
+func LauncherName(name string) bool { return len(name) <= MaxLauncherName }
+
 // Domains lists the active domains with their states in one round trip
 // (the "state" group of virConnectGetAllDomainStats needs no domain job, so
 // it does not wait on a migrating domain's state-change lock).
@@ -39,6 +64,16 @@ func (c *Conn) Domains(ctx context.Context) ([]Domain, error) {
 			uint32(libvirt.ConnectGetAllDomainsStatsActive))
 		if err != nil {
 			return nil, err
+		}
+		if c.Matched() {
+			if len(recs) > MaxLauncherDomains {
+				return nil, fmt.Errorf("%w: %d domains on %s", ErrNotALauncher, len(recs), c.socket)
+			}
+			for _, r := range recs {
+				if !LauncherName(r.Dom.Name) {
+					return nil, fmt.Errorf("%w: a domain name of %d bytes on %s", ErrNotALauncher, len(r.Dom.Name), c.socket)
+				}
+			}
 		}
 		out := make([]Domain, 0, len(recs))
 		for _, r := range recs {

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/internal/testsock"
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 // liar answers every call with a packet whose length word is length,
@@ -20,30 +23,16 @@ import (
 func liar(t *testing.T, length uint32) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "libvirt-sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				var hdr [28]byte
-				if _, err := io.ReadFull(c, hdr[:]); err != nil {
-					return
-				}
-				io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(hdr[:4]))-28)
-				out := binary.BigEndian.AppendUint32(nil, length)
-				c.Write(append(out, make([]byte, 64)...))
-				io.Copy(io.Discard, c)
-			}()
+	testsock.Serve(t, path, func(c net.Conn) {
+		var hdr [28]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
 		}
-	}()
+		io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(hdr[:4]))-28)
+		out := binary.BigEndian.AppendUint32(nil, length)
+		c.Write(append(out, make([]byte, 64)...))
+		testsock.Hold(c)
+	})
 	return path
 }
 
@@ -63,16 +52,13 @@ func TestDialRefusesBadPacketLengths(t *testing.T) {
 // A call on a good connection fails, rather than panics, when a bad length
 // comes later.
 func TestCallFailsOnBadPacketLength(t *testing.T) {
-	f := newFakeLibvirt(t, "")
-	c, err := Dial(context.Background(), f.path, time.Second)
+	f := libvirtxtest.New(t, "")
+	c, err := Dial(context.Background(), f.Path(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	f.mu.Lock()
-	conn := f.conns[0]
-	f.mu.Unlock()
-	conn.Write(be32(0))
+	f.Send(be32(0))
 	select {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
@@ -84,15 +70,15 @@ func TestCallFailsOnBadPacketLength(t *testing.T) {
 }
 
 func TestFakeLibvirtWorksThroughFraming(t *testing.T) {
-	f := newFakeLibvirt(t, "")
+	f := libvirtxtest.New(t, "")
 	big := bytes.Repeat([]byte("x"), 3*4096+5) // spans several bufio reads
-	f.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-		if proc == procDomainGetMaxMemory {
+	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == libvirtxtest.ProcDomainGetMaxMemory {
 			return nil, &libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: string(big)}, true
 		}
 		return nil, nil, false
 	})
-	c, err := Dial(context.Background(), f.path, time.Second)
+	c, err := Dial(context.Background(), f.Path(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +87,7 @@ func TestFakeLibvirtWorksThroughFraming(t *testing.T) {
 		if v, err := c.Ping(context.Background()); err != nil || v != 11003000 {
 			t.Fatalf("ping %d: %d, %v", i, v, err)
 		}
-		_, err := c.Raw().DomainGetMaxMemory(libvirt.Domain{Name: "d"})
+		_, err := c.l.DomainGetMaxMemory(libvirt.Domain{Name: "d"})
 		var le libvirt.Error
 		if !errors.As(err, &le) || len(le.Message) != len(big) {
 			t.Fatalf("big error reply: %v", err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 // Packets from whatever serves a socket in the launcher glob: the check
@@ -59,27 +61,27 @@ func FuzzReplyDecodedByGoLibvirt(f *testing.F) {
 		proc uint32
 		call func(context.Context, *Conn) error
 	}{
-		{procDomainGetJobStats, func(ctx context.Context, c *Conn) error {
+		{libvirtxtest.ProcDomainGetJobStats, func(ctx context.Context, c *Conn) error {
 			_, err := c.JobStats(ctx, libvirt.Domain{Name: "vm"}, false)
 			return err
 		}},
-		{procConnectListAll, func(ctx context.Context, c *Conn) error {
+		{libvirtxtest.ProcConnectGetAllDomainStats, func(ctx context.Context, c *Conn) error {
 			_, err := c.Domains(ctx)
 			return err
 		}},
-		{procDomainGetState, func(ctx context.Context, c *Conn) error {
+		{libvirtxtest.ProcDomainGetState, func(ctx context.Context, c *Conn) error {
 			_, _, err := c.DomainState(ctx, libvirt.Domain{Name: "vm"})
 			return err
 		}},
-		{procDomainGetXMLDesc, func(ctx context.Context, c *Conn) error {
+		{libvirtxtest.ProcDomainGetXMLDesc, func(ctx context.Context, c *Conn) error {
 			_, err := c.DomainXML(ctx, libvirt.Domain{Name: "vm"})
 			return err
 		}},
 	}
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		call := calls[int(which)%len(calls)]
-		fl := newFakeLibvirt(t, "")
-		fl.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		fl := libvirtxtest.New(t, "")
+		fl.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
 			if proc == call.proc {
 				return body, nil, true
 			}
@@ -87,7 +89,7 @@ func FuzzReplyDecodedByGoLibvirt(f *testing.F) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c, err := Dial(ctx, fl.path, 2*time.Second)
+		c, err := Dial(ctx, fl.Path(), 2*time.Second)
 		if err != nil {
 			t.Fatalf("dial: %v", err)
 		}

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 func TestWatchLevels(t *testing.T) {
@@ -62,8 +64,8 @@ func TestPoolFindsANewLauncherSocketAtOnce(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		began := time.Now()
-		f := newFakeLibvirt(t, filepath.Join(dir, "virtqemud-sock"))
-		h.waitServed(t, f.path)
+		f := libvirtxtest.New(t, filepath.Join(dir, "virtqemud-sock"))
+		h.waitServed(t, f.Path())
 		t.Logf("launcher %d served %v after its socket appeared", i+1, time.Since(began).Round(time.Millisecond))
 		if g, _ := p.GlobStatus(); g.Matches != i+1 || g.Empty {
 			t.Errorf("glob status %+v, want %d matches", g, i+1)

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
-func dialFake(t *testing.T, f *fakeLibvirt) *Conn {
+func dialFake(t *testing.T, f *libvirtxtest.Server) *Conn {
 	t.Helper()
-	c, err := Dial(context.Background(), f.path, time.Second)
+	c, err := Dial(context.Background(), f.Path(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +23,8 @@ func dialFake(t *testing.T, f *fakeLibvirt) *Conn {
 }
 
 func TestCompletedJobStatsAreKeptForOtherReaders(t *testing.T) {
-	f := newFakeLibvirt(t, "")
+	f := libvirtxtest.New(t, "")
+	f.SetDomains(libvirtxtest.Domain{Name: "vm1", State: int32(StateRunning)})
 	c := dialFake(t, f)
 	dom := libvirt.Domain{Name: "vm1"}
 	for _, completed := range []bool{true, false} {
@@ -29,15 +32,15 @@ func TestCompletedJobStatsAreKeptForOtherReaders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	calls := f.called(procDomainGetJobStats)
+	calls := f.Calls(libvirtxtest.ProcDomainGetJobStats)
 	if len(calls) != 2 {
 		t.Fatalf("%d job stats calls, want 2", len(calls))
 	}
 	keep := uint32(libvirt.DomainJobStatsCompleted | libvirt.DomainJobStatsKeepCompleted)
-	if got := lastFlags(calls[0]); got != keep {
+	if got := libvirtxtest.Flags(calls[0]); got != keep {
 		t.Errorf("completed stats read with flags %#x, want COMPLETED|KEEP_COMPLETED (%#x)", got, keep)
 	}
-	if got := lastFlags(calls[1]); got != 0 {
+	if got := libvirtxtest.Flags(calls[1]); got != 0 {
 		t.Errorf("active job stats read with flags %#x, want 0", got)
 	}
 }
@@ -68,9 +71,9 @@ func TestIsTargetOnlyGoesByErrorCode(t *testing.T) {
 }
 
 func TestIsTargetOnlyOnLibvirtsAnswer(t *testing.T) {
-	f := newFakeLibvirt(t, "")
-	f.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-		if proc != procDomainGetJobStats {
+	f := libvirtxtest.New(t, "")
+	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc != libvirtxtest.ProcDomainGetJobStats {
 			return nil, nil, false
 		}
 		return nil, &libvirt.Error{Code: uint32(libvirt.ErrOperationUnsupported), Message: "statistiques disponibles uniquement sur l'hôte source"}, true
@@ -78,5 +81,22 @@ func TestIsTargetOnlyOnLibvirtsAnswer(t *testing.T) {
 	_, err := dialFake(t, f).JobStats(context.Background(), libvirt.Domain{Name: "vm1"}, false)
 	if !IsTargetOnly(err) {
 		t.Fatalf("IsTargetOnly(%v) = false", err)
+	}
+}
+
+// libvirt gives the dirty rate in MiB/s, and the mode as QEMU names it;
+// a mode it has no name for is dropped.
+func TestDecodeDirtyRate(t *testing.T) {
+	p := func(field string, v any) libvirt.TypedParam {
+		return libvirt.TypedParam{Field: field, Value: libvirt.TypedParamValue{I: v}}
+	}
+	r := DecodeDirtyRate([]libvirt.TypedParam{p("dirtyrate.calc_status", int32(2)), p("dirtyrate.calc_period", int32(1)),
+		p("dirtyrate.megabytes_per_second", int64(53)), p("dirtyrate.calc_mode", "page-sampling")})
+	if !r.Measured || r.Measuring || r.BytesPerSecond != 53<<20 || r.Period != time.Second || r.Mode != DirtyRatePageSampling {
+		t.Fatalf("decoded %+v", r)
+	}
+	r = DecodeDirtyRate([]libvirt.TypedParam{p("dirtyrate.calc_status", int32(1)), p("dirtyrate.calc_mode", "\x1b[31mevil"), p("dirtyrate.calc_period", uint64(1)<<62)})
+	if r.Measured || !r.Measuring || r.Mode != "" || r.Period != 60*time.Second {
+		t.Fatalf("decoded %+v: want measuring, no mode, the period bounded", r)
 	}
 }

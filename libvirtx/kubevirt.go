@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	libvirt "github.com/digitalocean/go-libvirt"
-	"libvirt.org/go/libvirtxml"
 )
 
 // kubeVirtNS is the namespace of KubeVirt's domain metadata.
@@ -41,30 +40,6 @@ func uidOfElement(md string) string {
 		return ""
 	}
 	return strings.TrimSpace(k.UID)
-}
-
-// KubeVirtUID returns the VMI UID KubeVirt records in a domain's metadata
-// (<kubevirt xmlns="http://kubevirt.io"><uid>…</uid>), or "" when the domain
-// is not KubeVirt's or the XML cannot be read.
-func KubeVirtUID(domainXML string) string {
-	var d libvirtxml.Domain
-	if err := d.Unmarshal(domainXML); err != nil || d.Metadata == nil {
-		return ""
-	}
-	var md struct {
-		KubeVirt []struct {
-			UID string `xml:"http://kubevirt.io uid"`
-		} `xml:"http://kubevirt.io kubevirt"`
-	}
-	if err := xml.Unmarshal([]byte("<m>"+d.Metadata.XML+"</m>"), &md); err != nil {
-		return ""
-	}
-	for _, k := range md.KubeVirt {
-		if uid := strings.TrimSpace(k.UID); uid != "" {
-			return uid
-		}
-	}
-	return ""
 }
 
 // KubeVirtSocketGlob is where KubeVirt's virt-launcher pods put their

@@ -43,18 +43,6 @@ func TestNames(t *testing.T) {
 	}
 }
 
-func TestKubeVirtUID(t *testing.T) {
-	x := `<domain type='kvm'><name>default_vm1</name><metadata>
-	  <kubevirt xmlns="http://kubevirt.io"><uid>4c1a7e4e-1111-2222-3333-444455556666</uid><graceperiod><deletionGracePeriodSeconds>30</deletionGracePeriodSeconds></graceperiod></kubevirt>
-	</metadata></domain>`
-	if got := KubeVirtUID(x); got != "4c1a7e4e-1111-2222-3333-444455556666" {
-		t.Fatalf("uid %q", got)
-	}
-	if got := KubeVirtUID(`<domain type='qemu'><name>plain</name></domain>`); got != "" {
-		t.Fatalf("plain domain uid %q", got)
-	}
-}
-
 func TestProcessCPUSecondsAndV1Paths(t *testing.T) {
 	stat := filepath.Join(t.TempDir(), "stat")
 	// A command name with spaces and a ')' must not shift the fields.

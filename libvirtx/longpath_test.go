@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 // launcherPath lays out a virt-launcher's libvirt socket as the kubelet
@@ -29,21 +31,9 @@ func launcherPath(t *testing.T) string {
 	return p
 }
 
-// fakeAt serves the fake libvirt at path, binding at a short path first:
-// a socket's inode, not its name, is what a connect reaches.
-func fakeAt(t *testing.T, path string) *fakeLibvirt {
-	t.Helper()
-	short := filepath.Join(t.TempDir(), "s")
-	f := newFakeLibvirt(t, short)
-	if err := os.Rename(short, path); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 func TestDialReachesALauncherSocketPastTheUnixLimit(t *testing.T) {
 	path := launcherPath(t)
-	f := fakeAt(t, path)
+	f := libvirtxtest.New(t, path)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, path, time.Second)
@@ -57,7 +47,7 @@ func TestDialReachesALauncherSocketPastTheUnixLimit(t *testing.T) {
 	if c.Socket() != path {
 		t.Errorf("Socket() = %q, want the path asked for", c.Socket())
 	}
-	if n := len(f.called(procConnectOpen)); n != 1 {
+	if n := len(f.Calls(libvirtxtest.ProcConnectOpen)); n != 1 {
 		t.Errorf("%d connect-open calls", n)
 	}
 }
@@ -73,7 +63,7 @@ func TestDialAsksASessionDaemonForTheSessionURI(t *testing.T) {
 		want string
 	}{{0, "qemu:///system"}, {107, "qemu:///session"}} {
 		path := filepath.Join(t.TempDir(), "libvirt-sock")
-		f := newFakeLibvirt(t, path)
+		f := libvirtxtest.New(t, path)
 		if err := os.Lchown(path, tc.uid, tc.uid); err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +72,7 @@ func TestDialAsksASessionDaemonForTheSessionURI(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Close()
-		opens := f.called(procConnectOpen)
+		opens := f.Calls(libvirtxtest.ProcConnectOpen)
 		if len(opens) != 1 || !bytes.Contains(opens[0], []byte(tc.want)) {
 			t.Errorf("socket of uid %d: connect-open args %q, want %s", tc.uid, opens, tc.want)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 func TestMigrationDeadline(t *testing.T) {
@@ -33,15 +35,15 @@ func TestMigrationDeadline(t *testing.T) {
 
 // migrateFake holds the migrate call until the job is aborted (answering it
 // as libvirt does then), or answers abort with refusal when it is set.
-func migrateFake(t *testing.T, refusal *libvirt.Error, after time.Duration) *fakeLibvirt {
-	f := newFakeLibvirt(t, "")
+func migrateFake(t *testing.T, refusal *libvirt.Error, after time.Duration) *libvirtxtest.Server {
+	f := libvirtxtest.New(t, "")
 	aborted := make(chan struct{})
-	f.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
 		switch proc {
-		case procDomainAbortJob:
+		case libvirtxtest.ProcDomainAbortJob:
 			close(aborted)
 			return nil, refusal, true
-		case procMigratePerform3:
+		case libvirtxtest.ProcDomainMigratePerform3Params:
 			<-aborted
 			if refusal != nil {
 				time.Sleep(after)
@@ -65,7 +67,7 @@ func TestMigratePastDeadlineAbortsLibvirtsJob(t *testing.T) {
 	if !errors.As(err, &le) || le.Code != uint32(libvirt.ErrOperationAborted) {
 		t.Fatalf("err %v does not carry libvirt's own answer", err)
 	}
-	if n := len(f.called(procDomainAbortJob)); n != 1 {
+	if n := len(f.Calls(libvirtxtest.ProcDomainAbortJob)); n != 1 {
 		t.Fatalf("%d aborts, want 1", n)
 	}
 }
@@ -85,12 +87,12 @@ func TestMigrateInPostCopyWaitsWhenAbortIsRefused(t *testing.T) {
 }
 
 func TestMigrateWithinDeadline(t *testing.T) {
-	f := newFakeLibvirt(t, "")
+	f := libvirtxtest.New(t, "")
 	c := dialFake(t, f)
 	if err := c.Migrate(context.Background(), libvirt.Domain{Name: "vm1"}, "qemu+unix:///system?socket=/x", nil, libvirt.MigrateLive, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.called(procDomainAbortJob)); n != 0 {
+	if n := len(f.Calls(libvirtxtest.ProcDomainAbortJob)); n != 0 {
 		t.Fatalf("%d aborts of a migration that ended in time", n)
 	}
 }
@@ -98,15 +100,14 @@ func TestMigrateWithinDeadline(t *testing.T) {
 // A Prepare libvirt answers after Ferry gave up on it (a libvirtd frozen
 // for a while) is undone: its target QEMU is told to go, by name.
 func TestAPrepareAnsweredLateIsUndone(t *testing.T) {
-	const procPrepare3, procFinish3 = 303, 306
-	f := newFakeLibvirt(t, "")
+	f := libvirtxtest.New(t, "")
 	release := make(chan struct{})
-	f.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-		if proc == procPrepare3 {
+	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == libvirtxtest.ProcDomainMigratePrepare3Params {
 			<-release
 			return be32(0, 0), nil, true // no cookie, no URI
 		}
-		if proc == procFinish3 {
+		if proc == libvirtxtest.ProcDomainMigrateFinish3Params {
 			return nil, &libvirt.Error{Code: uint32(libvirt.ErrOperationFailed), Message: "migration cancelled"}, true
 		}
 		return nil, nil, false
@@ -119,16 +120,16 @@ func TestAPrepareAnsweredLateIsUndone(t *testing.T) {
 	if _, err := c.Prepare(context.Background(), params, nil, libvirt.MigrateLive, 100*time.Millisecond); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("prepare: %v, want a timeout", err)
 	}
-	if n := len(f.called(procFinish3)); n != 0 {
+	if n := len(f.Calls(libvirtxtest.ProcDomainMigrateFinish3Params)); n != 0 {
 		t.Fatalf("%d finishes before libvirt answered the prepare", n)
 	}
 	close(release)
 	deadline := time.Now().Add(5 * time.Second)
-	for len(f.called(procFinish3)) == 0 && time.Now().Before(deadline) {
+	for len(f.Calls(libvirtxtest.ProcDomainMigrateFinish3Params)) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	calls := f.called(procFinish3)
-	if len(calls) != 1 || !bytes.Contains(calls[0], []byte("vm1")) || bytes.Contains(calls[0], []byte("<domain/>")) || lastFlags(calls[0]) != 1 {
+	calls := f.Calls(libvirtxtest.ProcDomainMigrateFinish3Params)
+	if len(calls) != 1 || !bytes.Contains(calls[0], []byte("vm1")) || bytes.Contains(calls[0], []byte("<domain/>")) || libvirtxtest.Flags(calls[0]) != 1 {
 		t.Fatalf("finish calls %q; want one, cancelled, naming vm1 only", calls)
 	}
 }

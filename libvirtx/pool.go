@@ -19,6 +19,9 @@ import (
 // domain went away, and the pool stops watching the socket.
 var ErrSocketGone = errors.New("libvirt socket removed; no longer watched")
 
+// ErrNotConnected: the pool has no live connection to that socket now.
+var ErrNotConnected = errors.New("libvirt connection is down")
+
 // Handler consumes one live connection. Serve runs until events closes (the
 // connection was lost or the pool is stopping); the pool then reconnects.
 type Handler interface {
@@ -107,6 +110,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	status  map[string]*SocketStatus
+	conns   map[string]*Conn
 	running map[string]context.CancelCauseFunc
 	misses  map[string]int
 	started bool
@@ -118,7 +122,7 @@ type Pool struct {
 // NewPool makes a pool; Run starts it.
 func NewPool(cfg PoolConfig, h Handler, log *zap.Logger) *Pool {
 	cfg.defaults()
-	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, running: map[string]context.CancelCauseFunc{}, misses: map[string]int{}}
+	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, conns: map[string]*Conn{}, running: map[string]context.CancelCauseFunc{}, misses: map[string]int{}}
 }
 
 // Run watches sockets until ctx ends, then waits for every connection to close.
@@ -321,6 +325,18 @@ func (p *Pool) setStatus(socket string, f func(*SocketStatus)) {
 	}
 }
 
+// Conn is the live connection to a libvirt socket the pool serves: what
+// acts on a domain there (an abort, a switch, a driven migration's calls)
+// uses, while the tracker only reads through it.
+func (p *Pool) Conn(socket string) (*Conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conns[socket]; c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w (%s)", ErrNotConnected, socket)
+}
+
 // keep connects, serves and reconnects with exponential backoff until ctx ends.
 func (p *Pool) keep(ctx context.Context, socket string) {
 	backoff := p.cfg.BackoffMin
@@ -377,6 +393,13 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 	if err != nil {
 		return err
 	}
+	if c.Matched() {
+		// Refused before anything of it is served: the backoff holds it
+		// off, its status says why.
+		if _, err := c.Domains(ctx); errors.Is(err, ErrNotALauncher) {
+			return err
+		}
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events, err := c.Subscribe(cctx, p.cfg.EventsBuffer)
@@ -391,6 +414,19 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 		s.LibVersion = versionString(ver)
 	})
 	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ver)))
+	p.mu.Lock()
+	p.conns[socket] = c
+	p.mu.Unlock()
+	// Handed out no longer once it is being closed; a connection to a
+	// socket that came back meanwhile is the new one's to remove.
+	forget := sync.OnceFunc(func() {
+		p.mu.Lock()
+		if p.conns[socket] == c {
+			delete(p.conns, socket)
+		}
+		p.mu.Unlock()
+	})
+	defer forget()
 
 	lost := make(chan error, 1)
 	go func() { lost <- p.health(cctx, c) }()
@@ -405,6 +441,7 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 	case <-served:
 		reason = context.Canceled
 	}
+	forget()
 	cancel()
 	c.Close()
 	<-served

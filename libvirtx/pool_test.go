@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 type lostCall struct {
@@ -71,19 +73,19 @@ func TestLostSaysWhetherTheSocketWentAway(t *testing.T) {
 	dir := t.TempDir()
 	_, h, stop := runPool(t, PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second})
 
-	gone := newFakeLibvirt(t, filepath.Join(dir, "launcher-a.sock"))
-	h.waitServed(t, gone.path)
-	if err := os.Remove(gone.path); err != nil {
+	gone := libvirtxtest.New(t, filepath.Join(dir, "launcher-a.sock"))
+	h.waitServed(t, gone.Path())
+	if err := os.Remove(gone.Path()); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.waitLost(t, gone.path); !errors.Is(err, ErrSocketGone) {
+	if err := h.waitLost(t, gone.Path()); !errors.Is(err, ErrSocketGone) {
 		t.Fatalf("socket removed: Lost got %v, want ErrSocketGone", err)
 	}
 
-	stays := newFakeLibvirt(t, filepath.Join(dir, "launcher-b.sock"))
-	h.waitServed(t, stays.path)
+	stays := libvirtxtest.New(t, filepath.Join(dir, "launcher-b.sock"))
+	h.waitServed(t, stays.Path())
 	stop()
-	if err := h.waitLost(t, stays.path); errors.Is(err, ErrSocketGone) || !errors.Is(err, context.Canceled) {
+	if err := h.waitLost(t, stays.Path()); errors.Is(err, ErrSocketGone) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("pool stopping: Lost got %v, want context.Canceled and not ErrSocketGone", err)
 	}
 }
@@ -105,16 +107,16 @@ func TestLostSaysGoneWhenTheDaemonDiedFirst(t *testing.T) {
 		cancel()
 		<-stopped
 	}()
-	f := newFakeLibvirt(t, filepath.Join(dir, "launcher.sock"))
-	h.waitServed(t, f.path)
+	f := libvirtxtest.New(t, filepath.Join(dir, "launcher.sock"))
+	h.waitServed(t, f.Path())
 	f.Close() // the daemon exits; its socket file stays for a moment
-	if err := h.waitLost(t, f.path); errors.Is(err, ErrSocketGone) {
+	if err := h.waitLost(t, f.Path()); errors.Is(err, ErrSocketGone) {
 		t.Fatalf("daemon gone, socket still there: Lost got %v, want a lost connection", err)
 	}
-	if err := os.Remove(f.path); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(f.Path()); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	if err := h.waitLost(t, f.path); !errors.Is(err, ErrSocketGone) {
+	if err := h.waitLost(t, f.Path()); !errors.Is(err, ErrSocketGone) {
 		t.Fatalf("socket removed after its daemon died: Lost got %v, want ErrSocketGone", err)
 	}
 }
@@ -130,16 +132,16 @@ func TestSocketGoneOnlyAfterTwoScansMissIt(t *testing.T) {
 		cancel()
 		p.wg.Wait()
 	}()
-	f := newFakeLibvirt(t, filepath.Join(dir, "launcher.sock"))
+	f := libvirtxtest.New(t, filepath.Join(dir, "launcher.sock"))
 	p.rescan(ctx)
-	h.waitServed(t, f.path)
-	if err := os.Remove(f.path); err != nil {
+	h.waitServed(t, f.Path())
+	if err := os.Remove(f.Path()); err != nil {
 		t.Fatal(err)
 	}
 	watched := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		_, ok := p.running[f.path]
+		_, ok := p.running[f.Path()]
 		return ok
 	}
 	p.rescan(ctx)
@@ -156,8 +158,8 @@ func TestSocketGoneOnlyAfterTwoScansMissIt(t *testing.T) {
 // be able to point ferryd elsewhere through a symlink.
 func TestGlobMatchesMustBeSocketsNotSymlinks(t *testing.T) {
 	dir := t.TempDir()
-	elsewhere := newFakeLibvirt(t, filepath.Join(t.TempDir(), "host-sock"))
-	if err := os.Symlink(elsewhere.path, filepath.Join(dir, "link.sock")); err != nil {
+	elsewhere := libvirtxtest.New(t, filepath.Join(t.TempDir(), "host-sock"))
+	if err := os.Symlink(elsewhere.Path(), filepath.Join(dir, "link.sock")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "file.sock"), nil, 0o600); err != nil {
@@ -165,13 +167,13 @@ func TestGlobMatchesMustBeSocketsNotSymlinks(t *testing.T) {
 	}
 	p, h, _ := runPool(t, PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second})
 
-	launcher := newFakeLibvirt(t, filepath.Join(dir, "real.sock"))
-	h.waitServed(t, launcher.path)
+	launcher := libvirtxtest.New(t, filepath.Join(dir, "real.sock"))
+	h.waitServed(t, launcher.Path())
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		refused := 0
 		for _, s := range p.Status() {
-			if s.Socket != launcher.path && !s.Up && strings.Contains(s.LastError, "not a unix socket") {
+			if s.Socket != launcher.Path() && !s.Up && strings.Contains(s.LastError, "not a unix socket") {
 				refused++
 			}
 		}
@@ -183,10 +185,7 @@ func TestGlobMatchesMustBeSocketsNotSymlinks(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	elsewhere.mu.Lock()
-	n := len(elsewhere.conns)
-	elsewhere.mu.Unlock()
-	if n != 0 {
+	if n := elsewhere.Connections(); n != 0 {
 		t.Fatalf("the socket behind the symlink was dialed %d times", n)
 	}
 }

@@ -7,14 +7,16 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 // A call that times out must not leave anything behind that writes what the
 // caller already returned: libvirt answering late is the normal case of a
 // slow daemon, and the race detector fails this test if it does.
 func TestTimedOutCallAnsweredLateDoesNotRace(t *testing.T) {
-	f := newFakeLibvirt(t, "")
-	c, err := Dial(context.Background(), f.path, 50*time.Millisecond)
+	f := libvirtxtest.New(t, "")
+	c, err := Dial(context.Background(), f.Path(), 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +25,8 @@ func TestTimedOutCallAnsweredLateDoesNotRace(t *testing.T) {
 	// race detector counts any socket write by the test as ordering it
 	// before the reply, which would hide the race this test is about.
 	answered := make(chan struct{})
-	f.setAnswer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-		if proc != procGetLibVersion {
+	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc != libvirtxtest.ProcConnectGetLibVersion {
 			return nil, nil, false
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -36,7 +38,7 @@ func TestTimedOutCallAnsweredLateDoesNotRace(t *testing.T) {
 		t.Fatalf("Ping = %d, %v; want 0 and ErrTimeout", v, err)
 	}
 	<-answered
-	f.setAnswer(nil)
+	f.Answer(nil)
 	// Let go-libvirt route the late reply to the abandoned call.
 	time.Sleep(100 * time.Millisecond)
 	if v, err := c.Ping(context.Background()); err != nil || v != 11003000 {

@@ -32,6 +32,29 @@ const (
 	ShutoffFailed         int32 = 6
 )
 
+// InPostCopy says whether a domain is in a post-copy migration, going on or
+// broken, on either side: the source is paused in it, the target runs (or,
+// once broken, is paused too). Its memory may be split between two hosts,
+// so nothing may end either copy.
+func InPostCopy(s State, reason int32) bool {
+	switch s {
+	case StateRunning:
+		return reason == RunningPostCopy || reason == RunningPostCopyFailed
+	case StatePaused:
+		return reason == PausedPostCopy || reason == PausedPostCopyFailed
+	}
+	return false
+}
+
+// PostCopyGoesOn says whether a post-copy migration still runs as libvirt
+// shows it on the source's or the target's side: not broken.
+func PostCopyGoesOn(source bool, s State, reason int32) bool {
+	if source {
+		return s == StatePaused && reason == PausedPostCopy
+	}
+	return s == StateRunning && reason == RunningPostCopy
+}
+
 var stateNames = []string{"nostate", "running", "blocked", "paused", "shutdown", "shutoff", "crashed", "pmsuspended"}
 
 func (s State) String() string {

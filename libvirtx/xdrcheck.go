@@ -22,13 +22,18 @@ const (
 	xdrCookieMax     = 4 << 20 // REMOTE_MIGRATE_COOKIE_MAX
 	xdrAuthTypesMax  = 20      // REMOTE_AUTH_TYPE_LIST_MAX
 	xdrDomainListMax = 16384   // REMOTE_DOMAIN_LIST_MAX
-	// Ferry asks only for the state group: two parameters a domain, far
-	// under libvirt's REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX.
-	xdrStateStatsMax    = 64
-	xdrJobStatsMax      = 64 // REMOTE_DOMAIN_JOB_STATS_MAX
-	xdrFieldMax         = 80 // VIR_TYPED_PARAM_FIELD_LENGTH
-	xdrMinTypedParam    = 4 + 4 + 4
-	xdrMinNonnullDomain = 4 + 16 + 4
+	// Ferry asks for the state group of every domain (two parameters
+	// each) and the dirty-rate group of one (five, and one a vCPU in
+	// dirty-ring mode): a listing of many records keeps the small bound,
+	// and only a single record may carry the large one, so no reply
+	// decodes into more than its records' share.
+	xdrStateStatsMax     = 64
+	xdrDirtyRateStatsMax = 1024
+	xdrJobStatsMax       = 64   // REMOTE_DOMAIN_JOB_STATS_MAX
+	xdrMemoryStatsMax    = 1024 // REMOTE_DOMAIN_MEMORY_STATS_MAX
+	xdrFieldMax          = 80   // VIR_TYPED_PARAM_FIELD_LENGTH
+	xdrMinTypedParam     = 4 + 4 + 4
+	xdrMinNonnullDomain  = 4 + 16 + 4
 )
 
 // RPC header values (libvirt's virnetprotocol.x).
@@ -149,43 +154,54 @@ func (w *xdrWalk) typedParams(max int) {
 // replyLayouts are the replies to the calls Ferry makes, by procedure,
 // walked as go-libvirt decodes them.
 var replyLayouts = map[uint32]func(*xdrWalk){
-	265:          func(w *xdrWalk) { w.bytes(xdrStringMax, "metadata") },                                    // domain get metadata
-	qemuCall | 1: func(w *xdrWalk) { w.bytes(xdrStringMax, "QEMU monitor answer") },                         // QEMU domain monitor command
-	1:            func(*xdrWalk) {},                                                                         // connect open
-	2:            func(*xdrWalk) {},                                                                         // connect close
-	7:            func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                // connect get capabilities
-	11:           func(w *xdrWalk) { w.domain() },                                                           // domain define XML
-	12:           func(*xdrWalk) {},                                                                         // domain destroy
-	14:           func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                  // domain get XML desc
-	17:           func(w *xdrWalk) { w.take(8, "max memory") },                                              // domain get max memory
-	23:           func(w *xdrWalk) { w.domain() },                                                           // domain lookup by name
-	28:           func(*xdrWalk) {},                                                                         // domain resume
-	66:           func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },    // auth list
-	70:           func(w *xdrWalk) { w.take(4, "complete") },                                                // auth polkit, go-libvirt's own call
-	150:          func(w *xdrWalk) { w.take(4, "active") },                                                  // domain is active
-	151:          func(w *xdrWalk) { w.take(4, "persistent") },                                              // domain is persistent
-	157:          func(w *xdrWalk) { w.take(8, "version") },                                                 // connect get lib version
-	164:          func(*xdrWalk) {},                                                                         // domain abort job
-	166:          func(*xdrWalk) {},                                                                         // domain migrate set max downtime
-	212:          func(w *xdrWalk) { w.take(8, "state and reason") },                                        // domain get state
-	231:          func(*xdrWalk) {},                                                                         // domain undefine flags
-	298:          func(w *xdrWalk) { w.take(4, "job type"); w.typedParams(xdrJobStatsMax) },                 // domain get job stats
-	302:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.bytes(xdrStringMax, "domain XML") }, // begin3
-	303:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.optString("URI") },                  // prepare3
-	305:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie") },                                      // perform3
-	306:          func(w *xdrWalk) { w.domain(); w.bytes(xdrCookieMax, "cookie") },                          // finish3
-	307:          func(*xdrWalk) {},                                                                         // confirm3
-	316:          func(w *xdrWalk) { w.take(4, "callback ID") },                                             // event callback register any
-	317:          func(*xdrWalk) {},                                                                         // event callback deregister any
+	265:          func(w *xdrWalk) { w.bytes(xdrStringMax, "metadata") },                                         // domain get metadata
+	qemuCall | 1: func(w *xdrWalk) { w.bytes(xdrStringMax, "QEMU monitor answer") },                              // QEMU domain monitor command
+	1:            func(*xdrWalk) {},                                                                              // connect open
+	2:            func(*xdrWalk) {},                                                                              // connect close
+	4:            func(w *xdrWalk) { w.take(8, "hypervisor version") },                                           // connect get version
+	7:            func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                     // connect get capabilities
+	11:           func(w *xdrWalk) { w.domain() },                                                                // domain define XML
+	12:           func(*xdrWalk) {},                                                                              // domain destroy
+	14:           func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                       // domain get XML desc
+	17:           func(w *xdrWalk) { w.take(8, "max memory") },                                                   // domain get max memory
+	23:           func(w *xdrWalk) { w.domain() },                                                                // domain lookup by name
+	28:           func(*xdrWalk) {},                                                                              // domain resume
+	66:           func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },         // auth list
+	70:           func(w *xdrWalk) { w.take(4, "complete") },                                                     // auth polkit, go-libvirt's own call
+	150:          func(w *xdrWalk) { w.take(4, "active") },                                                       // domain is active
+	151:          func(w *xdrWalk) { w.take(4, "persistent") },                                                   // domain is persistent
+	157:          func(w *xdrWalk) { w.take(8, "version") },                                                      // connect get lib version
+	159:          func(w *xdrWalk) { w.take(12*w.count(xdrMemoryStatsMax, 12, "memory stats"), "memory stats") }, // domain memory stats
+	164:          func(*xdrWalk) {},                                                                              // domain abort job
+	166:          func(*xdrWalk) {},                                                                              // domain migrate set max downtime
+	194:          func(w *xdrWalk) { w.take(24, "allocation, capacity and physical size") },                      // domain get block info
+	207:          func(*xdrWalk) {},                                                                              // domain migrate set max speed
+	212:          func(w *xdrWalk) { w.take(8, "state and reason") },                                             // domain get state
+	242:          func(w *xdrWalk) { w.take(8, "max speed") },                                                    // domain migrate get max speed
+	231:          func(*xdrWalk) {},                                                                              // domain undefine flags
+	298:          func(w *xdrWalk) { w.take(4, "job type"); w.typedParams(xdrJobStatsMax) },                      // domain get job stats
+	302:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.bytes(xdrStringMax, "domain XML") },      // begin3
+	303:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie"); w.optString("URI") },                       // prepare3
+	305:          func(w *xdrWalk) { w.bytes(xdrCookieMax, "cookie") },                                           // perform3
+	306:          func(w *xdrWalk) { w.domain(); w.bytes(xdrCookieMax, "cookie") },                               // finish3
+	307:          func(*xdrWalk) {},                                                                              // confirm3
+	316:          func(w *xdrWalk) { w.take(4, "callback ID") },                                                  // event callback register any
+	317:          func(*xdrWalk) {},                                                                              // event callback deregister any
 	344: func(w *xdrWalk) { // connect get all domain stats
 		n := w.count(xdrDomainListMax, xdrMinNonnullDomain+4, "domain stats records")
+		per := xdrStateStatsMax
+		if n == 1 {
+			per = xdrDirtyRateStatsMax
+		}
 		for i := 0; i < n && w.err == nil; i++ {
 			w.domain()
-			w.typedParams(xdrStateStatsMax)
+			w.typedParams(per)
 		}
 	},
 	364: func(*xdrWalk) {},                              // domain migrate start post-copy
 	387: func(w *xdrWalk) { w.take(8, "max downtime") }, // domain migrate get max downtime
+	393: func(w *xdrWalk) { w.take(4, "comparison") },   // connect compare hypervisor cpu
+	427: func(*xdrWalk) {},                              // domain start dirty rate calc
 	442: func(*xdrWalk) {},                              // domain abort job flags
 }
 

@@ -13,7 +13,14 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
+
+// be32 and be64 lay out XDR words, for packets made by hand.
+var be32 = libvirtxtest.Words
+
+func be64(v uint64) []byte { return new(libvirtxtest.XDR).U64(v).Bytes() }
 
 func header(prog, proc, typ, status uint32) []byte {
 	return be32(prog, 1, proc, typ, 7, status)
@@ -29,14 +36,10 @@ func checkOwn(p []byte) error {
 	return checkPacket(p, &c)
 }
 
-func xdrString(s string) []byte {
-	b := be32(uint32(len(s)))
-	b = append(b, s...)
-	return append(b, make([]byte, (4-len(s)%4)%4)...)
-}
+func xdrString(s string) []byte { return new(libvirtxtest.XDR).String(s).Bytes() }
 
 func domainXDR(name string) []byte {
-	return append(append(xdrString(name), make([]byte, 16)...), be32(1)...)
+	return new(libvirtxtest.XDR).Domain(name, libvirt.UUID{}, 1).Bytes()
 }
 
 func TestCheckPacketPassesWhatLibvirtSends(t *testing.T) {
@@ -53,7 +56,7 @@ func TestCheckPacketPassesWhatLibvirtSends(t *testing.T) {
 	for name, p := range map[string][]byte{
 		"job stats":        append(header(rpcRemoteProgram, 298, rpcReply, rpcStatusOK), jobStats...),
 		"all domain stats": append(header(rpcRemoteProgram, 344, rpcReply, rpcStatusOK), allStats...),
-		"error":            append(header(rpcRemoteProgram, 298, rpcReply, rpcStatusError), encodeRemoteError(libvirt.Error{Code: 42, Message: "no domain"})...),
+		"error":            append(header(rpcRemoteProgram, 298, rpcReply, rpcStatusError), libvirtxtest.ErrorBody(libvirt.Error{Code: 42, Message: "no domain"})...),
 		"lifecycle event":  append(append(header(rpcRemoteProgram, 318, rpcMessage, rpcStatusOK), be32(1)...), append(domainXDR("vm"), be32(5, 3)...)...),
 		"finish3":          append(append(header(rpcRemoteProgram, 306, rpcReply, rpcStatusOK), domainXDR("vm")...), be32(0)...),
 		"prepare3":         append(header(rpcRemoteProgram, 303, rpcReply, rpcStatusOK), be32(0, 1, 3, 0x75726900)...),
@@ -135,7 +138,7 @@ func TestCheckPacketRefusesWhatDoesNotFit(t *testing.T) {
 // hostileJobStats answers a job-stats call with 16 bytes claiming 2^31-1
 // parameters: what crashed ferryd with a fatal out-of-memory.
 func hostileJobStats(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-	if proc == procDomainGetJobStats {
+	if proc == libvirtxtest.ProcDomainGetJobStats {
 		return be32(0, 0x7fffffff, 0, 0), nil, true
 	}
 	return nil, nil, false
@@ -170,9 +173,10 @@ func hostileChild() {
 		}
 	}
 	t := &testing.T{}
-	f := newFakeLibvirt(t, "")
-	f.setAnswer(hostileJobStats)
-	c, err := Dial(context.Background(), f.path, 2*time.Second)
+	f := libvirtxtest.New(t, "")
+	f.SetDomains(libvirtxtest.Domain{Name: "vm", State: int32(StateRunning)})
+	f.Answer(hostileJobStats)
+	c, err := Dial(context.Background(), f.Path(), 2*time.Second)
 	if err != nil {
 		fmt.Println("dial:", err)
 		os.Exit(3)
@@ -184,8 +188,8 @@ func hostileChild() {
 	}
 	fmt.Println("refused:", err)
 	// The connection is dropped, not poisoned: a new one works.
-	f.setAnswer(nil)
-	c2, err := Dial(context.Background(), f.path, 2*time.Second)
+	f.Answer(nil)
+	c2, err := Dial(context.Background(), f.Path(), 2*time.Second)
 	if err == nil {
 		_, err = c2.JobStats(context.Background(), libvirt.Domain{Name: "vm"}, false)
 	}

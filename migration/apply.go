@@ -6,6 +6,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -98,7 +99,7 @@ func (t *Tracker) applyLifecycle(in input) []action {
 	}
 	j.view.UpdateTime = in.at
 	t.publish(j)
-	if j.view.Role == RoleTarget {
+	if j.view.Role == api.RoleTarget {
 		return nil // libvirt gives no statistics on the target
 	}
 	return one(in.dom, sample)
@@ -106,7 +107,7 @@ func (t *Tracker) applyLifecycle(in input) []action {
 
 func (t *Tracker) applyIteration(in input) []action {
 	j := t.jobs[jobKey{in.socket, in.dom.Name}]
-	if j == nil || j.view.Role != RoleSource {
+	if j == nil || j.view.Role != api.RoleSource {
 		// Confirmed (and the job opened) by the statistics it asks for.
 		return one(in.dom, sample)
 	}
@@ -183,13 +184,13 @@ func (t *Tracker) applyList(in input) []action {
 		if !ok || d.UUID != r.UUID {
 			return false
 		}
-		tr, ok := lookup(r.Role, ModePostCopy, d.State, d.Reason)
-		if r.Role == RoleTarget && d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningMigrated {
+		tr, ok := lookup(r.Role, api.ModePostCopy, d.State, d.Reason)
+		if r.Role == api.RoleTarget && d.State == libvirtx.StateRunning && d.Reason == libvirtx.RunningMigrated {
 			completed[ledgerKey{r.Socket, r.UUID, r.Role}] = r
 		}
 		// Kept while it runs in post-copy again (resumed): it may yet
 		// complete, or fail again, and is the same failure.
-		return ok && tr.end == PhasePostCopyFailed || inPostCopy(r.Role, d.State, d.Reason)
+		return ok && tr.end == api.PhasePostCopyFailed || libvirtx.PostCopyGoesOn(r.Role == api.RoleSource, d.State, d.Reason)
 	})
 	for _, r := range completed {
 		t.postCopyCompletedAfterAll(r, in.at)
@@ -200,11 +201,11 @@ func (t *Tracker) applyList(in input) []action {
 // postCopyFailedRole says whether a domain with no job in flight is in a
 // state a failed post-copy leaves, and for which side: a side this node
 // recorded, else the side the state alone implies.
-func (t *Tracker) postCopyFailedRole(socket string, d libvirtx.Domain) (Role, bool) {
+func (t *Tracker) postCopyFailedRole(socket string, d libvirtx.Domain) (api.Role, bool) {
 	implied, pcf := postCopyFailedState(d.State, d.Reason)
-	for _, role := range []Role{RoleSource, RoleTarget} {
+	for _, role := range []api.Role{api.RoleSource, api.RoleTarget} {
 		if t.ledger.known(ledgerKey{socket, d.UUID, role}) {
-			if tr, ok := lookup(role, ModePostCopy, d.State, d.Reason); pcf || ok && tr.end == PhasePostCopyFailed {
+			if tr, ok := lookup(role, api.ModePostCopy, d.State, d.Reason); pcf || ok && tr.end == api.PhasePostCopyFailed {
 				return role, true
 			}
 		}
@@ -242,7 +243,7 @@ func (t *Tracker) applyStats(in input) []action {
 			}
 			t.applyKnownState(j, in.at)
 		}
-		if j.view.Role != RoleSource || in.at.Before(j.seen) {
+		if j.view.Role != api.RoleSource || in.at.Before(j.seen) {
 			return nil // an older reading than one already applied
 		}
 		j.seen, j.vanished = in.at, time.Time{}
@@ -278,7 +279,7 @@ func (t *Tracker) applyEnded(in input) {
 		pausedNote = "; the guest was left paused on the source (" + libvirtx.ReasonName(in.state, in.reason) + ")"
 	}
 	op := libvirtx.OperationMigrationOut
-	if j.view.Role == RoleTarget {
+	if j.view.Role == api.RoleTarget {
 		op = libvirtx.OperationMigrationIn
 	}
 	// libvirt keeps the last completed record until another job completes:
@@ -287,29 +288,32 @@ func (t *Tracker) applyEnded(in input) {
 		j.view.DowntimeMs = done.DowntimeMs
 		switch done.Type {
 		case libvirtx.JobCompleted:
-			if j.view.Role == RoleTarget && in.serr == nil && in.state != libvirtx.StateShutoff {
+			if j.view.Role == api.RoleTarget && in.serr == nil && in.state != libvirtx.StateShutoff {
 				// A guest migrated paused stays paused on the target.
-				t.finish(j, PhaseCompleted, "", in.at)
+				t.finish(j, api.PhaseCompleted, "", in.at)
 				return
 			}
 		case libvirtx.JobCancelled:
-			t.finish(j, PhaseAborted, "migration canceled"+withMsg(done.ErrMsg)+pausedNote, in.at)
+			t.finish(j, api.PhaseAborted, "migration canceled"+withMsg(done.ErrMsg)+pausedNote, in.at)
 			return
 		case libvirtx.JobFailed:
-			t.finish(j, PhaseFailed, "migration failed"+withMsg(done.ErrMsg)+pausedNote, in.at)
+			// libvirt's own word that the job failed, not was cancelled:
+			// an abort asked meanwhile did not end it.
+			j.failedInLibvirt = true
+			t.finish(j, api.PhaseFailed, "migration failed"+withMsg(done.ErrMsg)+pausedNote, in.at)
 			return
 		}
 	}
 	switch {
-	case in.serr != nil && libvirtx.IsNoDomain(in.serr) && j.view.Role == RoleTarget:
-		t.finish(j, PhaseFailed, "incoming migration failed: the domain is gone from the target", in.at)
+	case in.serr != nil && libvirtx.IsNoDomain(in.serr) && j.view.Role == api.RoleTarget:
+		t.finish(j, api.PhaseFailed, "incoming migration failed: the domain is gone from the target", in.at)
 	case in.serr != nil && libvirtx.IsNoDomain(in.serr):
-		t.finish(j, PhaseLost, "the domain disappeared from libvirt without a lifecycle event; libvirt keeps no record on this node of how its migration ended", in.at)
+		t.finish(j, api.PhaseLost, "the domain disappeared from libvirt without a lifecycle event; libvirt keeps no record on this node of how its migration ended", in.at)
 	case in.serr != nil:
 		t.addEvent(j, in.at, "sample-error", in.serr.Error())
 		t.publish(j)
-	case j.view.Role == RoleSource && j.vanished.IsZero():
-		t.finish(j, PhaseFailed, "migration job ended without completing; libvirt kept no statistics of why"+pausedNote, in.at)
+	case j.view.Role == api.RoleSource && j.vanished.IsZero():
+		t.finish(j, api.PhaseFailed, "migration job ended without completing; libvirt kept no statistics of why"+pausedNote, in.at)
 	}
 }
 
@@ -354,7 +358,7 @@ const finalTries = 5
 func (t *Tracker) applySocketGone(in input) {
 	for k, j := range t.jobs {
 		if k.socket == in.socket {
-			t.finish(j, PhaseLost, fmt.Sprintf("libvirt socket %s went away before libvirt said how the job ended (%s)", in.socket, in.why), in.at)
+			t.finish(j, api.PhaseLost, fmt.Sprintf("libvirt socket %s went away before libvirt said how the job ended (%s)", in.socket, in.why), in.at)
 		}
 	}
 	for k := range t.finals {
@@ -379,7 +383,7 @@ func (t *Tracker) applyState(j *job, st libvirtx.State, reason int32, at time.Ti
 		t.addEvent(j, at, "state", name+" ("+how+")")
 		t.publish(j)
 	}
-	if j.view.Phase == PhasePostCopyPaused && inPostCopy(j.view.Role, st, reason) {
+	if j.view.Phase == api.PhasePostCopyPaused && libvirtx.PostCopyGoesOn(j.view.Role == api.RoleSource, st, reason) {
 		// libvirt saw QEMU take the resumed stream.
 		t.unpause(j, name, at)
 	}
@@ -397,8 +401,8 @@ func (t *Tracker) applyState(j *job, st libvirtx.State, reason int32, at time.Ti
 	}
 	if tr.mode != "" && tr.mode != j.view.Mode {
 		j.view.Mode = tr.mode
-		if tr.mode == ModePostCopy {
-			j.view.Convergence = VerdictUnknown
+		if tr.mode == api.ModePostCopy {
+			j.view.Convergence = api.VerdictUnknown
 			j.view.ConvergenceReason = "post-copy: the target pulls the remaining pages on demand"
 			j.view.EtaSeconds = nil
 		}
@@ -435,12 +439,15 @@ func (t *Tracker) vanish(j *job, at time.Time, why string) bool {
 // incoming migration in its life, and a new one has a new domain ID.
 func (t *Tracker) openTarget(in input, why string) *job {
 	key := jobKey{in.socket, in.dom.Name}
+	if t.trials[key].n > 0 {
+		return nil
+	}
 	if last := t.latest[key]; last != nil && in.dom.ID > 0 && last.domID == in.dom.ID {
 		// The same QEMU process: its incoming migration was recorded, or it
 		// was the source (a source resuming in post-copy is no target).
 		return nil
 	}
-	return t.newJob(in.socket, in.dom, RoleTarget, in.at, why)
+	return t.newJob(in.socket, in.dom, api.RoleTarget, in.at, why)
 }
 
 // openSource opens an outgoing job from a reading of libvirt's active job,
@@ -449,16 +456,19 @@ func (t *Tracker) openTarget(in input, why string) *job {
 // libvirt keeps "active" on a source paused by a failed post-copy.
 func (t *Tracker) openSource(in input) *job {
 	key := jobKey{in.socket, in.dom.Name}
+	if t.trials[key].n > 0 {
+		return nil
+	}
 	if d, ok := t.domains[in.socket][in.dom.Name]; ok {
 		if _, pcf := postCopyFailedState(d.State, d.Reason); pcf {
 			return nil
 		}
 	}
-	if t.ledger.known(ledgerKey{in.socket, libvirtx.UUIDString(in.dom.UUID), RoleSource}) {
+	if t.ledger.known(ledgerKey{in.socket, libvirtx.UUIDString(in.dom.UUID), api.RoleSource}) {
 		return nil // the failed post-copy's job, which libvirt keeps active
 	}
 	start := in.got.Add(-time.Duration(in.stats.TimeElapsedMs) * time.Millisecond)
-	if last := t.latest[key]; last != nil && last.view.Role == RoleSource {
+	if last := t.latest[key]; last != nil && last.view.Role == api.RoleSource {
 		if last.view.EndTime != nil && in.at.Before(*last.view.EndTime) {
 			return nil
 		}
@@ -466,7 +476,7 @@ func (t *Tracker) openSource(in input) *job {
 			return nil
 		}
 	}
-	j := t.newJob(in.socket, in.dom, RoleSource, start, "outgoing migration job in libvirt")
+	j := t.newJob(in.socket, in.dom, api.RoleSource, start, "outgoing migration job in libvirt")
 	j.libvirtStart = start
 	return j
 }
@@ -475,7 +485,7 @@ func (t *Tracker) openSource(in input) *job {
 // post-copy leaves, with no job in flight (found after a restart of ferryd
 // or libvirtd, or told by an event after the job ended): once per failure,
 // across restarts of ferryd.
-func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role Role, st libvirtx.State, reason int32, at time.Time, how string) {
+func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role api.Role, st libvirtx.State, reason int32, at time.Time, how string) {
 	key := jobKey{socket, dom.Name}
 	name := stateName(st, reason)
 	lk := ledgerKey{socket, libvirtx.UUIDString(dom.UUID), role}
@@ -487,10 +497,10 @@ func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role R
 		return
 	}
 	j := t.newJob(socket, dom, role, at, "domain "+name+" ("+how+")")
-	j.view.Mode = ModePostCopy
+	j.view.Mode = api.ModePostCopy
 	j.view.DomainState = name
 	why := "post-copy failed (" + name + ")"
-	if tr, ok := lookup(role, ModePostCopy, st, reason); ok && tr.why != "" {
+	if tr, ok := lookup(role, api.ModePostCopy, st, reason); ok && tr.why != "" {
 		why = fmt.Sprintf(tr.why, name)
 	}
 	if rec, ok := t.ledger.recorded(lk); ok {
@@ -500,7 +510,7 @@ func (t *Tracker) recordPostCopyFailed(socket string, dom libvirt.Domain, role R
 		j.view.StartTime = rec.Detected
 		why += fmt.Sprintf(" (recorded at %s, before ferryd restarted)", rec.Detected.UTC().Format(time.RFC3339))
 	}
-	t.finish(j, PhasePostCopyFailed, why, at)
+	t.finish(j, api.PhasePostCopyFailed, why, at)
 }
 
 // noteDomainState records the state an input implies, so the domain list
@@ -523,5 +533,5 @@ func withMsg(m string) string {
 	if m == "" {
 		return ""
 	}
-	return ": " + m
+	return ": " + clip(m)
 }

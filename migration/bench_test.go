@@ -19,7 +19,7 @@ func syntheticDomain(i int) libvirtx.Domain {
 func populated(n int) *Tracker {
 	tr := NewTracker(Config{Node: "bench"})
 	for i := range n {
-		tr.ApplyStats(sock, syntheticDomain(i), outgoing(1, 400), time.Now())
+		tr.feedStats(sock, syntheticDomain(i), outgoing(1, 400), time.Now())
 	}
 	return tr
 }
@@ -34,7 +34,7 @@ func BenchmarkApplySample(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				tr.ApplyStats(sock, d, outgoing(uint64(2+i%5), 300), time.Now())
+				tr.feedStats(sock, d, outgoing(uint64(2+i%5), 300), time.Now())
 			}
 		})
 	}

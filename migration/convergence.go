@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/units"
 )
 
@@ -43,7 +44,7 @@ const (
 // latest pass (the rates the ratios were made under) and now: a pass is
 // called pinned only when no reading of the rates explains it. ok=false
 // until QEMU has measured a dirty rate at all.
-func passRates(iters []Iteration, f Figures) (float64, bool) {
+func passRates(iters []iteration, f Figures) (float64, bool) {
 	r, ok := 0.0, false
 	if n := len(iters); n > 0 && iters[n-1].sampled && iters[n-1].DirtyRateBytesPerSecond > 0 && iters[n-1].TransferRateBytesPerSecond > 0 {
 		r, ok = float64(iters[n-1].DirtyRateBytesPerSecond)/float64(iters[n-1].TransferRateBytesPerSecond), true
@@ -56,7 +57,7 @@ func passRates(iters []Iteration, f Figures) (float64, bool) {
 
 // Assessment is the convergence verdict with its reason and an ETA.
 type Assessment struct {
-	Verdict Verdict
+	Verdict api.Verdict
 	Reason  string
 	ETA     *float64
 }
@@ -80,7 +81,7 @@ type Figures struct {
 }
 
 // Assess judges a pre-copy job from its iterations and latest figures.
-func Assess(iters []Iteration, f Figures) Assessment {
+func Assess(iters []iteration, f Figures) Assessment {
 	maxDowntime := f.MaxDowntime
 	if maxDowntime <= 0 {
 		maxDowntime = DefaultMaxDowntime
@@ -116,12 +117,12 @@ func Assess(iters []Iteration, f Figures) Assessment {
 		if expectedFits {
 			reason += fmt.Sprintf("expected downtime %v, allowed %v; ", f.ExpectedDowntime, maxDowntime)
 		}
-		return Assessment{Verdict: VerdictConverging, Reason: reason + figures, ETA: eta(t)}
+		return Assessment{Verdict: api.VerdictConverging, Reason: reason + figures, ETA: eta(t)}
 	}
 
 	ratios := passRatios(iters)
 	if len(ratios) == 0 {
-		a := Assessment{Verdict: VerdictUnknown, Reason: "needs two iterations after the first full pass; " + figures}
+		a := Assessment{Verdict: api.VerdictUnknown, Reason: "needs two iterations after the first full pass; " + figures}
 		if f.TransferBps > f.DirtyBps {
 			a.ETA = eta(left / float64(f.TransferBps-f.DirtyBps))
 		}
@@ -129,18 +130,18 @@ func Assess(iters []Iteration, f Figures) Assessment {
 	}
 	// The median keeps one mis-read pass start from moving the verdict; two
 	// last passes that both stopped shrinking say the guest has stopped.
-	m := median(ratios)
+	m := Median(ratios)
 	if n := len(ratios); n >= 2 && min(ratios[n-1], ratios[n-2]) >= stoppedRatio {
 		m = max(m, min(ratios[n-1], ratios[n-2]))
 	}
 	switch {
 	case m >= divergingRatio:
-		return Assessment{Verdict: VerdictDiverging, Reason: fmt.Sprintf("grows %s per pass; %s", growth(m), figures)}
+		return Assessment{Verdict: api.VerdictDiverging, Reason: fmt.Sprintf("grows %s per pass; %s", growth(m), figures)}
 	case m >= 1:
-		return Assessment{Verdict: VerdictStalled,
+		return Assessment{Verdict: api.VerdictStalled,
 			Reason: fmt.Sprintf("does not shrink: each pass leaves %s of the previous one; %s", pct(m), figures)}
 	case f.TransferBps == 0:
-		return Assessment{Verdict: VerdictStalled,
+		return Assessment{Verdict: api.VerdictStalled,
 			Reason: fmt.Sprintf("nothing is being sent, though each pass left %s of the previous one; %s", pct(m), figures)}
 	}
 
@@ -150,30 +151,58 @@ func Assess(iters []Iteration, f Figures) Assessment {
 	// stop shrinking there. Seen: passes of 429, 385, 384 ... 385 MiB at
 	// dirty 185 vs transfer 485 MiB/s, for 492 passes.
 	if r, ok := passRates(iters, f); ok && m >= pinnedRatio && r < m*pinnedSlack {
-		return Assessment{Verdict: VerdictStalled, Reason: fmt.Sprintf(
+		return Assessment{Verdict: api.VerdictStalled, Reason: fmt.Sprintf(
 			"each pass re-sends the guest's working set (~%s): it leaves %s of the previous one where the rates alone would leave %s; %s",
 			units.IEC(bytesOf(start)), pct(m), pct(r), figures)}
 	}
-	passes := math.Ceil(math.Log(threshold/start) / math.Log(m))
+	passes, fits := PassesToFit(start, threshold, m)
+	if !fits {
+		return Assessment{Verdict: api.VerdictStalled, Reason: fmt.Sprintf("shrinks %s per pass, would need ~%.0f passes to fit the allowed downtime; %s",
+			pct(1-m), passes, figures)}
+	}
+	// The rest of this pass, then the passes to come.
+	t := left/transfer + PassesSeconds(start, transfer, m, passes)
+	return Assessment{Verdict: api.VerdictConverging, ETA: eta(t),
+		Reason: fmt.Sprintf("shrinks %s per pass, fits the allowed downtime in ~%.0f passes; %s", pct(1-m), passes, figures)}
+}
+
+// PassesToFit is how many more pre-copy passes it takes until what a
+// pass leaves fits threshold, when the pass under way started with start
+// bytes and each leaves a share m of the one before; fits is false past
+// maxPasses (or when passes do not shrink), where the projection is no
+// longer trusted. The policy's verdict and the prediction of a migration
+// not yet started both read pre-copy this way.
+func PassesToFit(start, threshold, m float64) (passes float64, fits bool) {
+	if start <= threshold {
+		return 0, true
+	}
+	if m >= 1 {
+		return math.Inf(1), false
+	}
+	passes = math.Ceil(math.Log(threshold/start) / math.Log(m))
 	if !(passes >= 1) { // m == 0: the next pass leaves nothing
 		passes = 1
 	}
-	if passes > maxPasses {
-		return Assessment{Verdict: VerdictStalled, Reason: fmt.Sprintf("shrinks %s per pass, would need ~%.0f passes to fit the allowed downtime; %s",
-			pct(1-m), passes, figures)}
+	return passes, passes <= maxPasses
+}
+
+// PassesSeconds is how long those passes take at transfer bytes/s: they
+// start at start*m^k, and the last is the stop-and-copy.
+func PassesSeconds(start, transfer, m, passes float64) float64 {
+	if passes == 0 || transfer <= 0 {
+		return 0
 	}
-	// The rest of this pass, then passes starting at start*m^k, the last of
-	// which is the stop-and-copy.
-	t := left/transfer + start/transfer*m*(1-math.Pow(m, passes))/(1-m)
-	return Assessment{Verdict: VerdictConverging, ETA: eta(t),
-		Reason: fmt.Sprintf("shrinks %s per pass, fits the allowed downtime in ~%.0f passes; %s", pct(1-m), passes, figures)}
+	if m == 1 {
+		return start / transfer * passes
+	}
+	return start / transfer * m * (1 - math.Pow(m, passes)) / (1 - m)
 }
 
 // passRatios are the last ratios of memory left dirty between consecutive
 // passes from pass 2 on. A ratio across a pass nobody read would be two
 // passes' worth. A pass read at 0 gives none either way: it fit already (and
 // the current reading says so), or its one read came at its very end.
-func passRatios(iters []Iteration) []float64 {
+func passRatios(iters []iteration) []float64 {
 	var r []float64
 	for i := 1; i < len(iters); i++ {
 		a, b := iters[i-1], iters[i]
@@ -218,7 +247,9 @@ func eta(s float64) *float64 {
 	return &s
 }
 
-func median(v []float64) float64 {
+// Median is the middle of v (the mean of the two middle values when v has
+// an even length); v is not changed.
+func Median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	n := len(s)

@@ -1,49 +1,15 @@
 package migration
 
 import (
-	"context"
-	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
-
-// ConnFor finds the libvirt connection and domain handle of an active
-// domain, on socket if one is named.
-func (t *Tracker) ConnFor(socket, domain string) (*libvirtx.Conn, libvirt.Domain, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err := t.unambiguous(socket, domain); err != nil {
-		return nil, libvirt.Domain{}, err
-	}
-	for s, doms := range t.domains {
-		if !onSocket(socket, s) {
-			continue
-		}
-		if d, ok := doms[domain]; ok {
-			if c := t.conns[s]; c != nil {
-				return c, d.Ref, nil
-			}
-			return nil, libvirt.Domain{}, fmt.Errorf("%w (%s)", ErrNoLibvirt, s)
-		}
-	}
-	return nil, libvirt.Domain{}, fmt.Errorf("no running domain %q%s on node %s", domain, onWhich(socket), t.cfg.Node)
-}
-
-// ConnForSocket is the live connection to a libvirt socket this tracker
-// serves. The target of a Ferry-driven migration prepares a domain that
-// does not exist on it yet, so it cannot be found through a domain.
-func (t *Tracker) ConnForSocket(socket string) (*libvirtx.Conn, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if c := t.conns[socket]; c != nil {
-		return c, nil
-	}
-	return nil, fmt.Errorf("%w (%s)", ErrNoLibvirt, socket)
-}
 
 // InFlight reports whether the domain has a migration job in flight.
 func (t *Tracker) InFlight(socket, domain string) bool {
@@ -71,7 +37,7 @@ func (t *Tracker) NoteEvent(kind, detail string) {
 func (t *Tracker) NoteOn(socket, domain, kind, detail string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if j, ok := t.jobs[jobKey{socket, domain}]; ok && j.view.Role == RoleSource {
+	if j, ok := t.jobs[jobKey{socket, domain}]; ok && j.view.Role == api.RoleSource {
 		if t.addEventOnce(j, time.Now(), kind, detail) {
 			t.publish(j)
 		}
@@ -92,46 +58,6 @@ func (t *Tracker) addEventOnce(j *job, at time.Time, kind, detail string) bool {
 	return true
 }
 
-// StartPostCopy switches the domain's in-flight pre-copy migration to
-// post-copy; a socket, if named, picks the domain on that socket.
-func (t *Tracker) StartPostCopy(socket, domain string, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
-	return t.StartPostCopyWith(context.Background(), socket, domain, "through Ferry", nil, start)
-}
-
-// StartPostCopyWith is StartPostCopy as the owner of a migration Ferry
-// drives makes it: asked by whoever by names, and through call.
-func (t *Tracker) StartPostCopyWith(ctx context.Context, socket, domain, by string, call Act, start func(*libvirtx.Conn, libvirt.Domain) error) (Job, error) {
-	t.mu.Lock()
-	j, err := t.sourceJob(socket, domain, "switch to post-copy")
-	if err != nil {
-		t.mu.Unlock()
-		return Job{}, err
-	}
-	if j.view.Mode == ModePostCopy {
-		v := j.view
-		t.mu.Unlock()
-		return v, fmt.Errorf("%w: %s is already in post-copy", ErrAlreadyPostCopy, domain)
-	}
-	c, ref := t.conns[j.view.Socket], j.ref
-	if call == nil && c != nil {
-		call = func(context.Context, bool) error { return start(c, ref) }
-	}
-	t.addEventOnce(j, time.Now(), "postcopy", "switch to post-copy requested "+by)
-	t.mu.Unlock()
-	if call == nil {
-		return Job{}, fmt.Errorf("%w: cannot switch %s to post-copy now", ErrNoLibvirt, domain)
-	}
-	if err := call(ctx, false); err != nil {
-		t.mu.Lock()
-		t.addEventOnce(j, time.Now(), "postcopy", "switch refused: "+err.Error())
-		t.mu.Unlock()
-		return Job{}, fmt.Errorf("libvirt refused the switch to post-copy (was the migration started with post-copy allowed?): %w", err)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return j.view, nil
-}
-
 // settledJobWithin bounds how long after the driver's start a job may have
 // begun and still be the migration's.
 const settledJobWithin = 5 * time.Minute
@@ -140,14 +66,14 @@ const settledJobWithin = 5 * time.Minute
 // node was driving when it stopped, settled with the target since: its
 // job was lost with that process, so one is made for it, unless this
 // tracker already has one from after its start.
-func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, info ProxyInfo, phase Phase, reason string) {
+func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, info api.ProxyInfo, phase api.Phase, reason string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, domain}
 	// The migration's own job, if this process has seen it: the same
 	// guest, begun when the driver began it (Begin to Perform is short).
 	ours := func(j *job) bool {
-		return j.view.Role == RoleSource && (uuid == "" || j.view.UUID == uuid) &&
+		return j.view.Role == api.RoleSource && (uuid == "" || j.view.UUID == uuid) &&
 			!j.view.StartTime.Before(start.Add(-2*time.Second)) && j.view.StartTime.Before(start.Add(settledJobWithin))
 	}
 	if j, ok := t.jobs[key]; ok {
@@ -165,7 +91,7 @@ func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, inf
 			// Seen to its end by this process, which knew nothing of the
 			// driver: the job is the migration's, and names it now.
 			j.setProxy(&info)
-			if reason != "" && j.view.Phase == PhaseFailed && phase == PhaseFailed {
+			if reason != "" && j.view.Phase == api.PhaseFailed && phase == api.PhaseFailed {
 				j.view.FailureReason = reason
 				t.classify(j, time.Now())
 			}
@@ -177,7 +103,7 @@ func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, inf
 	if d, ok := t.domains[socket][domain]; ok {
 		ref = d.Ref
 	}
-	j := t.newJob(socket, ref, RoleSource, start, "migration driven by Ferry, settled after ferryd restarted")
+	j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry, settled after ferryd restarted")
 	j.setProxy(&info)
 	t.finish(j, phase, reason, time.Now())
 }
@@ -211,8 +137,8 @@ func (t *Tracker) DriveInDoubt(socket, domain, why string) {
 	for k, j := range t.jobs {
 		// A paused post-copy is not in doubt: its copies are held on both
 		// nodes, and its recovery says what becomes of them.
-		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource && j.view.Phase != PhasePostCopyPaused {
-			j.view.Phase, j.view.FailureReason, j.view.UpdateTime = PhaseInDoubt, why, now
+		if k.domain == domain && k.socket == socket && j.view.Role == api.RoleSource && j.view.Phase != api.PhasePostCopyPaused {
+			j.view.Phase, j.view.FailureReason, j.view.UpdateTime = api.PhaseInDoubt, why, now
 			t.addEvent(j, now, "in-doubt", why)
 			t.publish(j)
 		}
@@ -221,12 +147,12 @@ func (t *Tracker) DriveInDoubt(socket, domain, why string) {
 
 // Drive tells the tracker that Ferry is driving the domain's migration
 // through its proxy; the job shows it from its first moment.
-func (t *Tracker) Drive(socket, domain string, info ProxyInfo) {
+func (t *Tracker) Drive(socket, domain string, info api.ProxyInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.driven[jobKey{socket, domain}] = &drivenInfo{proxy: &info}
 	for k, j := range t.jobs {
-		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
+		if k.domain == domain && k.socket == socket && j.view.Role == api.RoleSource {
 			j.setProxy(&info)
 			t.publish(j)
 		}
@@ -235,7 +161,7 @@ func (t *Tracker) Drive(socket, domain string, info ProxyInfo) {
 
 // setProxy puts a driven migration's proxy account on the job, and the
 // target node it names as the job's peer.
-func (j *job) setProxy(info *ProxyInfo) {
+func (j *job) setProxy(info *api.ProxyInfo) {
 	j.view.Proxy = info
 	if info != nil && info.TargetNode != "" {
 		j.view.PeerNode = info.TargetNode
@@ -255,6 +181,51 @@ func (t *Tracker) ExpectIncoming(socket, domain, id, peerNode string) {
 	t.incoming[jobKey{socket, domain}] = incomingInfo{id: id, peer: peerNode}
 }
 
+// trialGrace is how long past a dry run its domain's lifecycle events and
+// job readings, which may arrive late, are still not taken for a migration.
+const trialGrace = 2 * time.Second
+
+// Trial marks a dry run of a migration of domain, on either node: libvirt
+// starts a migration job for it (and on the target, a guest) that never
+// migrates anything, and no job is opened for it until end is called and
+// trialGrace has passed, or EndTrials.
+func (t *Tracker) Trial(socket, domain string) (end func()) {
+	key := jobKey{socket, domain}
+	t.mu.Lock()
+	tr := t.trials[key]
+	tr.n++
+	t.trials[key] = tr
+	epoch := tr.epoch
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			time.AfterFunc(trialGrace, func() {
+				t.mu.Lock()
+				defer t.mu.Unlock()
+				// Ended since by EndTrials: this hold is gone already,
+				// and a later one is not this one's to end.
+				if tr, ok := t.trials[key]; ok && tr.epoch == epoch {
+					if tr.n--; tr.n <= 0 {
+						tr.n = 0
+					}
+					t.trials[key] = tr
+				}
+			})
+		})
+	}
+}
+
+// EndTrials ends at once every dry run's hold on domain: a real migration
+// of it starts, which must be seen from its first moment.
+func (t *Tracker) EndTrials(socket, domain string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := jobKey{socket, domain}
+	tr := t.trials[key]
+	t.trials[key] = trial{epoch: tr.epoch + 1}
+}
+
 // ForgetIncoming drops what ExpectIncoming recorded of migration id, which
 // will not come.
 func (t *Tracker) ForgetIncoming(socket, domain, id string) {
@@ -269,12 +240,12 @@ func (t *Tracker) ForgetIncoming(socket, domain, id string) {
 // libvirt started a job (the target refused or never answered the
 // prepare): nothing else would, and its failure is counted and classified
 // like any other.
-func (t *Tracker) PrepareFailed(domain string, ref libvirt.Domain, socket string, start time.Time, info ProxyInfo, failure string) {
+func (t *Tracker) PrepareFailed(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	j := t.newJob(socket, ref, RoleSource, start, "migration driven by Ferry")
+	j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry")
 	j.setProxy(&info)
-	t.finish(j, PhaseFailed, failure, time.Now())
+	t.finish(j, api.PhaseFailed, failure, time.Now())
 }
 
 // DriveEnded records the driver's final word: proxy figures and, if the
@@ -282,7 +253,7 @@ func (t *Tracker) PrepareFailed(domain string, ref libvirt.Domain, socket string
 // (libvirt keeps no record of why a migration failed; the caller hears it).
 // With no job to put it on (the migration failed before libvirt started a
 // job) a failed job is recorded so the failure is not lost.
-func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info ProxyInfo, failure string) {
+func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	di := t.driven[jobKey{socket, domain}]
@@ -294,7 +265,7 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
 	var best *job
 	for k, j := range t.jobs {
-		if k.domain == domain && k.socket == socket && j.view.Role == RoleSource {
+		if k.domain == domain && k.socket == socket && j.view.Role == api.RoleSource {
 			best = j
 		}
 	}
@@ -305,16 +276,16 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 	}
 	switch {
 	case best == nil && failure != "":
-		j := t.newJob(socket, ref, RoleSource, start, "migration driven by Ferry")
+		j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry")
 		j.setProxy(&info)
-		t.finish(j, PhaseFailed, failure, time.Now())
+		t.finish(j, api.PhaseFailed, failure, time.Now())
 	case best == nil:
-	case best.view.Phase == PhasePostCopyPaused && failure != "":
+	case best.view.Phase == api.PhasePostCopyPaused && failure != "":
 		best.setProxy(&info)
 		t.giveUp(best, failure, time.Now())
 	case best.view.Phase.Finished():
 		best.setProxy(&info)
-		if failure != "" && (best.view.Phase == PhaseFailed || (best.view.Phase == PhaseAborted && di.deadline)) {
+		if failure != "" && (best.view.Phase == api.PhaseFailed || (best.view.Phase == api.PhaseAborted && di.deadline)) {
 			best.view.FailureReason = failure
 		}
 		// The driver's account may name what libvirt's could not (the

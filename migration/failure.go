@@ -5,58 +5,16 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/peertext"
-)
-
-// FailurePlane is where a migration broke: its control path (libvirt and
-// Ferry's control stream), its data streams, the guest, or a person or
-// policy who stopped it.
-type FailurePlane string
-
-const (
-	PlaneControl  FailurePlane = "Control"
-	PlaneData     FailurePlane = "Data"
-	PlaneGuest    FailurePlane = "Guest"
-	PlaneOperator FailurePlane = "Operator"
-)
-
-// FailureKind is the job's failure as plane/class, e.g. Data/LinkDown;
-// empty when the job has no failure class.
-func (j Job) FailureKind() string {
-	if j.FailureClass == "" {
-		return ""
-	}
-	return string(j.FailurePlane) + "/" + string(j.FailureClass)
-}
-
-// FailureClass names why, in a word an alert or a runbook can key on.
-type FailureClass string
-
-const (
-	ClassTargetUnreachable   FailureClass = "TargetUnreachable"
-	ClassTargetRefused       FailureClass = "TargetRefused"
-	ClassAuthFailed          FailureClass = "AuthFailed"
-	ClassLinkDown            FailureClass = "LinkDown"
-	ClassConnectionReset     FailureClass = "ConnectionReset"
-	ClassIncomingStreamEnded FailureClass = "IncomingStreamEnded"
-	ClassNotConverging       FailureClass = "NotConverging"
-	ClassDeadlineExceeded    FailureClass = "DeadlineExceeded"
-	ClassPostCopyFailed      FailureClass = "PostCopyFailed"
-	ClassSplitBrain          FailureClass = "SplitBrain"
-	ClassSourceCPUStarved    FailureClass = "SourceCPUStarved"
-	ClassGuestStopped        FailureClass = "GuestStopped"
-	ClassAbortedByOperator   FailureClass = "AbortedByOperator"
-	ClassAbortedByPolicy     FailureClass = "AbortedByPolicy"
-	ClassAbortedExternally   FailureClass = "AbortedExternally"
-	ClassLibvirtError        FailureClass = "LibvirtError"
 )
 
 // Failure is the class of a failed, aborted or post-copy-failed job with
 // the facts that decided it.
 type Failure struct {
-	Plane    FailurePlane `json:"plane"`
-	Class    FailureClass `json:"class"`
-	Evidence []string     `json:"evidence"`
+	Plane    api.FailurePlane `json:"plane"`
+	Class    api.FailureClass `json:"class"`
+	Evidence []string         `json:"evidence"`
 }
 
 // starvedPercent of CFS periods throttled marks a QEMU whose cgroup quota,
@@ -94,15 +52,15 @@ var (
 // the job holds: who asked for an abort, the verdict, the QEMU cgroup's
 // throttling, the domain's state, and the errors the driver and libvirt
 // gave. A finished job that did not fail has none.
-func ClassifyFailure(j Job) *Failure {
+func ClassifyFailure(j api.Job) *Failure {
 	switch j.Phase {
-	case PhaseFailed, PhaseAborted, PhasePostCopyFailed:
+	case api.PhaseFailed, api.PhaseAborted, api.PhasePostCopyFailed:
 	default:
 		return nil
 	}
 	f := &Failure{}
 	note := func(format string, a ...any) { f.Evidence = append(f.Evidence, fmt.Sprintf(format, a...)) }
-	set := func(p FailurePlane, c FailureClass) *Failure { f.Plane, f.Class = p, c; return f }
+	set := func(p api.FailurePlane, c api.FailureClass) *Failure { f.Plane, f.Class = p, c; return f }
 	reason := j.FailureReason
 	if j.Proxy != nil && len(j.Proxy.Errors) > 0 {
 		reason += "; " + strings.Join(j.Proxy.Errors, "; ")
@@ -110,7 +68,7 @@ func ClassifyFailure(j Job) *Failure {
 	// What a peer said (a refusal's text) stays in the failure reason for
 	// people; this node's own account alone decides the class.
 	reason = peertext.Strip(reason)
-	notConverging := j.Convergence == VerdictStalled || j.Convergence == VerdictDiverging
+	notConverging := j.Convergence == api.VerdictStalled || j.Convergence == api.VerdictDiverging
 	starved := j.QEMU != nil && j.QEMU.ThrottledPercentPeriods >= starvedPercent
 	if notConverging {
 		note("verdict %s: %s", j.Convergence, j.ConvergenceReason)
@@ -120,54 +78,56 @@ func ClassifyFailure(j Job) *Failure {
 			j.QEMU.ThrottledPercentPeriods, j.QEMU.ThrottledPeriods, j.QEMU.ThrottledSeconds, j.QEMU.ThrottledCgroup)
 	}
 
-	if j.Phase == PhasePostCopyFailed {
+	if j.Phase == api.PhasePostCopyFailed {
 		note("domain state %s", j.DomainState)
-		if j.Role == RoleSource && strings.HasPrefix(j.DomainState, "running/") {
+		if j.Role == api.RoleSource && strings.HasPrefix(j.DomainState, "running/") {
 			note("the source runs its own vCPUs again after the switch to post-copy")
-			return set(PlaneGuest, ClassSplitBrain)
+			return set(api.PlaneGuest, api.ClassSplitBrain)
 		}
 		if m := firstMatch(reason, reLinkDown, reReset); m != "" {
 			note("stream: %s", m)
 		}
-		return set(PlaneData, ClassPostCopyFailed)
+		return set(api.PlaneData, api.ClassPostCopyFailed)
 	}
 
-	if j.AbortStatus == AbortSucceeded || j.AbortedBy != "" {
+	// An abort that did not take effect (refused, or overtaken by the
+	// migration's own failure) did not end the job: its evidence does.
+	if j.AbortStatus == api.AbortSucceeded || j.AbortedBy != "" && j.AbortStatus != api.AbortFailed {
 		switch j.AbortedBy {
 		case AbortByPolicy:
 			trigger := policyTrigger(j)
 			note("aborted by the convergence policy (trigger %s)", trigger)
 			switch {
 			case trigger == "deadline" && notConverging:
-				return set(PlaneGuest, ClassDeadlineExceeded)
+				return set(api.PlaneGuest, api.ClassDeadlineExceeded)
 			case trigger == "deadline":
-				return set(PlaneData, ClassDeadlineExceeded)
+				return set(api.PlaneData, api.ClassDeadlineExceeded)
 			case (trigger == "stalled" || trigger == "diverging") && starved:
-				return set(PlaneGuest, ClassSourceCPUStarved)
+				return set(api.PlaneGuest, api.ClassSourceCPUStarved)
 			case trigger == "stalled" || trigger == "diverging", trigger == "" && notConverging:
-				return set(PlaneGuest, ClassNotConverging)
+				return set(api.PlaneGuest, api.ClassNotConverging)
 			}
-			return set(PlaneOperator, ClassAbortedByPolicy)
+			return set(api.PlaneOperator, api.ClassAbortedByPolicy)
 		case AbortByDeadline:
 			note("aborted at the deadline of the migration Ferry drives")
 			if notConverging {
-				return set(PlaneGuest, ClassDeadlineExceeded)
+				return set(api.PlaneGuest, api.ClassDeadlineExceeded)
 			}
-			return set(PlaneData, ClassDeadlineExceeded)
+			return set(api.PlaneData, api.ClassDeadlineExceeded)
 		default:
 			note("aborted on request through Ferry")
-			return set(PlaneOperator, ClassAbortedByOperator)
+			return set(api.PlaneOperator, api.ClassAbortedByOperator)
 		}
 	}
 	// Structured facts before any text: a source domain that stopped is
 	// the guest's end, whatever error the stream reported on the way.
-	if j.Role == RoleSource && strings.HasPrefix(j.DomainState, "shutoff/") {
+	if j.Role == api.RoleSource && strings.HasPrefix(j.DomainState, "shutoff/") {
 		note("domain state %s: %s", j.DomainState, excerpt(reason))
-		return set(PlaneGuest, ClassGuestStopped)
+		return set(api.PlaneGuest, api.ClassGuestStopped)
 	}
-	if j.Role == RoleTarget && strings.HasPrefix(reason, "incoming migration failed") {
+	if j.Role == api.RoleTarget && strings.HasPrefix(reason, "incoming migration failed") {
 		note("the incoming stream ended before the migration completed (%s); the source's job says why", j.DomainState)
-		return set(PlaneData, ClassIncomingStreamEnded)
+		return set(api.PlaneData, api.ClassIncomingStreamEnded)
 	}
 	if strings.HasPrefix(reason, "preparing the migration on the target") {
 		if m := rePrepareAnswer.FindStringSubmatch(reason); m != nil && m[1] != "" {
@@ -175,46 +135,46 @@ func ClassifyFailure(j Job) *Failure {
 			note("the target answered the prepare: %s", excerpt(reason))
 			switch code {
 			case "no_node_identity", "invalid_node_identity", "wrong_peer":
-				return set(PlaneControl, ClassAuthFailed)
+				return set(api.PlaneControl, api.ClassAuthFailed)
 			case "libvirt_unavailable":
 				note("the target node's ferryd answered, its libvirtd did not")
-				return set(PlaneControl, ClassTargetUnreachable)
+				return set(api.PlaneControl, api.ClassTargetUnreachable)
 			}
-			return set(PlaneControl, ClassTargetRefused)
+			return set(api.PlaneControl, api.ClassTargetRefused)
 		}
 		switch {
 		case reWrongPeer.MatchString(reason):
 			note("another proxy answered at the target's address: %s", firstMatch(reason, reWrongPeer))
-			return set(PlaneControl, ClassAuthFailed)
+			return set(api.PlaneControl, api.ClassAuthFailed)
 		case reTLS.MatchString(reason):
 			note("TLS: %s", firstMatch(reason, reTLS))
-			return set(PlaneControl, ClassAuthFailed)
+			return set(api.PlaneControl, api.ClassAuthFailed)
 		case reUnreachable.MatchString(reason), strings.Contains(reason, "deadline exceeded"):
 			note("target: %s", excerpt(reason))
-			return set(PlaneControl, ClassTargetUnreachable)
+			return set(api.PlaneControl, api.ClassTargetUnreachable)
 		}
 		note("the target's answer: %s", excerpt(reason))
-		return set(PlaneControl, ClassTargetRefused)
+		return set(api.PlaneControl, api.ClassTargetRefused)
 	}
-	if j.Phase == PhaseAborted && strings.Contains(reason, "deadline") {
+	if j.Phase == api.PhaseAborted && strings.Contains(reason, "deadline") {
 		note("the migration outran its deadline: %s", excerpt(reason))
 		if starved && notConverging {
-			return set(PlaneGuest, ClassSourceCPUStarved)
+			return set(api.PlaneGuest, api.ClassSourceCPUStarved)
 		}
 		if notConverging {
-			return set(PlaneGuest, ClassDeadlineExceeded)
+			return set(api.PlaneGuest, api.ClassDeadlineExceeded)
 		}
-		return set(PlaneData, ClassDeadlineExceeded)
+		return set(api.PlaneData, api.ClassDeadlineExceeded)
 	}
-	if j.Phase == PhaseAborted {
+	if j.Phase == api.PhaseAborted {
 		note("libvirt's job was cancelled by a client other than Ferry (e.g. KubeVirt or virsh domjobabort): %s", excerpt(reason))
-		return set(PlaneOperator, ClassAbortedExternally)
+		return set(api.PlaneOperator, api.ClassAbortedExternally)
 	}
-	if j.Role == RoleSource && j.Proxy != nil && j.Proxy.TargetLost != "" && !reLinkDown.MatchString(reason) {
+	if j.Role == api.RoleSource && j.Proxy != nil && j.Proxy.TargetLost != "" && !reLinkDown.MatchString(reason) {
 		// The streams broke because the proxy at their far end went away;
 		// what each stream said on the way is the consequence.
 		note("the target, after the streams broke: %s", j.Proxy.TargetLost)
-		return set(PlaneControl, ClassTargetUnreachable)
+		return set(api.PlaneControl, api.ClassTargetUnreachable)
 	}
 	for _, r := range textRules {
 		if m := firstMatch(reason, r.re); m != "" {
@@ -223,7 +183,7 @@ func ClassifyFailure(j Job) *Failure {
 		}
 	}
 	note("libvirt: %s", excerpt(reason))
-	return set(PlaneControl, ClassLibvirtError)
+	return set(api.PlaneControl, api.ClassLibvirtError)
 }
 
 // textRules are tried in order on what the errors said, once the
@@ -232,19 +192,19 @@ func ClassifyFailure(j Job) *Failure {
 var textRules = []struct {
 	re    *regexp.Regexp
 	what  string
-	plane FailurePlane
-	class FailureClass
+	plane api.FailurePlane
+	class api.FailureClass
 }{
-	{reWrongPeer, "another proxy answered at the target's address", PlaneControl, ClassAuthFailed},
-	{reTLS, "TLS", PlaneControl, ClassAuthFailed},
+	{reWrongPeer, "another proxy answered at the target's address", api.PlaneControl, api.ClassAuthFailed},
+	{reTLS, "TLS", api.PlaneControl, api.ClassAuthFailed},
 	// The source proxy's own words for a stream the target would not
 	// take; the reset that followed is its consequence.
-	{reStreamRefused, "the target refused a stream", PlaneControl, ClassTargetRefused},
-	{reLinkDown, "link", PlaneData, ClassLinkDown},
-	{reReset, "stream", PlaneData, ClassConnectionReset},
-	{reStopped, "the domain stopped", PlaneGuest, ClassGuestStopped},
-	{reUnreachable, "target", PlaneControl, ClassTargetUnreachable},
-	{reRefused, "the target refused", PlaneControl, ClassTargetRefused},
+	{reStreamRefused, "the target refused a stream", api.PlaneControl, api.ClassTargetRefused},
+	{reLinkDown, "link", api.PlaneData, api.ClassLinkDown},
+	{reReset, "stream", api.PlaneData, api.ClassConnectionReset},
+	{reStopped, "the domain stopped", api.PlaneGuest, api.ClassGuestStopped},
+	{reUnreachable, "target", api.PlaneControl, api.ClassTargetUnreachable},
+	{reRefused, "the target refused", api.PlaneControl, api.ClassTargetRefused},
 }
 
 func firstMatch(s string, res ...*regexp.Regexp) string {
@@ -279,7 +239,7 @@ func excerptAround(s string, a, b int) string {
 }
 
 // policyTrigger is what made the policy take its abort.
-func policyTrigger(j Job) string {
+func policyTrigger(j api.Job) string {
 	if j.Policy == nil {
 		return ""
 	}

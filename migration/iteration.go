@@ -1,6 +1,28 @@
 package migration
 
-import "time"
+import (
+	"time"
+
+	"github.com/ferry-vm/ferry/api"
+)
+
+// iteration is a pass as the tracker keeps it: whether its figures were
+// read at its start, and its size.
+type iteration struct {
+	api.Iteration
+	sampled bool
+	// largest is the most memory left seen in the pass: its size.
+	largest uint64
+}
+
+// iterationsView copies the passes as the job shows them.
+func iterationsView(its []iteration) []api.Iteration {
+	out := make([]api.Iteration, len(its))
+	for i, it := range its {
+		out[i] = it.Iteration
+	}
+	return out
+}
 
 // startIteration opens iteration n (and closes the previous one).
 func (t *Tracker) startIteration(j *job, n uint64, tm time.Time) {
@@ -13,7 +35,7 @@ func (t *Tracker) startIteration(j *job, n uint64, tm time.Time) {
 			last.End = &tm
 		}
 	}
-	j.iters = append(j.iters, Iteration{Number: n, Start: tm})
+	j.iters = append(j.iters, iteration{Iteration: api.Iteration{Number: n, Start: tm}})
 	// The new pass's size is known from its first reading.
 	j.view.PassBytes, j.view.PassPercent = 0, 0
 	if len(j.iters) > t.cfg.MaxIterations {

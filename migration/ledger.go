@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/atomicfile"
 )
 
@@ -32,13 +33,13 @@ type ledgerRecord struct {
 	Socket   string    `json:"socket"`
 	Domain   string    `json:"domain"`
 	UUID     string    `json:"uuid"`
-	Role     Role      `json:"role"`
+	Role     api.Role  `json:"role"`
 	Detected time.Time `json:"detected"`
 }
 
 type ledgerKey struct {
 	socket, uuid string
-	role         Role
+	role         api.Role
 }
 
 func (r ledgerRecord) key() ledgerKey { return ledgerKey{r.Socket, r.UUID, r.Role} }

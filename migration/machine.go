@@ -5,6 +5,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -72,58 +73,58 @@ const (
 // transition is one row of the table: what a domain in a state means for a
 // job of a role. end ends the job; mode changes how memory moves.
 type transition struct {
-	role   Role
+	role   api.Role
 	state  libvirtx.State
-	reason int32 // anyReason matches every reason
-	from   Mode  // "" matches every mode
-	end    Phase
-	mode   Mode
+	reason int32    // anyReason matches every reason
+	from   api.Mode // "" matches every mode
+	end    api.Phase
+	mode   api.Mode
 	why    string // %s is the state/reason
 }
 
 const anyReason int32 = -1
 
 var transitions = []transition{
-	{role: RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopyFailed, end: PhasePostCopyFailed,
+	{role: api.RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopyFailed, end: api.PhasePostCopyFailed,
 		why: "post-copy failed: source paused (%s); the guest's memory is split across two hosts"},
 	// Normal post-copy keeps the source paused: running here means the
 	// source QEMU resumed its own vCPUs after post-copy failed.
-	{role: RoleSource, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopy, end: PhasePostCopyFailed,
+	{role: api.RoleSource, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopy, end: api.PhasePostCopyFailed,
 		why: "post-copy failed: the source resumed its own vCPUs (%s), split brain with the target"},
-	{role: RoleSource, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopyFailed, end: PhasePostCopyFailed,
+	{role: api.RoleSource, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopyFailed, end: api.PhasePostCopyFailed,
 		why: "post-copy failed: the source resumed its own vCPUs (%s), split brain with the target"},
-	{role: RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopy, mode: ModePostCopy},
+	{role: api.RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopy, mode: api.ModePostCopy},
 	// A guest paused by a client mid pre-copy migrates as a paused guest:
 	// nothing dirties memory any more, so it will converge.
-	{role: RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedUser, from: ModePreCopy, mode: ModePaused,
+	{role: api.RoleSource, state: libvirtx.StatePaused, reason: libvirtx.PausedUser, from: api.ModePreCopy, mode: api.ModePaused,
 		why: "guest paused by a client (%s): migrating a paused guest"},
-	{role: RoleSource, state: libvirtx.StateRunning, reason: anyReason, from: ModePaused, mode: ModePreCopy,
+	{role: api.RoleSource, state: libvirtx.StateRunning, reason: anyReason, from: api.ModePaused, mode: api.ModePreCopy,
 		why: "guest resumed (%s): back to pre-copy"},
-	{role: RoleSource, state: libvirtx.StateShutoff, reason: libvirtx.ShutoffMigrated, end: PhaseCompleted},
-	{role: RoleSource, state: libvirtx.StateShutoff, reason: anyReason, end: PhaseFailed,
+	{role: api.RoleSource, state: libvirtx.StateShutoff, reason: libvirtx.ShutoffMigrated, end: api.PhaseCompleted},
+	{role: api.RoleSource, state: libvirtx.StateShutoff, reason: anyReason, end: api.PhaseFailed,
 		why: "the domain stopped during the migration (%s)"},
-	{role: RoleSource, state: libvirtx.StateCrashed, reason: anyReason, end: PhaseFailed,
+	{role: api.RoleSource, state: libvirtx.StateCrashed, reason: anyReason, end: api.PhaseFailed,
 		why: "the domain crashed during the migration (%s)"},
 
-	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopyFailed, end: PhasePostCopyFailed,
+	{role: api.RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopyFailed, end: api.PhasePostCopyFailed,
 		why: "post-copy failed: target running without the pages left on the source (%s)"},
 	// A target paused when post-copy fails keeps its own pause reason in
 	// libvirt's state; the event says paused/post-copy-failed.
-	{role: RoleTarget, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopyFailed, end: PhasePostCopyFailed,
+	{role: api.RoleTarget, state: libvirtx.StatePaused, reason: libvirtx.PausedPostCopyFailed, end: api.PhasePostCopyFailed,
 		why: "post-copy failed: target paused without the pages left on the source (%s)"},
-	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningMigrated, end: PhaseCompleted},
-	{role: RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopy, mode: ModePostCopy},
-	{role: RoleTarget, state: libvirtx.StateShutoff, reason: libvirtx.ShutoffFailed, end: PhaseFailed,
+	{role: api.RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningMigrated, end: api.PhaseCompleted},
+	{role: api.RoleTarget, state: libvirtx.StateRunning, reason: libvirtx.RunningPostCopy, mode: api.ModePostCopy},
+	{role: api.RoleTarget, state: libvirtx.StateShutoff, reason: libvirtx.ShutoffFailed, end: api.PhaseFailed,
 		why: "incoming migration failed: the target domain was stopped (%s); the source aborted or the migration stream broke"},
-	{role: RoleTarget, state: libvirtx.StateShutoff, reason: anyReason, end: PhaseFailed,
+	{role: api.RoleTarget, state: libvirtx.StateShutoff, reason: anyReason, end: api.PhaseFailed,
 		why: "the target domain stopped during the migration (%s)"},
-	{role: RoleTarget, state: libvirtx.StateCrashed, reason: anyReason, end: PhaseFailed,
+	{role: api.RoleTarget, state: libvirtx.StateCrashed, reason: anyReason, end: api.PhaseFailed,
 		why: "the target domain crashed during the migration (%s)"},
 }
 
 // lookup finds the first row that matches; ok=false means the state says
 // nothing about the job.
-func lookup(role Role, mode Mode, st libvirtx.State, reason int32) (transition, bool) {
+func lookup(role api.Role, mode api.Mode, st libvirtx.State, reason int32) (transition, bool) {
 	for _, tr := range transitions {
 		if tr.role == role && tr.state == st && (tr.reason == anyReason || tr.reason == reason) &&
 			(tr.from == "" || tr.from == mode) {
@@ -135,12 +136,12 @@ func lookup(role Role, mode Mode, st libvirtx.State, reason int32) (transition, 
 
 // postCopyFailedState reports a state that only a failed post-copy
 // migration leaves, and which side it marks.
-func postCopyFailedState(st libvirtx.State, reason int32) (Role, bool) {
+func postCopyFailedState(st libvirtx.State, reason int32) (api.Role, bool) {
 	switch {
 	case st == libvirtx.StatePaused && reason == libvirtx.PausedPostCopyFailed:
-		return RoleSource, true
+		return api.RoleSource, true
 	case st == libvirtx.StateRunning && reason == libvirtx.RunningPostCopyFailed:
-		return RoleTarget, true
+		return api.RoleTarget, true
 	}
 	return "", false
 }

@@ -9,6 +9,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -19,10 +20,10 @@ func TestSourceQEMUKilledIsFailedNeverCompleted(t *testing.T) {
 	f.stats(outgoing(2, 300))
 	// QEMU died: libvirt says stopped/failed (or crashed).
 	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedFailed)
-	if j := f.wantPhase(PhaseFailed); !strings.Contains(j.FailureReason, "stopped during the migration") {
+	if j := f.wantPhase(api.PhaseFailed); !strings.Contains(j.FailureReason, "stopped during the migration") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
-	f.wantTotal(RoleSource, "completed", 0)
+	f.wantTotal(api.RoleSource, "completed", 0)
 }
 
 func TestSourceGoneFromListWaitsForItsEvent(t *testing.T) {
@@ -33,10 +34,10 @@ func TestSourceGoneFromListWaitsForItsEvent(t *testing.T) {
 	if !hasAction(acts, settleLater) {
 		t.Fatalf("a vanished domain must be settled later, got %+v", acts)
 	}
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedCrashed)
-	f.wantPhase(PhaseFailed)
-	f.wantTotal(RoleSource, "completed", 0)
+	f.wantPhase(api.PhaseFailed)
+	f.wantTotal(api.RoleSource, "completed", 0)
 }
 
 func TestSourceGoneWithoutEventIsLostNotCompleted(t *testing.T) {
@@ -45,19 +46,19 @@ func TestSourceGoneWithoutEventIsLostNotCompleted(t *testing.T) {
 	f.list()
 	// A transient domain leaves nothing to ask.
 	f.ended(notActive, noDomain, 0, 0, noDomain)
-	j := f.wantPhase(PhaseLost)
+	j := f.wantPhase(api.PhaseLost)
 	if !strings.Contains(j.FailureReason, "without a lifecycle event") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
-	f.wantTotal(RoleSource, "completed", 0)
-	f.wantTotal(RoleSource, "lost", 1)
+	f.wantTotal(api.RoleSource, "completed", 0)
+	f.wantTotal(api.RoleSource, "lost", 1)
 }
 
 func TestPersistentSourceGoneSettlesFromItsState(t *testing.T) {
 	for _, tc := range []struct {
 		reason int32
-		want   Phase
-	}{{libvirtx.ShutoffMigrated, PhaseCompleted}, {3 /* crashed */, PhaseFailed}, {2 /* destroyed */, PhaseFailed}} {
+		want   api.Phase
+	}{{libvirtx.ShutoffMigrated, api.PhaseCompleted}, {3 /* crashed */, api.PhaseFailed}, {2 /* destroyed */, api.PhaseFailed}} {
 		f := newFeed(t, "a")
 		f.stats(outgoing(2, 300))
 		f.list()
@@ -70,7 +71,7 @@ func TestTargetQEMUKilledIsFailed(t *testing.T) {
 	f := newFeed(t, "b")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedFailed)
-	if j := f.wantPhase(PhaseFailed); !strings.Contains(j.FailureReason, "incoming migration failed") {
+	if j := f.wantPhase(api.PhaseFailed); !strings.Contains(j.FailureReason, "incoming migration failed") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
 }
@@ -87,7 +88,7 @@ func TestSocketGoneEndsItsJobsAsLost(t *testing.T) {
 		t.Fatalf("in flight after the socket went away: %+v", jobs)
 	}
 	all := f.tr.Jobs(true)
-	if all[1].Phase != PhaseLost || !strings.Contains(all[1].FailureReason, sock) {
+	if all[1].Phase != api.PhaseLost || !strings.Contains(all[1].FailureReason, sock) {
 		t.Fatalf("job of the gone socket: %s %q", all[1].Phase, all[1].FailureReason)
 	}
 	for _, d := range f.tr.Domains() {
@@ -111,7 +112,7 @@ func TestLateIterationEventOpensNoPhantomJob(t *testing.T) {
 	}
 	f.statsAsked(f.tick(), notActive, noDomain)
 	f.wantJobs(0, 1)
-	f.wantTotal(RoleSource, "completed", 1)
+	f.wantTotal(api.RoleSource, "completed", 1)
 }
 
 func TestStaleReadingAfterPostCopyFailedReopensNothing(t *testing.T) {
@@ -124,7 +125,7 @@ func TestStaleReadingAfterPostCopyFailedReopensNothing(t *testing.T) {
 	f.list(paused(libvirtx.PausedPostCopyFailed))
 	f.stats(outgoing(2, 200)) // libvirt keeps the job active
 	f.wantJobs(0, 1)
-	f.wantTotal(RoleSource, "postcopy_failed", 1)
+	f.wantTotal(api.RoleSource, "postcopy_failed", 1)
 }
 
 func TestPostCopyFailedSeenByScanThenEventIsOneFailure(t *testing.T) {
@@ -134,7 +135,7 @@ func TestPostCopyFailedSeenByScanThenEventIsOneFailure(t *testing.T) {
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
 	f.list(running(libvirtx.RunningPostCopyFailed))
 	f.wantJobs(0, 1)
-	f.wantTotal(RoleTarget, "postcopy_failed", 1)
+	f.wantTotal(api.RoleTarget, "postcopy_failed", 1)
 }
 
 func TestStaleIdleReadingDoesNotEndARunningJob(t *testing.T) {
@@ -144,7 +145,7 @@ func TestStaleIdleReadingDoesNotEndARunningJob(t *testing.T) {
 	if acts := f.statsAsked(asked, idle, nil); len(acts) != 0 { // ...and is answered late
 		t.Fatalf("a stale idle reading asked for %+v", acts)
 	}
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 }
 
 func TestNewMigrationAfterAbortIsANewJob(t *testing.T) {
@@ -157,7 +158,7 @@ func TestNewMigrationAfterAbortIsANewJob(t *testing.T) {
 	s.TimeElapsedMs = 200
 	f.stats(s)
 	f.wantJobs(1, 2)
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 }
 
 func TestSameDomainOnTwoSocketsAreTwoJobs(t *testing.T) {
@@ -177,17 +178,17 @@ func TestPostCopyFailureCountedOnceAcrossRestarts(t *testing.T) {
 	now := time.Now()
 	first.apply(input{kind: inStats, socket: sock, dom: dom, at: now, got: now, stats: outgoing(1, 300)})
 	first.apply(input{kind: inList, socket: sock, at: now.Add(time.Second), list: []libvirtx.Domain{paused(libvirtx.PausedPostCopyFailed)}})
-	if got := first.Snapshot().Count(RoleSource, "postcopy_failed"); got != 1 {
+	if got := first.Snapshot().Count(api.RoleSource, "postcopy_failed"); got != 1 {
 		t.Fatalf("first ferryd counted %d", got)
 	}
 
 	second := NewTracker(Config{Node: "a", StateDir: dir})
 	second.apply(input{kind: inList, socket: sock, at: now.Add(2 * time.Second), list: []libvirtx.Domain{paused(libvirtx.PausedPostCopyFailed)}})
 	all := second.Jobs(true)
-	if len(all) != 1 || all[0].Phase != PhasePostCopyFailed || !strings.Contains(all[0].FailureReason, "before ferryd restarted") {
+	if len(all) != 1 || all[0].Phase != api.PhasePostCopyFailed || !strings.Contains(all[0].FailureReason, "before ferryd restarted") {
 		t.Fatalf("after restart: %+v", all)
 	}
-	if got := second.Snapshot().Count(RoleSource, "postcopy_failed"); got != 0 {
+	if got := second.Snapshot().Count(api.RoleSource, "postcopy_failed"); got != 0 {
 		t.Fatalf("a restarted ferryd counted the same failure again (%d)", got)
 	}
 
@@ -195,7 +196,7 @@ func TestPostCopyFailureCountedOnceAcrossRestarts(t *testing.T) {
 	second.apply(input{kind: inList, socket: sock, at: now.Add(3 * time.Second), list: []libvirtx.Domain{running(1)}})
 	third := NewTracker(Config{Node: "a", StateDir: dir})
 	third.apply(input{kind: inList, socket: sock, at: now.Add(4 * time.Second), list: []libvirtx.Domain{paused(libvirtx.PausedPostCopyFailed)}})
-	if got := third.Snapshot().Count(RoleSource, "postcopy_failed"); got != 1 {
+	if got := third.Snapshot().Count(api.RoleSource, "postcopy_failed"); got != 1 {
 		t.Fatalf("a new failure after recovery counted %d, want 1", got)
 	}
 }
@@ -256,7 +257,7 @@ func TestConcurrentInputs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := tr.Snapshot().Count(RoleSource, "completed"); got != 8 {
+	if got := tr.Snapshot().Count(api.RoleSource, "completed"); got != 8 {
 		t.Fatalf("%d completed, want 8", got)
 	}
 	if n := len(tr.Jobs(false)); n != 0 {

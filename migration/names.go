@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	libvirt "github.com/digitalocean/go-libvirt"
-
-	"github.com/ferry-vm/ferry/libvirtx"
 )
 
 // ErrAmbiguous refuses a request naming a domain that more than one
@@ -77,22 +73,6 @@ func onWhich(socket string) string {
 		return ""
 	}
 	return fmt.Sprintf(" on %q", socket)
-}
-
-// ConnOn is the connection and domain handle of a domain on one socket: a
-// job's own, never another socket's domain of the same name.
-func (t *Tracker) ConnOn(socket, domain string) (*libvirtx.Conn, libvirt.Domain, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	d, ok := t.domains[socket][domain]
-	if !ok {
-		return nil, libvirt.Domain{}, fmt.Errorf("no domain %q on %s on node %s", domain, socket, t.cfg.Node)
-	}
-	c := t.conns[socket]
-	if c == nil {
-		return nil, libvirt.Domain{}, fmt.Errorf("%w (%s)", ErrNoLibvirt, socket)
-	}
-	return c, d.Ref, nil
 }
 
 // noJobError says there is no job in its own words and is ErrNoJob.

@@ -36,20 +36,21 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 	if _, ok := f.tr.Job(dom.Name); ok {
 		t.Error("Job found one of two same-named domains")
 	}
-	_, err = f.tr.Abort(context.Background(), "", dom.Name, false)
+	var on Acting
+	_, err = f.tr.Abort(context.Background(), Target{Domain: dom.Name}, false, AbortByOperator, "", reach(&on))
 	check("abort", err)
-	_, _, err = f.tr.ConnFor("", dom.Name)
-	check("connection", err)
-	_, err = f.tr.StartPostCopy("", dom.Name, nil)
+	_, _, err = f.tr.DomainRef("", dom.Name)
+	check("domain", err)
+	_, err = f.tr.StartPostCopy(context.Background(), Target{Domain: dom.Name}, "by a test", reach(&on))
 	check("post-copy", err)
+	if on != (Acting{}) {
+		t.Errorf("an ambiguous request made the call: %+v", on)
+	}
 
 	// Each job is still its own, on its own socket.
 	jobs := f.tr.Jobs(false)
 	if len(jobs) != 2 || jobs[0].Socket == jobs[1].Socket {
 		t.Errorf("jobs %+v, want one per socket", jobs)
-	}
-	if _, _, err := f.tr.ConnOn(pod, dom.Name); !errors.Is(err, ErrNoLibvirt) {
-		t.Errorf("ConnOn(pod's socket): %v, want its own (here unconnected) socket's answer", err)
 	}
 
 	// Named with its socket, each is found, and only there.
@@ -57,13 +58,12 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 		if j, err := f.tr.JobByName(s, dom.Name); err != nil || j.Socket != s {
 			t.Errorf("job on %s: %+v, %v", s, j.Socket, err)
 		}
-		if _, _, err := f.tr.ConnFor(s, dom.Name); !errors.Is(err, ErrNoLibvirt) || !strings.Contains(err.Error(), s) {
-			t.Errorf("connection on %s: %v, want that socket's own answer", s, err)
+		if on, _, err := f.tr.DomainRef(s, dom.Name); err != nil || on != s {
+			t.Errorf("domain on %s: found on %q, %v", s, on, err)
 		}
-		// No libvirt connection in this feed: the abort gets as far as
-		// the job's own socket.
-		if _, err := f.tr.Abort(context.Background(), s, dom.Name, false); !errors.Is(err, ErrNoLibvirt) || !strings.Contains(err.Error(), s) {
-			t.Errorf("abort on %s: %v, want that job's socket's answer", s, err)
+		var on Acting
+		if _, err := f.tr.Abort(context.Background(), Target{Socket: s, Domain: dom.Name}, false, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || on.Socket != s {
+			t.Errorf("abort on %s: %v, made on %q: want that job's own socket", s, err, on.Socket)
 		}
 	}
 	if _, err := f.tr.JobByName("/run/other-sock", dom.Name); !errors.Is(err, ErrNoJob) {
@@ -76,7 +76,7 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 // request's socket has not been seen on.
 func TestAmbiguousBesideAnotherSocket(t *testing.T) {
 	tr := NewTracker(Config{Node: "n1"})
-	tr.ApplyDomains("/pods/x/virtqemud-sock", []libvirtx.Domain{{Ref: libvirt.Domain{Name: "vm"}, Name: "vm", State: libvirtx.StateRunning}}, time.Now())
+	tr.feedDomains("/pods/x/virtqemud-sock", []libvirtx.Domain{{Ref: libvirt.Domain{Name: "vm"}, Name: "vm", State: libvirtx.StateRunning}}, time.Now())
 	if err := tr.AmbiguousBeside("/run/libvirt/libvirt-sock", "vm"); !errors.Is(err, ErrAmbiguous) {
 		t.Fatalf("a namesake on another socket: %v, want ErrAmbiguous", err)
 	}

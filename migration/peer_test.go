@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -15,11 +16,11 @@ func TestTargetJobNamesThePreparingNode(t *testing.T) {
 	f := newFeed(t, "b")
 	f.tr.ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
-	if j := f.wantPhase(PhaseRunning); j.PeerNode != "a" || j.IncomingID != "m-1" {
+	if j := f.wantPhase(api.PhaseRunning); j.PeerNode != "a" || j.IncomingID != "m-1" {
 		t.Fatalf("target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
 	}
 	f.list(running(libvirtx.RunningMigrated))
-	if j := f.wantPhase(PhaseCompleted); j.PeerNode != "a" || j.IncomingID != "m-1" {
+	if j := f.wantPhase(api.PhaseCompleted); j.PeerNode != "a" || j.IncomingID != "m-1" {
 		t.Fatalf("finished target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
 	}
 	left := f.prepared()
@@ -32,9 +33,9 @@ func TestTargetJobNamesThePreparingNode(t *testing.T) {
 // target node, and the job shows it as its peer.
 func TestSourceJobNamesTheAnsweringNode(t *testing.T) {
 	tr := NewTracker(Config{Node: "a"})
-	tr.Drive(sock, dom.Name, ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
+	tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
 	tr.mu.Lock()
-	j := tr.newJob(sock, dom, RoleSource, time.Now(), "test")
+	j := tr.newJob(sock, dom, api.RoleSource, time.Now(), "test")
 	tr.mu.Unlock()
 	if j.view.PeerNode != "b" || j.view.Proxy.TargetNode != "b" {
 		t.Fatalf("source job names peer node %q, proxy %+v; want b", j.view.PeerNode, j.view.Proxy)
@@ -48,10 +49,10 @@ func TestALateEndKeepsTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
 	f.tr.ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	f.tr.ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
-	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "m-1" {
+	if j := f.wantPhase(api.PhaseCompleted); j.IncomingID != "m-1" {
 		t.Fatalf("the ended job names migration %q, want m-1", j.IncomingID)
 	}
 	next := f.prepared()
@@ -67,10 +68,10 @@ func TestALateEndKeepsTheNextPrepare(t *testing.T) {
 func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	f.tr.ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
-	if j := f.wantPhase(PhaseCompleted); j.IncomingID != "" || j.PeerNode != "" {
+	if j := f.wantPhase(api.PhaseCompleted); j.IncomingID != "" || j.PeerNode != "" {
 		t.Fatalf("the older job took the new prepare: migration %q, peer %q", j.IncomingID, j.PeerNode)
 	}
 	next := f.prepared()
@@ -98,7 +99,7 @@ func TestAPrepareIsTakenOnlyOnItsSocket(t *testing.T) {
 	f := newFeed(t, "b")
 	f.tr.ExpectIncoming("/pods/x/virtqemud-sock", dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
-	if j := f.wantPhase(PhaseRunning); j.PeerNode != "" || j.IncomingID != "" {
+	if j := f.wantPhase(api.PhaseRunning); j.PeerNode != "" || j.IncomingID != "" {
 		t.Fatalf("a target job on %s took another socket's prepare: peer %q, migration %q", sock, j.PeerNode, j.IncomingID)
 	}
 }
@@ -111,16 +112,16 @@ func TestASettledDriveNamesTheJobThisProcessSaw(t *testing.T) {
 	for _, ended := range []bool{true, false} {
 		tr := NewTracker(Config{Node: "a"})
 		start := time.Now().Add(-time.Minute)
-		tr.ApplyDomains(sock, []libvirtx.Domain{d}, start)
-		tr.ApplyStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
+		tr.feedDomains(sock, []libvirtx.Domain{d}, start)
+		tr.feedStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
 			DataTotal: 1 << 30, DataRemaining: 1 << 29, MemoryIteration: 2}, time.Now())
 		if ended {
-			tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
+			tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
 		why := "ferryd restarted during the migration; the target dropped its copy"
-		tr.DriveSettled(sock, dom.Name, libvirtx.UUIDString(dom.UUID), start, ProxyInfo{MigrationID: "m-0123456789abcdef"}, PhaseFailed, why)
+		tr.DriveSettled(sock, dom.Name, libvirtx.UUIDString(dom.UUID), start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, why)
 		if !ended {
-			tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
+			tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
 		js := tr.Jobs(true)
 		if len(js) != 1 || js[0].Proxy == nil || js[0].Proxy.MigrationID != "m-0123456789abcdef" || js[0].FailureReason != why {
@@ -135,11 +136,11 @@ func TestASettledDriveLeavesOtherJobsAlone(t *testing.T) {
 	d := libvirtx.Domain{Ref: dom, Name: dom.Name, State: libvirtx.StateRunning}
 	tr := NewTracker(Config{Node: "a"})
 	start := time.Now().Add(-time.Minute)
-	tr.ApplyDomains(sock, []libvirtx.Domain{d}, start)
-	tr.ApplyStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
+	tr.feedDomains(sock, []libvirtx.Domain{d}, start)
+	tr.feedStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
 		DataTotal: 1 << 30, DataRemaining: 1 << 29, MemoryIteration: 2}, time.Now())
-	tr.ApplyEnded(sock, d, libvirtx.JobStats{}, time.Now())
-	tr.DriveSettled(sock, dom.Name, "another-guest-uuid", start, ProxyInfo{MigrationID: "m-0123456789abcdef"}, PhaseFailed, "ferryd restarted")
+	tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
+	tr.DriveSettled(sock, dom.Name, "another-guest-uuid", start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, "ferryd restarted")
 	for _, j := range tr.Jobs(true) {
 		if j.Proxy != nil || strings.Contains(j.FailureReason, "ferryd restarted") {
 			t.Fatalf("another guest's job took the settled drive's account: %+v", j)

@@ -59,7 +59,7 @@ func TestRecordedMultiPassProgressNeverGoesDown(t *testing.T) {
 	prev, lastRaw, rawDrops, passes := 0.0, 0.0, 0, map[uint64]bool{}
 	for _, s := range rec.Samples {
 		// As the sampler feeds a reading: asked and got at once.
-		f.tr.ApplyStats(sock, running(1), rec.Stats(s), f.tick())
+		f.tr.feedStats(sock, running(1), rec.Stats(s), f.tick())
 		j := f.job()
 		raw := 100 - 100*float64(s.DataRemainingBytes)/float64(rec.DataTotalBytes)
 		if raw < lastRaw {

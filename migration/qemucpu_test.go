@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -45,7 +46,7 @@ func TestMostThrottledGroupOverTheJob(t *testing.T) {
 func TestCPUFiguresKeepThrottlingOnCloseReadings(t *testing.T) {
 	tr, j := &Tracker{}, &job{}
 	t0 := time.Now()
-	read := func(at time.Duration, periods, throttled uint64) *QEMUFigures {
+	read := func(at time.Duration, periods, throttled uint64) *api.QEMUFigures {
 		f := tr.cpuFigures(j, libvirtx.QEMUCPU{PID: 7, Cgroup: "/machine/d", Time: t0.Add(at),
 			Throttling: []libvirtx.CgroupThrottling{throttling("/machine/d", periods, throttled, float64(throttled)/10)}})
 		j.view.QEMU = f
@@ -64,7 +65,7 @@ func TestCPUFiguresKeepThrottlingOnCloseReadings(t *testing.T) {
 func TestAGroupReadLateCountsFromThen(t *testing.T) {
 	tr, j := &Tracker{}, &job{}
 	t0 := time.Now()
-	read := func(at time.Duration, groups ...libvirtx.CgroupThrottling) *QEMUFigures {
+	read := func(at time.Duration, groups ...libvirtx.CgroupThrottling) *api.QEMUFigures {
 		f := tr.cpuFigures(j, libvirtx.QEMUCPU{PID: 7, Cgroup: "/machine/d", Time: t0.Add(at), Throttling: groups})
 		j.view.QEMU = f
 		return f

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -78,7 +79,7 @@ func (t *Tracker) applyQEMUStatus(in input) {
 		why = u.reason + " (QEMU could not be asked: " + in.err.Error() + ")"
 	}
 	j.qemuSaid, j.unconfirmed = true, nil
-	t.finish(j, PhasePostCopyFailed, why, u.at)
+	t.finish(j, api.PhasePostCopyFailed, why, u.at)
 }
 
 // streamAlive says whether QEMU's status is a post-copy that still runs

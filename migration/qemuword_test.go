@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -18,7 +19,7 @@ func unconfirmedPostCopy(t *testing.T) *feed {
 	if !hasAction(acts, askQEMU) {
 		t.Fatalf("libvirt's word taken without asking QEMU: %+v", acts)
 	}
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	return f
 }
 
@@ -29,33 +30,33 @@ func (f *feed) qemu(status string, err error) {
 func TestAPostCopyFailureIsRecordedOnQEMUsWord(t *testing.T) {
 	f := unconfirmedPostCopy(t)
 	f.qemu(libvirtx.QEMUMigrationPostCopyPaused, nil)
-	if j := f.wantPhase(PhasePostCopyFailed); !strings.Contains(j.FailureReason, "QEMU: postcopy-paused") {
+	if j := f.wantPhase(api.PhasePostCopyFailed); !strings.Contains(j.FailureReason, "QEMU: postcopy-paused") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
-	f.wantTotal(RoleSource, "postcopy_failed", 1)
+	f.wantTotal(api.RoleSource, "postcopy_failed", 1)
 }
 
 func TestAPostCopyWhoseStreamGoesOnIsNotAFailure(t *testing.T) {
 	f := unconfirmedPostCopy(t)
 	f.qemu(libvirtx.QEMUMigrationPostCopyActive, nil)
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	doms := f.tr.Domains()
 	if len(doms) != 1 || doms[0].AttentionReason != "postcopy_unconfirmed" || !strings.Contains(doms[0].Attention, "stream goes on") {
 		t.Fatalf("domain %+v, want postcopy_unconfirmed: no failure alert on libvirt's word alone", doms)
 	}
 	f.list(paused(libvirtx.PausedPostCopyFailed))
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	// libvirt completes it by itself.
 	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
-	f.wantPhase(PhaseCompleted)
-	f.wantTotal(RoleSource, "postcopy_failed", 0)
-	f.wantTotal(RoleSource, "completed", 1)
+	f.wantPhase(api.PhaseCompleted)
+	f.wantTotal(api.RoleSource, "postcopy_failed", 0)
+	f.wantTotal(api.RoleSource, "completed", 1)
 }
 
 func TestAQEMUThatCannotBeAskedLeavesLibvirtsWord(t *testing.T) {
 	f := unconfirmedPostCopy(t)
 	f.qemu("", errors.New("operation forbidden: read only access prevents virDomainQemuMonitorCommand"))
-	if j := f.wantPhase(PhasePostCopyFailed); !strings.Contains(j.FailureReason, "could not be asked") {
+	if j := f.wantPhase(api.PhasePostCopyFailed); !strings.Contains(j.FailureReason, "could not be asked") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
 }

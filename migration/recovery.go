@@ -6,28 +6,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/api"
 )
-
-// PhasePostCopyPaused means a post-copy migration Ferry drives broke and
-// QEMU holds it paused on both nodes while Ferry resumes it over fresh
-// streams; it becomes PostCopyFailed only when the recovery gives up.
-// Not terminal.
-const PhasePostCopyPaused Phase = "PostCopyPaused"
-
-// Recovery is a paused post-copy migration's resumption, as the job shows
-// it.
-type Recovery struct {
-	// Until is when the guest is declared lost if the migration has not
-	// resumed by then.
-	Until     time.Time `json:"until"`
-	Attempts  int       `json:"attempts"`
-	LastError string    `json:"lastError,omitempty"`
-	// Resumed counts the attempts whose stream went back into post-copy.
-	Resumed int `json:"resumed,omitempty"`
-	// lastResumed is the attempt Resumed last counted.
-	lastResumed int
-}
 
 // Results of a recovery attempt, the label of its counter.
 const (
@@ -43,11 +23,11 @@ func (t *Tracker) recoverable(j *job) (time.Duration, bool) {
 		return 0, false
 	}
 	switch j.view.Role {
-	case RoleSource:
+	case api.RoleSource:
 		if di := t.driven[key]; di != nil && !di.ended && di.recoverFor > 0 {
 			return di.recoverFor, true
 		}
-	case RoleTarget:
+	case api.RoleTarget:
 		if in, ok := t.incoming[key]; ok && in.id == j.view.IncomingID && in.recoverFor > 0 {
 			return in.recoverFor, true
 		}
@@ -58,18 +38,18 @@ func (t *Tracker) recoverable(j *job) (time.Duration, bool) {
 // pause holds a failed post-copy job as paused instead of ending it; the
 // caller holds t.mu.
 func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time.Time) {
-	if j.view.Phase == PhasePostCopyPaused {
+	if j.view.Phase == api.PhasePostCopyPaused {
 		return
 	}
 	j.pauses++
 	pause := j.pauses
-	j.view.Phase = PhasePostCopyPaused
-	j.view.Mode = ModePostCopy
+	j.view.Phase = api.PhasePostCopyPaused
+	j.view.Mode = api.ModePostCopy
 	j.view.FailureReason = reason
 	j.view.EtaSeconds = nil
 	j.view.UpdateTime = at
 	if j.view.Recovery == nil {
-		j.view.Recovery = &Recovery{}
+		j.view.Recovery = &api.Recovery{}
 	}
 	// Each pause has its own time to come back.
 	j.view.Recovery.Until = at.Add(recoverFor)
@@ -77,7 +57,7 @@ func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time
 	t.log.Warn("post-copy paused for recovery", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)), zap.Time("until", j.view.Recovery.Until))
 	t.publish(j)
 	t.recoveryChanged(j, RecoveryPaused)
-	if j.view.Role == RoleSource {
+	if j.view.Role == api.RoleSource {
 		// The driver ends it, however the recovery goes: its deadline
 		// moves (a resume, a stream that never broke), this clock would not.
 		return
@@ -87,24 +67,16 @@ func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time
 	time.AfterFunc(recoverFor+recoveryGrace, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if cur := t.jobs[jobKey{j.view.Socket, j.view.Domain}]; cur == j && j.view.Phase == PhasePostCopyPaused && j.pauses == pause {
+		if cur := t.jobs[jobKey{j.view.Socket, j.view.Domain}]; cur == j && j.view.Phase == api.PhasePostCopyPaused && j.pauses == pause {
 			t.giveUp(j, "post-copy recovery timed out", time.Now())
 		}
 	})
 }
 
-// inPostCopy says whether a state is a side's own in a post-copy that runs.
-func inPostCopy(role Role, st libvirtx.State, reason int32) bool {
-	if role == RoleSource {
-		return st == libvirtx.StatePaused && reason == libvirtx.PausedPostCopy
-	}
-	return st == libvirtx.StateRunning && reason == libvirtx.RunningPostCopy
-}
-
 // unpause shows a paused job running in post-copy again; the caller holds
 // t.mu.
 func (t *Tracker) unpause(j *job, state string, at time.Time) {
-	j.view.Phase = PhaseRunning
+	j.view.Phase = api.PhaseRunning
 	j.view.UpdateTime = at
 	t.addEvent(j, at, "postcopy-resumed", "the migration runs again in post-copy ("+state+")")
 	t.publish(j)
@@ -143,9 +115,9 @@ const (
 // recoveryChanged hands the source's job to OnRecovery; the caller holds
 // t.mu.
 func (t *Tracker) recoveryChanged(j *job, what string) {
-	if t.cfg.OnRecovery != nil && j.view.Role == RoleSource {
+	if t.cfg.OnRecovery != nil && j.view.Role == api.RoleSource {
 		v := j.view
-		v.Recovery = new(Recovery)
+		v.Recovery = new(api.Recovery)
 		*v.Recovery = *j.view.Recovery
 		go t.cfg.OnRecovery(v, what)
 	}
@@ -158,19 +130,19 @@ var recoveryGrace = 30 * time.Second
 func (t *Tracker) giveUp(j *job, why string, at time.Time) {
 	// Ferry's own word: QEMU was asked by the recovery itself.
 	j.recoveryOver, j.qemuSaid = true, true
-	j.view.Phase = PhaseRunning // finish() takes only a job not ended
+	j.view.Phase = api.PhaseRunning // finish() takes only a job not ended
 	reason := why
 	if j.view.FailureReason != "" {
 		reason = why + ": " + j.view.FailureReason
 	}
-	t.finish(j, PhasePostCopyFailed, reason, at)
+	t.finish(j, api.PhasePostCopyFailed, reason, at)
 }
 
 // pausedJob is the domain's paused job in the given role; the caller
 // holds t.mu.
-func (t *Tracker) pausedJob(socket, domain string, role Role) *job {
+func (t *Tracker) pausedJob(socket, domain string, role api.Role) *job {
 	j := t.jobs[jobKey{socket, domain}]
-	if j == nil || j.view.Role != role || j.view.Phase != PhasePostCopyPaused {
+	if j == nil || j.view.Role != role || j.view.Phase != api.PhasePostCopyPaused {
 		return nil
 	}
 	return j
@@ -181,7 +153,7 @@ func (t *Tracker) pausedJob(socket, domain string, role Role) *job {
 func (t *Tracker) DrivePaused(socket, domain string, until time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if j := t.pausedJob(socket, domain, RoleSource); j != nil {
+	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
 		j.view.Recovery.Until = until
 		t.publish(j)
 	}
@@ -192,8 +164,8 @@ func (t *Tracker) DrivePaused(socket, domain string, until time.Time) {
 func (t *Tracker) DriveRecoveryAttempt(socket, domain string, attempt int, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	j := t.pausedJob(socket, domain, RoleSource)
-	if j == nil || j.view.Recovery.lastResumed != attempt {
+	j := t.pausedJob(socket, domain, api.RoleSource)
+	if j == nil || j.lastResumed != attempt {
 		t.recoveryAttempts[RecoveryFailed]++
 	}
 	if j == nil {
@@ -216,15 +188,15 @@ func (t *Tracker) DriveResumed(socket, domain string, attempt int, took time.Dur
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jobs[jobKey{socket, domain}]
-	if j == nil || j.view.Role != RoleSource || j.view.Recovery == nil {
+	if j == nil || j.view.Role != api.RoleSource || j.view.Recovery == nil {
 		return
 	}
-	if j.view.Recovery.lastResumed >= attempt {
+	if j.lastResumed >= attempt {
 		return
 	}
 	t.recoveryAttempts[RecoveryResumed]++
 	now := time.Now()
-	j.view.Recovery.Attempts, j.view.Recovery.lastResumed = attempt, attempt
+	j.view.Recovery.Attempts, j.lastResumed = attempt, attempt
 	j.view.Recovery.Resumed++
 	t.addEvent(j, now, "recovery", fmt.Sprintf("attempt %d resumed the migration %v after the resume", attempt, took.Round(time.Millisecond)))
 	j.view.UpdateTime = now
@@ -237,7 +209,7 @@ func (t *Tracker) DriveResumed(socket, domain string, attempt int, took time.Dur
 func (t *Tracker) DriveLost(socket, domain, why string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if j := t.pausedJob(socket, domain, RoleSource); j != nil {
+	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
 		t.giveUp(j, why, time.Now())
 	}
 }

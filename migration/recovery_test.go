@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -13,7 +14,7 @@ import (
 // for up to recoverFor, switched to post-copy.
 func drivenPostCopy(t *testing.T, recoverFor time.Duration) *feed {
 	f := newFeed(t, "a")
-	f.tr.Drive(sock, dom.Name, ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
+	f.tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
 	f.tr.DriveRecoverable(sock, dom.Name, recoverFor)
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
@@ -23,13 +24,13 @@ func drivenPostCopy(t *testing.T, recoverFor time.Duration) *feed {
 func TestABrokenDrivenPostCopyPausesInsteadOfFailing(t *testing.T) {
 	f := drivenPostCopy(t, 5*time.Minute)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
-	j := f.wantPhase(PhasePostCopyPaused)
+	j := f.wantPhase(api.PhasePostCopyPaused)
 	if j.Recovery == nil || time.Until(j.Recovery.Until) < 4*time.Minute {
 		t.Fatalf("recovery %+v, want one ending about 5 minutes from now", j.Recovery)
 	}
 	f.list(paused(libvirtx.PausedPostCopyFailed))
 	f.wantJobs(1, 1)
-	f.wantTotal(RoleSource, "postcopy_failed", 0)
+	f.wantTotal(api.RoleSource, "postcopy_failed", 0)
 	doms := f.tr.Domains()
 	if len(doms) != 1 || doms[0].AttentionReason != "postcopy_paused" {
 		t.Fatalf("a paused post-copy flagged as %+v, want postcopy_paused (not failed: it is being resumed)", doms)
@@ -39,21 +40,21 @@ func TestABrokenDrivenPostCopyPausesInsteadOfFailing(t *testing.T) {
 	f.tr.DriveRecoveryAttempt(sock, dom.Name, 1, errors.New("asking the target: refused"))
 	f.tr.DriveResumed(sock, dom.Name, 2, 200*time.Millisecond)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
-	if j := f.wantPhase(PhaseRunning); j.Recovery.Attempts != 2 || j.Recovery.Resumed != 1 || j.Recovery.LastError == "" {
+	if j := f.wantPhase(api.PhaseRunning); j.Recovery.Attempts != 2 || j.Recovery.Resumed != 1 || j.Recovery.LastError == "" {
 		t.Fatalf("recovery %+v, want 2 attempts, 1 resumed, the last error", j.Recovery)
 	}
 	// It breaks again, and completes after a second resume.
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
-	f.wantPhase(PhasePostCopyPaused)
+	f.wantPhase(api.PhasePostCopyPaused)
 	f.tr.DriveResumed(sock, dom.Name, 3, 100*time.Millisecond)
 	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
-	j = f.wantPhase(PhaseCompleted)
+	j = f.wantPhase(api.PhaseCompleted)
 	if j.Recovery.Resumed != 2 {
 		t.Fatalf("recovery %+v, want 2 resumed", j.Recovery)
 	}
-	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, ProxyInfo{MigrationID: "m-1"}, "")
-	f.wantTotal(RoleSource, "completed", 1)
-	f.wantTotal(RoleSource, "postcopy_failed", 0)
+	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "")
+	f.wantTotal(api.RoleSource, "completed", 1)
+	f.wantTotal(api.RoleSource, "postcopy_failed", 0)
 	s := f.tr.Snapshot()
 	if s.RecoveryAttempts[RecoveryResumed] != 2 || s.RecoveryAttempts[RecoveryFailed] != 1 {
 		t.Fatalf("attempts %v, want 2 resumed and 1 failed", s.RecoveryAttempts)
@@ -63,9 +64,9 @@ func TestABrokenDrivenPostCopyPausesInsteadOfFailing(t *testing.T) {
 func TestAPausedPostCopyTheDriverGivesUpOnFailsOnce(t *testing.T) {
 	f := drivenPostCopy(t, 5*time.Minute)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
-	j := f.wantPhase(PhasePostCopyPaused)
-	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, ProxyInfo{MigrationID: "m-1"}, "post-copy broke and was not resumed within 5m0s")
-	j = f.wantPhase(PhasePostCopyFailed)
+	j := f.wantPhase(api.PhasePostCopyPaused)
+	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "post-copy broke and was not resumed within 5m0s")
+	j = f.wantPhase(api.PhasePostCopyFailed)
 	if !strings.Contains(j.FailureReason, "not resumed within") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
@@ -73,7 +74,7 @@ func TestAPausedPostCopyTheDriverGivesUpOnFailsOnce(t *testing.T) {
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
 	f.list(paused(libvirtx.PausedPostCopyFailed))
 	f.wantJobs(0, 1)
-	f.wantTotal(RoleSource, "postcopy_failed", 1)
+	f.wantTotal(api.RoleSource, "postcopy_failed", 1)
 }
 
 func TestAPausedPostCopyNobodyResumesFailsAtItsTimeOnTheTarget(t *testing.T) {
@@ -86,10 +87,10 @@ func TestAPausedPostCopyNobodyResumesFailsAtItsTimeOnTheTarget(t *testing.T) {
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
-	f.wantPhase(PhasePostCopyPaused)
+	f.wantPhase(api.PhasePostCopyPaused)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if j, _ := f.tr.Job(dom.Name); j.Phase == PhasePostCopyFailed {
+		if j, _ := f.tr.Job(dom.Name); j.Phase == api.PhasePostCopyFailed {
 			if !strings.Contains(j.FailureReason, "timed out") {
 				t.Fatalf("reason %q", j.FailureReason)
 			}
@@ -108,15 +109,15 @@ func TestAPausedSourceWaitsForItsDriver(t *testing.T) {
 	t.Cleanup(func() { recoveryGrace = grace })
 	f := drivenPostCopy(t, 10*time.Millisecond)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
-	f.wantPhase(PhasePostCopyPaused)
+	f.wantPhase(api.PhasePostCopyPaused)
 	time.Sleep(200 * time.Millisecond)
-	f.wantPhase(PhasePostCopyPaused)
+	f.wantPhase(api.PhasePostCopyPaused)
 }
 
 func TestAPostCopyNotResumedFailsAtOnce(t *testing.T) {
 	f := drivenPostCopy(t, 0)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
-	f.wantPhase(PhasePostCopyFailed)
+	f.wantPhase(api.PhasePostCopyFailed)
 }
 
 func TestATargetOfARecoverablePostCopyPauses(t *testing.T) {
@@ -126,12 +127,12 @@ func TestATargetOfARecoverablePostCopyPauses(t *testing.T) {
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
-	f.wantPhase(PhasePostCopyPaused)
+	f.wantPhase(api.PhasePostCopyPaused)
 	f.list(running(libvirtx.RunningPostCopy))
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	f.list(running(libvirtx.RunningMigrated))
-	f.wantPhase(PhaseCompleted)
-	f.wantTotal(RoleTarget, "postcopy_failed", 0)
+	f.wantPhase(api.PhaseCompleted)
+	f.wantTotal(api.RoleTarget, "postcopy_failed", 0)
 }
 
 // A post-copy recorded failed that runs again and completes is reported
@@ -143,7 +144,7 @@ func TestAFailedPostCopyThatCompletesAfterAllIsReported(t *testing.T) {
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
-	f.wantPhase(PhasePostCopyFailed)
+	f.wantPhase(api.PhasePostCopyFailed)
 	f.list(running(libvirtx.RunningPostCopyFailed))
 	f.list(running(libvirtx.RunningPostCopy)) // resumed: still the same failure
 	f.list(running(libvirtx.RunningMigrated))
@@ -161,5 +162,5 @@ func TestAFailedPostCopyThatCompletesAfterAllIsReported(t *testing.T) {
 		t.Fatalf("reported twice: %+v", d)
 	case <-time.After(200 * time.Millisecond):
 	}
-	f.wantTotal(RoleTarget, "postcopy_failed", 1)
+	f.wantTotal(api.RoleTarget, "postcopy_failed", 1)
 }

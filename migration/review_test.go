@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -25,7 +26,7 @@ func TestVanishedJobIsSettledAgainUntilItEnds(t *testing.T) {
 		t.Fatal("a job still vanished after the grace must be settled again")
 	}
 	f.ended(notActive, noDomain, 0, 0, noDomain)
-	f.wantPhase(PhaseLost)
+	f.wantPhase(api.PhaseLost)
 }
 
 func TestTargetOfAPausedGuestCompletesFromLibvirtsRecord(t *testing.T) {
@@ -39,7 +40,7 @@ func TestTargetOfAPausedGuestCompletesFromLibvirtsRecord(t *testing.T) {
 	}
 	done := libvirtx.JobStats{Type: libvirtx.JobCompleted, Operation: libvirtx.OperationMigrationIn, TimeElapsedMs: 3000}
 	f.ended(done, nil, libvirtx.StatePaused, libvirtx.PausedUser, nil)
-	f.wantPhase(PhaseCompleted)
+	f.wantPhase(api.PhaseCompleted)
 }
 
 func TestAnotherKindOfJobIsNotTheMigration(t *testing.T) {
@@ -56,7 +57,7 @@ func TestAnotherKindOfJobIsNotTheMigration(t *testing.T) {
 
 func TestLingeringPostCopyFailureIsNotReportedAgainAfterHistoryTurnsOver(t *testing.T) {
 	var reported atomic.Int32
-	tr := NewTracker(Config{Node: "b", HistorySize: 2, OnFinish: func(j Job) {
+	tr := NewTracker(Config{Node: "b", HistorySize: 2, OnFinish: func(j api.Job) {
 		if j.Domain == dom.Name {
 			reported.Add(1)
 		}
@@ -71,7 +72,7 @@ func TestLingeringPostCopyFailureIsNotReportedAgainAfterHistoryTurnsOver(t *test
 		other.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
 	}
 	f.list(running(libvirtx.RunningPostCopyFailed))
-	f.wantTotal(RoleTarget, "postcopy_failed", 1)
+	f.wantTotal(api.RoleTarget, "postcopy_failed", 1)
 	if n := len(tr.Jobs(false)); n != 0 {
 		t.Fatalf("%d in flight", n)
 	}
@@ -87,7 +88,7 @@ func TestSplitBrainSourceIsKeptAcrossRestarts(t *testing.T) {
 	first.stats(outgoing(1, 300))
 	first.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 	first.list(running(libvirtx.RunningPostCopy)) // the source resumed its own vCPUs
-	if j := first.wantPhase(PhasePostCopyFailed); !strings.Contains(j.FailureReason, "split brain") {
+	if j := first.wantPhase(api.PhasePostCopyFailed); !strings.Contains(j.FailureReason, "split brain") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
 	first.list(running(libvirtx.RunningPostCopy)) // must not prune the record
@@ -97,19 +98,19 @@ func TestSplitBrainSourceIsKeptAcrossRestarts(t *testing.T) {
 	second.stats(outgoing(3, 100))                                    // libvirt keeps the failed job active
 	second.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy) // no phantom target
 	second.wantJobs(0, 1)
-	second.wantTotal(RoleSource, "postcopy_failed", 0)
-	second.wantTotal(RoleTarget, "postcopy_failed", 0)
+	second.wantTotal(api.RoleSource, "postcopy_failed", 0)
+	second.wantTotal(api.RoleTarget, "postcopy_failed", 0)
 }
 
 func TestDeadlineAbortKeepsTheDriversReason(t *testing.T) {
 	f := newFeed(t, "a")
 	f.stats(outgoing(1, 300))
-	f.tr.DriveEnded(dom.Name, dom, sock, f.now.Add(-time.Minute), ProxyInfo{MigrationID: "m-1"},
+	f.tr.DriveEnded(dom.Name, dom, sock, f.now.Add(-time.Minute), api.ProxyInfo{MigrationID: "m-1"},
 		"migration failed: "+libvirtx.ErrMigrationDeadline.Error()+" of 5m0s; libvirt job aborted")
 	f.stats(idle)
 	f.ended(libvirtx.JobStats{Type: libvirtx.JobCancelled, Operation: libvirtx.OperationMigrationOut, ErrMsg: "canceled by client"},
 		nil, libvirtx.StateRunning, 1, nil)
-	if j := f.wantPhase(PhaseAborted); !strings.Contains(j.FailureReason, "deadline") {
+	if j := f.wantPhase(api.PhaseAborted); !strings.Contains(j.FailureReason, "deadline") {
 		t.Fatalf("reason %q does not say the deadline aborted it", j.FailureReason)
 	}
 }
@@ -123,7 +124,7 @@ func TestAnOlderCompletedRecordIsNotThisJobsOutcome(t *testing.T) {
 	// An earlier, shorter migration's cancel is still kept by libvirt.
 	old := libvirtx.JobStats{Type: libvirtx.JobCancelled, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 2000}
 	f.ended(old, nil, libvirtx.StateRunning, 1, nil)
-	if j := f.wantPhase(PhaseFailed); !strings.Contains(j.FailureReason, "kept no statistics") {
+	if j := f.wantPhase(api.PhaseFailed); !strings.Contains(j.FailureReason, "kept no statistics") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
 }

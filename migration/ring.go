@@ -1,19 +1,26 @@
 package migration
 
 // ring keeps the last n values appended; old evidence gives way to new so a
-// job that runs for hours cannot grow without bound.
+// job that runs for hours cannot grow without bound. It grows as values
+// come: most jobs keep far fewer than n, and a job costs nothing up front.
 type ring[T any] struct {
-	buf   []T
-	start int
+	buf          []T
+	start, limit int
 }
 
 func newRing[T any](capacity int) ring[T] {
-	return ring[T]{buf: make([]T, 0, max(capacity, 1))}
+	return ring[T]{limit: max(capacity, 1)}
 }
 
 // push appends v and returns the value it evicted (the zero value if none).
 func (r *ring[T]) push(v T) (evicted T) {
-	if len(r.buf) < cap(r.buf) {
+	if len(r.buf) < r.limit {
+		if len(r.buf) == cap(r.buf) {
+			// Grown as values come, never past the limit.
+			grown := make([]T, len(r.buf), min(max(2*cap(r.buf), 8), r.limit))
+			copy(grown, r.buf)
+			r.buf = grown
+		}
 		r.buf = append(r.buf, v)
 		return evicted
 	}

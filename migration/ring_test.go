@@ -43,3 +43,19 @@ func TestVMIName(t *testing.T) {
 		}
 	}
 }
+
+func TestRingNeverHoldsRoomPastItsLimit(t *testing.T) {
+	r := newRing[int](300)
+	if cap(r.buf) != 0 {
+		t.Fatalf("an empty ring holds room for %d", cap(r.buf))
+	}
+	for i := range 1000 {
+		r.push(i)
+		if cap(r.buf) > 300 {
+			t.Fatalf("room for %d after %d values, limit 300", cap(r.buf), i+1)
+		}
+	}
+	if r.len() != 300 || *r.last() != 999 {
+		t.Fatalf("len %d, last %d", r.len(), *r.last())
+	}
+}

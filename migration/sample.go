@@ -2,6 +2,7 @@ package migration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -96,6 +98,13 @@ func (t *Tracker) forgetSocket(socket string) {
 func (s *sampler) scan(ctx context.Context) {
 	at := time.Now()
 	doms, err := s.c.Domains(ctx)
+	if errors.Is(err, libvirtx.ErrNotALauncher) {
+		// Cut: no more of its events are taken, and the pool holds the
+		// socket off, saying why in its status.
+		s.t.log.Warn("a socket the glob matched lists what no KubeVirt launcher runs; dropping it", zap.Error(err))
+		s.c.Close()
+		return
+	}
 	if err != nil {
 		s.t.log.Debug("listing domains failed", zap.Error(err))
 		return
@@ -175,7 +184,7 @@ func (t *Tracker) noteCPUError(socket, name string, err error) {
 		return
 	}
 	if j.view.QEMU == nil || j.view.QEMU.PID == 0 {
-		j.view.QEMU = &QEMUFigures{Error: err.Error()}
+		j.view.QEMU = &api.QEMUFigures{Error: err.Error()}
 	}
 	t.addEvent(j, time.Now(), "qemu-cgroup", err.Error())
 }
@@ -256,7 +265,7 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 	if cpu != nil {
 		v.QEMU = t.cpuFigures(j, *cpu)
 	}
-	sample := Sample{Time: now, ElapsedMs: s.TimeElapsedMs, Iteration: s.MemoryIteration,
+	sample := api.Sample{Time: now, ElapsedMs: s.TimeElapsedMs, Iteration: s.MemoryIteration,
 		DataProcessedBytes: s.DataProcessed, DataRemainingBytes: s.DataRemaining, MemoryRemainingBytes: s.MemoryRemaining,
 		TransferRateBytesPerSecond: s.MemoryBps, DirtyRateBytesPerSecond: s.MemoryDirtyRate, PostCopyRequests: s.MemoryPostCopyReqs}
 	if v.QEMU != nil {
@@ -280,7 +289,7 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 			v.PassPercent = 100 * float64(it.largest-s.MemoryRemaining) / float64(it.largest)
 		}
 	}
-	if v.Mode == ModePostCopy {
+	if v.Mode == api.ModePostCopy {
 		if s.MemoryBps > 0 {
 			v.EtaSeconds = eta(float64(s.MemoryRemaining) / float64(s.MemoryBps))
 		}
@@ -301,7 +310,7 @@ func (t *Tracker) applySample(j *job, s libvirtx.JobStats, cpu *libvirtx.QEMUCPU
 }
 
 // cpuFigures turns cumulative cgroup counters into figures over the job.
-func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
+func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *api.QEMUFigures {
 	if j.cpuFirst == nil || j.cpuFirst.PID != r.PID {
 		first := r
 		first.Throttling = slices.Clone(r.Throttling)
@@ -314,7 +323,7 @@ func (t *Tracker) cpuFigures(j *job, r libvirtx.QEMUCPU) *QEMUFigures {
 			j.cpuFirst.Throttling = append(j.cpuFirst.Throttling, n)
 		}
 	}
-	f := &QEMUFigures{PID: r.PID, CgroupPath: r.Cgroup,
+	f := &api.QEMUFigures{PID: r.PID, CgroupPath: r.Cgroup,
 		CPUUsageSeconds: r.UsageSeconds - j.cpuFirst.UsageSeconds}
 	if th, pct := mostThrottled(j.cpuFirst.Throttling, r.Throttling); th.Periods > 0 {
 		f.ThrottledCgroup, f.ThrottledPeriods, f.ThrottledSeconds, f.ThrottledPercentPeriods =
@@ -375,32 +384,3 @@ func mostThrottled(first, now []libvirtx.CgroupThrottling) (libvirtx.CgroupThrot
 // group ran longer, so two throttled periods of an idle emulator group do
 // not outrank a vCPU throttled in most of a thousand.
 const minSharePeriods = 10
-
-// ApplyStats, ApplyEvent, ApplyDomains and ApplyEnded feed recorded inputs
-// exactly as the sampler and the event loop feed what they read from
-// libvirt. They let benchmarks, replays and tests outside this package
-// drive the tracker without a libvirt daemon; the reads they would ask for
-// next are not made.
-func (t *Tracker) ApplyStats(socket string, d libvirtx.Domain, s libvirtx.JobStats, at time.Time) {
-	t.apply(input{kind: inStats, socket: socket, dom: d.Ref, at: at, got: at, stats: s})
-}
-
-// ApplyEvent feeds one libvirt event (see ApplyStats).
-func (t *Tracker) ApplyEvent(ev libvirtx.Event) {
-	in := input{kind: inLifecycle, socket: ev.Socket, dom: ev.Domain, at: ev.Time, event: ev}
-	if ev.Kind == libvirtx.KindIteration {
-		in.kind = inIteration
-	}
-	t.apply(in)
-}
-
-// ApplyDomains feeds one listing of a socket's active domains (see ApplyStats).
-func (t *Tracker) ApplyDomains(socket string, doms []libvirtx.Domain, at time.Time) {
-	t.apply(input{kind: inList, socket: socket, at: at, got: at, list: doms})
-}
-
-// ApplyEnded feeds the completed-job statistics and state read after a
-// domain's libvirt job went away (see ApplyStats).
-func (t *Tracker) ApplyEnded(socket string, d libvirtx.Domain, done libvirtx.JobStats, at time.Time) {
-	t.apply(input{kind: inEnded, socket: socket, dom: d.Ref, at: at, got: at, stats: done, state: d.State, reason: d.Reason})
-}

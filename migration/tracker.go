@@ -12,6 +12,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -31,9 +32,9 @@ type Config struct {
 	CPU            CPUReader
 	Log            *zap.Logger
 	// OnFinish is called, outside the tracker's lock, with each job that ends.
-	OnFinish func(Job)
+	OnFinish func(api.Job)
 	// OnStart is called, outside the tracker's lock, with each job found.
-	OnStart func(Job)
+	OnStart func(api.Job)
 	// VerifyPostCopyFailure asks a source's QEMU (through libvirt's
 	// monitor pass-through) before taking libvirt's word that its
 	// post-copy failed: libvirt says so when the migration's API call
@@ -41,7 +42,7 @@ type Config struct {
 	VerifyPostCopyFailure bool
 	// OnRecovery is called, outside the tracker's lock, with a job whose
 	// post-copy recovery changed (paused, an attempt, resumed).
-	OnRecovery func(j Job, what string)
+	OnRecovery func(j api.Job, what string)
 	// OnRecovered is called, outside the tracker's lock, for a domain
 	// whose post-copy was recorded failed and then completed.
 	OnRecovered func(RecoveredDomain)
@@ -75,7 +76,7 @@ type jobKey struct{ socket, domain string }
 
 // job is the tracker's record of one migration; view is what is published.
 type job struct {
-	view Job
+	view api.Job
 	// recoveryOver: its post-copy recovery gave up, so a failure ends it.
 	recoveryOver bool
 	// unconfirmed is libvirt's word that its post-copy failed, while QEMU
@@ -84,11 +85,19 @@ type job struct {
 	qemuSaid    bool
 	// pauses counts its post-copy pauses: a pause's own timer acts only
 	// while no later one has begun.
-	pauses  int
-	ref     libvirt.Domain
-	samples ring[Sample]
-	iters   []Iteration
-	events  ring[Event]
+	pauses int
+	// lastResumed is the recovery attempt Recovery.Resumed last counted.
+	lastResumed int
+	// failedInLibvirt: libvirt's completed job says it failed (not that
+	// it was cancelled).
+	failedInLibvirt bool
+	// counted: the job is in the totals, as countedAs.
+	counted   bool
+	countedAs Total
+	ref       libvirt.Domain
+	samples   ring[api.Sample]
+	iters     []iteration
+	events    ring[api.Event]
 	// domID is the libvirt domain ID (one per QEMU process) the job began
 	// with: a target QEMU process receives one incoming migration only.
 	domID int32
@@ -119,6 +128,10 @@ type job struct {
 	maxDowntimeSetAt time.Time
 }
 
+// trial is the dry runs holding a domain: how many, and the epoch
+// EndTrials moves on, which ends the holds of every earlier one.
+type trial struct{ n, epoch int }
+
 // Tracker tracks the migration jobs of every libvirt connection on a node.
 // It implements libvirtx.Handler.
 type Tracker struct {
@@ -139,7 +152,6 @@ type Tracker struct {
 	// finals are completed target jobs whose figures libvirt still holds as
 	// completed-job statistics, to be read once by the sampler.
 	finals map[jobKey]*job
-	conns  map[string]*libvirtx.Conn
 	// latest is each domain's newest finished job, still kept current with
 	// the domain's state (a failed migration leaves it in a telling state).
 	latest map[jobKey]*job
@@ -150,6 +162,9 @@ type Tracker struct {
 	// incoming is what prepared a domain's incoming migration, for its
 	// target job.
 	incoming map[jobKey]incomingInfo
+	// trials are the domains a dry run holds: what libvirt does for one
+	// is never a migration (see Trial).
+	trials map[jobKey]trial
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
 	// stateAt is when an event last told a domain's state, so an older
@@ -162,7 +177,7 @@ type Tracker struct {
 type drivenInfo struct {
 	// ended: the driver has given its final account.
 	ended    bool
-	proxy    *ProxyInfo
+	proxy    *api.ProxyInfo
 	reason   string
 	deadline bool
 	// recoverFor is how long a broken post-copy of it is resumed.
@@ -171,11 +186,11 @@ type drivenInfo struct {
 
 // Total counts finished jobs by role and result.
 type Total struct {
-	Role   Role
+	Role   api.Role
 	Result string
 	// Plane and Class are a failure's, empty for other results.
-	Plane FailurePlane
-	Class FailureClass
+	Plane api.FailurePlane
+	Class api.FailureClass
 }
 
 // NewTracker returns an empty tracker.
@@ -192,10 +207,10 @@ func NewTracker(cfg Config) *Tracker {
 		recoveryAttempts: map[string]uint64{},
 		subs:             map[*subscriber]struct{}{},
 		finals:           map[jobKey]*job{},
-		conns:            map[string]*libvirtx.Conn{},
 		latest:           map[jobKey]*job{},
 		driven:           map[jobKey]*drivenInfo{},
 		incoming:         map[jobKey]incomingInfo{},
+		trials:           map[jobKey]trial{},
 		ledger:           openLedger(cfg.StateDir, cfg.Log),
 		stateAt:          map[jobKey]time.Time{},
 	}
@@ -204,16 +219,6 @@ func NewTracker(cfg Config) *Tracker {
 // Serve tracks one libvirt connection until its events end.
 func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan libvirtx.Event) {
 	ctx, cancel := context.WithCancel(ctx)
-	t.mu.Lock()
-	t.conns[c.Socket()] = c
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		if t.conns[c.Socket()] == c {
-			delete(t.conns, c.Socket())
-		}
-		t.mu.Unlock()
-	}()
 	s := &sampler{t: t, c: c, kick: make(chan action, 256)}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -233,6 +238,9 @@ func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan lib
 			if !ok {
 				return
 			}
+			if c.Matched() && !t.admits(ev.Socket, ev.Domain.Name) {
+				continue
+			}
 			in := input{kind: inLifecycle, socket: ev.Socket, dom: ev.Domain, at: ev.Time, event: ev}
 			if ev.Kind == libvirtx.KindIteration {
 				in.kind = inIteration
@@ -240,6 +248,28 @@ func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan lib
 			s.follow(ctx, t.apply(in))
 		}
 	}
+}
+
+// admits says whether an event of a launcher's socket may be taken: one of
+// a domain it listed, or of a new one while it holds fewer than a launcher
+// runs. A pod serving a libvirt of its own where the launcher glob looks
+// cannot make ferryd hold more of it than of a launcher.
+func (t *Tracker) admits(socket, domain string) bool {
+	if !libvirtx.LauncherName(domain) {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	names := map[string]bool{}
+	for name := range t.domains[socket] {
+		names[name] = true
+	}
+	for k := range t.jobs {
+		if k.socket == socket {
+			names[k.domain] = true
+		}
+	}
+	return names[domain] || len(names) < libvirtx.MaxLauncherDomains
 }
 
 // Lost records a lost libvirt connection on the jobs that depended on it:
@@ -268,10 +298,10 @@ func (t *Tracker) Lost(socket string, err error) {
 
 // Jobs returns in-flight jobs, plus finished ones with all=true, newest first
 // within each group. Samples, iterations and events are left out.
-func (t *Tracker) Jobs(all bool) []Job {
+func (t *Tracker) Jobs(all bool) []api.Job {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]Job, 0, len(t.jobs))
+	out := make([]api.Job, 0, len(t.jobs))
 	for _, j := range t.jobs {
 		out = append(out, j.view)
 	}
@@ -287,7 +317,7 @@ func (t *Tracker) Jobs(all bool) []Job {
 
 // Job returns the newest job of a domain with its full evidence: the
 // in-flight one if any, else the latest finished one.
-func (t *Tracker) Job(domain string) (Job, bool) {
+func (t *Tracker) Job(domain string) (api.Job, bool) {
 	j, err := t.JobByName("", domain)
 	return j, err == nil
 }
@@ -295,11 +325,11 @@ func (t *Tracker) Job(domain string) (Job, bool) {
 // JobByName is Job, on socket if one is named, but says why there is none:
 // ErrNoJob, or ErrAmbiguous when no socket is named and more than one
 // serves a domain of that name.
-func (t *Tracker) JobByName(socket, domain string) (Job, error) {
+func (t *Tracker) JobByName(socket, domain string) (api.Job, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.unambiguous(socket, domain); err != nil {
-		return Job{}, err
+		return api.Job{}, err
 	}
 	var best *job
 	for k, j := range t.jobs {
@@ -317,23 +347,23 @@ func (t *Tracker) JobByName(socket, domain string) (Job, error) {
 		}
 	}
 	if best == nil {
-		return Job{}, noJobError(fmt.Sprintf("no migration job for domain %q%s on node %s (in flight or in history)", domain, onWhich(socket), t.cfg.Node))
+		return api.Job{}, noJobError(fmt.Sprintf("no migration job for domain %q%s on node %s (in flight or in history)", domain, onWhich(socket), t.cfg.Node))
 	}
 	v := best.view
 	v.Samples = best.samples.slice()
-	v.Iterations = append([]Iteration(nil), best.iters...)
+	v.Iterations = iterationsView(best.iters)
 	v.Events = best.events.slice()
 	return v, nil
 }
 
 // Domains lists every domain on every connected socket as last sampled.
-func (t *Tracker) Domains() []Domain {
+func (t *Tracker) Domains() []api.Domain {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []Domain
+	var out []api.Domain
 	for socket, doms := range t.domains {
 		for _, d := range doms {
-			v := Domain{Name: d.Name, UUID: d.UUID, Socket: socket,
+			v := api.Domain{Name: d.Name, UUID: d.UUID, Socket: socket,
 				State: d.State.String(), Reason: libvirtx.ReasonName(d.State, d.Reason)}
 			v.Namespace, v.VMI, _ = vmiName(d.Name)
 			if j := t.jobs[jobKey{socket, d.Name}]; j != nil {
@@ -350,7 +380,7 @@ func (t *Tracker) Domains() []Domain {
 					v.Attention = "libvirt reports post-copy failed (the migration's API call failed), but QEMU's stream goes on (" + j.unconfirmed.alive + "); libvirt completes it by itself"
 				}
 			}
-			if j := t.jobs[jobKey{socket, d.Name}]; j != nil && j.view.Phase == PhasePostCopyPaused && v.AttentionReason == "postcopy_failed" {
+			if j := t.jobs[jobKey{socket, d.Name}]; j != nil && j.view.Phase == api.PhasePostCopyPaused && v.AttentionReason == "postcopy_failed" {
 				// Not failed yet: Ferry is resuming it.
 				v.AttentionReason = "postcopy_paused"
 				v.Attention = "post-copy broke; QEMU holds it paused on both nodes while Ferry resumes it (until " + j.view.Recovery.Until.UTC().Format(time.RFC3339) + ")"
@@ -364,7 +394,7 @@ func (t *Tracker) Domains() []Domain {
 
 // Count is the number of finished jobs of that role and result, whatever
 // their failure class.
-func (s Snapshot) Count(role Role, result string) uint64 {
+func (s Snapshot) Count(role api.Role, result string) uint64 {
 	var n uint64
 	for k, v := range s.Totals {
 		if k.Role == role && k.Result == result {
@@ -376,8 +406,8 @@ func (s Snapshot) Count(role Role, result string) uint64 {
 
 // Snapshot is what metrics are served from: copies, no libvirt calls.
 type Snapshot struct {
-	Jobs    []Job
-	Domains []Domain
+	Jobs    []api.Job
+	Domains []api.Domain
 	Totals  map[Total]uint64
 	// RecoveryAttempts counts attempts to resume a broken post-copy, by
 	// result.
@@ -389,7 +419,7 @@ func (t *Tracker) Snapshot() Snapshot {
 	doms := t.Domains()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := Snapshot{Jobs: make([]Job, 0, len(t.jobs)), Domains: doms, Totals: make(map[Total]uint64, len(t.totals))}
+	s := Snapshot{Jobs: make([]api.Job, 0, len(t.jobs)), Domains: doms, Totals: make(map[Total]uint64, len(t.totals))}
 	for _, j := range t.jobs {
 		s.Jobs = append(s.Jobs, j.view)
 	}
@@ -419,25 +449,25 @@ func attention(d libvirtx.Domain, migrating bool) (string, string) {
 }
 
 // newJob registers an in-flight job; the caller holds t.mu.
-func (t *Tracker) newJob(socket string, ref libvirt.Domain, role Role, start time.Time, why string) *job {
+func (t *Tracker) newJob(socket string, ref libvirt.Domain, role api.Role, start time.Time, why string) *job {
 	j := &job{
 		ref:     ref,
-		samples: newRing[Sample](t.cfg.MaxSamples),
-		events:  newRing[Event](t.cfg.MaxEvents),
+		samples: newRing[api.Sample](t.cfg.MaxSamples),
+		events:  newRing[api.Event](t.cfg.MaxEvents),
 	}
 	t.lastID++
-	j.view = Job{
+	j.view = api.Job{
 		ID:     fmt.Sprintf("%s-%d", t.cfg.Node, t.lastID),
 		Domain: ref.Name, UUID: libvirtx.UUIDString(ref.UUID), Node: t.cfg.Node, Socket: socket,
-		Role: role, Phase: PhaseRunning, Mode: ModePreCopy, Convergence: VerdictUnknown,
+		Role: role, Phase: api.PhaseRunning, Mode: api.ModePreCopy, Convergence: api.VerdictUnknown,
 		StartTime: start, UpdateTime: time.Now(),
 	}
 	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
 	j.domID, j.opened, j.seen = ref.ID, start, start
-	if di := t.driven[jobKey{socket, ref.Name}]; di != nil && role == RoleSource {
+	if di := t.driven[jobKey{socket, ref.Name}]; di != nil && role == api.RoleSource {
 		j.setProxy(di.proxy)
 	}
-	if role == RoleTarget {
+	if role == api.RoleTarget {
 		in := t.incoming[jobKey{socket, ref.Name}]
 		j.view.PeerNode, j.view.IncomingID = in.peer, in.id
 	}
@@ -460,34 +490,34 @@ type incomingInfo struct {
 }
 
 // finish ends a job and moves it to history; the caller holds t.mu.
-func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
+func (t *Tracker) finish(j *job, phase api.Phase, reason string, at time.Time) {
 	if j.view.Phase.Finished() {
 		return
 	}
-	if j.view.Mode == ModePostCopy && (phase == PhaseFailed || phase == PhaseAborted) {
+	if j.view.Mode == api.ModePostCopy && (phase == api.PhaseFailed || phase == api.PhaseAborted) {
 		// Once in post-copy the only good ending is completion: any other
 		// leaves the guest's memory split between the two hosts.
 		reason = "post-copy failed: " + reason
-		phase = PhasePostCopyFailed
+		phase = api.PhasePostCopyFailed
 	}
-	if phase == PhasePostCopyFailed {
+	if phase == api.PhasePostCopyFailed {
 		if d, ok := t.recoverable(j); ok {
 			t.pause(j, d, reason, at)
 			return
 		}
-		if t.cfg.VerifyPostCopyFailure && j.view.Role == RoleSource && !j.qemuSaid {
+		if t.cfg.VerifyPostCopyFailure && j.view.Role == api.RoleSource && !j.qemuSaid {
 			t.askQEMU(j, reason, at)
 			return
 		}
 	}
 	driverPending := false
-	if di := t.driven[jobKey{j.view.Socket, j.view.Domain}]; di != nil && j.view.Role == RoleSource {
+	if di := t.driven[jobKey{j.view.Socket, j.view.Domain}]; di != nil && j.view.Role == api.RoleSource {
 		// The driver's account names what libvirt cannot: the proxy, the
 		// link, a deadline that aborted the job (which libvirt records as
 		// a cancel, as if a client had asked). Until it has given it, the
 		// job is not counted: its class may still change.
 		driverPending = !di.ended
-		if di.reason != "" && (phase == PhaseFailed || (phase == PhaseAborted && di.deadline)) {
+		if di.reason != "" && (phase == api.PhaseFailed || (phase == api.PhaseAborted && di.deadline)) {
 			reason = di.reason
 		}
 		if di.proxy != nil {
@@ -497,23 +527,26 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	}
 	// A prepare of the domain's next migration may already be recorded
 	// when this job's end is seen late; it stays.
-	if in, ok := t.incoming[jobKey{j.view.Socket, j.view.Domain}]; ok && j.view.Role == RoleTarget && in.id == j.view.IncomingID {
+	if in, ok := t.incoming[jobKey{j.view.Socket, j.view.Domain}]; ok && j.view.Role == api.RoleTarget && in.id == j.view.IncomingID {
 		delete(t.incoming, jobKey{j.view.Socket, j.view.Domain})
 	}
 	switch j.view.AbortStatus {
-	case AbortAborting:
-		if phase == PhaseCompleted {
-			j.view.AbortStatus = AbortFailed
+	case api.AbortAborting:
+		if phase == api.PhaseCompleted {
+			j.view.AbortStatus = api.AbortFailed
 			t.addEvent(j, at, "abort", "abort failed: the migration completed before it took effect")
+		} else if phase == api.PhaseFailed && j.failedInLibvirt {
+			j.view.AbortStatus = api.AbortFailed
+			t.addEvent(j, at, "abort", "abort did not take effect: the migration failed on its own first")
 		} else {
-			j.view.AbortStatus = AbortSucceeded
-			if phase == PhaseFailed {
-				phase, reason = PhaseAborted, "aborted on request through Ferry"
+			j.view.AbortStatus = api.AbortSucceeded
+			if phase == api.PhaseFailed {
+				phase, reason = api.PhaseAborted, "aborted on request through Ferry"
 			}
 			switch {
-			case phase == PhaseAborted && j.view.AbortedBy == AbortByPolicy:
+			case phase == api.PhaseAborted && j.view.AbortedBy == AbortByPolicy:
 				reason = "aborted by the convergence policy: " + j.abortWhy
-			case phase == PhaseAborted && j.view.AbortedBy == AbortByDeadline:
+			case phase == api.PhaseAborted && j.view.AbortedBy == AbortByDeadline:
 				reason = "aborted at its deadline: " + j.abortWhy
 			}
 		}
@@ -524,7 +557,7 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	j.view.EtaSeconds = nil
 	j.view.EndTime = &at
 	j.view.UpdateTime = at
-	if phase == PhaseCompleted {
+	if phase == api.PhaseCompleted {
 		j.view.ProgressPercent = 100
 		j.view.DataRemainingBytes = 0
 		j.view.MemoryRemainingBytes = 0
@@ -550,14 +583,14 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 	default:
 		t.count(j)
 	}
-	if phase == PhasePostCopyFailed {
+	if phase == api.PhasePostCopyFailed {
 		t.ledger.add(ledgerRecord{Socket: j.view.Socket, Domain: j.view.Domain, UUID: j.view.UUID, Role: j.view.Role, Detected: at})
 	}
-	if phase == PhaseCompleted && j.view.Role == RoleTarget {
+	if phase == api.PhaseCompleted && j.view.Role == api.RoleTarget {
 		t.finals[jobKey{j.view.Socket, j.view.Domain}] = j
 	}
 	lvl := t.log.Info
-	if phase != PhaseCompleted {
+	if phase != api.PhaseCompleted {
 		lvl = t.log.Warn
 	}
 	lvl("migration job ended", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)),
@@ -570,40 +603,67 @@ func (t *Tracker) finish(j *job, phase Phase, reason string, at time.Time) {
 }
 
 // classify sets a finished job's failure class from what it holds; the
-// caller holds t.mu.
+// caller holds t.mu. A job counted already is counted again under its new
+// class, so the totals say what the job says.
 func (t *Tracker) classify(j *job, at time.Time) {
+	var plane api.FailurePlane
+	var class api.FailureClass
+	var evidence []string
 	f := ClassifyFailure(j.view)
-	if f == nil {
-		j.view.FailurePlane, j.view.FailureClass, j.view.FailureEvidence = "", "", nil
+	if f != nil {
+		plane, class, evidence = f.Plane, f.Class, f.Evidence
+	}
+	changed := plane != j.view.FailurePlane || class != j.view.FailureClass
+	j.view.FailurePlane, j.view.FailureClass, j.view.FailureEvidence = plane, class, evidence
+	if !changed {
 		return
 	}
-	if f.Plane == j.view.FailurePlane && f.Class == j.view.FailureClass {
-		j.view.FailureEvidence = f.Evidence
-		return
+	if f != nil {
+		t.addEvent(j, at, "failure", fmt.Sprintf("%s/%s: %s", plane, class, strings.Join(evidence, "; ")))
 	}
-	j.view.FailurePlane, j.view.FailureClass, j.view.FailureEvidence = f.Plane, f.Class, f.Evidence
-	t.addEvent(j, at, "failure", fmt.Sprintf("%s/%s: %s", f.Plane, f.Class, strings.Join(f.Evidence, "; ")))
+	if j.counted {
+		t.totals[j.countedAs]--
+		if t.totals[j.countedAs] == 0 {
+			delete(t.totals, j.countedAs)
+		}
+		t.count(j)
+	}
 }
 
 // count adds a finished job to the totals; the caller holds t.mu.
 func (t *Tracker) count(j *job) {
-	t.totals[Total{j.view.Role, resultLabel(j.view.Phase), j.view.FailurePlane, j.view.FailureClass}]++
+	j.countedAs = Total{j.view.Role, resultLabel(j.view.Phase), j.view.FailurePlane, j.view.FailureClass}
+	j.counted = true
+	t.totals[j.countedAs]++
 }
 
-func resultLabel(p Phase) string {
+func resultLabel(p api.Phase) string {
 	switch p {
-	case PhaseCompleted:
+	case api.PhaseCompleted:
 		return "completed"
-	case PhaseAborted:
+	case api.PhaseAborted:
 		return "aborted"
-	case PhasePostCopyFailed:
+	case api.PhasePostCopyFailed:
 		return "postcopy_failed"
-	case PhaseLost:
+	case api.PhaseLost:
 		return "lost"
 	}
 	return "failed"
 }
 
 func (t *Tracker) addEvent(j *job, at time.Time, kind, detail string) {
-	j.events.push(Event{Time: at, Kind: kind, Detail: detail})
+	j.events.push(api.Event{Time: at, Kind: kind, Detail: clip(detail)})
+}
+
+// maxText bounds what a job keeps of one text libvirt gave it (an error,
+// a reason): a libvirt that is not what it says could send megabytes, and
+// a job keeps hundreds of them.
+const maxText = 2048
+
+// clip cuts s to maxText bytes, on a character's boundary.
+func clip(s string) string {
+	if len(s) <= maxText {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxText], "") + "…"
 }

@@ -8,6 +8,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
@@ -65,7 +66,7 @@ func (f *feed) ended(done libvirtx.JobStats, derr error, st libvirtx.State, reas
 	f.tr.apply(input{kind: inEnded, socket: sock, dom: f.dom, at: f.tick(), stats: done, err: derr, state: st, reason: reason, serr: serr})
 }
 
-func (f *feed) job() Job {
+func (f *feed) job() api.Job {
 	f.t.Helper()
 	j, ok := f.tr.Job(f.dom.Name)
 	if !ok {
@@ -74,7 +75,7 @@ func (f *feed) job() Job {
 	return j
 }
 
-func (f *feed) wantPhase(p Phase) Job {
+func (f *feed) wantPhase(p api.Phase) api.Job {
 	f.t.Helper()
 	j := f.job()
 	if j.Phase != p {
@@ -90,7 +91,7 @@ func (f *feed) wantJobs(inFlight, all int) {
 	}
 }
 
-func (f *feed) wantTotal(role Role, result string, n uint64) {
+func (f *feed) wantTotal(role api.Role, result string, n uint64) {
 	f.t.Helper()
 	if got := f.tr.Snapshot().Count(role, result); got != n {
 		f.t.Fatalf("%s %s total %d, want %d", role, result, got, n)
@@ -135,8 +136,8 @@ func TestSourcePreCopyStallsThenCompletes(t *testing.T) {
 		f.iteration(int32(i + 2))
 		f.stats(outgoing(uint64(i+2), rem))
 	}
-	j := f.wantPhase(PhaseRunning)
-	if j.Role != RoleSource || j.Convergence != VerdictStalled {
+	j := f.wantPhase(api.PhaseRunning)
+	if j.Role != api.RoleSource || j.Convergence != api.VerdictStalled {
 		t.Fatalf("role %s convergence %s (%s), want source, Stalled", j.Role, j.Convergence, j.ConvergenceReason)
 	}
 	if j.Namespace != "default" || j.Name != "vm1" || j.DirtyRateBytesPerSecond != 200<<20 || j.Iteration != 4 {
@@ -147,22 +148,22 @@ func TestSourcePreCopyStallsThenCompletes(t *testing.T) {
 	}
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedMigrated)
 	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
-	j = f.wantPhase(PhaseCompleted)
+	j = f.wantPhase(api.PhaseCompleted)
 	if j.EndTime == nil || j.ProgressPercent != 100 {
 		t.Fatalf("after stopped/migrated: %+v", j)
 	}
-	f.wantTotal(RoleSource, "completed", 1)
+	f.wantTotal(api.RoleSource, "completed", 1)
 }
 
 func TestSourcePostCopyFailedByEvent(t *testing.T) {
 	f := newFeed(t, "a")
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
-	if j := f.job(); j.Mode != ModePostCopy {
+	if j := f.job(); j.Mode != api.ModePostCopy {
 		t.Fatalf("mode %s after suspended/post-copy", j.Mode)
 	}
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
-	if j := f.wantPhase(PhasePostCopyFailed); !strings.Contains(j.FailureReason, "split across two hosts") {
+	if j := f.wantPhase(api.PhasePostCopyFailed); !strings.Contains(j.FailureReason, "split across two hosts") {
 		t.Fatalf("reason %q", j.FailureReason)
 	}
 	// libvirt keeps the job "active" after a post-copy failure; later
@@ -170,7 +171,7 @@ func TestSourcePostCopyFailedByEvent(t *testing.T) {
 	f.list(paused(libvirtx.PausedPostCopyFailed))
 	f.stats(outgoing(2, 100))
 	f.wantJobs(0, 1)
-	f.wantTotal(RoleSource, "postcopy_failed", 1)
+	f.wantTotal(api.RoleSource, "postcopy_failed", 1)
 	doms := f.tr.Domains()
 	if len(doms) != 1 || doms[0].Attention == "" || doms[0].AttentionReason != "postcopy_failed" {
 		t.Fatalf("domain not flagged: %+v", doms)
@@ -181,20 +182,20 @@ func TestTargetLifecycle(t *testing.T) {
 	f := newFeed(t, "b")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
-	if j := f.wantPhase(PhaseRunning); j.Role != RoleTarget || j.Mode != ModePostCopy {
+	if j := f.wantPhase(api.PhaseRunning); j.Role != api.RoleTarget || j.Mode != api.ModePostCopy {
 		t.Fatalf("target job %+v", j)
 	}
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
-	f.wantPhase(PhasePostCopyFailed)
+	f.wantPhase(api.PhasePostCopyFailed)
 }
 
 func TestTargetCompletesFromState(t *testing.T) {
 	f := newFeed(t, "b")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.list(paused(libvirtx.PausedMigration))
-	f.wantPhase(PhaseRunning)
+	f.wantPhase(api.PhaseRunning)
 	f.list(running(libvirtx.RunningMigrated))
-	f.wantPhase(PhaseCompleted)
+	f.wantPhase(api.PhaseCompleted)
 }
 
 func TestRecoveryFindsFailedDomainOnce(t *testing.T) {
@@ -203,7 +204,7 @@ func TestRecoveryFindsFailedDomainOnce(t *testing.T) {
 		f.list(running(libvirtx.RunningPostCopyFailed))
 	}
 	jobs := f.tr.Jobs(true)
-	if len(jobs) != 1 || jobs[0].Phase != PhasePostCopyFailed || jobs[0].Role != RoleTarget {
+	if len(jobs) != 1 || jobs[0].Phase != api.PhasePostCopyFailed || jobs[0].Role != api.RoleTarget {
 		t.Fatalf("jobs %+v", jobs)
 	}
 }
@@ -216,7 +217,7 @@ func TestSourceAbortedFromCompletedStats(t *testing.T) {
 	}
 	done := libvirtx.JobStats{Type: libvirtx.JobCancelled, Operation: libvirtx.OperationMigrationOut, ErrMsg: "operation aborted"}
 	f.ended(done, nil, libvirtx.StateRunning, 1, nil)
-	f.wantPhase(PhaseAborted)
+	f.wantPhase(api.PhaseAborted)
 }
 
 func TestWatchDeliversFinalState(t *testing.T) {
@@ -232,7 +233,7 @@ func TestWatchDeliversFinalState(t *testing.T) {
 	for {
 		select {
 		case j := <-ch:
-			if j.Phase == PhaseCompleted {
+			if j.Phase == api.PhaseCompleted {
 				return
 			}
 		case <-timeout:
@@ -249,7 +250,7 @@ func TestFailureAfterPostCopySwitchIsPostCopyFailed(t *testing.T) {
 	// leaving the source paused in post-copy.
 	f.stats(idle)
 	f.ended(notActive, nil, libvirtx.StatePaused, libvirtx.PausedPostCopy, nil)
-	f.wantPhase(PhasePostCopyFailed)
+	f.wantPhase(api.PhasePostCopyFailed)
 }
 
 func TestTargetNotRediscoveredAfterCompletion(t *testing.T) {
@@ -271,11 +272,11 @@ func TestGuestPausedMidPreCopyIsPausedMode(t *testing.T) {
 	f := newFeed(t, "a")
 	f.stats(outgoing(1, 300))
 	f.list(paused(libvirtx.PausedUser))
-	if j := f.job(); j.Mode != ModePaused {
+	if j := f.job(); j.Mode != api.ModePaused {
 		t.Fatalf("mode %s, want Paused", j.Mode)
 	}
 	f.list(running(5))
-	if j := f.job(); j.Mode != ModePreCopy {
+	if j := f.job(); j.Mode != api.ModePreCopy {
 		t.Fatalf("mode %s after resume, want PreCopy", j.Mode)
 	}
 }

@@ -4,21 +4,23 @@ import (
 	"context"
 	"sort"
 	"sync"
+
+	"github.com/ferry-vm/ferry/api"
 )
 
 // subscriber coalesces updates per job: a slow reader gets each job's latest
 // state rather than a backlog, and never holds the tracker up.
 type subscriber struct {
 	mu      sync.Mutex
-	pending map[jobKey]Job
+	pending map[jobKey]api.Job
 	notify  chan struct{}
 }
 
 // Watch streams job updates (without samples, iterations or events) until
 // ctx ends. The in-flight jobs are sent first.
-func (t *Tracker) Watch(ctx context.Context) <-chan Job {
-	s := &subscriber{pending: map[jobKey]Job{}, notify: make(chan struct{}, 1)}
-	out := make(chan Job)
+func (t *Tracker) Watch(ctx context.Context) <-chan api.Job {
+	s := &subscriber{pending: map[jobKey]api.Job{}, notify: make(chan struct{}, 1)}
+	out := make(chan api.Job)
 	t.mu.Lock()
 	for k, j := range t.jobs {
 		s.pending[k] = j.view
@@ -40,7 +42,7 @@ func (t *Tracker) Watch(ctx context.Context) <-chan Job {
 			case <-s.notify:
 			}
 			s.mu.Lock()
-			batch := make([]Job, 0, len(s.pending))
+			batch := make([]api.Job, 0, len(s.pending))
 			for _, j := range s.pending {
 				batch = append(batch, j)
 			}

@@ -77,6 +77,10 @@ type ControlRequest struct {
 	// Finish: the Perform cookie rides in Cookie; Cancelled says Perform
 	// failed.
 	Cancelled bool `json:"cancelled,omitempty"`
+	// DryRun, on a prepare, asks whether this node would take the
+	// migration: its libvirt prepares it and the target stops the guest at
+	// once, before answering; no stream is ever opened.
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // ControlResponse answers a ControlRequest. A refusal has a Reason (the
@@ -99,6 +103,10 @@ type ControlResponse struct {
 	// persistently (from its checked XML), so the source may drop its
 	// own definition: a persistent guest keeps exactly one.
 	Persisted bool `json:"persisted,omitempty"`
+	// CPU, in a dry run's answer, is how the guest's CPU compares with
+	// what the target's hypervisor offers (identical, superset, or
+	// "default" when the domain names no CPU model).
+	CPU string `json:"cpu,omitempty"`
 	// PeerNode is, on the side that asked, the node the answering
 	// proxy's certificate names; never sent.
 	PeerNode string `json:"-"`
@@ -129,7 +137,9 @@ func (e *ControlError) Is(target error) bool {
 // knownReason: a refusal's code is one this proxy's own peers send, e.g.
 // domain_exists; any other a peer sends is unrecognised, so a code can no
 // more steer a failure's class than the words after it.
-func knownReason(r string) bool { return slices.Contains(rejectReasons, r) }
+func knownReason(r string) bool {
+	return slices.Contains(rejectReasons, r) || r == ReasonCPUIncompatible
+}
 
 // maxPeerText bounds what a peer's answer may put into this node's records.
 const maxPeerText = 512
@@ -304,7 +314,7 @@ func (p *Proxy) refuseControl(raw net.Conn, req ControlRequest, reason, detail s
 
 // refusePeer is refuseControl for a request whose peer is known.
 func (p *Proxy) refusePeer(raw net.Conn, peerNode string, req ControlRequest, reason, detail string) ControlResponse {
-	p.metrics.rejected.WithLabelValues(reason).Inc()
+	p.metrics.reject(reason)
 	p.log.Warn("proxy refused a control request", zap.String("reason", reason), zap.String("detail", detail),
 		zap.String("op", req.Op), zap.String("migration", req.Migration), zap.String("domain", req.Domain),
 		zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peerNode))

@@ -188,6 +188,6 @@ func (p *Proxy) refuseSource(id, why string) error {
 
 // refuse counts and logs a refusal whose peer is not a connection.
 func (p *Proxy) refuse(reason, detail, peer string) {
-	p.metrics.rejected.WithLabelValues(reason).Inc()
+	p.metrics.reject(reason)
 	p.log.Warn("proxy refused a migration", zap.String("reason", reason), zap.String("detail", detail), zap.String("peer", peer))
 }

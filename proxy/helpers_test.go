@@ -4,16 +4,24 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-vm/ferry/internal/testsock"
+	"github.com/ferry-vm/ferry/metrics"
 )
 
 func tlsClient(raw net.Conn, p *Proxy) *tls.Conn { return tls.Client(raw, p.tls.clientConfig()) }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// testMetrics are the proxy's vectors as ferryd builds them, in a
+// registry of their own.
+func testMetrics() Metrics { return Metrics(metrics.NewProxy(prometheus.NewRegistry())) }
 
 // fakeIncoming stands in for the target's libvirt: Prepare listens where
 // the target QEMU would, echoing every connection, and each step is
@@ -81,7 +89,7 @@ func (f *fakeIncoming) Prepare(_ context.Context, m IncomingMigration, xml strin
 			return nil, err
 		}
 		f.listeners[m.ID] = append(f.listeners[m.ID], ln)
-		go echoAll(ln)
+		go testsock.Accept(ln, testsock.Echo)
 	}
 	return []byte("prepared:" + m.ID), nil
 }
@@ -129,19 +137,6 @@ func (f *fakeIncoming) cancels() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.cancelled...)
-}
-
-func echoAll(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			io.Copy(c, c)
-		}()
-	}
 }
 
 const testXML = "<domain><name>vm</name></domain>"

@@ -22,7 +22,7 @@ func nodeWithCert(t *testing.T, name string, files TLSFiles) *node {
 }
 
 func rejectedOf(n *node, reason string) float64 {
-	return testutil.ToFloat64(n.p.metrics.rejected.WithLabelValues(reason))
+	return testutil.ToFloat64(n.p.RejectedCounter(reason))
 }
 
 // TestNodeIdentityRecordedBothWays: certificates that name their nodes

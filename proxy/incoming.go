@@ -85,6 +85,14 @@ type IncomingMigration struct {
 	// IncomingOutcome), so that an outcome is never read from another
 	// domain given the same name since.
 	Instance string
+	// DryRun: libvirt's Prepare only, stopped at once.
+	DryRun bool
+}
+
+// IncomingCPU is an Incoming that compares a guest's CPU with what this
+// node's hypervisor offers; a dry run asks it before libvirt's Prepare.
+type IncomingCPU interface {
+	CompareCPU(ctx context.Context, m IncomingMigration, domainXML string) (string, error)
 }
 
 // Refusal is an Incoming's "no" to a request, with the reason it is
@@ -126,14 +134,20 @@ func (p *Proxy) newIncoming(id, domain string, parallel int, postCopy, disk bool
 }
 
 func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
+	refuse := p.refusePeer
+	if req.DryRun {
+		// A dry run's "no" is its answer, not a refusal of the peer.
+		refuse = p.answerDryRun
+		req.RecoverSeconds = 0
+	}
 	if p.cfg.Incoming == nil {
-		return p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
+		return refuse(raw, peer.Node, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
 	}
 	if len(req.XML) == 0 || len(req.XML) > MaxDomainXML {
-		return p.refusePeer(raw, peer.Node, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes (1 to %d)", len(req.XML), MaxDomainXML))
+		return refuse(raw, peer.Node, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes (1 to %d)", len(req.XML), MaxDomainXML))
 	}
 	if req.Parallel < 0 || req.Parallel > MaxParallel {
-		return p.refusePeer(raw, peer.Node, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
+		return refuse(raw, peer.Node, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
 	}
 	ttl := p.cfg.RegistrationTTL
 	if req.DeadlineSeconds > 0 && req.DeadlineSeconds < ttl.Seconds() {
@@ -142,7 +156,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
 	m.PeerNode = peer.Node
 	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
-		MemoryURI: "unix://" + m.Targets[KindMemory], PeerNode: peer.Node}
+		MemoryURI: "unix://" + m.Targets[KindMemory], PeerNode: peer.Node, DryRun: req.DryRun}
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
 	}
@@ -152,11 +166,11 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	}
 	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
 		if err := ck.Check(in, req.XML); err != nil {
-			return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+			return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
 		}
 	}
 	if err := p.reg.add(m, &in, peer.owner()); err != nil {
-		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonMalformedRequest), err.Error())
+		return refuse(raw, peer.Node, req, refusalReason(err, reasonMalformedRequest), err.Error())
 	}
 	if _, err := p.socketGroup(); err != nil {
 		p.Unregister(m.ID, "prepare failed")
@@ -166,16 +180,27 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		if errors.As(err, &ug) {
 			msg = p.scrub(err.Error())
 		}
-		return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "prepare: "+msg)
+		return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+msg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()
+	var cpu string
+	if ic, ok := p.cfg.Incoming.(IncomingCPU); ok && req.DryRun {
+		var err error
+		if cpu, err = ic.CompareCPU(ctx, in, req.XML); err != nil {
+			p.Unregister(m.ID, "dry run: cpu")
+			return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "cpu: "+err.Error())
+		}
+	}
 	start := time.Now()
 	cookie, err := p.cfg.Incoming.Prepare(ctx, in, req.XML, req.Cookie)
 	if err != nil {
 		p.Unregister(m.ID, "prepare failed")
 		os.Remove(in.MonitorPath)
-		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+		return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+	}
+	if req.DryRun {
+		return p.endDryRun(in, cpu, time.Since(start))
 	}
 	p.hideMonitor(in)
 	e, err := p.reg.setState(m.ID, m.Domain, statePreparing, statePrepared)
@@ -183,7 +208,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		// Cut meanwhile (the node is shutting down): libvirt must not
 		// keep a target QEMU nobody will finish.
 		p.cancelLibvirt(in, "cut while preparing")
-		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonShuttingDown), err.Error())
+		return refuse(raw, peer.Node, req, refusalReason(err, reasonShuttingDown), err.Error())
 	}
 	// A source that never opens a stream, or never finishes, must not
 	// leave a target QEMU waiting: its migration is dropped.
@@ -212,18 +237,45 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		icancel()
 		if err != nil {
 			p.dropIncoming(m.ID, "its guest instance could not be named: "+err.Error())
-			return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)")
+			return refuse(raw, peer.Node, req, reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)")
 		}
 		p.reg.setInstance(e, inst)
 	}
 	if err := p.saveOutcome(m.ID, peer.owner(), m.Domain, p.reg.incomingOf(e).Instance, nil); err != nil {
 		p.dropIncoming(m.ID, "its record could not be kept")
-		return p.refuseControl(raw, req, reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)")
+		return refuse(raw, peer.Node, req, reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)")
 	}
 	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
 		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
 		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
 	return ControlResponse{Migration: m.ID, Cookie: cookie}
+}
+
+// endDryRun stops the guest a dry run's Prepare started, before the
+// answer: nothing of a dry run waits on its source.
+func (p *Proxy) endDryRun(in IncomingMigration, cpu string, took time.Duration) ControlResponse {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	err := p.cfg.Incoming.Cancel(ctx, in)
+	p.Unregister(in.ID, "dry run")
+	if err != nil {
+		p.log.Warn("a dry run's guest was started and not stopped", zap.String("domain", in.Domain), zap.Error(err))
+		return ControlResponse{Error: p.scrub("the target's libvirt prepared the migration, and stopping its guest failed: " + err.Error())}
+	}
+	p.log.Info("dry run: this node would take the migration", zap.String("domain", in.Domain), zap.String("peerNode", in.PeerNode),
+		zap.String("cpu", cpu), zap.Duration("prepareTook", took))
+	if cpu == "" {
+		cpu = "not compared"
+	}
+	return ControlResponse{CPU: cpu}
+}
+
+// answerDryRun is a dry run's negative answer: logged, not counted as a
+// refusal of the peer.
+func (p *Proxy) answerDryRun(raw net.Conn, peerNode string, req ControlRequest, reason, detail string) ControlResponse {
+	p.log.Info("dry run: this node would not take the migration", zap.String("reason", reason), zap.String("detail", detail),
+		zap.String("domain", req.Domain), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peerNode))
+	return ControlResponse{Error: p.scrub(detail), Reason: reason}
 }
 
 // finish runs libvirt's Finish. The migration's streams stay relayable

@@ -264,13 +264,15 @@ func TestOnePeerPreparesItsShareOfIncomingMigrations(t *testing.T) {
 
 // holdControlsAs opens n control connections to dst as node as, from
 // address from, through the TLS handshake and the header, and never sends
-// a request; it returns once dst holds each.
+// a request; it returns once dst holds each. No other control connection
+// may end meanwhile: one ending as another is taken would leave the count
+// where it was.
 func holdControlsAs(t *testing.T, as, dst *node, from net.IP, n int) {
 	t.Helper()
 	hb, _ := Header{Kind: KindControl}.Encode()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
+	held := dst.p.controls.Load()
 	for range n {
-		before := dst.p.controls.Load()
 		raw, err := d.Dial("tcp", dst.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -283,7 +285,8 @@ func holdControlsAs(t *testing.T, as, dst *node, from net.IP, n int) {
 		if _, err := c.Write(hb); err != nil {
 			t.Fatal(err)
 		}
-		for end := time.Now().Add(10 * time.Second); dst.p.controls.Load() == before; time.Sleep(5 * time.Millisecond) {
+		held++
+		for end := time.Now().Add(10 * time.Second); dst.p.controls.Load() < held; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(end) {
 				t.Fatalf("dst never held the control connection (refused: handshake %v, header %v, opening %v)",
 					rejectedOf(dst, "tls_handshake"), rejectedOf(dst, "header_timeout"), rejectedOf(dst, reasonTooManyOpening))
@@ -304,6 +307,8 @@ func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *test
 	files := ca.issueNode(t, t.TempDir(), "b")
 	dst := startNodeWith(t, Config{TLS: &files, Node: "b", HeaderTimeout: time.Minute})
 	prepareAs(t, src, dst, "m1", "vm", 0, false)
+	// The prepare's connection is served until its end is read.
+	waitMetric(t, func() bool { return dst.p.controls.Load() == 0 })
 	for i := range MaxControlConns / MaxControlConnsPerPeer {
 		name := fmt.Sprintf("c%d", i)
 		holdControlsAs(t, nodeWithCert(t, name, ca.issueNode(t, t.TempDir(), name)), dst, net.IPv4(127, 0, 1, byte(i+1)), MaxControlConnsPerPeer)

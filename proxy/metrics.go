@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Reasons of ferry_proxy_rejected_total beyond the header and stream ones.
 const (
@@ -33,6 +37,13 @@ const (
 	// ReasonUnknownMigration: the migration a stream or a finish names was
 	// never prepared on this node, or by another peer.
 	ReasonUnknownMigration = "unknown_migration"
+	// ReasonCPUIncompatible: a dry run found the guest's CPU is not one
+	// this node's hypervisor offers. Only a dry run's answer carries it, and
+	// it is never counted as a refusal.
+	ReasonCPUIncompatible = "cpu_incompatible"
+	// ReasonInboundBusy: this node takes as many incoming migrations as
+	// its inbound slots allow; the source waits its turn and asks again.
+	ReasonInboundBusy = "inbound_slots_busy"
 )
 
 // rejectReasons are exported at zero from the start, so a rate over them
@@ -43,62 +54,85 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
 	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, ReasonRestarted, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
-	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable"}
+	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy}
 
-type metrics struct {
-	bytes    *prometheus.CounterVec
-	conns    *prometheus.GaugeVec
-	rejected *prometheus.CounterVec
-	dial     *prometheus.HistogramVec
+// Metrics are the vectors the proxy counts into. Package metrics declares
+// them (every series ferryd exports is named, described and labelled
+// there) and builds them as a metrics.Proxy, a struct of these same
+// fields; ferryd hands them over. A nil vector counts nothing.
+type Metrics struct {
+	// Bytes: labels stream, direction (to_target or from_target).
+	Bytes *prometheus.CounterVec
+	// Connections: labels stream, side (source or target).
+	Connections *prometheus.GaugeVec
+	// Rejected: label reason.
+	Rejected *prometheus.CounterVec
+	// DialDuration: label leg (peer or local).
+	DialDuration *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferry_proxy_bytes_total",
-			Help: "Bytes relayed by the migration proxy, by stream and direction (to_target or from_target).",
-		}, []string{"stream", "direction"}),
-		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ferry_proxy_connections",
-			Help: "Open relayed connections, by stream and by this node's side of the migration.",
-		}, []string{"stream", "side"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferry_proxy_rejected_total",
-			Help: "Connections and migrations the proxy refused, by reason.",
-		}, []string{"reason"}),
-		dial: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "ferry_proxy_dial_duration_seconds",
-			Help:    "Time to set up a relayed connection: to the peer proxy (TCP, TLS, header, answer) or to the local socket.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"leg"}),
+// zeroReasons exports every known refusal reason at zero.
+func (m Metrics) zeroReasons() {
+	if m.Rejected == nil {
+		return
 	}
 	for _, r := range rejectReasons {
-		m.rejected.WithLabelValues(r)
+		m.Rejected.WithLabelValues(r)
 	}
-	if reg != nil {
-		reg.MustRegister(m.bytes, m.conns, m.rejected, m.dial)
+}
+
+// reject counts one refusal.
+func (m Metrics) reject(reason string) {
+	if m.Rejected != nil {
+		m.Rejected.WithLabelValues(reason).Inc()
 	}
-	return m
+}
+
+// dialed records how long setting up one leg of a relayed connection took.
+func (m Metrics) dialed(leg string, start time.Time) {
+	if m.DialDuration != nil {
+		m.DialDuration.WithLabelValues(leg).Observe(time.Since(start).Seconds())
+	}
+}
+
+// open counts an open relayed connection until the returned func is called.
+func (m Metrics) open(k Kind, side string) (closed func()) {
+	if m.Connections == nil {
+		return func() {}
+	}
+	g := m.Connections.WithLabelValues(k.String(), side)
+	g.Inc()
+	return g.Dec
 }
 
 // counter returns a live byte counter for one stream and direction that
 // also feeds the migration's own counter.
-func (m *metrics) counter(k Kind, toTarget bool, own *Counters) func(int64) {
+func (m Metrics) counter(k Kind, toTarget bool, own *Counters) func(int64) {
 	dir := "from_target"
 	slot := &own.FromTarget[k]
 	if toTarget {
 		dir = "to_target"
 		slot = &own.ToTarget[k]
 	}
-	c := m.bytes.WithLabelValues(k.String(), dir)
+	add := func(n int64) { slot.Add(uint64(n)) }
+	if k == KindMemory && toTarget {
+		add = func(n int64) {
+			slot.Add(uint64(n))
+			own.wire.add(n, time.Now())
+		}
+	}
+	if m.Bytes == nil {
+		return add
+	}
+	c := m.Bytes.WithLabelValues(k.String(), dir)
 	return func(n int64) {
 		c.Add(float64(n))
-		slot.Add(uint64(n))
+		add(n)
 	}
 }
 
 // RejectedCounter is ferry_proxy_rejected_total for one reason, for tests
-// outside this package.
+// outside this package; the proxy must have been given Metrics.Rejected.
 func (p *Proxy) RejectedCounter(reason string) prometheus.Counter {
-	return p.metrics.rejected.WithLabelValues(reason)
+	return p.metrics.Rejected.WithLabelValues(reason)
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ferry-vm/ferry/internal/testsock"
 )
 
 // A local socket whose other end is not of QEMU's group (here: this test,
@@ -16,20 +18,7 @@ func TestLocalPeerMustBeOfQEMUsGroup(t *testing.T) {
 		t.Skip("needs root: the check refuses uid 0 peers, which only root can show")
 	}
 	path := filepath.Join(t.TempDir(), "svc.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	testsock.Serve(t, path, testsock.Hold)
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)

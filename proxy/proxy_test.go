@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -50,7 +49,7 @@ func startNodeIDs(t *testing.T, cfg Config, newID func(string) string) *node {
 	if cfg.HeaderTimeout == 0 {
 		cfg.HeaderTimeout = 500 * time.Millisecond
 	}
-	cfg.DialTimeout, cfg.Registerer = 2*time.Second, prometheus.NewRegistry()
+	cfg.DialTimeout, cfg.Metrics = 2*time.Second, testMetrics()
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -73,29 +72,6 @@ func startNodeIDs(t *testing.T, cfg Config, newID func(string) string) *node {
 		<-done
 	})
 	return &node{p: p, addr: addr.String(), dir: dir, in: in}
-}
-
-// echoServer accepts on path and echoes each connection until EOF, then
-// closes it: the relay must carry the half-close both ways for this to end.
-func echoServer(t *testing.T, path string) {
-	t.Helper()
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
 }
 
 // roundTrip sends n random bytes through the source socket and checks the
@@ -182,7 +158,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	srcFiles, dstFiles := ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry")
 	src := startNode(t, &srcFiles)
 	dst := startNode(t, &dstFiles)
-	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.rejected.WithLabelValues(reason)) }
+	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.RejectedCounter(reason)) }
 
 	t.Run("certificate from another CA", func(t *testing.T) {
 		other := newTestCA(t, "someone-else")

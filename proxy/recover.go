@@ -142,14 +142,8 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 		p.log.Warn("cannot give QEMU the migration socket dir", zap.Error(err))
 		return p.refuseControl(raw, req, refusalReason(err, reasonPrepareFailed), "recover: this node cannot check its QEMU's sockets (see its log)")
 	}
-	p.mu.Lock()
-	if p.recoveries == nil {
-		p.recoveries = map[string]string{}
-	}
-	prev := p.recoveries[in.ID]
-	p.mu.Unlock()
-	if prev != "" {
-		// One stream at a time: QEMU listens only where it was last told.
+	// One stream at a time: QEMU listens only where it was last told.
+	for _, prev := range p.reg.recoveriesOf(in.ID) {
 		p.Unregister(prev, "a newer recovery attempt")
 	}
 	rid := p.newID(fmt.Sprintf("%s-r%d", in.ID, p.recoveryN.Add(1)))
@@ -161,9 +155,6 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 	if err := p.reg.add(m, nil, peer.owner()); err != nil {
 		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
 	}
-	p.mu.Lock()
-	p.recoveries[in.ID] = rid
-	p.mu.Unlock()
 	// An attempt nobody follows through (its source gone) is dropped, so
 	// the domain takes migrations again.
 	if e, ok := p.reg.live(rid); ok {
@@ -225,11 +216,7 @@ func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlRe
 				p.log.Warn("cannot record a recovered migration's outcome", zap.String("migration", in.ID), zap.Error(err))
 			}
 		}
-		p.mu.Lock()
-		rid := p.recoveries[in.ID]
-		delete(p.recoveries, in.ID)
-		p.mu.Unlock()
-		if rid != "" {
+		for _, rid := range p.reg.recoveriesOf(in.ID) {
 			p.Unregister(rid, "recovered")
 		}
 		p.Unregister(in.ID, "recovered")

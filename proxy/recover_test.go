@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/ferry-vm/ferry/internal/testsock"
 )
 
 // recoveringIncoming is fakeIncoming that resumes post-copy: Recover
@@ -25,15 +27,7 @@ func (f *recoveringIncoming) Recover(_ context.Context, m IncomingMigration, soc
 	if err != nil {
 		return "", err
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go echo(c)
-		}
-	}()
+	go testsock.Accept(ln, testsock.Echo)
 	f.rmu.Lock()
 	defer f.rmu.Unlock()
 	f.armed = append(f.armed, socket)
@@ -48,18 +42,6 @@ func (f *recoveringIncoming) Recovered(context.Context, IncomingMigration) (stri
 		return "", false, errors.New("libvirt's job still runs")
 	}
 	return f.recovered, true, nil
-}
-
-func echo(c net.Conn) {
-	defer c.Close()
-	buf := make([]byte, 4096)
-	for {
-		n, err := c.Read(buf)
-		if err != nil {
-			return
-		}
-		c.Write(buf[:n])
-	}
 }
 
 // splitPostCopy prepares a post-copy migration id on a target keeping
@@ -156,21 +138,7 @@ func TestTheMonitorIsMovedOutOfQEMUsReach(t *testing.T) {
 	n := startNode(t, nil)
 	dir := n.p.SocketDir()
 	in := IncomingMigration{ID: "pc", Domain: "vm", MonitorPath: TargetMonitorPath(dir, "pc")}
-	ln, err := net.Listen("unix", in.MonitorPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello\n"))
-			c.Close()
-		}
-	}()
+	testsock.Serve(t, in.MonitorPath, func(c net.Conn) { c.Write([]byte("hello\n")) })
 	n.p.hideMonitor(in)
 	if _, err := os.Lstat(in.MonitorPath); !os.IsNotExist(err) {
 		t.Fatalf("the monitor is still in the socket dir: %v", err)

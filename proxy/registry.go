@@ -41,6 +41,7 @@ type Counters struct {
 	ToTarget   [4]atomic.Uint64
 	FromTarget [4]atomic.Uint64
 	Conns      [4]atomic.Uint64
+	wire       wireRate // memory to the target
 }
 
 // Snapshot copies the counters as stream -> direction -> bytes.
@@ -100,16 +101,54 @@ type registry struct {
 	// closing is why new migrations are refused once the node is shutting
 	// down: prepares, and streams of migrations that had not started.
 	closing string
+	// inbound bounds the migrations (not dry runs) prepared and not ended;
+	// turnedAway is when each peer last found them all taken.
+	inbound    int
+	turnedAway map[string]time.Time
 }
 
-func newRegistry() *registry {
-	return &registry{entries: map[string]*entry{}, keep: 10 * time.Minute}
+// contention is how long a peer turned away for want of an inbound slot
+// holds the others to their share (see add).
+const contention = 30 * time.Second
+
+// maxDryRuns bounds the dry runs under way here: each starts a target QEMU.
+const maxDryRuns = 2
+
+func newRegistry(inbound int) *registry {
+	return &registry{entries: map[string]*entry{}, keep: 10 * time.Minute, inbound: inbound, turnedAway: map[string]time.Time{}}
 }
 
 // regError is a registry refusal with its ferry_proxy_rejected_total reason.
 type regError struct{ reason, msg string }
 
 func (e *regError) Error() string { return e.msg }
+
+// inboundSlot says whether owner may take one more of the node's inbound
+// slots. A peer alone may take them all (one node draining into this one
+// uses both); once another has been turned away, each is held to its
+// share, so no peer can keep the others out. Peers are told apart by
+// certificate only: without TLS every peer is one.
+func (r *registry) inboundSlot(owner string, moving, mineMoving int) error {
+	now := time.Now()
+	contended := false
+	for o, at := range r.turnedAway {
+		switch {
+		case now.Sub(at) > contention:
+			delete(r.turnedAway, o)
+		case o != owner:
+			contended = true
+		}
+	}
+	share := max(1, r.inbound/2)
+	switch {
+	case moving >= r.inbound:
+		r.turnedAway[owner] = now
+		return &regError{ReasonInboundBusy, fmt.Sprintf("%d migrations are coming into this node, the most it takes at once: wait your turn", moving)}
+	case contended && mineMoving >= share:
+		return &regError{ReasonInboundBusy, fmt.Sprintf("this peer has %d of this node's %d inbound slots while another waits: wait your turn", mineMoving, r.inbound)}
+	}
+	return nil
+}
 
 func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 	if err := ValidID(m.ID); err != nil {
@@ -129,7 +168,7 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 		// hearing "ended".
 		return &regError{reasonDuplicate, fmt.Sprintf("migration %s is already known on this node", m.ID)}
 	}
-	live, mine := 0, 0
+	live, mine, moving, mineMoving, trials := 0, 0, 0, 0, 0
 	counted := in != nil || m.RecoveryOf != ""
 	for _, e := range r.entries {
 		if e.ended == "" && (e.in != nil || e.m.RecoveryOf != "") {
@@ -137,6 +176,23 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 			if e.owner == owner {
 				mine++
 			}
+			switch {
+			case e.in != nil && e.in.DryRun:
+				trials++
+			case e.in != nil:
+				moving++
+				if e.owner == owner {
+					mineMoving++
+				}
+			}
+		}
+	}
+	if in != nil && in.DryRun && trials >= maxDryRuns {
+		return &regError{ReasonInboundBusy, fmt.Sprintf("%d dry runs are under way on this node, the most it takes at once: ask again", trials)}
+	}
+	if in != nil && !in.DryRun && r.inbound > 0 {
+		if err := r.inboundSlot(owner, moving, mineMoving); err != nil {
+			return err
 		}
 	}
 	// A recovery's streams count against its peer's share only: other
@@ -370,6 +426,19 @@ func (r *registry) live(id string) (*entry, bool) {
 	return e, ok && e.ended == ""
 }
 
+// recoveriesOf lists the live streams of migration id's recovery.
+func (r *registry) recoveriesOf(id string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for rid, e := range r.entries {
+		if e.ended == "" && e.m.RecoveryOf == id {
+			out = append(out, rid)
+		}
+	}
+	return out
+}
+
 // recovery says whether id names a recovery's streams, which only relay:
 // nothing finishes or cancels them.
 func (r *registry) recovery(id string) bool {
@@ -526,4 +595,18 @@ func (r *registry) inFlight() []inFlight {
 		out = append(out, f)
 	}
 	return out
+}
+
+// inboundUse is how many migrations (not dry runs) are prepared here and
+// not ended.
+func (r *registry) inboundUse() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.entries {
+		if e.ended == "" && e.in != nil && !e.in.DryRun {
+			n++
+		}
+	}
+	return n
 }

@@ -22,6 +22,11 @@ type closeWriter interface{ CloseWrite() error }
 // both connections are closed so the opposite copy ends too. aToB and bToA
 // count the bytes moved each way.
 func relay(a, b net.Conn, aToB, bToA func(int64)) error {
+	for _, c := range []net.Conn{a, b} {
+		if _, w := wireOf(c); w != nil {
+			defer w.relaying()()
+		}
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- copyHalf(b, a, aToB) }()
 	go func() { errc <- copyHalf(a, b, bToA) }()
@@ -66,14 +71,27 @@ func canSplice(c net.Conn) bool {
 	return false
 }
 
-func bufferedCopy(dst io.Writer, src io.Reader, count func(int64)) error {
+// bufferedCopy copies through user space, where one side is TLS. From TLS
+// it takes every record already read before writing; into TLS it writes
+// each chunk as one socket write (see wire).
+func bufferedCopy(dst, src net.Conn, count func(int64)) error {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
+	_, from := wireOf(src)
+	write := dst.Write
+	if tc, w := wireOf(dst); w != nil {
+		write = func(p []byte) (int, error) { return w.writeThrough(tc, p) }
+	}
 	for {
 		n, rerr := src.Read(buf)
+		for rerr == nil && from != nil && len(buf)-n >= 16<<10 && from.recordReady() {
+			var m int
+			m, rerr = src.Read(buf[n:])
+			n += m
+		}
 		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if _, werr := write(buf[:n]); werr != nil {
 				return werr
 			}
 			count(int64(n))

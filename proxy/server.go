@@ -13,12 +13,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
 // Config configures a node's proxy.
 type Config struct {
+	// InboundSlots bounds the migrations prepared here and not ended, of
+	// all peers together (0: MaxIncoming); a source past it waits its
+	// turn (ReasonInboundBusy). A dry run takes none.
+	InboundSlots int
 	// Listen is the one TCP address every peer connects to, on the
 	// migration network.
 	Listen string
@@ -78,7 +81,9 @@ type Config struct {
 	// shutdown report, since OpenSource is not told it; optional.
 	SourceDomain func(migrationID string) string
 	Log          *zap.Logger
-	Registerer   prometheus.Registerer
+	// Metrics are the vectors the proxy counts into (package metrics
+	// builds them); the zero value counts nothing.
+	Metrics Metrics
 }
 
 func (c *Config) defaults() {
@@ -123,7 +128,7 @@ type Proxy struct {
 	cfg     Config
 	log     *zap.Logger
 	tls     *tlsSource
-	metrics *metrics
+	metrics Metrics
 	reg     *registry
 	private []string // scrubbed from answers to peers
 
@@ -143,10 +148,8 @@ type Proxy struct {
 	// outcomes keeps incoming migrations' records on disk; nil without
 	// Config.OutcomeDir.
 	outcomes *outcomeStore
-	// recoveries names, by incoming migration, the stream of its latest
-	// post-copy recovery attempt (guarded by mu).
-	recoveries map[string]string
-	recoveryN  atomic.Int64
+	// recoveryN numbers recovery attempts, for their streams' IDs.
+	recoveryN atomic.Int64
 	// controlBy counts them by peer while their requests are in progress.
 	controlMu sync.Mutex
 	controlBy map[string]int
@@ -176,9 +179,10 @@ type Proxy struct {
 // New validates the configuration and loads the TLS files.
 func New(cfg Config) (*Proxy, error) {
 	cfg.defaults()
-	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: newMetrics(cfg.Registerer), reg: newRegistry(), sources: map[string]*SourceMigration{},
+	p := &Proxy{cfg: cfg, log: cfg.Log, metrics: cfg.Metrics, reg: newRegistry(cfg.InboundSlots), sources: map[string]*SourceMigration{},
 		stopped: make(chan struct{}), private: append([]string{cfg.SocketDir}, cfg.Private...), group: -1,
 		newID: func(string) string { return newMigrationID() }}
+	p.metrics.zeroReasons()
 	if abs, err := filepath.Abs(cfg.SocketDir); err == nil && abs != cfg.SocketDir {
 		p.private = append(p.private, abs)
 	}
@@ -283,7 +287,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 }
 
 func (p *Proxy) reject(c net.Conn, reason, detail string) {
-	p.metrics.rejected.WithLabelValues(reason).Inc()
+	p.metrics.reject(reason)
 	p.log.Warn("proxy refused a connection", zap.String("reason", reason), zap.String("detail", detail), zap.String("peer", c.RemoteAddr().String()))
 }
 
@@ -293,7 +297,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	if why != "" {
 		// Thousands of half-sent headers would each hold a goroutine
 		// and buffers for the whole header timeout.
-		p.metrics.rejected.WithLabelValues(reasonTooManyOpening).Inc()
+		p.metrics.reject(reasonTooManyOpening)
 		if p.openingLog.Allow() {
 			p.log.Warn("proxy refused a connection", zap.String("reason", reasonTooManyOpening), zap.String("detail", why), zap.String("peer", raw.RemoteAddr().String()))
 		}
@@ -309,7 +313,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	c := raw
 	c.SetDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	if p.tls != nil {
-		tc := tls.Server(raw, p.tls.serverConfig())
+		tc := tls.Server(&wire{Conn: raw}, p.tls.serverConfig())
 		hctx, cancel := context.WithTimeout(ctx, p.cfg.HeaderTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
@@ -388,7 +392,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		c.Close()
 		return
 	}
-	p.metrics.dial.WithLabelValues("local").Observe(time.Since(start).Seconds())
+	p.metrics.dialed("local", start)
 	if !p.reg.track(e, c, h.Kind) {
 		local.Close()
 		c.Close()
@@ -402,9 +406,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	}
 	c.SetDeadline(time.Time{})
 	e.counters.Conns[h.Kind].Add(1)
-	g := p.metrics.conns.WithLabelValues(h.Kind.String(), "target")
-	g.Inc()
-	defer g.Dec()
+	defer p.metrics.open(h.Kind, "target")()
 	// Plain TCP keeps its *net.TCPConn type here, so relay can splice.
 	err = relay(c, local, p.metrics.counter(h.Kind, true, e.counters), p.metrics.counter(h.Kind, false, e.counters))
 	if err != nil && !isClosed(err) {
@@ -443,4 +445,14 @@ func (p *Proxy) janitor(ctx context.Context) {
 			removeStaleSockets(p.cfg.SocketDir, time.Minute, p.log)
 		}
 	}
+}
+
+// InboundSlots is how many migrations this node takes in at once, and
+// how many it holds now.
+func (p *Proxy) InboundSlots() (max, used int) {
+	max = p.reg.inbound
+	if max == 0 {
+		max = MaxIncoming
+	}
+	return max, p.reg.inboundUse()
 }

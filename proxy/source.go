@@ -117,7 +117,7 @@ func (s *SourceMigration) accept(k Kind, ln net.Listener) {
 		}
 		if err := s.p.checkLocalPeer(c, fmt.Sprintf("the %s socket of migration %s", k, s.ID), true); err != nil {
 			s.p.log.Warn("refused a connection to a source socket", zap.Error(err))
-			s.p.metrics.rejected.WithLabelValues("local_peer_not_qemu").Inc()
+			s.p.metrics.reject("local_peer_not_qemu")
 			c.Close()
 			continue
 		}
@@ -151,7 +151,7 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 		local.Close()
 		return
 	}
-	p.metrics.dial.WithLabelValues("peer").Observe(time.Since(start).Seconds())
+	p.metrics.dialed("peer", start)
 	if !s.track(remote) {
 		remote.Close()
 		local.Close()
@@ -159,9 +159,7 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 	}
 	defer s.untrack(remote)
 	s.Counters.Conns[k].Add(1)
-	g := p.metrics.conns.WithLabelValues(k.String(), "source")
-	g.Inc()
-	defer g.Dec()
+	defer p.metrics.open(k, "source")()
 	err = relay(local, remote, p.metrics.counter(k, true, s.Counters), p.metrics.counter(k, false, s.Counters))
 	if err != nil && !isClosed(err) {
 		s.fail(fmt.Sprintf("%s stream broke: %v", k, err))
@@ -193,7 +191,7 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 	}
 	var peer Peer
 	if p.tls != nil {
-		tc := tls.Client(raw, p.tls.clientConfig())
+		tc := tls.Client(&wire{Conn: raw}, p.tls.clientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			return nil, Peer{}, fmt.Errorf("TLS with target proxy %s: %w", addr, err)

@@ -124,6 +124,9 @@ func (s *tlsSource) serverConfig() *tls.Config {
 				ClientAuth:            tls.RequireAndVerifyClientCert,
 				ClientCAs:             pool,
 				VerifyPeerCertificate: s.verifyPeerName,
+				// No resumption: it would skip verifyPeerName, and the
+				// ticket would be one more record in the relayed stream.
+				SessionTicketsDisabled: true,
 			}, nil
 		},
 	}

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestMain lets the test binary double as a bare target proxy in its own
@@ -27,7 +25,7 @@ func TestMain(m *testing.M) {
 }
 
 func childProxy(dir string) {
-	p, err := New(Config{Listen: "127.0.0.1:0", SocketDir: dir, Registerer: prometheus.NewRegistry()})
+	p, err := New(Config{Listen: "127.0.0.1:0", SocketDir: dir, Metrics: testMetrics()})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)

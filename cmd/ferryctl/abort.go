@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // abortCmd requests the abort, then follows the job until it ends (or 60 s),
@@ -39,7 +39,7 @@ func abort(ctx context.Context, g *globals, name string, force bool) error {
 	if force {
 		q.Set("force", "1")
 	}
-	var res migration.AbortResult
+	var res api.AbortResult
 	if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(name)+"/abort", q, &res); err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func abort(ctx context.Context, g *globals, name string, force bool) error {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var j migration.Job
+		var j api.Job
 		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), g.domainQuery(), &j); err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func abort(ctx context.Context, g *globals, name string, force bool) error {
 			} else {
 				fmt.Fprintf(g.out, "abort %s\n%s\n", j.AbortStatus, summaryLine(j))
 			}
-			if j.AbortStatus != migration.AbortSucceeded {
+			if j.AbortStatus != api.AbortSucceeded {
 				return failedJob{j.Phase}
 			}
 			return nil

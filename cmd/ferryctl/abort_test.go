@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 // postCopyFerryd answers an abort of a post-copy migration as ferryd does:
@@ -31,8 +33,8 @@ func postCopyFerryd(t *testing.T, forced *[]string) string {
 			io.WriteString(w, `{"job":{"domain":"vm1","mode":"PostCopy"},"message":"forced abort in post-copy: the migration is being paused"}`)
 		case r.Method == http.MethodGet && r.URL.Path == "/v1/jobs/vm1":
 			end := time.Now()
-			json.NewEncoder(w).Encode(migration.Job{Domain: "vm1", Role: migration.RoleSource, Mode: migration.ModePostCopy,
-				Phase: migration.PhasePostCopyFailed, AbortStatus: migration.AbortSucceeded, StartTime: end.Add(-time.Second), EndTime: &end})
+			json.NewEncoder(w).Encode(api.Job{Domain: "vm1", Role: api.RoleSource, Mode: api.ModePostCopy,
+				Phase: api.PhasePostCopyFailed, AbortStatus: api.AbortSucceeded, StartTime: end.Add(-time.Second), EndTime: &end})
 		default:
 			http.NotFound(w, r)
 		}
@@ -88,38 +90,49 @@ func TestAbortUsage(t *testing.T) {
 }
 
 // A pod's socket lists a domain named like a VM's: by name alone ferryctl
-// is refused, naming both sockets; --libvirt-socket picks one.
+// is refused, naming both sockets; --libvirt-socket picks one, and the
+// abort goes to that socket's libvirt alone.
 func TestLibvirtSocketPicksADomainTwoSocketsServe(t *testing.T) {
-	sock, tr := ferryd(t)
-	const pod = "/pods/bbbb/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock"
-	for _, s := range []string{jobSocket, pod} {
-		d := testDomain("ns_vm")
-		tr.ApplyDomains(s, []libvirtx.Domain{d}, time.Now())
-		tr.ApplyStats(s, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
-			TimeElapsedMs: 1000, DataTotal: 1 << 20, MemoryTotal: 1 << 20}, time.Now())
+	host := libvirtxtest.New(t, "")
+	pod := libvirtxtest.New(t, podSocket(t))
+	sock, tr, _ := ferryd(t, host, pod)
+	for _, lv := range []*libvirtxtest.Server{host, pod} {
+		migrating(t, tr, lv, "ns_vm", 1<<20)
 	}
 	code, _, stderr := ctl("--socket", sock, "job", "ns_vm")
-	if code != 1 || !strings.Contains(stderr, "ambiguous") || !strings.Contains(stderr, pod) || !strings.Contains(stderr, jobSocket) || !strings.Contains(stderr, "--libvirt-socket") {
+	if code != 1 || !strings.Contains(stderr, "ambiguous") || !strings.Contains(stderr, pod.Path()) || !strings.Contains(stderr, host.Path()) || !strings.Contains(stderr, "--libvirt-socket") {
 		t.Fatalf("job by name alone: exit %d, stderr %q; want a refusal naming both sockets and the way out", code, stderr)
 	}
-	for _, s := range []string{jobSocket, pod} {
+	for i, lv := range []*libvirtxtest.Server{host, pod} {
+		s := lv.Path()
 		code, stdout, stderr := ctl("--socket", sock, "--libvirt-socket", s, "job", "ns_vm", "-o", "json")
-		var j migration.Job
+		var j api.Job
 		if code != 0 || json.Unmarshal([]byte(stdout), &j) != nil || j.Socket != s {
 			t.Fatalf("job on %s: exit %d, socket %q, stderr %q", s, code, j.Socket, stderr)
 		}
-		// This ferryd reaches no libvirt: the abort gets as far as the
-		// named socket's connection, and says so.
-		if code, _, stderr := ctl("--socket", sock, "--libvirt-socket", s, "abort", "ns_vm"); code != 1 || !strings.Contains(stderr, s) || strings.Contains(stderr, "ambiguous") {
-			t.Fatalf("abort on %s: exit %d, stderr %q", s, code, stderr)
+		if code, stdout, stderr := ctl("--socket", sock, "--libvirt-socket", s, "abort", "ns_vm"); code != 0 || !strings.Contains(stdout, "Aborted") {
+			t.Fatalf("abort on %s: exit %d, stdout %q, stderr %q", s, code, stdout, stderr)
+		}
+		if h, p := len(host.Calls(libvirtxtest.ProcDomainAbortJob)), len(pod.Calls(libvirtxtest.ProcDomainAbortJob)); h != 1 || p != i {
+			t.Fatalf("after the abort on %s: %d aborts on the host's libvirt, %d on the pod's", s, h, p)
 		}
 	}
+}
+
+// podSocket is where a KubeVirt launcher pod's libvirt socket is, under a
+// temporary kubelet root.
+func podSocket(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "pods", "bbbb", "volumes", "kubernetes.io~empty-dir", "libvirt-runtime", "virtqemud-sock")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // resolve takes no default, and says so; with nothing in doubt ferryd
 // refuses and ferryctl exits 1 saying why.
 func TestResolveNeedsAKeepAndAMigrationInDoubt(t *testing.T) {
-	sock, _ := ferryd(t)
+	sock, _, _ := ferryd(t)
 	if code, _, stderr := ctl("--socket", sock, "resolve", "vm"); code != 2 || !strings.Contains(stderr, "--keep source or --keep target") {
 		t.Fatalf("resolve without --keep: exit %d, stderr %q", code, stderr)
 	}

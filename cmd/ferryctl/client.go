@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/unixsock"
 )
 
@@ -88,9 +89,7 @@ func (c *client) request(ctx context.Context, method, path string, q url.Values,
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e struct {
-			Error string `json:"error"`
-		}
+		var e api.ErrorResponse
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return nil, &apiError{code: resp.StatusCode, msg: e.Error}
 		}

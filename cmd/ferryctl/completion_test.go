@@ -12,8 +12,8 @@ import (
 // The bash script completes commands, -o formats and, asking the real
 // ferryd, domain names, when run by bash itself.
 func TestBashCompletion(t *testing.T) {
-	sock, tr := ferryd(t)
-	migrating(tr, "vm-alpha", 100<<20)
+	sock, tr, lv := ferryd(t)
+	migrating(t, tr, lv, "vm-alpha", 100<<20)
 	bin := ferryctlBinary(t)
 	script, err := ferryctlCommand(bin, "completion", "bash").Output()
 	if err != nil {
@@ -98,8 +98,8 @@ func TestZshCompletion(t *testing.T) {
 		t.Fatalf("zsh -n: %v\n%s", err, out)
 	}
 	// What the script asks ferryctl for is what the bash test exercised.
-	sock, tr := ferryd(t)
-	migrating(tr, "vm-alpha", 100<<20)
+	sock, tr, lv := ferryd(t)
+	migrating(t, tr, lv, "vm-alpha", 100<<20)
 	code, out, _ := ctl("--socket", sock, "__complete", "postcopy", "")
 	if code != 0 || !strings.Contains(out, "vm-alpha\trunning") {
 		t.Errorf("__complete postcopy: exit %d, %q", code, out)

@@ -17,8 +17,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/migrationtest"
 )
 
 // fakeFerryd serves a debug socket that records what it was asked; it
@@ -70,8 +71,8 @@ func TestMigrateTakesFlagsBeforeAndAfterTheName(t *testing.T) {
 // Global flags go before or after the command, as with kubectl; the socket
 // comes from --socket anywhere or from FERRY_SOCKET.
 func TestFlagsBeforeAndAfterTheCommand(t *testing.T) {
-	sock, tr := ferryd(t)
-	migrating(tr, "vm1", 100<<20)
+	sock, tr, lv := ferryd(t)
+	migrating(t, tr, lv, "vm1", 100<<20)
 	lists := [][]string{
 		{"-o", "json", "jobs"},
 		{"jobs", "-o", "json"},
@@ -95,7 +96,7 @@ func TestFlagsBeforeAndAfterTheCommand(t *testing.T) {
 			}
 			code, out, stderr := ctl(full...)
 			t.Setenv("FERRY_SOCKET", "")
-			var jobs []migration.Job
+			var jobs []api.Job
 			if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 1 || jobs[0].Domain != "vm1" {
 				t.Errorf("%v (socket %s): exit %d, output %q, stderr %q", full, where, code, out, stderr)
 			}
@@ -108,7 +109,7 @@ func TestFlagsBeforeAndAfterTheCommand(t *testing.T) {
 		{"job", "--output=yaml", "vm1"},
 	} {
 		code, out, stderr := ctl(append(args, "--socket", sock)...)
-		var j migration.Job
+		var j api.Job
 		if code != 0 || yaml.Unmarshal([]byte(out), &j) != nil || j.Domain != "vm1" || j.DataRemainingBytes != 100<<20 {
 			t.Errorf("%v: exit %d, output %q, stderr %q", args, code, out, stderr)
 		}
@@ -117,8 +118,8 @@ func TestFlagsBeforeAndAfterTheCommand(t *testing.T) {
 
 // Every format of every reading command, from the real daemon's answers.
 func TestOutputFormats(t *testing.T) {
-	sock, tr := ferryd(t)
-	migrating(tr, "vm1", 100<<20)
+	sock, tr, lv := ferryd(t)
+	migrating(t, tr, lv, "vm1", 100<<20)
 
 	for _, cmd := range [][]string{{"jobs"}, {"job", "vm1"}, {"domains"}} {
 		outs := map[string]string{}
@@ -156,11 +157,11 @@ func TestOutputFormats(t *testing.T) {
 			t.Errorf("column %s: table\n%s\nwide\n%s", col, table, wide)
 		}
 	}
-	if !strings.Contains(wide, jobSocket) || !strings.Contains(wide, "01020300-0000") {
+	if !strings.Contains(wide, lv.Path()) || !strings.Contains(wide, "01020300-0000") {
 		t.Errorf("jobs -o wide lacks the job's socket or uuid:\n%s", wide)
 	}
 	_, wide, _ = ctl("--socket", sock, "domains", "-o", "wide")
-	if !strings.Contains(wide, "SOCKET") || !strings.Contains(wide, jobSocket) {
+	if !strings.Contains(wide, "SOCKET") || !strings.Contains(wide, lv.Path()) {
 		t.Errorf("domains -o wide lacks the socket:\n%s", wide)
 	}
 	_, yml, _ := ctl("--socket", sock, "jobs", "-o", "yaml")
@@ -218,8 +219,8 @@ func TestUsageErrorsNameWhatIsWrong(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
-	sock, tr := ferryd(t)
-	d := migrating(tr, "vm1", 100<<20)
+	sock, tr, lv := ferryd(t)
+	migrating(t, tr, lv, "vm1", 100<<20)
 
 	if code, out, stderr := ctl("--socket", sock, "jobs"); code != exitOK || !strings.Contains(out, "vm1") {
 		t.Errorf("jobs: exit %d, %q %q", code, out, stderr)
@@ -232,26 +233,45 @@ func TestExitCodes(t *testing.T) {
 		t.Errorf("jobs --bogus: exit %d", code)
 	}
 
-	// watch NAME of a migration that fails.
+	// watch NAME of a migration that fails: libvirt's job goes away, kept
+	// as a failed one.
+	code, out := watchTo(t, sock, "vm1", func() {
+		lv.SetJob("vm1", nil)
+		lv.SetCompletedJob("vm1", libvirtx.JobStats{Type: libvirtx.JobFailed, Operation: libvirtx.OperationMigrationOut, ErrMsg: "connection reset"})
+	})
+	if code != exitFailed || !strings.Contains(out, "vm1 source: Failed") {
+		t.Errorf("watch of a failed migration: exit %d, output %q", code, out)
+	}
+	// watch NAME of a migration that completes: the transient domain is
+	// gone from the source, and only libvirt's lifecycle event says why.
+	migrating(t, tr, lv, "vm2", 100<<20)
+	code, out = watchTo(t, sock, "vm2", func() {
+		lv.RemoveDomain("vm2")
+		lv.Lifecycle("vm2", libvirtx.EventStopped, libvirtx.StoppedMigrated)
+	})
+	if code != exitOK || !strings.Contains(out, "vm2 source: Completed") {
+		t.Errorf("watch of a completed migration: exit %d, output %q", code, out)
+	}
+}
+
+// watchTo runs `ferryctl watch name` until it exits, calling end once the
+// job's first line shows the stream is subscribed.
+func watchTo(t *testing.T, sock, name string, end func()) (int, string) {
+	t.Helper()
 	var out syncBuffer
 	codec := make(chan int, 1)
 	go func() {
-		codec <- run(context.Background(), []string{"--socket", sock, "watch", "vm1"}, &out, io.Discard)
+		codec <- run(context.Background(), []string{"--socket", sock, "watch", name}, &out, io.Discard)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	// The job's first line says the stream is subscribed.
-	for !strings.Contains(out.String(), "source") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	tr.ApplyEnded(jobSocket, d, libvirtx.JobStats{Type: libvirtx.JobFailed, Operation: libvirtx.OperationMigrationOut, ErrMsg: "connection reset"}, time.Now())
+	migrationtest.Wait(t, "watch's first line of the job", func() bool { return strings.Contains(out.String(), " source ") })
+	end()
 	select {
 	case code := <-codec:
-		if code != exitFailed || !strings.Contains(out.String(), "vm1 source: Failed") {
-			t.Errorf("watch of a failed migration: exit %d, output %q", code, out.String())
-		}
+		return code, out.String()
 	case <-time.After(10 * time.Second):
-		t.Fatalf("watch vm1 did not end with the job; output %q", out.String())
+		t.Fatalf("watch %s did not end with the job; output %q", name, out.String())
 	}
+	return 0, ""
 }
 
 func TestUnreachableFerrydSaysWhereAndWhy(t *testing.T) {
@@ -290,7 +310,7 @@ func TestUnreadableSocketNamesOwnerAndFix(t *testing.T) {
 	if syscall.Getuid() != 0 {
 		t.Skip("needs root to run ferryctl as another user")
 	}
-	sock, _ := ferryd(t)
+	sock, _, _ := ferryd(t)
 	bin := ferryctlBinary(t)
 	c := ferryctlCommand(bin, "--socket", sock, "jobs")
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +14,13 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/daemon"
+	"github.com/ferry-vm/ferry/internal/testsock"
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/migrationtest"
 )
 
 // TestMain lets the test binary stand in for the ferryctl binary, so that
@@ -29,60 +32,51 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// jobSocket is the libvirt socket the test jobs are on; ferryd does not
-// connect to it, so nothing but the test feeds its tracker.
-const jobSocket = "/run/libvirt/libvirt-sock"
-
 // ferryd runs the real daemon in-process on a debug socket in a fresh
-// directory, with no libvirt to read: the test feeds its tracker the
-// readings libvirt would give.
-func ferryd(t *testing.T) (string, *migration.Tracker) {
+// directory, its pool reading the fake libvirt daemons given, or else one
+// in that directory: the test sets on them what libvirt says. lv is the
+// first.
+func ferryd(t *testing.T, libvirts ...*libvirtxtest.Server) (sock string, tr *migration.Tracker, lv *libvirtxtest.Server) {
 	t.Helper()
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	os.Chmod(filepath.Dir(dir), 0o755)
+	if len(libvirts) == 0 {
+		libvirts = append(libvirts, libvirtxtest.New(t, filepath.Join(dir, "libvirt-sock")))
+	}
+	var sockets []string
+	for _, l := range libvirts {
+		sockets = append(sockets, l.Path())
+	}
+	sock = filepath.Join(dir, "ferry.sock")
 	d, err := daemon.New(daemon.Config{
-		NodeName: "node-a", DebugSocket: filepath.Join(dir, "ferry.sock"), DebugSocketMode: 0o600,
-		LibvirtSockets: []string{filepath.Join(dir, "no-libvirt-here")}, SampleInterval: time.Second,
+		NodeName: "node-a", DebugSocket: sock, DebugSocketMode: 0o600,
+		// The shortest interval ferryd takes: what a test sets is read soon.
+		LibvirtSockets: sockets, SampleInterval: 100 * time.Millisecond,
 		StateDir: filepath.Join(dir, "state"),
 	}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ferryd: %v", err)
-		}
-	})
-	sock := filepath.Join(dir, "ferry.sock")
-	for range 200 {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			return sock, d.Tracker
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("ferryd's debug socket never answered")
-	return "", nil
+	testsock.Run(t, d.Run, sock)
+	return sock, d.Tracker, libvirts[0]
 }
 
-func testDomain(name string) libvirtx.Domain {
-	return libvirtx.Domain{Ref: libvirt.Domain{Name: name, UUID: libvirt.UUID{1, 2, 3}}, Name: name,
-		UUID: "01020300-0000-0000-0000-000000000000", State: libvirtx.StateRunning, Reason: 1}
+func testDomain(name string) libvirtxtest.Domain {
+	return libvirtxtest.Domain{Name: name, UUID: libvirt.UUID{1, 2, 3}, ID: 1, State: int32(libvirtx.StateRunning), Reason: 1}
 }
 
-// migrating starts a source job for name: one reading of a pre-copy pass.
-func migrating(tr *migration.Tracker, name string, remaining uint64) libvirtx.Domain {
-	d := testDomain(name)
-	tr.ApplyDomains(jobSocket, []libvirtx.Domain{d}, time.Now())
-	tr.ApplyStats(jobSocket, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
+// migrating has libvirt run name with a source job at one reading of a
+// pre-copy pass, and returns once ferryd shows it.
+func migrating(t *testing.T, tr *migration.Tracker, lv *libvirtxtest.Server, name string, remaining uint64) {
+	t.Helper()
+	lv.SetDomain(testDomain(name))
+	lv.SetJob(name, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
 		TimeElapsedMs: 2000, MemoryIteration: 2, DataTotal: 512 << 20, MemoryTotal: 512 << 20, DataRemaining: remaining,
-		MemoryRemaining: remaining, DataProcessed: 600 << 20, MemoryBps: 100 << 20, MemoryDirtyRate: 20 << 20}, time.Now())
-	return d
+		MemoryRemaining: remaining, DataProcessed: 600 << 20, MemoryBps: 100 << 20, MemoryDirtyRate: 20 << 20})
+	migrationtest.WaitJob(t, tr, lv.Path(), name, "migrating", func(j api.Job) bool {
+		return j.Phase == api.PhaseRunning && j.DataRemainingBytes == remaining
+	})
 }
 
 // ctl runs ferryctl in-process.

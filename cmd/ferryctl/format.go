@@ -12,8 +12,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/units"
-	"github.com/ferry-vm/ferry/migration"
 )
 
 // emit prints v as the chosen document format, or calls tab for table and
@@ -71,7 +71,7 @@ func dash(s string) string {
 	return s
 }
 
-func printJobs(w io.Writer, jobs []migration.Job, wide bool) {
+func printJobs(w io.Writer, jobs []api.Job, wide bool) {
 	if len(jobs) == 0 {
 		fmt.Fprintln(w, "no migration jobs")
 		return
@@ -112,7 +112,7 @@ func clean(s string) string {
 	}, strings.ToValidUTF8(s, "?"))
 }
 
-func printJob(w io.Writer, j migration.Job) {
+func printJob(w io.Writer, j api.Job) {
 	tw := table(w)
 	kv := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, oneLine(fmt.Sprintf(f, a...))) }
 	kv("Domain", "%s (%s)", j.Domain, j.UUID)
@@ -161,7 +161,7 @@ func printJob(w io.Writer, j migration.Job) {
 	if j.EndTime != nil {
 		kv("Ended", "%s after %s", j.EndTime.Format(time.RFC3339), j.EndTime.Sub(j.StartTime).Round(time.Millisecond))
 	}
-	if j.Role == migration.RoleSource {
+	if j.Role == api.RoleSource {
 		kv("Progress", "%.1f%%: %s sent, %s remaining (guest memory and disks: %s; pages dirtied again are sent again)",
 			j.ProgressPercent, units.IEC(j.DataProcessedBytes), units.IEC(j.DataRemainingBytes), units.IEC(j.DataTotalBytes))
 		kv("Rates", "dirty %s, transfer %s", rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond))
@@ -207,8 +207,8 @@ func printJob(w io.Writer, j migration.Job) {
 	}
 }
 
-func peerRole(r migration.Role) string {
-	if r == migration.RoleTarget {
+func peerRole(r api.Role) string {
+	if r == api.RoleTarget {
 		return "the source, which prepared it"
 	}
 	return "the target, which answered"
@@ -221,7 +221,7 @@ func paren(s string) string {
 	return "(" + s + ")"
 }
 
-func printDomains(w io.Writer, node string, doms []migration.Domain, sockets []socketStatus, wide bool) {
+func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.SocketStatus, wide bool) {
 	for _, s := range sockets {
 		state := "up"
 		if !s.Up {
@@ -258,10 +258,10 @@ func printDomains(w io.Writer, node string, doms []migration.Domain, sockets []s
 }
 
 // progressLine renders one job as a single line with a progress bar.
-func progressLine(j migration.Job, width int) string {
+func progressLine(j api.Job, width int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-20s %-6s ", trunc(oneLine(j.Domain), 20), j.Role)
-	if j.Role == migration.RoleTarget {
+	if j.Role == api.RoleTarget {
 		fmt.Fprintf(&b, "%-14s %s (statistics are on the source)", j.Mode, j.Phase)
 		return b.String()
 	}
@@ -278,7 +278,7 @@ func progressLine(j migration.Job, width int) string {
 }
 
 // passString is the current pass over guest memory: "pass 4: 62% of 113.0 MiB".
-func passString(j migration.Job) string {
+func passString(j api.Job) string {
 	if j.Iteration == 0 {
 		return "starting"
 	}
@@ -288,7 +288,7 @@ func passString(j migration.Job) string {
 	return fmt.Sprintf("pass %d: %.0f%% of %s", j.Iteration, j.PassPercent, units.IEC(j.PassBytes))
 }
 
-func summaryLine(j migration.Job) string {
+func summaryLine(j api.Job) string {
 	d := "-"
 	if j.EndTime != nil {
 		d = j.EndTime.Sub(j.StartTime).Round(time.Millisecond).String()
@@ -297,7 +297,7 @@ func summaryLine(j migration.Job) string {
 	if j.PeerNode != "" {
 		s += ", peer node " + j.PeerNode
 	}
-	if j.Role == migration.RoleSource {
+	if j.Role == api.RoleSource {
 		s += fmt.Sprintf(", %d iterations, %s sent, mode %s, %d post-copy requests", j.Iteration, units.IEC(j.DataProcessedBytes), j.Mode, j.PostCopyRequests)
 		if j.DowntimeMs > 0 {
 			s += fmt.Sprintf(", downtime %d ms", j.DowntimeMs)
@@ -311,17 +311,17 @@ func summaryLine(j migration.Job) string {
 
 // recoveryString says where a broken post-copy's recovery stands: while
 // paused, how long until the guest is declared lost.
-func recoveryString(j migration.Job, now time.Time) string {
+func recoveryString(j api.Job, now time.Time) string {
 	rc := j.Recovery
 	s := fmt.Sprintf("%d attempts, %d resumed", rc.Attempts, rc.Resumed)
-	if j.Phase == migration.PhasePostCopyPaused {
+	if j.Phase == api.PhasePostCopyPaused {
 		left := rc.Until.Sub(now).Round(time.Second)
 		if left < 0 {
 			left = 0
 		}
 		s = fmt.Sprintf("paused on both nodes; declared lost in %s (at %s) unless resumed; %s",
 			left, rc.Until.Local().Format("15:04:05"), s)
-		if j.Role == migration.RoleSource {
+		if j.Role == api.RoleSource {
 			s += " (ferryctl recover / give-up)"
 		}
 	}

@@ -6,19 +6,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // Text from libvirt, a peer or a domain name reaches the terminal without
 // the control characters that would clear it or forge lines.
 func TestJobOutputCarriesNoControlCharacters(t *testing.T) {
 	evil := "x\x1b[2J\x1b[1;1Hroot ok\r\x07"
-	j := migration.Job{Domain: "vm" + evil, Role: migration.RoleSource, Phase: migration.PhaseFailed, StartTime: time.Now(),
-		FailureReason: "refused: " + evil, FailurePlane: migration.PlaneControl, FailureClass: migration.ClassTargetRefused,
+	j := api.Job{Domain: "vm" + evil, Role: api.RoleSource, Phase: api.PhaseFailed, StartTime: time.Now(),
+		FailureReason: "refused: " + evil, FailurePlane: api.PlaneControl, FailureClass: api.ClassTargetRefused,
 		FailureEvidence: []string{evil}}
 	var out bytes.Buffer
 	printJob(&out, j)
-	printJobs(&out, []migration.Job{j}, true)
+	printJobs(&out, []api.Job{j}, true)
 	out.WriteString(progressLine(j, 10) + summaryLine(j))
 	if s := out.String(); strings.ContainsAny(s, "\x1b\r\x07") {
 		t.Fatalf("control characters reached the output: %q", s)

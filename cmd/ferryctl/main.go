@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/version"
-	"github.com/ferry-vm/ferry/migration"
 )
 
 // Exit statuses, a contract for scripts.
@@ -30,7 +30,8 @@ const (
 
 const exitCodesHelp = `Exit status:
   0  success (for migrate, watch NAME and abort: the migration ended as asked)
-  1  the migration failed or was not aborted, or ferryd refused the request
+  1  the migration failed or was not aborted, check found the domain cannot move, or ferryd
+     refused the request
   2  usage error: unknown command or flag, wrong arguments
   3  ferryd unreachable: not running, another socket path, or no permission
 `
@@ -80,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var re runError
 	var ue usageError
 	var fe failedJob
+	var nm notMigratable
 	var un *unreachableError
 	switch {
 	case err == nil:
@@ -92,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ue = usageError(err.Error())
 	}
 	switch {
-	case errors.As(err, &fe):
+	case errors.As(err, &fe), errors.As(err, &nm):
 		return exitFailed
 	case errors.As(err, &un):
 		fmt.Fprintln(stderr, "ferryctl:", err)
@@ -147,7 +149,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError(fmt.Sprintf("%s: %v (usage: %s)", c.CommandPath(), err, c.UseLine()))
 	})
-	root.AddCommand(jobsCmd(g), jobCmd(g), watchCmd(g), domainsCmd(g), migrateCmd(g), abortCmd(g),
+	root.AddCommand(jobsCmd(g), jobCmd(g), watchCmd(g), domainsCmd(g), checkCmd(g), planCmd(g), evacuateCmd(g), migrateCmd(g), abortCmd(g),
 		postCopyCmd(g), resolveCmd(g), recoverCmd(g), giveUpCmd(g), proxyCmd(g), completionCmd(), versionCmd())
 	return root
 }
@@ -184,7 +186,7 @@ type usageError string
 func (e usageError) Error() string { return string(e) }
 
 // failedJob ends `watch NAME` with a non-zero status when the job did not complete.
-type failedJob struct{ phase migration.Phase }
+type failedJob struct{ phase api.Phase }
 
 func (e failedJob) Error() string { return "migration ended " + string(e.phase) }
 

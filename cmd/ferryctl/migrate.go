@@ -9,15 +9,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
-const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N] [--deadline D]"
+const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N] [--compression none|zstd|auto] [--deadline D]"
 
 // migrateCmd starts a Ferry-driven migration and follows it like `watch
 // NAME`, so the exit status says how it ended.
 func migrateCmd(g *globals) *cobra.Command {
-	var req migration.MigrateRequest
+	var req api.MigrateRequest
 	var after, deadline time.Duration
 	var wait bool
 	c := &cobra.Command{
@@ -41,7 +41,7 @@ func migrateCmd(g *globals) *cobra.Command {
 			req.PostCopyAfterSeconds = after.Seconds()
 			req.DeadlineSeconds = deadline.Seconds()
 			body, _ := json.Marshal(req)
-			var resp migration.MigrateResponse
+			var resp api.MigrateResponse
 			if err := g.client.postJSON(ctx, "/v1/migrations", body, &resp); err != nil {
 				return err
 			}
@@ -66,19 +66,21 @@ func migrateCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "bandwidth cap in MiB/s (0: none)")
 	f.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
 	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
+	f.StringVar(&req.Compression, "compression", "", "none (default), zstd (needs --parallel, not with post-copy), or auto: ferryd chooses channels and compression from the link, the guest's dirty rate and the idle CPUs, and the job says why")
 	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
 	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
 	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its data starts moving, by post-copy if allowed, else by an abort; can only shorten Ferry's own (150s per GiB, at least 5m; 10s to 20h)")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
 	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))
+	c.RegisterFlagCompletionFunc("compression", cobra.FixedCompletions([]string{"none", "zstd", "auto"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 
 // followJob shows the migration's progress until it ends. A migration that
 // failed before the stream opened is caught by looking its job up once.
 func followJob(ctx context.Context, g *globals, name, id string) error {
-	return watchJobs(ctx, g, name, func() *migration.Job {
-		var j migration.Job
+	return watchJobs(ctx, g, name, func() *api.Job {
+		var j api.Job
 		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), g.domainQuery(), &j); err != nil {
 			return nil
 		}
@@ -96,7 +98,7 @@ func postCopyCmd(g *globals) *cobra.Command {
 		Args:              exactlyOneDomain("postcopy NAME"),
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
-			var res migration.AbortResult
+			var res api.AbortResult
 			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/postcopy", g.domainQuery(), &res); err != nil {
 				return err
 			}

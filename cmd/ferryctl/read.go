@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 func jobsCmd(g *globals) *cobra.Command {
@@ -24,15 +24,12 @@ func jobsCmd(g *globals) *cobra.Command {
 			if all {
 				q.Set("all", "1")
 			}
-			var resp struct {
-				Node string          `json:"node"`
-				Jobs []migration.Job `json:"jobs"`
-			}
+			var resp api.JobsResponse
 			if err := g.client.get(ctx, "/v1/jobs", q, &resp); err != nil {
 				return err
 			}
 			if resp.Jobs == nil {
-				resp.Jobs = []migration.Job{}
+				resp.Jobs = []api.Job{}
 			}
 			return emit(g, resp.Jobs, func(wide bool) { printJobs(g.out, resp.Jobs, wide) })
 		}),
@@ -48,7 +45,7 @@ func jobCmd(g *globals) *cobra.Command {
 		Args:              exactlyOneDomain("job NAME"),
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
-			var j migration.Job
+			var j api.Job
 			if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(args[0]), g.domainQuery(), &j); err != nil {
 				return err
 			}
@@ -57,26 +54,13 @@ func jobCmd(g *globals) *cobra.Command {
 	}
 }
 
-type socketStatus struct {
-	Socket         string `json:"socket"`
-	Up             bool   `json:"up"`
-	LibvirtVersion string `json:"libvirtVersion"`
-	LastError      string `json:"lastError"`
-}
-
-type domainsResponse struct {
-	Node    string             `json:"node"`
-	Domains []migration.Domain `json:"domains"`
-	Libvirt []socketStatus     `json:"libvirt"`
-}
-
 func domainsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "domains",
 		Short: "domains on this node, their states and what needs attention",
 		Args:  noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
-			var resp domainsResponse
+			var resp api.DomainsResponse
 			if err := g.client.get(ctx, "/v1/domains", nil, &resp); err != nil {
 				return err
 			}
@@ -94,7 +78,7 @@ func completeDomains(g *globals) cobra.CompletionFunc {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		var resp domainsResponse
+		var resp api.DomainsResponse
 		if err := newClient(g.socket).get(ctx, "/v1/domains", nil, &resp); err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
@@ -106,28 +90,13 @@ func completeDomains(g *globals) cobra.CompletionFunc {
 	}
 }
 
-type proxyStatus struct {
-	Enabled    bool   `json:"enabled"`
-	TLS        bool   `json:"tls"`
-	SocketDir  string `json:"socketDir"`
-	Registered []struct {
-		ID       string            `json:"id"`
-		Domain   string            `json:"domain"`
-		Targets  map[string]string `json:"targets"`
-		Limits   map[string]int    `json:"limits"`
-		State    string            `json:"state"`
-		Expires  time.Time         `json:"expires"`
-		PeerNode string            `json:"peerNode,omitempty"`
-	} `json:"registered"`
-}
-
 func proxyCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "proxy",
 		Short: "the migration proxy: TLS or plain, incoming migrations prepared on this node",
 		Args:  noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
-			var resp proxyStatus
+			var resp api.ProxyResponse
 			if err := g.client.get(ctx, "/v1/proxy", nil, &resp); err != nil {
 				return err
 			}
@@ -136,7 +105,7 @@ func proxyCmd(g *globals) *cobra.Command {
 	}
 }
 
-func printProxy(g *globals, resp proxyStatus) {
+func printProxy(g *globals, resp api.ProxyResponse) {
 	if !resp.Enabled {
 		fmt.Fprintln(g.out, "migration proxy: off (ferryd runs without --proxy-listen)")
 		return

@@ -6,6 +6,8 @@ import (
 	"net/url"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferry-vm/ferry/api"
 )
 
 // recoverCmd and giveUpCmd speak to the recovery of a paused post-copy
@@ -35,9 +37,7 @@ func recoveryCmd(g *globals, verb, use, short, long string) *cobra.Command {
 		Args:              exactlyOneDomain(use),
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
-			var res struct {
-				Message string `json:"message"`
-			}
+			var res api.MessageResponse
 			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/"+verb, g.domainQuery(), &res); err != nil {
 				return err
 			}

@@ -5,19 +5,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 func TestRecoveryShowsTheCountdownWhilePaused(t *testing.T) {
 	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	j := migration.Job{Role: migration.RoleSource, Phase: migration.PhasePostCopyPaused, Recovery: &migration.Recovery{Until: now.Add(3*time.Minute + 12*time.Second), Attempts: 2, LastError: "asking the target: refused"}}
+	j := api.Job{Role: api.RoleSource, Phase: api.PhasePostCopyPaused, Recovery: &api.Recovery{Until: now.Add(3*time.Minute + 12*time.Second), Attempts: 2, LastError: "asking the target: refused"}}
 	got := recoveryString(j, now)
 	for _, want := range []string{"declared lost in 3m12s", "2 attempts, 0 resumed", "last: asking the target: refused", "ferryctl recover"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q lacks %q", got, want)
 		}
 	}
-	j.Phase, j.Recovery.Resumed = migration.PhaseCompleted, 2
+	j.Phase, j.Recovery.Resumed = api.PhaseCompleted, 2
 	if got := recoveryString(j, now); strings.Contains(got, "declared lost") || !strings.Contains(got, "2 resumed") {
 		t.Errorf("after the end: %q", got)
 	}

@@ -6,6 +6,8 @@ import (
 	"net/url"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferry-vm/ferry/api"
 )
 
 // resolveCmd ends a migration in doubt by the operator's word. It is the
@@ -28,9 +30,7 @@ func resolveCmd(g *globals) *cobra.Command {
 			}
 			q := g.domainQuery()
 			q.Set("keep", keep)
-			var res struct {
-				Message string `json:"message"`
-			}
+			var res api.MessageResponse
 			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/resolve", q, &res); err != nil {
 				return err
 			}

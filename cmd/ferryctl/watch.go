@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // watchCmd follows job updates. On a terminal it redraws one progress line
@@ -62,7 +62,7 @@ func printDoc(g *globals, line []byte) error {
 
 // watchJobs streams updates; once the stream is open, ended (if given) says
 // whether the awaited job already ended before it opened.
-func watchJobs(ctx context.Context, g *globals, name string, ended func() *migration.Job) error {
+func watchJobs(ctx context.Context, g *globals, name string, ended func() *api.Job) error {
 	q := g.domainQuery()
 	if name != "" {
 		q.Set("domain", name)
@@ -90,18 +90,18 @@ func watchJobs(ctx context.Context, g *globals, name string, ended func() *migra
 			} else {
 				fmt.Fprintln(g.out, summaryLine(*j))
 			}
-			if j.Phase != migration.PhaseCompleted {
+			if j.Phase != api.PhaseCompleted {
 				return failedJob{j.Phase}
 			}
 			return nil
 		}
 	}
-	jobs := map[string]migration.Job{}
+	jobs := map[string]api.Job{}
 	drawn := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var j migration.Job
+		var j api.Job
 		if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
 			return fmt.Errorf("ferryd sent an unreadable update: %v", err)
 		}
@@ -125,7 +125,7 @@ func watchJobs(ctx context.Context, g *globals, name string, ended func() *migra
 			fmt.Fprintln(g.out, progressLine(j, 30))
 		}
 		if name != "" && j.Domain == name && j.Phase.Finished() {
-			if j.Phase != migration.PhaseCompleted {
+			if j.Phase != api.PhaseCompleted {
 				return failedJob{j.Phase}
 			}
 			return nil
@@ -140,7 +140,7 @@ func watchJobs(ctx context.Context, g *globals, name string, ended func() *migra
 	return &unreachableError{socket: g.socket, msg: fmt.Sprintf("ferryd at %s closed the watch stream (restarting?)", g.socket)}
 }
 
-func redraw(w io.Writer, jobs map[string]migration.Job, drawn int) int {
+func redraw(w io.Writer, jobs map[string]api.Job, drawn int) int {
 	clearLines(w, drawn)
 	keys := make([]string, 0, len(jobs))
 	for k := range jobs {

@@ -39,69 +39,88 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-func run(args []string) int {
+// options are ferryd's command line: the daemon's Config, and what is
+// checked or converted before the Config takes it.
+type options struct {
+	cfg                                 daemon.Config
+	sockets, allowed, bridges, networks stringList
+	peers                               stringList
+	mode, logLevel, kubeletRoot         string
+	policyMode, policyScope             string
+	showVer                             bool
+	grace                               time.Duration
+}
+
+// newFlags declares ferryd's flags, their defaults read through getenv and
+// host. Apart from run so that docs/flags.md is rendered from the very
+// FlagSet ferryd parses, with an empty environment and no hostname, the
+// same on every machine (TestFlagsDocIsCurrent).
+func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options) {
 	fs := flag.NewFlagSet("ferryd", flag.ContinueOnError)
-	var (
-		cfg      daemon.Config
-		sockets  stringList
-		allowed  stringList
-		bridges  stringList
-		networks stringList
-		mode     string
-		logLevel string
-		showVer  bool
-		grace    time.Duration
-	)
-	fs.Var(&sockets, "libvirt-socket", "libvirt socket to watch; repeatable (env FERRY_LIBVIRT_SOCKETS, comma-separated; default "+daemon.DefaultLibvirtSocket+" when no glob is set)")
-	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", env("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, followed with inotify and re-read every 5s (one per virt-launcher pod under KubeVirt); default on Kubernetes: KubeVirt's launcher sockets in --kubelet-pods-dir")
-	fs.StringVar(&cfg.KubeletPodsDir, "kubelet-pods-dir", env("FERRY_KUBELET_PODS_DIR", "/var/lib/kubelet/pods"), "the kubelet's pods directory as ferryd sees it (the DaemonSet mounts it at /pods, as virt-handler does): KubeVirt's launcher sockets are looked for there when it exists")
-	var kubeletRoot string
-	fs.StringVar(&kubeletRoot, "kubelet-root", "", "deprecated: use --kubelet-pods-dir ROOT/pods")
-	fs.StringVar(&cfg.NodeName, "node-name", env("NODE_NAME", hostname()), "name of this node in jobs and metrics (env NODE_NAME)")
-	fs.StringVar(&cfg.DebugSocket, "debug-socket", env("FERRY_DEBUG_SOCKET", "/run/ferry/ferry.sock"), "unix socket serving the JSON debug API read by ferryctl")
-	fs.StringVar(&mode, "debug-socket-mode", env("FERRY_DEBUG_SOCKET_MODE", "0600"), "permission bits of the debug socket")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", env("FERRY_METRICS_ADDR", ":9474"), "address serving /metrics, /healthz and /readyz (empty disables)")
-	fs.DurationVar(&cfg.SampleInterval, "sample-interval", envDuration("FERRY_SAMPLE_INTERVAL", time.Second), "how often job statistics are sampled (also sampled at once on each migration iteration)")
-	fs.DurationVar(&cfg.CallTimeout, "libvirt-timeout", envDuration("FERRY_LIBVIRT_TIMEOUT", 5*time.Second), "deadline of each libvirt call; a daemon that misses it is treated as hung")
+	o := &options{}
+	e := envReader(getenv)
+	cfg := &o.cfg
+	fs.Var(&o.sockets, "libvirt-socket", "libvirt socket to watch, at any path length; one not owned by root is a session daemon's (a virt-launcher's), asked for qemu:///session; repeatable (env FERRY_LIBVIRT_SOCKETS, comma-separated; default "+daemon.DefaultLibvirtSocket+" when no glob is set and --kubelet-pods-dir does not exist)")
+	fs.StringVar(&cfg.LibvirtGlob, "libvirt-socket-glob", e.str("FERRY_LIBVIRT_SOCKET_GLOB", ""), "glob of libvirt sockets to watch, followed with inotify (200ms after a burst of changes) and re-read every 5s (one per virt-launcher pod under KubeVirt); default: KubeVirt's launcher sockets in --kubelet-pods-dir, when it exists (env FERRY_LIBVIRT_SOCKET_GLOB)")
+	fs.StringVar(&cfg.KubeletPodsDir, "kubelet-pods-dir", e.str("FERRY_KUBELET_PODS_DIR", "/var/lib/kubelet/pods"), "the kubelet's pods directory as ferryd sees it (the DaemonSet mounts it at /pods, as virt-handler does): when it exists, KubeVirt's launcher sockets are looked for there (DIR/*/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock), and a socket under it names its launcher pod (env FERRY_KUBELET_PODS_DIR)")
+	fs.StringVar(&o.kubeletRoot, "kubelet-root", "", "deprecated: use --kubelet-pods-dir ROOT/pods, which it still sets, with a warning (env FERRY_KUBELET_ROOT)")
+	fs.StringVar(&cfg.NodeName, "node-name", e.str("NODE_NAME", host), "name of this node in jobs and metrics; default: the machine's hostname (env NODE_NAME)")
+	fs.StringVar(&cfg.DebugSocket, "debug-socket", e.str("FERRY_DEBUG_SOCKET", "/run/ferry/ferry.sock"), "unix socket serving the JSON debug API read by ferryctl (env FERRY_DEBUG_SOCKET)")
+	fs.StringVar(&o.mode, "debug-socket-mode", e.str("FERRY_DEBUG_SOCKET_MODE", "0600"), "permission bits of the debug socket, in octal: whoever may connect may also act on every migration (abort, switch, give up, resolve), so widen it only for those (env FERRY_DEBUG_SOCKET_MODE)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", e.str("FERRY_METRICS_ADDR", ":9474"), "address serving /metrics, /healthz and /readyz; empty disables them (env FERRY_METRICS_ADDR)")
+	fs.DurationVar(&cfg.SampleInterval, "sample-interval", e.duration("FERRY_SAMPLE_INTERVAL", time.Second), "how often job statistics are sampled (also sampled at once on each migration iteration) (env FERRY_SAMPLE_INTERVAL)")
+	fs.DurationVar(&cfg.CallTimeout, "libvirt-timeout", e.duration("FERRY_LIBVIRT_TIMEOUT", 5*time.Second), "deadline of each libvirt call; a daemon that misses it is treated as hung (env FERRY_LIBVIRT_TIMEOUT)")
 	fs.IntVar(&cfg.HistorySize, "history-size", 256, "finished jobs kept in memory")
-	fs.StringVar(&cfg.ProxyListen, "proxy-listen", env("FERRY_PROXY_LISTEN", ""), "migration proxy port, HOST:PORT or :PORT to listen on the migration network's address, e.g. :9475; empty (the default) leaves the proxy off, and ferryd only observes (the proxy needs its --proxy-tls-* certificates)")
-	fs.BoolVar(&cfg.ProxyTLS, "proxy-tls", envBool("FERRY_PROXY_TLS", true), "mutual TLS between nodes' proxies; false relays plain TCP with zero-copy splice, for a trusted migration network only")
-	fs.StringVar(&cfg.ProxyTLSCert, "proxy-tls-cert", env("FERRY_PROXY_TLS_CERT", "/etc/ferry/tls/tls.crt"), "this node's proxy certificate (PEM), reloaded when it changes")
-	fs.StringVar(&cfg.ProxyTLSKey, "proxy-tls-key", env("FERRY_PROXY_TLS_KEY", "/etc/ferry/tls/tls.key"), "key of --proxy-tls-cert (PEM)")
-	fs.StringVar(&cfg.ProxyTLSCA, "proxy-tls-ca", env("FERRY_PROXY_TLS_CA", "/etc/ferry/tls/ca.crt"), "CA that issues every node's proxy certificate (PEM)")
-	fs.StringVar(&cfg.ProxyTLSPeerName, "proxy-tls-peer-name", env("FERRY_PROXY_TLS_PEER_NAME", "ferry"), "DNS name every peer's proxy certificate must carry")
-	fs.StringVar(&cfg.ProxyTLSIdentityForm, "proxy-tls-identity-form", env("FERRY_PROXY_TLS_IDENTITY_FORM", ""), "accept only this form of identity in proxy certificates: pod (spiffe://PEER-NAME/ns/NS/pod/POD, placed on a node by the API server) or node (spiffe://PEER-NAME/node/NODE); empty accepts both")
-	fs.BoolVar(&cfg.ProxyTLSRequireNodeIdentity, "proxy-tls-require-node-identity", envBool("FERRY_PROXY_TLS_REQUIRE_NODE_IDENTITY", false), "refuse peers whose proxy certificate does not name their node (a URI SAN spiffe://PEER-NAME/node/NODE); this node's own certificate must name it too")
-	fs.StringVar(&cfg.PodName, "pod-name", env("POD_NAME", ""), "this ferryd's pod (env POD_NAME), when its proxy certificate names the pod (spiffe://PEER-NAME/ns/NAMESPACE/pod/POD)")
-	fs.StringVar(&cfg.PodNamespace, "pod-namespace", env("POD_NAMESPACE", ""), "this ferryd's namespace (env POD_NAMESPACE); peers' certificates naming a ferryd pod are looked up there for its node")
-	fs.StringVar(&cfg.ProxyTLSMinVersion, "proxy-tls-min-version", env("FERRY_PROXY_TLS_MIN_VERSION", "1.3"), "lowest TLS version accepted between proxies: 1.3 or 1.2")
-	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", env("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets, the source's and the target QEMU's")
-	fs.StringVar(&cfg.QEMUGroup, "qemu-group", env("FERRY_QEMU_GROUP", ""), "group (name or gid) QEMU runs with, given the socket dir so QEMU can create and reach its migration sockets; default: ask the node's libvirt (its DAC base label, e.g. libvirt-qemu on Debian)")
-	fs.StringVar(&cfg.MigrationInterface, "migration-interface", env("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's")
-	fs.BoolVar(&cfg.MigrationAllowAnyTarget, "migration-allow-any-target", envBool("FERRY_MIGRATION_ALLOW_ANY_TARGET", false), "let a migration Ferry drives go to a proxy address without naming the target's node (targetNode, ferryctl migrate --to-node); a plain-TCP proxy (--proxy-tls=false), or certificates that name no node, need it")
-	fs.DurationVar(&cfg.PostCopyRecoveryTimeout, "postcopy-recovery-timeout", envDuration("FERRY_POSTCOPY_RECOVERY_TIMEOUT", drive.DefaultPostCopyRecoveryTimeout), "how long a post-copy migration Ferry drives whose streams broke is held paused on both nodes and resumed over fresh streams (the path back: the link, the peer's proxy, a restarted ferryd) before its guest is declared lost; 0 declares it lost at once (on a target: the most it holds one; the source decides whether to resume it)")
-	fs.Var(&networks, "migration-allowed-network", "libvirt network of this node an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_NETWORKS, comma-separated); default none")
-	fs.Var(&bridges, "migration-allowed-bridge", "host bridge an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_BRIDGES, comma-separated); default none: a migrated guest's NICs use libvirt networks only")
-	fs.Var(&allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
-	fs.StringVar(&cfg.NodeIP, "node-ip", env("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
-	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes")
-	fs.StringVar(&cfg.StateDir, "state-dir", env("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, across restarts")
-	fs.DurationVar(&grace, "shutdown-grace", envDuration("FERRY_SHUTDOWN_GRACE", daemon.DefaultShutdownGrace), "on SIGTERM, how long migrations in flight through the proxy may go on (new ones are refused) before they are cut; the pod's terminationGracePeriodSeconds must be larger")
+	fs.StringVar(&cfg.ProxyListen, "proxy-listen", e.str("FERRY_PROXY_LISTEN", ""), "migration proxy port, HOST:PORT or :PORT to listen on the migration network's address, e.g. :9475; empty (the default) leaves the proxy off, and ferryd only observes; with --proxy-tls, ferryd does not start without its --proxy-tls-* certificates, naming the missing file (env FERRY_PROXY_LISTEN)")
+	fs.BoolVar(&cfg.ProxyTLS, "proxy-tls", e.bool("FERRY_PROXY_TLS", true), "mutual TLS between nodes' proxies; false relays plain TCP with zero-copy splice, for a trusted migration network only (env FERRY_PROXY_TLS)")
+	fs.StringVar(&cfg.ProxyTLSCert, "proxy-tls-cert", e.str("FERRY_PROXY_TLS_CERT", "/etc/ferry/tls/tls.crt"), "this node's proxy certificate (PEM), reloaded when it changes (env FERRY_PROXY_TLS_CERT)")
+	fs.StringVar(&cfg.ProxyTLSKey, "proxy-tls-key", e.str("FERRY_PROXY_TLS_KEY", "/etc/ferry/tls/tls.key"), "key of --proxy-tls-cert (PEM), reloaded when it changes (env FERRY_PROXY_TLS_KEY)")
+	fs.StringVar(&cfg.ProxyTLSCA, "proxy-tls-ca", e.str("FERRY_PROXY_TLS_CA", "/etc/ferry/tls/ca.crt"), "CA that issues every node's proxy certificate (PEM), reloaded when it changes (env FERRY_PROXY_TLS_CA)")
+	fs.StringVar(&cfg.ProxyTLSPeerName, "proxy-tls-peer-name", e.str("FERRY_PROXY_TLS_PEER_NAME", "ferry"), "DNS name every peer's proxy certificate must carry; also the trust domain of its spiffe:// node identity (env FERRY_PROXY_TLS_PEER_NAME)")
+	fs.StringVar(&cfg.ProxyTLSIdentityForm, "proxy-tls-identity-form", e.str("FERRY_PROXY_TLS_IDENTITY_FORM", ""), "accept only this form of identity in proxy certificates: pod (spiffe://PEER-NAME/ns/NS/pod/POD, placed on a node by the API server) or node (spiffe://PEER-NAME/node/NODE); empty accepts both. With pod, a certificate naming a node outright, which no API server vouches for, is refused (env FERRY_PROXY_TLS_IDENTITY_FORM)")
+	fs.BoolVar(&cfg.ProxyTLSRequireNodeIdentity, "proxy-tls-require-node-identity", e.bool("FERRY_PROXY_TLS_REQUIRE_NODE_IDENTITY", false), "refuse peers whose proxy certificate does not name their node (a URI SAN spiffe://PEER-NAME/node/NODE, or .../ns/NS/pod/POD for a ferryd pod); this node's own certificate must name it too; needs --proxy-tls (env FERRY_PROXY_TLS_REQUIRE_NODE_IDENTITY)")
+	fs.StringVar(&cfg.PodName, "pod-name", e.str("POD_NAME", ""), "this ferryd's pod (env POD_NAME), when its proxy certificate names the pod (spiffe://PEER-NAME/ns/NAMESPACE/pod/POD)")
+	fs.StringVar(&cfg.PodNamespace, "pod-namespace", e.str("POD_NAMESPACE", ""), "this ferryd's namespace (env POD_NAMESPACE); peers' certificates naming a ferryd pod are looked up there for its node")
+	fs.StringVar(&cfg.ProxyTLSMinVersion, "proxy-tls-min-version", e.str("FERRY_PROXY_TLS_MIN_VERSION", "1.3"), "lowest TLS version accepted between proxies: 1.3 or 1.2 (env FERRY_PROXY_TLS_MIN_VERSION)")
+	fs.StringVar(&cfg.ProxySocketDir, "proxy-socket-dir", e.str("FERRY_PROXY_SOCKET_DIR", "/run/ferry/migrationproxy"), "directory of migrations' unix sockets, the source's and the target QEMU's (env FERRY_PROXY_SOCKET_DIR)")
+	fs.StringVar(&cfg.QEMUGroup, "qemu-group", e.str("FERRY_QEMU_GROUP", ""), "group (name or gid) QEMU runs with, given the socket dir so QEMU can create and reach its migration sockets; default: ask the node's libvirt (its DAC base label, e.g. libvirt-qemu on Debian) (env FERRY_QEMU_GROUP)")
+	fs.StringVar(&cfg.MigrationInterface, "migration-interface", e.str("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's, and its link going down is recorded on the jobs in flight (env FERRY_MIGRATION_INTERFACE)")
+	fs.BoolVar(&cfg.MigrationAllowAnyTarget, "migration-allow-any-target", e.bool("FERRY_MIGRATION_ALLOW_ANY_TARGET", false), "let a migration Ferry drives go to a proxy address without naming the target's node (targetNode, ferryctl migrate --to-node); a plain-TCP proxy (--proxy-tls=false), or certificates that name no node, need it (env FERRY_MIGRATION_ALLOW_ANY_TARGET)")
+	fs.DurationVar(&cfg.PostCopyRecoveryTimeout, "postcopy-recovery-timeout", e.duration("FERRY_POSTCOPY_RECOVERY_TIMEOUT", drive.DefaultPostCopyRecoveryTimeout), "how long a post-copy migration Ferry drives whose streams broke is held paused on both nodes and resumed over fresh streams (the path back: the link, the peer's proxy, a restarted ferryd) before its guest is declared lost; 0 to 24h; 0 declares it lost at once, and its targets then give their QEMU no monitor of Ferry's (on a target: the most it holds one; the source decides whether to resume it) (env FERRY_POSTCOPY_RECOVERY_TIMEOUT)")
+	fs.Var(&o.networks, "migration-allowed-network", "libvirt network of this node an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_NETWORKS, comma-separated); default none: a network can pass host devices or macvtap a host NIC, so none is taken unless named")
+	fs.Var(&o.bridges, "migration-allowed-bridge", "host bridge an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_BRIDGES, comma-separated); default none: a migrated guest's NICs use libvirt networks only")
+	fs.Var(&o.allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
+	fs.StringVar(&cfg.NodeIP, "node-ip", e.str("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", e.str("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes (env KUBECONFIG)")
+	fs.StringVar(&cfg.StateDir, "state-dir", e.str("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, and the migrations Ferry drives, their prepares and recorded post-copy failures are kept, across restarts (env FERRY_STATE_DIR)")
+	fs.DurationVar(&o.grace, "shutdown-grace", e.duration("FERRY_SHUTDOWN_GRACE", daemon.DefaultShutdownGrace), "on SIGTERM, how long migrations in flight through the proxy may go on (new ones are refused) before they are cut; 0 cuts them at once; a pod's terminationGracePeriodSeconds must be larger by 20s or more (env FERRY_SHUTDOWN_GRACE)")
 	pd := policy.Defaults()
-	var policyMode, policyScope string
-	fs.StringVar(&policyMode, "policy", env("FERRY_POLICY", string(pd.Mode)), "convergence policy: observe (verdicts only), advise (decide and show, change nothing) or act (steer: raise the downtime to a switch-over within --max-downtime-ms, post-copy if allowed, else abort)")
-	fs.StringVar(&policyScope, "policy-scope", env("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all")
+	fs.StringVar(&o.policyMode, "policy", e.str("FERRY_POLICY", string(pd.Mode)), "convergence policy: observe (verdicts only), advise (decide and show, change nothing) or act (steer: raise the downtime to a switch-over within --max-downtime-ms, post-copy if allowed, else abort) (env FERRY_POLICY)")
+	fs.StringVar(&o.policyScope, "policy-scope", e.str("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all (env FERRY_POLICY_SCOPE)")
 	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", pd.MaxDowntimeMs, "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs)")
-	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", envBool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (under --policy act, migrations Ferry drives are then started with post-copy enabled)")
-	fs.BoolVar(&cfg.Policy.AllowAutoConverge, "allow-auto-converge", envBool("FERRY_ALLOW_AUTO_CONVERGE", false), "start the migrations Ferry drives with QEMU's auto-converge (it throttles the guest's vCPUs until pre-copy converges); the policy waits while the throttle is still rising")
+	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", e.bool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (under --policy act, migrations Ferry drives are then started with post-copy enabled) (env FERRY_ALLOW_POSTCOPY)")
+	fs.BoolVar(&cfg.Policy.AllowAutoConverge, "allow-auto-converge", e.bool("FERRY_ALLOW_AUTO_CONVERGE", false), "start the migrations Ferry drives with QEMU's auto-converge (it throttles the guest's vCPUs until pre-copy converges); the policy waits while the throttle is still rising (env FERRY_ALLOW_AUTO_CONVERGE)")
 	fs.Uint64Var(&cfg.Policy.BandwidthPerMigrationMiBs, "bandwidth-per-migration-mibs", 0, "pre-copy bandwidth cap in MiB/s for the migrations Ferry drives that name none (0: none)")
 	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", pd.CompletionTimeoutPerGiB, "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none")
-	fs.StringVar(&logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error")
-	fs.BoolVar(&showVer, "version", false, "print the version and exit")
+	fs.Var(&o.peers, "peer", "another node Ferry may migrate to by name, NODE=HOST:PORT (its proxy's address), as ferryctl evacuate --to and plan --to name them; repeatable (env FERRY_PEERS, comma-separated)")
+	fs.IntVar(&cfg.LinkBandwidthMiBs, "migration-bandwidth-mibs", 0, "the migration link's bandwidth in MiB/s, which the migrations Ferry drives share (the one nearest its switch-over gets the most); 0: not shared out, and plans learn it from the last migrations")
+	fs.IntVar(&cfg.OutboundSlots, "outbound-migrations", drive.DefaultOutboundSlots, "migrations Ferry drives out of this node at once; more wait their turn")
+	fs.IntVar(&cfg.InboundSlots, "inbound-migrations", drive.DefaultInboundSlots, "migrations Ferry drives into this node at once; a source asking for more waits its turn")
+	fs.DurationVar(&cfg.DirtyRate.Period, "dirty-rate-period", e.duration("FERRY_DIRTY_RATE_PERIOD", 5*time.Minute), "how often each running domain's dirty rate is measured by QEMU (virDomainStartDirtyRateCalc), never while it migrates; the plans and checks predict from it; 0 turns measuring off (env FERRY_DIRTY_RATE_PERIOD)")
+	fs.DurationVar(&cfg.DirtyRate.Sample, "dirty-rate-sample", e.duration("FERRY_DIRTY_RATE_SAMPLE", time.Second), "how long one measurement watches the guest, 1s to 60s (env FERRY_DIRTY_RATE_SAMPLE)")
+	fs.IntVar(&cfg.DirtyRate.Concurrent, "dirty-rate-concurrent", 4, "domains measured at once, at most")
+	fs.StringVar(&o.logLevel, "log-level", e.str("FERRY_LOG_LEVEL", "info"), "level of ferryd's JSON logs: debug, info, warn or error (env FERRY_LOG_LEVEL)")
+	fs.BoolVar(&o.showVer, "version", false, "print the version and exit")
+	return fs, o
+}
+
+func run(args []string) int {
+	fs, o := newFlags(os.Getenv, hostname())
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if showVer {
+	cfg, kubeletRoot := o.cfg, o.kubeletRoot
+	if o.showVer {
 		fmt.Println("ferryd", version.Version)
 		return 0
 	}
@@ -125,26 +144,32 @@ func run(args []string) int {
 		cfg.KubeletPodsDir = filepath.Join(kubeletRoot, "pods")
 		fmt.Fprintf(os.Stderr, "ferryd: %s is deprecated: use --kubelet-pods-dir %s\n", rootFrom, cfg.KubeletPodsDir)
 	}
-	cfg.Policy.Mode, cfg.Policy.Scope = policy.Mode(policyMode), policy.Scope(policyScope)
-	cfg.LibvirtSockets = listOrEnv(sockets, "FERRY_LIBVIRT_SOCKETS")
-	cfg.MigrationAllowedBridges = listOrEnv(bridges, "FERRY_MIGRATION_ALLOWED_BRIDGES")
-	cfg.MigrationAllowedNetworks = listOrEnv(networks, "FERRY_MIGRATION_ALLOWED_NETWORKS")
-	cfg.MigrationAllowedPaths = listOrEnv(allowed, "FERRY_MIGRATION_ALLOWED_PATHS")
-	m, err := strconv.ParseUint(mode, 8, 32)
+	cfg.Policy.Mode, cfg.Policy.Scope = policy.Mode(o.policyMode), policy.Scope(o.policyScope)
+	cfg.LibvirtSockets = listOrEnv(o.sockets, "FERRY_LIBVIRT_SOCKETS")
+	peers, err := daemon.ParsePeers(listOrEnv(o.peers, "FERRY_PEERS"))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ferryd: --debug-socket-mode %q is not an octal mode like 0600\n", mode)
+		fmt.Fprintln(os.Stderr, "ferryd:", err)
+		return 2
+	}
+	cfg.Peers = peers
+	cfg.MigrationAllowedBridges = listOrEnv(o.bridges, "FERRY_MIGRATION_ALLOWED_BRIDGES")
+	cfg.MigrationAllowedNetworks = listOrEnv(o.networks, "FERRY_MIGRATION_ALLOWED_NETWORKS")
+	cfg.MigrationAllowedPaths = listOrEnv(o.allowed, "FERRY_MIGRATION_ALLOWED_PATHS")
+	m, err := strconv.ParseUint(o.mode, 8, 32)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: --debug-socket-mode %q is not an octal mode like 0600\n", o.mode)
 		return 2
 	}
 	cfg.DebugSocketMode = uint32(m)
-	if grace < 0 {
-		fmt.Fprintf(os.Stderr, "ferryd: --shutdown-grace %v is negative (0 cuts migrations in flight at once)\n", grace)
+	if o.grace < 0 {
+		fmt.Fprintf(os.Stderr, "ferryd: --shutdown-grace %v is negative (0 cuts migrations in flight at once)\n", o.grace)
 		return 2
 	}
 	cfg.Version = version.Version
 
 	var lvl zapcore.Level
-	if err := lvl.Set(logLevel); err != nil {
-		fmt.Fprintf(os.Stderr, "ferryd: --log-level %q: %v\n", logLevel, err)
+	if err := lvl.Set(o.logLevel); err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: --log-level %q: %v\n", o.logLevel, err)
 		return 2
 	}
 	zc := zap.NewProductionConfig()
@@ -163,7 +188,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ferryd: invalid configuration:", err)
 		return 2
 	}
-	d.ShutdownGrace = grace
+	d.ShutdownGrace = o.grace
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := d.Run(ctx); err != nil {
@@ -188,15 +213,18 @@ func listOrEnv(flagged stringList, key string) []string {
 	return out
 }
 
-func env(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok && v != "" {
+// envReader reads flags' defaults from the environment.
+type envReader func(string) string
+
+func (e envReader) str(key, def string) string {
+	if v := e(key); v != "" {
 		return v
 	}
 	return def
 }
 
-func envBool(key string, def bool) bool {
-	v := os.Getenv(key)
+func (e envReader) bool(key string, def bool) bool {
+	v := e(key)
 	if v == "" {
 		return def
 	}
@@ -208,8 +236,8 @@ func envBool(key string, def bool) bool {
 	return b
 }
 
-func envDuration(key string, def time.Duration) time.Duration {
-	v := os.Getenv(key)
+func (e envReader) duration(key string, def time.Duration) time.Duration {
+	v := e(key)
 	if v == "" {
 		return def
 	}

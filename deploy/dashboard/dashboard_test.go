@@ -73,15 +73,15 @@ func TestDashboardReadsBack(t *testing.T) {
 	}
 }
 
-func TestREADMEDescribesEveryPanel(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+func TestOperationsDocDescribesEveryPanel(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range Rows {
 		for _, p := range r.Panels {
 			if !strings.Contains(string(b), "**"+p.Title+"**") {
-				t.Errorf("README.md does not describe the panel %q (as **%s**)", p.Title, p.Title)
+				t.Errorf("docs/operations.md does not describe the panel %q (as **%s**)", p.Title, p.Title)
 			}
 		}
 	}

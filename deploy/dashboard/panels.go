@@ -9,7 +9,7 @@ type Query struct {
 	InFlight bool
 }
 
-// Panel is one panel of the dashboard; the README describes each by Title.
+// Panel is one panel of the dashboard; docs/operations.md describes each by Title.
 type Panel struct {
 	Title       string
 	Description string

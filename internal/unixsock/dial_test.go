@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ferry-vm/ferry/internal/testsock"
 )
 
 // kubevirtSocket lays out a launcher socket path exactly as the kubelet and
@@ -61,15 +63,7 @@ func listenAt(t *testing.T, path string) {
 	if err := os.Rename(short, path); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	go testsock.Accept(ln, testsock.Echo)
 }
 
 func TestDialsAKubeVirtLauncherSocketAt121Bytes(t *testing.T) {

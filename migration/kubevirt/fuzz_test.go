@@ -37,12 +37,14 @@ func FuzzStoreLoad(f *testing.F) {
 }
 
 // VMI objects as the API server hands them over, whoever wrote their
-// status and metadata: reading one never panics, and a mark's patch is
-// JSON that leaves the VMI marked by that mark.
+// status and metadata: reading one never panics (nor does the advice
+// from it, with the object read as KubeVirt CR and policy too), and a
+// mark's patch is JSON that leaves the VMI marked by that mark.
 func FuzzVMIObject(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","metadata":{"name":"vm1","namespace":"default","uid":"u","resourceVersion":"7"},"status":{"activePods":{"p":"a"},"migrationState":{"migrationUid":"m","completed":"yes"},"conditions":[{"type":"EvictionRequested","status":"True"},7]}}`))
 	f.Add([]byte(`{"metadata":{"annotations":{"ferry-vm.io/migration-failure":"{\"node\":1}"}},"status":{"migrationState":[]}}`))
 	f.Add([]byte(`{"metadata":{"labels":{"ferry-vm.io/migration-irrecoverable":"true"}},"status":null}`))
+	f.Add([]byte(`{"metadata":{"labels":{"a":"b"}},"spec":{"evictionStrategy":"LiveMigrate","selectors":{"virtualMachineInstanceSelector":{"a":"b"},"namespaceSelector":null},"bandwidthPerMigration":-5,"configuration":{"migrations":{"bandwidthPerMigration":"1e400","maxDowntimeMs":-1}}},"status":{"conditions":[{"type":"LiveMigratable","status":false}],"migrationState":{"migrationConfiguration":{"bandwidthPerMigration":1e300,"completionTimeoutPerGiB":1.5}}}}`))
 	m := &Mark{Namespace: "default", Name: "vm1", Node: "b", Role: "target", Detected: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), Reason: "cut"}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		u := &unstructured.Unstructured{}
@@ -50,6 +52,8 @@ func FuzzVMIObject(f *testing.F) {
 			return
 		}
 		infoFrom(u)
+		EffectiveMigration(u, u, []*unstructured.Unstructured{u}, u.GetLabels())
+		DrainBlocker(u, u)
 		patch, done, err := irrecoverablePatch(u, m)
 		if err != nil || done {
 			return

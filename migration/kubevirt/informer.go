@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // Watcher keeps the VMIs of this node in a local cache, so jobs show their
@@ -67,7 +67,7 @@ func (w *Watcher) Run(ctx context.Context) bool {
 // Lookup returns the cached VMI namespace/name. A VMI in both caches (just
 // handed off, one informer not yet told) is taken from the one with the
 // newer resourceVersion.
-func (w *Watcher) Lookup(namespace, name string) *migration.VMIInfo {
+func (w *Watcher) Lookup(namespace, name string) *api.VMIInfo {
 	var best *unstructured.Unstructured
 	for _, l := range w.listers {
 		obj, err := l.ByNamespace(namespace).Get(name)

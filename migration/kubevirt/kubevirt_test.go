@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/ferry-vm/ferry/api"
 )
 
 func vmi(labels map[string]any) *unstructured.Unstructured {
@@ -148,12 +150,26 @@ func TestPodUIDFromSocket(t *testing.T) {
 		"/var/lib/kubelet/podsX/1b2c/sock": "",
 		"":                                 "",
 	} {
-		if got := podUID(pods, socket); got != want {
-			t.Errorf("podUID(%q) = %q, want %q", socket, got, want)
+		if got := PodOfSocket(pods, socket); got != want {
+			t.Errorf("PodOfSocket(%q) = %q, want %q", socket, got, want)
 		}
 	}
-	if got := podUID("", pods+"/1b2c/x"); got != "" {
+	if got := PodOfSocket("", pods+"/1b2c/x"); got != "" {
 		t.Errorf("no pods dir: %q", got)
+	}
+}
+
+func TestOnlyItsOwnPodsSocketServesAVMI(t *testing.T) {
+	pods := "/var/lib/kubelet/pods"
+	vmi := &api.VMIInfo{ActivePods: map[string]string{"1b2c": "node-a"}}
+	for socket, want := range map[string]bool{
+		pods + "/1b2c/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock": true,
+		pods + "/9f9f/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock": false,
+		"/run/libvirt/libvirt-sock": true,
+	} {
+		if got := SocketOfVMI(pods, socket, vmi); got != want {
+			t.Errorf("SocketOfVMI(%q) = %v, want %v", socket, got, want)
+		}
 	}
 }
 

@@ -1,12 +1,14 @@
 package kubevirt
 
 import (
-	"k8s.io/apimachinery/pkg/util/validation"
-
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ferry-vm/ferry/api"
 )
 
 // Mark is one thing to tell the API server about a VMI, kept on disk until
@@ -105,10 +107,24 @@ func (m Mark) validate() error {
 	return nil
 }
 
-// podUID returns the pod whose directory under podsDir holds socket, or ""
-// when socket is not under podsDir: a plain libvirt host's socket, which
-// belongs to no pod.
-func podUID(podsDir, socket string) string {
+// SocketOfVMI says whether a libvirt socket may serve vmi's domain: one in
+// a pod's directory must be in one of the VMI's own active pods; any other
+// pod can serve a libvirt where the launcher glob looks and name a domain
+// like a VM. A socket outside the pods directory (a plain libvirt host's)
+// belongs to no pod and is not held to it.
+func SocketOfVMI(podsDir, socket string, vmi *api.VMIInfo) bool {
+	pod := PodOfSocket(podsDir, socket)
+	if pod == "" {
+		return true
+	}
+	_, ok := vmi.ActivePods[pod]
+	return ok
+}
+
+// PodOfSocket returns the pod whose directory under podsDir holds socket,
+// or "" when socket is not under podsDir: a plain libvirt host's socket,
+// which belongs to no pod.
+func PodOfSocket(podsDir, socket string) string {
 	if podsDir == "" || socket == "" {
 		return ""
 	}

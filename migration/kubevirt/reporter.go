@@ -296,13 +296,10 @@ func (r *Reporter) deliver(ctx context.Context, m *Mark) (string, error) {
 			zap.String("vmi", m.key()), zap.String("domainUID", m.UID), zap.String("vmiUID", string(vmi.GetUID())))
 		return "uid_mismatch", nil
 	}
-	if uid := podUID(r.cfg.PodsDir, m.Socket); uid != "" {
-		pods, _, _ := unstructured.NestedMap(vmi.Object, "status", "activePods")
-		if _, ok := pods[uid]; !ok {
-			r.log.Warn("the libvirt socket of this mark belongs to a pod that is not one of the VMI's active pods; dropping the mark",
-				zap.String("vmi", m.key()), zap.String("kind", m.Kind), zap.String("socket", m.Socket), zap.String("pod", uid))
-			return "pod_mismatch", nil
-		}
+	if !SocketOfVMI(r.cfg.PodsDir, m.Socket, infoFrom(vmi)) {
+		r.log.Warn("the libvirt socket of this mark belongs to a pod that is not one of the VMI's active pods; dropping the mark",
+			zap.String("vmi", m.key()), zap.String("kind", m.Kind), zap.String("socket", m.Socket), zap.String("pod", PodOfSocket(r.cfg.PodsDir, m.Socket)))
+		return "pod_mismatch", nil
 	}
 	if m.Kind == KindEvent {
 		return "event", r.event(ctx, vmi, m, m.EventType, m.EventReason)

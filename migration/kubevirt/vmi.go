@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // VMIResource is KubeVirt's VirtualMachineInstance resource.
@@ -43,8 +43,8 @@ const (
 )
 
 // infoFrom reads what a job shows of its VMI from the unstructured object.
-func infoFrom(u *unstructured.Unstructured) *migration.VMIInfo {
-	v := &migration.VMIInfo{Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())}
+func infoFrom(u *unstructured.Unstructured) *api.VMIInfo {
+	v := &api.VMIInfo{Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID())}
 	v.Phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
 	v.EvacuationNodeName, _, _ = unstructured.NestedString(u.Object, "status", "evacuationNodeName")
 	v.NodeName, _, _ = unstructured.NestedString(u.Object, "status", "nodeName")
@@ -60,7 +60,7 @@ func infoFrom(u *unstructured.Unstructured) *migration.VMIInfo {
 		}
 	}
 	if ms, ok, _ := unstructured.NestedMap(u.Object, "status", "migrationState"); ok && ms != nil {
-		s := &migration.VMIMigrationState{}
+		s := &api.VMIMigrationState{}
 		str := func(k string) string { x, _ := ms[k].(string); return x }
 		b := func(k string) bool { x, _ := ms[k].(bool); return x }
 		s.SourceNode, s.TargetNode, s.SourcePod, s.TargetPod = str("sourceNode"), str("targetNode"), str("sourcePod"), str("targetPod")

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/units"
 	"github.com/ferry-vm/ferry/migration"
 )
@@ -41,7 +42,7 @@ type Decision struct {
 // Evidence is what a decision is made from: the tracker's record of the
 // job and two facts only the migration's driver knows.
 type Evidence struct {
-	Job migration.Job
+	Job api.Job
 	// MaxDowntime is libvirt's current setting for the migration.
 	MaxDowntime time.Duration
 	// Deadline, when set, is the backstop the migration's driver enforces
@@ -94,7 +95,7 @@ const (
 func Decide(s Settings, e Evidence, m *Memory) Decision {
 	j := e.Job
 	d := Decision{Action: None, Iteration: j.Iteration}
-	if m.Final != "" || j.Mode == migration.ModePostCopy || j.Phase.Finished() || j.Role != migration.RoleSource {
+	if m.Final != "" || j.Mode == api.ModePostCopy || j.Phase.Finished() || j.Role != api.RoleSource {
 		return d
 	}
 	if j.Iteration <= m.Iteration || j.AbortStatus != "" {
@@ -122,9 +123,9 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 	switch {
 	case deadline > 0 && elapsed >= deadline && !e.DeadlineOwned:
 		d.Trigger = "deadline"
-	case j.Convergence == migration.VerdictStalled:
+	case j.Convergence == api.VerdictStalled:
 		d.Trigger = "stalled"
-	case j.Convergence == migration.VerdictDiverging:
+	case j.Convergence == api.VerdictDiverging:
 		d.Trigger = "diverging"
 	case deadline > 0 && float64(elapsed) >= deadlineNear*float64(deadline):
 		d.Trigger = "deadline-near"
@@ -236,7 +237,7 @@ func Deadline(s Settings, dataBytes uint64) time.Duration {
 // lowPoint is the least memory a recent pass (from the second on) started
 // with: the remaining data a switch-over would copy if QEMU stopped the
 // guest when a pass ends as low as one did before.
-func lowPoint(iters []migration.Iteration) (uint64, bool) {
+func lowPoint(iters []api.Iteration) (uint64, bool) {
 	var low uint64
 	ok := false
 	n := 0
@@ -253,7 +254,7 @@ func lowPoint(iters []migration.Iteration) (uint64, bool) {
 	return low, ok
 }
 
-func passStart(j migration.Job) uint64 {
+func passStart(j api.Job) uint64 {
 	if n := len(j.Iterations); n > 0 && j.Iterations[n-1].MemoryRemainingBytes > 0 {
 		return j.Iterations[n-1].MemoryRemainingBytes
 	}

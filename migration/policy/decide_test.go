@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration"
 )
 
@@ -15,21 +16,21 @@ const mib = 1 << 20
 type series struct {
 	starts          []float64
 	dirty, transfer uint64 // MiB/s
-	verdicts        []migration.Verdict
+	verdicts        []api.Verdict
 	elapsedPerPass  time.Duration
 	// qemuTransfer is the bandwidth QEMU itself switches over on (MiB/s;
 	// 0: the same as transfer).
 	qemuTransfer uint64
 }
 
-func (s series) job(upTo int) migration.Job {
-	j := migration.Job{Role: migration.RoleSource, Phase: migration.PhaseRunning, Mode: migration.ModePreCopy,
+func (s series) job(upTo int) api.Job {
+	j := api.Job{Role: api.RoleSource, Phase: api.PhaseRunning, Mode: api.ModePreCopy,
 		Iteration: uint64(upTo), DataTotalBytes: 512 * mib, MemoryTotalBytes: 512 * mib,
 		DirtyRateBytesPerSecond: s.dirty * mib, TransferRateBytesPerSecond: s.transfer * mib,
 		ElapsedMs:   uint64((time.Duration(upTo) * s.elapsedPerPass).Milliseconds()),
 		Convergence: s.verdicts[upTo-1]}
 	for i := 0; i < upTo; i++ {
-		j.Iterations = append(j.Iterations, migration.Iteration{Number: uint64(i + 1), MemoryRemainingBytes: uint64(s.starts[i] * mib)})
+		j.Iterations = append(j.Iterations, api.Iteration{Number: uint64(i + 1), MemoryRemainingBytes: uint64(s.starts[i] * mib)})
 	}
 	j.MemoryRemainingBytes = j.Iterations[upTo-1].MemoryRemainingBytes
 	return j
@@ -72,10 +73,10 @@ func replay(t *testing.T, s Settings, sr series, postCopyEnabled bool) []Decisio
 	return out
 }
 
-func verdicts(n, from int, v migration.Verdict) []migration.Verdict {
-	out := make([]migration.Verdict, n)
+func verdicts(n, from int, v api.Verdict) []api.Verdict {
+	out := make([]api.Verdict, n)
 	for i := range out {
-		out[i] = migration.VerdictUnknown
+		out[i] = api.VerdictUnknown
 		if i+1 >= from {
 			out[i] = v
 		}
@@ -93,7 +94,7 @@ func TestStallJustAboveTheDefaultSwitchesOverAtTheLowPoint(t *testing.T) {
 	// Passes settle at ~37 MiB on a 100 MiB/s link: 370 ms, over libvirt's
 	// 300 ms default, under a 500 ms cap.
 	sr := series{starts: []float64{511.2, 201.0, 45.3, 37.2, 38.9, 37.9}, dirty: 90, transfer: 100,
-		verdicts: verdicts(6, 5, migration.VerdictStalled), elapsedPerPass: 2 * time.Second}
+		verdicts: verdicts(6, 5, api.VerdictStalled), elapsedPerPass: 2 * time.Second}
 	ds := replay(t, act(500, false), sr, false)
 	if len(ds) != 1 || ds[0].Action != SwitchOver || ds[0].Iteration != 5 {
 		t.Fatalf("decisions %+v, want one switch-over at pass 5", ds)
@@ -109,7 +110,7 @@ func TestStallJustAboveTheDefaultSwitchesOverAtTheLowPoint(t *testing.T) {
 
 func TestWorkingSetFarOverTheLinkGoesToPostCopyOrAborts(t *testing.T) {
 	sr := series{starts: []float64{511.7, 383.2, 384.0, 383.6, 383.9, 384.1}, dirty: 2048, transfer: 130,
-		verdicts: verdicts(6, 3, migration.VerdictStalled), elapsedPerPass: 3 * time.Second}
+		verdicts: verdicts(6, 3, api.VerdictStalled), elapsedPerPass: 3 * time.Second}
 
 	ds := replay(t, act(500, true), sr, true)
 	if len(ds) != 1 || ds[0].Action != PostCopy || ds[0].Iteration != 3 {
@@ -134,7 +135,7 @@ func TestWorkingSetFarOverTheLinkGoesToPostCopyOrAborts(t *testing.T) {
 
 func TestConvergingMigrationIsLeftAlone(t *testing.T) {
 	sr := series{starts: []float64{510.8, 281.2, 182.9, 126.4, 92.5}, dirty: 32, transfer: 40,
-		verdicts: verdicts(5, 3, migration.VerdictConverging), elapsedPerPass: 5 * time.Second}
+		verdicts: verdicts(5, 3, api.VerdictConverging), elapsedPerPass: 5 * time.Second}
 	if ds := replay(t, act(500, true), sr, true); len(ds) != 0 {
 		t.Fatalf("decisions on a converging migration: %+v", ds)
 	}
@@ -145,7 +146,7 @@ func TestSlowMigrationNearTheBackstopRampsTheDowntime(t *testing.T) {
 	// at pass 3.
 	starts := []float64{511, 300, 200, 150, 120}
 	sr := series{starts: starts, dirty: 30, transfer: 40,
-		verdicts: verdicts(5, 3, migration.VerdictConverging), elapsedPerPass: 20 * time.Second}
+		verdicts: verdicts(5, 3, api.VerdictConverging), elapsedPerPass: 20 * time.Second}
 	ds := replay(t, act(500, false), sr, false)
 	if len(ds) == 0 {
 		t.Fatal("no ramp step near the backstop")
@@ -169,7 +170,7 @@ func TestSlowMigrationNearTheBackstopRampsTheDowntime(t *testing.T) {
 func TestOwnedDeadlineIsLeftToItsOwner(t *testing.T) {
 	starts := []float64{511, 300, 200, 150, 120}
 	sr := series{starts: starts, dirty: 30, transfer: 40,
-		verdicts: verdicts(5, 3, migration.VerdictConverging), elapsedPerPass: 20 * time.Second}
+		verdicts: verdicts(5, 3, api.VerdictConverging), elapsedPerPass: 20 * time.Second}
 	var m Memory
 	for n := 1; n <= len(starts); n++ {
 		d := Decide(act(500, false), Evidence{Job: sr.job(n), MaxDowntime: migration.DefaultMaxDowntime, Deadline: 75 * time.Second, DeadlineOwned: true}, &m)
@@ -182,7 +183,7 @@ func TestOwnedDeadlineIsLeftToItsOwner(t *testing.T) {
 func TestSwitchOverThatDidNotLandRaisesOnce(t *testing.T) {
 	// QEMU's own bandwidth reading is 15 % under the tracker's.
 	sr := series{starts: []float64{511.2, 201.0, 45.3, 37.2, 38.9, 37.9, 38.0}, dirty: 90, transfer: 100, qemuTransfer: 85,
-		verdicts: verdicts(7, 4, migration.VerdictStalled), elapsedPerPass: 2 * time.Second}
+		verdicts: verdicts(7, 4, api.VerdictStalled), elapsedPerPass: 2 * time.Second}
 	ds := replay(t, act(1000, false), sr, false)
 	if len(ds) < 2 || ds[0].Action != SwitchOver || ds[1].Action != RaiseDowntime || ds[1].MaxDowntimeMs <= ds[0].MaxDowntimeMs {
 		t.Fatalf("decisions %+v, want a switch-over then a higher step", ds)
@@ -191,16 +192,16 @@ func TestSwitchOverThatDidNotLandRaisesOnce(t *testing.T) {
 
 func TestNoDecisionOutsideASourcePreCopy(t *testing.T) {
 	sr := series{starts: []float64{511.7, 383.2, 384.0}, dirty: 2048, transfer: 130,
-		verdicts: verdicts(3, 2, migration.VerdictStalled)}
+		verdicts: verdicts(3, 2, api.VerdictStalled)}
 	var control Memory
 	if d := Decide(act(500, true), Evidence{Job: sr.job(3), PostCopyEnabled: true}, &control); d.Action != PostCopy {
 		t.Fatalf("the unedited job: %+v, want post-copy", d)
 	}
-	for name, edit := range map[string]func(*migration.Job){
-		"aborting":  func(j *migration.Job) { j.AbortStatus = migration.AbortAborting },
-		"target":    func(j *migration.Job) { j.Role = migration.RoleTarget },
-		"post-copy": func(j *migration.Job) { j.Mode = migration.ModePostCopy },
-		"finished":  func(j *migration.Job) { j.Phase = migration.PhaseCompleted },
+	for name, edit := range map[string]func(*api.Job){
+		"aborting":  func(j *api.Job) { j.AbortStatus = api.AbortAborting },
+		"target":    func(j *api.Job) { j.Role = api.RoleTarget },
+		"post-copy": func(j *api.Job) { j.Mode = api.ModePostCopy },
+		"finished":  func(j *api.Job) { j.Phase = api.PhaseCompleted },
 	} {
 		j := sr.job(3)
 		edit(&j)
@@ -237,7 +238,7 @@ func TestSettings(t *testing.T) {
 
 func TestNothingIsDecidedOnANewPassNotYetReadOrAStoppedLink(t *testing.T) {
 	sr := series{starts: []float64{511.7, 383.2, 384.0}, dirty: 2048, transfer: 130,
-		verdicts: verdicts(3, 2, migration.VerdictStalled)}
+		verdicts: verdicts(3, 2, api.VerdictStalled)}
 	s := act(500, true)
 
 	// Pass 3 has begun but no reading of it is in yet.
@@ -265,7 +266,7 @@ func TestJustOverTheCapGetsOnePassAtTheCap(t *testing.T) {
 	// by less than a quarter. At the cap QEMU, reading 48 MiB/s itself,
 	// switches over; reading 44 MiB/s it does not, and the policy gives up.
 	sr := series{starts: []float64{511.0, 60.2, 23.4, 23.6, 23.5, 23.7}, dirty: 40, transfer: 48,
-		verdicts: verdicts(6, 4, migration.VerdictStalled), elapsedPerPass: time.Second}
+		verdicts: verdicts(6, 4, api.VerdictStalled), elapsedPerPass: time.Second}
 	ds := replay(t, act(500, false), sr, false)
 	if len(ds) != 1 || ds[0].Action != RaiseDowntime || ds[0].MaxDowntimeMs != 500 {
 		t.Fatalf("decisions %+v, want one step to the 500 ms cap", ds)
@@ -279,7 +280,7 @@ func TestJustOverTheCapGetsOnePassAtTheCap(t *testing.T) {
 
 func TestAutoConvergeStillRisingIsLeftToQEMU(t *testing.T) {
 	sr := series{starts: []float64{511.7, 383.2, 384.0, 383.6}, dirty: 2048, transfer: 130,
-		verdicts: verdicts(4, 3, migration.VerdictStalled)}
+		verdicts: verdicts(4, 3, api.VerdictStalled)}
 	j := sr.job(3)
 	j.AutoConvergeThrottle = 40
 	var m Memory

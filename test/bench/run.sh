@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BENCHTIME=${BENCHTIME:-1s}
-out=$(go test -run '^$' -bench 'ApplySample|Snapshot|Scrape|CgroupCPURead' -benchmem -benchtime "$BENCHTIME" ./migration ./daemon ./libvirtx)
+out=$(go test -run '^$' -bench 'ApplySample|Snapshot|Scrape|CgroupCPURead' -benchmem -benchtime "$BENCHTIME" ./migration ./metrics ./libvirtx)
 echo "$out" | grep -E '^(goos|goarch|cpu):' | sort -u
 echo
 echo "$out" | awk '

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -16,13 +16,13 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "hot", From: "a", To: "b", BandwidthMiBs: holdMiBs})
 
-	j := waitJob(t, "a", "hot", "a convergence verdict", 2*time.Minute, func(j migration.Job) bool {
-		return j.Phase.Finished() || j.Convergence != migration.VerdictUnknown
+	j := waitJob(t, "a", "hot", "a convergence verdict", 2*time.Minute, func(j api.Job) bool {
+		return j.Phase.Finished() || j.Convergence != api.VerdictUnknown
 	})
 	if j.Phase.Finished() {
 		t.Fatalf("migration ended (%s: %s) before a verdict; the guest did not dirty fast enough", j.Phase, j.FailureReason)
 	}
-	if j.Convergence != migration.VerdictStalled && j.Convergence != migration.VerdictDiverging {
+	if j.Convergence != api.VerdictStalled && j.Convergence != api.VerdictDiverging {
 		t.Fatalf("verdict %s (%s), want Stalled or Diverging", j.Convergence, j.ConvergenceReason)
 	}
 	if at := verdictIteration(j); at > 3 {
@@ -44,9 +44,9 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 	}
 
 	// ferryctl abort requests the abort and waits for the job to end.
-	var src migration.Job
+	var src api.Job
 	ctlJSON(t, "a", &src, "abort", "hot")
-	if src.Phase != migration.PhaseAborted || src.AbortStatus != migration.AbortSucceeded {
+	if src.Phase != api.PhaseAborted || src.AbortStatus != api.AbortSucceeded {
 		t.Fatalf("after ferryctl abort: phase %s, abortStatus %s (%s), want Aborted/Succeeded", src.Phase, src.AbortStatus, src.FailureReason)
 	}
 	select {
@@ -65,19 +65,19 @@ func TestMaxRateGuestIsStalledByThirdIterationThenAborted(t *testing.T) {
 		s, err := alerts("FerryMigrationNotConverging", "pending", "domain=hot")
 		return err == nil && len(s) == 0
 	})
-	dst := waitJob(t, "b", "hot", "Failed", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	assertClass(t, src, migration.PlaneOperator, migration.ClassAbortedByOperator)
-	assertClass(t, dst, migration.PlaneData, migration.ClassIncomingStreamEnded)
+	dst := waitJob(t, "b", "hot", "Failed", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
+	assertClass(t, src, api.PlaneOperator, api.ClassAbortedByOperator)
+	assertClass(t, dst, api.PlaneData, api.ClassIncomingStreamEnded)
 	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
 	assertTruth(t, "hot", "a", "b", start)
 }
 
 // verdictIteration is the iteration during which the job's first verdict
 // other than Unknown was recorded.
-func verdictIteration(j migration.Job) uint64 {
+func verdictIteration(j api.Job) uint64 {
 	var at time.Time
 	for _, e := range j.Events {
-		if e.Kind == "convergence" && !strings.HasPrefix(e.Detail, string(migration.VerdictUnknown)) {
+		if e.Kind == "convergence" && !strings.HasPrefix(e.Detail, string(api.VerdictUnknown)) {
 			at = e.Time
 			break
 		}

@@ -10,6 +10,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -55,7 +56,7 @@ func TestPolicyActClassifiesACPUStarvedSource(t *testing.T) {
 	if err == nil {
 		t.Fatal("a CPU-starved source migrated without post-copy")
 	}
-	src := waitJob(t, "a", name, "Aborted", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	src := waitJob(t, "a", name, "Aborted", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
 	after, err := bed.QEMUCgroupCPUStat("a", name)
 	if err != nil {
 		t.Fatal(err)
@@ -63,10 +64,10 @@ func TestPolicyActClassifiesACPUStarvedSource(t *testing.T) {
 	if st, _ := domainState(t, "a", name); st != int32(libvirt.DomainRunning) {
 		t.Fatalf("guest not running on a after the policy's abort (state %d)", st)
 	}
-	if src.Phase != migration.PhaseAborted || src.AbortedBy != migration.AbortByPolicy {
+	if src.Phase != api.PhaseAborted || src.AbortedBy != migration.AbortByPolicy {
 		t.Fatalf("source job %s aborted by %q (%s), want Aborted by policy", src.Phase, src.AbortedBy, src.FailureReason)
 	}
-	assertClass(t, src, migration.PlaneGuest, migration.ClassSourceCPUStarved)
+	assertClass(t, src, api.PlaneGuest, api.ClassSourceCPUStarved)
 	if ev := strings.Join(src.FailureEvidence, "; "); !strings.Contains(ev, "throttled by its cgroup") || !strings.Contains(ev, before.Cgroup) {
 		t.Errorf("evidence does not name the throttling of %s: %s", before.Cgroup, ev)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -143,8 +143,8 @@ func TestSourceQEMUKilledMidPreCopyIsNotCompleted(t *testing.T) {
 	// Through the bed's relays: Ferry only watches, as under KubeVirt, so
 	// the outcome is what its tracker makes of libvirt alone.
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "srckill", From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", "srckill", "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
-	waitJob(t, "b", "srckill", "the target job", 10*time.Second, func(j migration.Job) bool { return j.Role == migration.RoleTarget })
+	waitJob(t, "a", "srckill", "iteration 2", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 2 })
+	waitJob(t, "b", "srckill", "the target job", 10*time.Second, func(j api.Job) bool { return j.Role == api.RoleTarget })
 	if err := bed.KillQEMU("a", "srckill"); err != nil {
 		t.Fatal(err)
 	}
@@ -154,16 +154,16 @@ func TestSourceQEMUKilledMidPreCopyIsNotCompleted(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Error("migrate call still blocked 30s after the source QEMU died")
 	}
-	src := waitJob(t, "a", "srckill", "the source job to end", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	dst := waitJob(t, "b", "srckill", "the target job to end", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	src := waitJob(t, "a", "srckill", "the source job to end", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
+	dst := waitJob(t, "b", "srckill", "the target job to end", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
 	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
-	assertClass(t, src, migration.PlaneGuest, migration.ClassGuestStopped)
-	if src.Phase != migration.PhaseFailed {
+	assertClass(t, src, api.PlaneGuest, api.ClassGuestStopped)
+	if src.Phase != api.PhaseFailed {
 		t.Errorf("source job %s, want Failed: its QEMU was killed mid pre-copy (reason %q)", src.Phase, src.FailureReason)
 	} else if !stoppedReason.MatchString(src.FailureReason) {
 		t.Errorf("source job's reason does not say the domain stopped or crashed: %q", src.FailureReason)
 	}
-	if dst.Phase != migration.PhaseFailed {
+	if dst.Phase != api.PhaseFailed {
 		t.Errorf("target job %s, want Failed (reason %q)", dst.Phase, dst.FailureReason)
 	}
 	o := assertTruth(t, "srckill", "a", "b", since)
@@ -182,8 +182,8 @@ func TestTargetQEMUKilledMidPreCopyFailsAndSourceRuns(t *testing.T) {
 	scr := pollMetrics(t, "a", "b")
 	since := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "dstkill", From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", "dstkill", "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
-	waitJob(t, "b", "dstkill", "the target job", 10*time.Second, func(j migration.Job) bool { return j.Role == migration.RoleTarget })
+	waitJob(t, "a", "dstkill", "iteration 2", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 2 })
+	waitJob(t, "b", "dstkill", "the target job", 10*time.Second, func(j api.Job) bool { return j.Role == api.RoleTarget })
 	if err := bed.KillQEMU("b", "dstkill"); err != nil {
 		t.Fatal(err)
 	}
@@ -196,13 +196,13 @@ func TestTargetQEMUKilledMidPreCopyFailsAndSourceRuns(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Error("migrate call still blocked 30s after the target QEMU died")
 	}
-	src := waitJob(t, "a", "dstkill", "the source job to end", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	dst := waitJob(t, "b", "dstkill", "the target job to end", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	src := waitJob(t, "a", "dstkill", "the source job to end", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
+	dst := waitJob(t, "b", "dstkill", "the target job to end", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
 	t.Logf("source: %s (%s); target: %s (%s)", src.Phase, src.FailureReason, dst.Phase, dst.FailureReason)
-	if src.Phase != migration.PhaseFailed {
+	if src.Phase != api.PhaseFailed {
 		t.Errorf("source job %s, want Failed (reason %q)", src.Phase, src.FailureReason)
 	}
-	if dst.Phase != migration.PhaseFailed {
+	if dst.Phase != api.PhaseFailed {
 		t.Errorf("target job %s, want Failed (reason %q)", dst.Phase, dst.FailureReason)
 	}
 	o := assertTruth(t, "dstkill", "a", "b", since)
@@ -252,8 +252,8 @@ func TestLauncherSocketRemovedMidMigration(t *testing.T) {
 	scr := pollMetrics(t, "a", "b")
 	since := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "sockrm", From: "a", To: "b", Via: "socat", BandwidthMiBs: 20})
-	running := waitJob(t, "a", "sockrm", "the source job running, seen through the link", time.Minute, func(j migration.Job) bool {
-		return j.Phase == migration.PhaseRunning && len(j.Samples) > 0
+	running := waitJob(t, "a", "sockrm", "the source job running, seen through the link", time.Minute, func(j api.Job) bool {
+		return j.Phase == api.PhaseRunning && len(j.Samples) > 0
 	})
 	if running.Socket != link {
 		t.Fatalf("source job watched through %q, want the launcher socket %q", running.Socket, link)
@@ -265,17 +265,17 @@ func TestLauncherSocketRemovedMidMigration(t *testing.T) {
 	// The glob is read again every 5 s, and a socket is gone once two scans
 	// in a row miss it. Not fatal: what the target's ferryd and libvirt say
 	// at the end is worth seeing either way.
-	var src migration.Job
+	var src api.Job
 	for deadline := removed.Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if j, ok := ferryOn("a").job("sockrm"); ok {
-			if src = j; j.Phase != migration.PhaseRunning {
+			if src = j; j.Phase != api.PhaseRunning {
 				break
 			}
 		}
 	}
 	t.Logf("source job %s %v after the socket went: %s", src.Phase, time.Since(removed).Round(100*time.Millisecond), src.FailureReason)
 	switch {
-	case src.Phase == migration.PhaseRunning:
+	case src.Phase == api.PhaseRunning:
 		t.Errorf("source job still Running 10s after its libvirt socket went away (its last event: %s)", lastEvent(src))
 	case src.Phase != phaseLost:
 		t.Errorf("source job %s, want Lost: the migration was still going (reason %q)", src.Phase, src.FailureReason)
@@ -309,13 +309,13 @@ func TestLauncherSocketRemovedMidMigration(t *testing.T) {
 	if o.Src.Phase != phaseLost {
 		t.Errorf("source job ended %s after the migration finished, want it to stay Lost", o.Src.Phase)
 	}
-	if !o.TDst.migratedHere() || o.Dst.Phase != migration.PhaseCompleted {
+	if !o.TDst.migratedHere() || o.Dst.Phase != api.PhaseCompleted {
 		t.Errorf("libvirt: target %s; target job %s: want the migration completed and recorded by the target's ferryd", o.TDst, o.Dst.Phase)
 	}
 	scr.check(t)
 }
 
-func lastEvent(j migration.Job) string {
+func lastEvent(j api.Job) string {
 	if len(j.Events) == 0 {
 		return "none"
 	}

@@ -10,6 +10,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -34,10 +35,10 @@ func TestDeadlineSwitchesADrivenMigrationToPostCopy(t *testing.T) {
 		t.Fatalf("the migration failed: %v", err)
 	}
 	src := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
-	if src.Mode != migration.ModePostCopy {
+	if src.Mode != api.ModePostCopy {
 		t.Fatalf("the migration completed in %s, not switched at its deadline", src.Mode)
 	}
-	var switched *migration.Event
+	var switched *api.Event
 	for _, e := range src.Events {
 		if e.Kind == "postcopy" && strings.Contains(e.Detail, "at the deadline") {
 			switched = &e
@@ -68,15 +69,15 @@ func TestDeadlineAbortsADrivenMigrationWithoutPostCopy(t *testing.T) {
 		Policy: "observe", Deadline: deadline}); err == nil {
 		t.Fatal("a guest that cannot converge migrated without post-copy")
 	}
-	src := waitJob(t, "a", name, "Aborted", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	if src.Phase != migration.PhaseAborted || src.AbortedBy != migration.AbortByDeadline {
+	src := waitJob(t, "a", name, "Aborted", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
+	if src.Phase != api.PhaseAborted || src.AbortedBy != migration.AbortByDeadline {
 		t.Fatalf("source job %s aborted by %q (%s), want Aborted by the deadline", src.Phase, src.AbortedBy, src.FailureReason)
 	}
 	if !strings.Contains(src.FailureReason, "deadline of 20s") {
 		t.Errorf("failure reason does not name the deadline: %s", src.FailureReason)
 	}
-	if src.FailureClass != migration.ClassDeadlineExceeded {
-		t.Errorf("failure class %s, want %s", src.FailureClass, migration.ClassDeadlineExceeded)
+	if src.FailureClass != api.ClassDeadlineExceeded {
+		t.Errorf("failure class %s, want %s", src.FailureClass, api.ClassDeadlineExceeded)
 	}
 	if took := src.EndTime.Sub(src.StartTime); took < deadline || took > deadline+30*time.Second {
 		t.Errorf("the job ended %s after its start, want about its %s deadline", took.Round(time.Millisecond), deadline)

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/testpki"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
 // assertClass checks a finished job's failure plane and class, and that
 // some evidence was kept.
-func assertClass(t *testing.T, j migration.Job, plane migration.FailurePlane, class migration.FailureClass) {
+func assertClass(t *testing.T, j api.Job, plane api.FailurePlane, class api.FailureClass) {
 	t.Helper()
 	if j.FailurePlane != plane || j.FailureClass != class || len(j.FailureEvidence) == 0 {
 		t.Errorf("%s job of %s (%s: %s): class %s/%s with evidence %q, want %s/%s",
@@ -59,13 +59,13 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 		fault func(*testing.T, context.Context) (undo func())
 		// targetNode is the node the migration asks for.
 		targetNode string
-		class      migration.FailureClass
+		class      api.FailureClass
 		// refused is the reason the target's proxy counts the prepare
 		// under, when the target's proxy answered.
 		refused string
 	}{
-		{name: "target proxy down", guest: "cls-down", fault: ferrydArgs("b", "--proxy-listen="), class: migration.ClassTargetUnreachable},
-		{name: "target libvirtd down", guest: "cls-nolv", class: migration.ClassTargetUnreachable, refused: "libvirt_unavailable",
+		{name: "target proxy down", guest: "cls-down", fault: ferrydArgs("b", "--proxy-listen="), class: api.ClassTargetUnreachable},
+		{name: "target libvirtd down", guest: "cls-nolv", class: api.ClassTargetUnreachable, refused: "libvirt_unavailable",
 			fault: func(t *testing.T, ctx context.Context) func() {
 				if err := bed.StopLibvirtd("b"); err != nil {
 					t.Fatal(err)
@@ -82,8 +82,8 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 					})
 				}
 			}},
-		{name: "another node at the target's address", guest: "cls-node", targetNode: "c", class: migration.ClassAuthFailed},
-		{name: "untrusted certificate", guest: "cls-tls", fault: ferrydArgs("a", "--proxy-tls-cert", stranger.Cert, "--proxy-tls-key", stranger.Key), class: migration.ClassAuthFailed},
+		{name: "another node at the target's address", guest: "cls-node", targetNode: "c", class: api.ClassAuthFailed},
+		{name: "untrusted certificate", guest: "cls-tls", fault: ferrydArgs("a", "--proxy-tls-cert", stranger.Cert, "--proxy-tls-key", stranger.Key), class: api.ClassAuthFailed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,8 +98,8 @@ func TestPrepareFailuresAreClassified(t *testing.T) {
 			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "a", To: "b", TargetNode: c.targetNode}); err == nil {
 				t.Fatal("the migration went through")
 			}
-			j := waitJob(t, "a", g, "the failed job", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-			assertClass(t, j, migration.PlaneControl, c.class)
+			j := waitJob(t, "a", g, "the failed job", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
+			assertClass(t, j, api.PlaneControl, c.class)
 			if v, _ := ferryOn("a").metric("ferry_migrations_total", `result="failed"`, `class="`+string(c.class)+`"`); v < 1 {
 				t.Errorf("ferry_migrations_total{class=%s} = %v, want it counted", c.class, v)
 			}
@@ -133,7 +133,7 @@ func TestTargetFerrydCrashMidMigration(t *testing.T) {
 	const g = "cls-crash"
 	guest(t, testbed.GuestSpec{Name: g, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	done := migrateAsync(t, testbed.MigrateSpec{Name: g, From: "a", To: "b", BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", g, "iteration 1 under way", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 1 && j.DataProcessedBytes > 64<<20 })
+	waitJob(t, "a", g, "iteration 1 under way", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 1 && j.DataProcessedBytes > 64<<20 })
 	unknownBefore, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="unknown_migration"`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -143,12 +143,12 @@ func TestTargetFerrydCrashMidMigration(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("the migration completed through a target proxy that crashed")
 	}
-	src := waitJob(t, "a", g, "the failed job", 30*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	src := waitJob(t, "a", g, "the failed job", 30*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
 	t.Logf("source: %s: %s", src.Phase, src.FailureReason)
 	// Whether the source's finish met nothing at the target's address or
 	// the new ferryd is a race with the restart; either says the target
 	// lost the migration.
-	assertClass(t, src, migration.PlaneControl, migration.ClassTargetUnreachable)
+	assertClass(t, src, api.PlaneControl, api.ClassTargetUnreachable)
 	if !strings.Contains(strings.Join(src.FailureEvidence, " "), "ferryd") {
 		t.Errorf("evidence does not say the target's ferryd went away: %q", src.FailureEvidence)
 	}

@@ -13,7 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -32,10 +32,10 @@ func TestFerryctlMigrateThenPostCopy(t *testing.T) {
 	if err := migrate.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitJob(t, "a", "ctl", "pre-copy under way", time.Minute, func(j migration.Job) bool {
-		return j.Phase == migration.PhaseRunning && j.Iteration >= 1
+	waitJob(t, "a", "ctl", "pre-copy under way", time.Minute, func(j api.Job) bool {
+		return j.Phase == api.PhaseRunning && j.Iteration >= 1
 	})
-	var res migration.AbortResult
+	var res api.AbortResult
 	ctlJSON(t, "a", &res, "postcopy", "ctl")
 	t.Logf("ferryctl postcopy: %s", res.Message)
 	if err := migrate.Wait(); err != nil {
@@ -43,11 +43,11 @@ func TestFerryctlMigrateThenPostCopy(t *testing.T) {
 	}
 	// -o json streams the job's updates; the last line is how it ended.
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	var last migration.Job
+	var last api.Job
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
 		t.Fatalf("last line of ferryctl migrate -o json: %v\n%s", err, lines[len(lines)-1])
 	}
-	if last.Phase != migration.PhaseCompleted || last.Mode != migration.ModePostCopy {
+	if last.Phase != api.PhaseCompleted || last.Mode != api.ModePostCopy {
 		t.Fatalf("ferryctl migrate ended with %s in %s", last.Phase, last.Mode)
 	}
 	if st, _ := domainState(t, "b", "ctl"); st != 1 {
@@ -66,8 +66,8 @@ func TestAbortedVMIMigrationGetsAnEvent(t *testing.T) {
 	before := getVMI(t, "aborted")
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b", BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", domain, "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
-	var j migration.Job
+	waitJob(t, "a", domain, "iteration 2", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 2 })
+	var j api.Job
 	ctlJSON(t, "a", &j, "abort", domain)
 	<-done
 	waitFor(t, "a MigrationAborted event", 15*time.Second, func() bool {

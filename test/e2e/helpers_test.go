@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -54,8 +54,8 @@ func (f *ferry) get(path string, v any) error {
 }
 
 // job returns the domain's latest job on this node, or ok=false.
-func (f *ferry) job(domain string) (migration.Job, bool) {
-	var j migration.Job
+func (f *ferry) job(domain string) (api.Job, bool) {
+	var j api.Job
 	if err := f.get("/v1/jobs/"+domain, &j); err != nil {
 		return j, false
 	}
@@ -128,10 +128,10 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 }
 
 // waitJob waits until the node's job for domain satisfies cond and returns it.
-func waitJob(t *testing.T, node, domain, what string, timeout time.Duration, cond func(migration.Job) bool) migration.Job {
+func waitJob(t *testing.T, node, domain, what string, timeout time.Duration, cond func(api.Job) bool) api.Job {
 	t.Helper()
 	f := ferryOn(node)
-	var last migration.Job
+	var last api.Job
 	var seen bool
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {

@@ -110,20 +110,7 @@ func createVMIWithPods(t *testing.T, name string, activePods map[string]any) str
 	t.Helper()
 	ctx := context.Background()
 	res := kube.Dynamic.Resource(kubevirt.VMIResource).Namespace("default")
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-		"metadata": map[string]any{"name": name, "namespace": "default", "labels": map[string]any{
-			kubevirt.NodeLabel: "a", kubevirt.TargetNodeLabel: "b"}},
-		"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
-		"status": map[string]any{
-			"phase": "Running", "nodeName": "a",
-			"conditions": []any{
-				map[string]any{"type": "Ready", "status": "True"},
-				map[string]any{"type": "LiveMigratable", "status": "True"},
-			},
-			"migrationState": map[string]any{"sourceNode": "a", "targetNode": "b", "migrationUid": "mig-" + name, "mode": "PreCopy"},
-		},
-	}}
+	u := kubeapi.MigratingVMI(name, "a", "b", "PreCopy")
 	if activePods != nil {
 		unstructured.SetNestedMap(u.Object, activePods, "status", "activePods")
 	}

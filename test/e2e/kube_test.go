@@ -20,10 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/deploy"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -84,13 +83,13 @@ func TestPostCopyFailureMarksTheVMIIrrecoverable(t *testing.T) {
 	if n := postCopyEvents(t, "pcvmi"); n != 1 {
 		t.Errorf("%d PostCopyFailed events, want exactly one", n)
 	}
-	var j migration.Job
+	var j api.Job
 	ctlJSON(t, "a", &j, "job", "default_pcvmi")
 	if j.VMI == nil || j.VMI.UID != string(u.GetUID()) || j.VMI.MigrationState == nil || j.VMI.MigrationState.MigrationUID != "mig-pcvmi" {
 		t.Errorf("ferryctl job does not show the VMI: %+v", j.VMI)
 	}
 	// The target's ferryd sees the VMI by kubevirt.io/migrationTargetNodeName.
-	var jb migration.Job
+	var jb api.Job
 	ctlJSON(t, "b", &jb, "job", "default_pcvmi")
 	if jb.VMI == nil || jb.VMI.UID != string(u.GetUID()) || !jb.VMI.Irrecoverable {
 		t.Errorf("ferryctl job on the target does not show the marked VMI: %+v", jb.VMI)
@@ -193,43 +192,6 @@ func TestServiceAccountMayDoItsJobAndNothingMore(t *testing.T) {
 	}
 	if err := res.Delete(ctx, "rbac", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("deleting: %v, want 403", err)
-	}
-}
-
-// deployDocs reads deploy/'s manifests in kustomization order.
-func deployDocs(t *testing.T) []byte {
-	t.Helper()
-	dir := filepath.Join(repoRoot(t), "deploy")
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &k); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	var all []byte
-	for _, r := range k.Resources {
-		b, err := os.ReadFile(filepath.Join(dir, r))
-		if err != nil {
-			t.Fatalf("kustomization lists %s: %v", r, err)
-		}
-		all = append(append(all, b...), []byte("\n---\n")...)
-	}
-	return all
-}
-
-func TestDeployManifestsPassServerSideDryRun(t *testing.T) {
-	kubeUp(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := kube.InstallMonitoringCRDs(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.Apply(ctx, deployDocs(t), true); err != nil {
-		t.Fatalf("deploy/ does not pass server-side dry-run: %v", err)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/uuid"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -51,10 +51,10 @@ func TestKubeVirtLaunchers(t *testing.T) {
 		}
 		wantLauncherState(t, src, libvirt.DomainShutoff, int32(libvirt.DomainShutoffMigrated))
 		wantLauncherState(t, dst, libvirt.DomainRunning, int32(libvirt.DomainRunningMigrated))
-		var target migration.Job
+		var target api.Job
 		for _, l := range []*testbed.Launcher{src, dst} {
-			j := waitJob(t, l.Node, l.Domain, "Completed with its VMI", 30*time.Second, func(j migration.Job) bool {
-				return j.Phase == migration.PhaseCompleted && j.VMI != nil
+			j := waitJob(t, l.Node, l.Domain, "Completed with its VMI", 30*time.Second, func(j api.Job) bool {
+				return j.Phase == api.PhaseCompleted && j.VMI != nil
 			})
 			checkLauncherJob(t, j, l, uid)
 			target = j
@@ -70,7 +70,7 @@ func TestKubeVirtLaunchers(t *testing.T) {
 		if ok, f := marked(t, getVMI(t, "lpre")); ok {
 			t.Errorf("the VMI of a completed migration is marked: %+v", f)
 		}
-		var src0 migration.Job
+		var src0 api.Job
 		ctlJSON(t, "a", &src0, "job", src.Domain)
 		if src0.Iteration < 1 || src0.DataTotalBytes == 0 || src0.DataProcessedBytes == 0 {
 			t.Errorf("the source job carries no figures from libvirt's job statistics: iteration %d, data %d of %d", src0.Iteration, src0.DataProcessedBytes, src0.DataTotalBytes)
@@ -114,8 +114,8 @@ func TestKubeVirtLaunchers(t *testing.T) {
 			t.Errorf("annotation %+v", f)
 		}
 		for _, l := range []*testbed.Launcher{src, dst} {
-			j := waitJob(t, l.Node, l.Domain, "PostCopyFailed with its VMI", 30*time.Second, func(j migration.Job) bool {
-				return j.Phase == migration.PhasePostCopyFailed && j.VMI != nil && j.VMI.Irrecoverable
+			j := waitJob(t, l.Node, l.Domain, "PostCopyFailed with its VMI", 30*time.Second, func(j api.Job) bool {
+				return j.Phase == api.PhasePostCopyFailed && j.VMI != nil && j.VMI.Irrecoverable
 			})
 			checkLauncherJob(t, j, l, uid)
 		}
@@ -196,11 +196,11 @@ func wantLauncherState(t *testing.T, l *testbed.Launcher, state libvirt.DomainSt
 	}
 }
 
-func checkLauncherJob(t *testing.T, j migration.Job, l *testbed.Launcher, vmiUID string) {
+func checkLauncherJob(t *testing.T, j api.Job, l *testbed.Launcher, vmiUID string) {
 	t.Helper()
-	role := migration.RoleSource
+	role := api.RoleSource
 	if l.Node == "b" {
-		role = migration.RoleTarget
+		role = api.RoleTarget
 	}
 	if j.Socket != l.Socket || j.Role != role || j.Node != l.Node {
 		t.Errorf("node %s: job on socket %q, role %s, node %s; want the launcher's %s, %s", l.Node, j.Socket, j.Role, j.Node, l.Socket, role)

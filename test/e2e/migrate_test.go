@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
-func completed(j migration.Job) bool { return j.Phase == migration.PhaseCompleted }
+func completed(j api.Job) bool { return j.Phase == api.PhaseCompleted }
 
 func TestIdleGuestMigratesAndBothNodesRecordIt(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: "idle", MemoryMiB: 512, DirtyMiB: 64, DirtyRateMiBs: -1})
@@ -29,10 +29,10 @@ func TestIdleGuestMigratesAndBothNodesRecordIt(t *testing.T) {
 	src := waitJob(t, "a", "idle", "Completed", 15*time.Second, completed)
 	// The target's final figures are read from libvirt right after the
 	// completion event, so they may trail the phase change by a moment.
-	dst := waitJob(t, "b", "idle", "Completed with final figures", 15*time.Second, func(j migration.Job) bool {
+	dst := waitJob(t, "b", "idle", "Completed with final figures", 15*time.Second, func(j api.Job) bool {
 		return completed(j) && j.DataProcessedBytes > 0
 	})
-	if src.Role != migration.RoleSource || dst.Role != migration.RoleTarget {
+	if src.Role != api.RoleSource || dst.Role != api.RoleTarget {
 		t.Fatalf("roles: a=%s b=%s", src.Role, dst.Role)
 	}
 	if len(src.Iterations) == 0 || src.Iteration == 0 || len(src.Samples) == 0 || src.DataTotalBytes == 0 {
@@ -46,9 +46,9 @@ func TestIdleGuestMigratesAndBothNodesRecordIt(t *testing.T) {
 	t.Logf("source: %d iterations, %d samples; target: %d MiB sent in %d iterations, downtime %d ms",
 		len(src.Iterations), len(src.Samples), dst.DataProcessedBytes>>20, dst.Iteration, dst.DowntimeMs)
 
-	var all []migration.Job
+	var all []api.Job
 	ctlJSON(t, "b", &all, "jobs", "--all")
-	if !slices.ContainsFunc(all, func(j migration.Job) bool { return j.Domain == "idle" && completed(j) }) {
+	if !slices.ContainsFunc(all, func(j api.Job) bool { return j.Domain == "idle" && completed(j) }) {
 		t.Fatalf("ferryctl jobs --all on b does not list the completed job: %+v", all)
 	}
 	for node, role := range map[string]string{"a": "source", "b": "target"} {

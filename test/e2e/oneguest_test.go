@@ -13,7 +13,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -87,7 +87,7 @@ func TestLostFinishAnswerLeavesOneGuest(t *testing.T) {
 	}
 	onlyOn(t, name, "b", "a")
 	memoryIntact(t, name, before)
-	waitJob(t, "a", name, "Completed", 30*time.Second, func(j migration.Job) bool { return j.Phase == migration.PhaseCompleted })
+	waitJob(t, "a", name, "Completed", 30*time.Second, func(j api.Job) bool { return j.Phase == api.PhaseCompleted })
 	assertTruth(t, name, "a", "b", start)
 	if !ferrydLogSays("b", "fault injected: the finish's answer is dropped") {
 		t.Fatal("the target's ferryd never dropped an answer: the fault was not injected")
@@ -103,7 +103,7 @@ func crashFerrydMidPreCopy(t *testing.T, name, node string) (before int, start t
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Verify: true})
 	before, start = verifiedSoFar(t, name), time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
+	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := bed.CrashFerryd(ctx, node); err != nil {
@@ -205,8 +205,8 @@ func TestPersistentDomainMovesItsDefinition(t *testing.T) {
 func TestSourceFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
 	const name = "srcferryd"
 	before, start := crashFerrydMidPreCopy(t, name, "a")
-	j := waitJob(t, "a", name, "the restarted ferryd's record of the migration", 90*time.Second, func(j migration.Job) bool {
-		return j.Phase == migration.PhaseFailed && j.Proxy != nil && strings.Contains(j.FailureReason, "ferryd restarted")
+	j := waitJob(t, "a", name, "the restarted ferryd's record of the migration", 90*time.Second, func(j api.Job) bool {
+		return j.Phase == api.PhaseFailed && j.Proxy != nil && strings.Contains(j.FailureReason, "ferryd restarted")
 	})
 	t.Logf("the restarted source ferryd recorded: %s", j.FailureReason)
 	endsWholeOn(t, name, "a", "b", before, start)
@@ -223,7 +223,7 @@ func TestSourceLibvirtdFrozenDuringADrivenPreCopy(t *testing.T) {
 	before := verifiedSoFar(t, name)
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 32})
-	waitJob(t, "a", name, "the first pass under way", time.Minute, func(j migration.Job) bool { return j.DataProcessedBytes > 32<<20 })
+	waitJob(t, "a", name, "the first pass under way", time.Minute, func(j api.Job) bool { return j.DataProcessedBytes > 32<<20 })
 	if err := bed.FreezeLibvirtd("a", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func migrateIntoDoubt(t *testing.T, name, faults string) (before int, start time
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
 	before, start = verifiedSoFar(t, name), time.Now()
 	done = migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
-	j := waitJob(t, "a", name, "InDoubt", 2*time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhaseInDoubt })
+	j := waitJob(t, "a", name, "InDoubt", 2*time.Minute, func(j api.Job) bool { return j.Phase == api.PhaseInDoubt })
 	t.Logf("in doubt: %s", j.FailureReason)
 	return before, start, done
 }

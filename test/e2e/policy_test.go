@@ -11,21 +11,22 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
 // policyStep is the job's first policy step of that action.
-func policyStep(j migration.Job, action string) (migration.PolicyStep, bool) {
+func policyStep(j api.Job, action string) (api.PolicyStep, bool) {
 	if j.Policy == nil {
-		return migration.PolicyStep{}, false
+		return api.PolicyStep{}, false
 	}
 	for _, s := range j.Policy.Steps {
 		if s.Action == action {
 			return s, true
 		}
 	}
-	return migration.PolicyStep{}, false
+	return api.PolicyStep{}, false
 }
 
 // A guest that re-dirties its whole working set every pass on a link
@@ -49,7 +50,7 @@ func TestPolicyActSwitchesAHotGuestToPostCopy(t *testing.T) {
 	if step.Iteration < 2 {
 		t.Fatalf("post-copy decided in pass %d, before the first full pass ended", step.Iteration)
 	}
-	if src.Mode != migration.ModePostCopy {
+	if src.Mode != api.ModePostCopy {
 		t.Fatalf("source job mode %s, want PostCopy", src.Mode)
 	}
 	for _, want := range []string{"dirty ", "transfer ", "over the 500ms cap"} {
@@ -76,8 +77,8 @@ func TestPolicyActAbortsAHotGuestWithoutPostCopy(t *testing.T) {
 	if err == nil {
 		t.Fatal("a guest that cannot converge migrated without post-copy")
 	}
-	src := waitJob(t, "a", "pol-ab", "Aborted", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	if src.Phase != migration.PhaseAborted || src.AbortedBy != migration.AbortByPolicy {
+	src := waitJob(t, "a", "pol-ab", "Aborted", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
+	if src.Phase != api.PhaseAborted || src.AbortedBy != migration.AbortByPolicy {
 		t.Fatalf("source job %s aborted by %q (%s), want Aborted by policy", src.Phase, src.AbortedBy, src.FailureReason)
 	}
 	for _, want := range []string{"convergence policy", "dirty ", "post-copy not allowed"} {
@@ -85,7 +86,7 @@ func TestPolicyActAbortsAHotGuestWithoutPostCopy(t *testing.T) {
 			t.Errorf("failure reason lacks %q: %s", want, src.FailureReason)
 		}
 	}
-	assertClass(t, src, migration.PlaneGuest, migration.ClassNotConverging)
+	assertClass(t, src, api.PlaneGuest, api.ClassNotConverging)
 	step, ok := policyStep(src, "abort")
 	if !ok || !step.Applied {
 		t.Fatalf("no applied abort step: %+v", src.Policy)
@@ -120,7 +121,7 @@ func TestPolicyActSwitchesOverAStallJustAboveTheDowntime(t *testing.T) {
 	if !ok || !step.Applied || step.MaxDowntimeMs > capMs || step.MaxDowntimeMs <= 300 {
 		t.Fatalf("want an applied switch-over step between 300 and %d ms: %+v", capMs, src.Policy)
 	}
-	if src.Mode != migration.ModePreCopy {
+	if src.Mode != api.ModePreCopy {
 		t.Fatalf("mode %s: the switch-over must be pre-copy's own", src.Mode)
 	}
 	o := assertTruth(t, "pol-so", "a", "b", start)
@@ -149,7 +150,7 @@ func TestPolicyAdvisesOnAMigrationItDoesNotDrive(t *testing.T) {
 	domain := "default_advise"
 	guest(t, testbed.GuestSpec{Name: domain, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	done := migrateAsync(t, testbed.MigrateSpec{Name: domain, From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
-	j := waitJob(t, "a", domain, "the policy's advice", 2*time.Minute, func(j migration.Job) bool {
+	j := waitJob(t, "a", domain, "the policy's advice", 2*time.Minute, func(j api.Job) bool {
 		return j.Phase.Finished() || (j.Policy != nil && len(j.Policy.Steps) > 0)
 	})
 	if j.Phase.Finished() || j.Policy.Mode != "advise" {
@@ -178,11 +179,11 @@ func TestPolicyAdvisesOnAMigrationItDoesNotDrive(t *testing.T) {
 		t.Fatalf("libvirt's max downtime %d ms (%v), want its untouched 300 ms", ms, err)
 	}
 	now, _ := ferryOn("a").job(domain)
-	if now.Mode != migration.ModePreCopy || now.Phase.Finished() || now.AbortStatus != "" {
+	if now.Mode != api.ModePreCopy || now.Phase.Finished() || now.AbortStatus != "" {
 		t.Fatalf("the migration was changed: mode %s, phase %s, abort %q", now.Mode, now.Phase, now.AbortStatus)
 	}
 	t.Logf("advised %s at pass %d: %s", step.Action, step.Iteration, step.Reason)
-	var res migration.Job
+	var res api.Job
 	ctlJSON(t, "a", &res, "abort", domain)
 	<-done
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -46,7 +46,7 @@ func TestPostCopySwitchAskedAtTheStartOfABusyMigration(t *testing.T) {
 				t.Fatalf("the migration failed: %v", err)
 			}
 			src := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
-			if src.Mode != migration.ModePostCopy {
+			if src.Mode != api.ModePostCopy {
 				t.Fatalf("the migration completed in %s: the switch asked at its start was lost", src.Mode)
 			}
 			onlyOn(t, name, "b", "a")
@@ -66,7 +66,7 @@ func TestAbortAtTheMomentOfThePostCopySwitch(t *testing.T) {
 	before := verifiedSoFar(t, name)
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", PostCopy: true, BandwidthMiBs: holdMiBs})
-	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
+	waitJob(t, "a", name, "a second pass", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 2 })
 	sock := bed.Node("a").DebugSocket
 	outs := make(chan string, 2)
 	for _, verb := range []string{"postcopy", "abort"} {

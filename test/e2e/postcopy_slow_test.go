@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -31,7 +31,7 @@ func TestAPostCopyPastTheOldRelayBoundsCompletes(t *testing.T) {
 		t.Fatalf("the migration failed: %v", err)
 	}
 	src := waitJob(t, "a", name, "Completed", 6*time.Minute, completed)
-	if src.Mode != migration.ModePostCopy {
+	if src.Mode != api.ModePostCopy {
 		t.Fatalf("the migration completed in %s, want post-copy", src.Mode)
 	}
 	var switched time.Time

@@ -9,7 +9,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -19,10 +19,10 @@ func TestPostCopySwitchThenCompleted(t *testing.T) {
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "pc", From: "a", To: "b", PostCopyAfter: 3 * time.Second, BandwidthMiBs: holdMiBs})
 	var sawSource, sawTarget bool
 	waitFor(t, "post-copy on both nodes", 2*time.Minute, func() bool {
-		if j, ok := ferryOn("a").job("pc"); ok && j.Mode == migration.ModePostCopy {
+		if j, ok := ferryOn("a").job("pc"); ok && j.Mode == api.ModePostCopy {
 			sawSource = true
 		}
-		if j, ok := ferryOn("b").job("pc"); ok && j.Mode == migration.ModePostCopy {
+		if j, ok := ferryOn("b").job("pc"); ok && j.Mode == api.ModePostCopy {
 			sawTarget = true
 		}
 		return sawSource && sawTarget
@@ -32,7 +32,7 @@ func TestPostCopySwitchThenCompleted(t *testing.T) {
 	}
 	src := waitJob(t, "a", "pc", "Completed", 15*time.Second, completed)
 	dst := waitJob(t, "b", "pc", "Completed", 15*time.Second, completed)
-	if src.Mode != migration.ModePostCopy || dst.Mode != migration.ModePostCopy {
+	if src.Mode != api.ModePostCopy || dst.Mode != api.ModePostCopy {
 		t.Fatalf("final modes: source %s, target %s", src.Mode, dst.Mode)
 	}
 	t.Logf("source: %d iterations, %d post-copy requests; target completed %s after start",
@@ -114,7 +114,7 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 	srcEvent := waitEvent(t, evA, 3, 8, time.Minute) // suspended/post-copy-failed
 	dstEvent := waitEvent(t, evB, 4, 4, time.Minute) // resumed/post-copy-failed
 
-	postCopyFailed := func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyFailed }
+	postCopyFailed := func(j api.Job) bool { return j.Phase == api.PhasePostCopyFailed }
 	srcSeen := waitJob(t, "a", "pcf", "PostCopyFailed", 10*time.Second, postCopyFailed)
 	srcJSON := time.Now()
 	dstSeen := waitJob(t, "b", "pcf", "PostCopyFailed", 10*time.Second, postCopyFailed)
@@ -143,17 +143,17 @@ func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
 
 	alertCheck()
 
-	var src, dst migration.Job
+	var src, dst api.Job
 	ctlJSON(t, "a", &src, "job", "pcf")
 	ctlJSON(t, "b", &dst, "job", "pcf")
-	if src.Phase != migration.PhasePostCopyFailed || src.Role != migration.RoleSource || src.DomainState != "paused/post-copy-failed" {
+	if src.Phase != api.PhasePostCopyFailed || src.Role != api.RoleSource || src.DomainState != "paused/post-copy-failed" {
 		t.Errorf("ferryctl on a: phase %s role %s state %q", src.Phase, src.Role, src.DomainState)
 	}
-	if dst.Phase != migration.PhasePostCopyFailed || dst.Role != migration.RoleTarget {
+	if dst.Phase != api.PhasePostCopyFailed || dst.Role != api.RoleTarget {
 		t.Errorf("ferryctl on b: phase %s role %s state %q", dst.Phase, dst.Role, dst.DomainState)
 	}
-	assertClass(t, src, migration.PlaneData, migration.ClassPostCopyFailed)
-	assertClass(t, dst, migration.PlaneData, migration.ClassPostCopyFailed)
+	assertClass(t, src, api.PlaneData, api.ClassPostCopyFailed)
+	assertClass(t, dst, api.PlaneData, api.ClassPostCopyFailed)
 	if st, rs := domainState(t, "a", "pcf"); st != 3 || rs != 13 {
 		t.Errorf("libvirt on a: state %d/%d, want paused/post-copy-failed 3/13", st, rs)
 	}

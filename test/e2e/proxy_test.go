@@ -16,8 +16,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
-	"github.com/ferry-vm/ferry/daemon"
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -89,7 +88,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			}
 			back := waitJob(t, "b", g, "Completed", 15*time.Second, completed)
 			checkProxied(t, back, tls, 1)
-			if back.Mode != migration.ModePostCopy {
+			if back.Mode != api.ModePostCopy {
 				t.Errorf("mode %s: the migration finished before the switch to post-copy", back.Mode)
 			}
 			t.Logf("post-copy: mode %s, proxy relayed %d MiB on memory in %d connections",
@@ -117,16 +116,16 @@ func checkPeerNodes(t *testing.T, g, from, to string, tls bool) {
 	if !tls {
 		wantSrc, wantDst = "", ""
 	}
-	var src, dst migration.Job
+	var src, dst api.Job
 	ctlJSON(t, from, &src, "job", g)
 	ctlJSON(t, to, &dst, "job", g)
-	if src.Role != migration.RoleSource || src.PeerNode != wantSrc {
+	if src.Role != api.RoleSource || src.PeerNode != wantSrc {
 		t.Errorf("%s job on %s names peer node %q, want %q", src.Role, from, src.PeerNode, wantSrc)
 	}
 	if src.Proxy == nil || src.Proxy.TargetNode != wantSrc {
 		t.Errorf("source's proxy account on %s names target node %+v, want %q", from, src.Proxy, wantSrc)
 	}
-	if dst.Role != migration.RoleTarget || dst.PeerNode != wantDst {
+	if dst.Role != api.RoleTarget || dst.PeerNode != wantDst {
 		t.Errorf("%s job on %s names peer node %q, want %q", dst.Role, to, dst.PeerNode, wantDst)
 	}
 	out, err := exec.Command(ferryctlBin, "--socket", bed.Node(to).DebugSocket, "job", g).Output()
@@ -140,7 +139,7 @@ func checkPeerNodes(t *testing.T, g, from, to string, tls bool) {
 	}
 }
 
-func checkProxied(t *testing.T, j migration.Job, tls bool, parallel int) {
+func checkProxied(t *testing.T, j api.Job, tls bool, parallel int) {
 	t.Helper()
 	if j.Proxy == nil {
 		t.Fatalf("job of %s does not show Ferry's proxy", j.Domain)
@@ -162,7 +161,7 @@ func assertTornDown(t *testing.T, nodes ...string) {
 		// After a cut link the source cannot tell the target; the target
 		// drops the migration a grace period after its side ends.
 		waitFor(t, "node "+n+" to drop its incoming migrations and sockets", 90*time.Second, func() bool {
-			var p daemon.ProxyResponse
+			var p api.ProxyResponse
 			if err := ferryOn(n).get("/v1/proxy", &p); err != nil || len(p.Registered) > 0 {
 				return false
 			}
@@ -205,7 +204,7 @@ func TestBrokenMigrationNamesTheProxyAndCleansUp(t *testing.T) {
 			fdsA, fdsB := openFDs(t, pidA), openFDs(t, pidB)
 			since := time.Now()
 			done := migrateAsync(t, testbed.MigrateSpec{Name: g, From: "a", To: "b", BandwidthMiBs: holdMiBs})
-			waitJob(t, "a", g, "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
+			waitJob(t, "a", g, "iteration 2", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 2 })
 			var err error
 			if fault == "reset-migration" {
 				err = bed.ResetMigration()
@@ -225,21 +224,21 @@ func TestBrokenMigrationNamesTheProxyAndCleansUp(t *testing.T) {
 			}
 			// The driver's account, naming the proxy or the link, follows
 			// libvirt's own end of the job.
-			src := waitJob(t, "a", g, "Failed with the driver's account", 90*time.Second, func(j migration.Job) bool {
+			src := waitJob(t, "a", g, "Failed with the driver's account", 90*time.Second, func(j api.Job) bool {
 				return j.Phase.Finished() && strings.HasPrefix(j.FailureReason, "migration failed: ") && strings.Contains(j.FailureReason, want)
 			})
 			t.Logf("%s: job ended %s %v after the fault: %s", fault, src.Phase, time.Since(start).Round(time.Second), src.FailureReason)
-			if src.Phase != migration.PhaseFailed {
+			if src.Phase != api.PhaseFailed {
 				t.Fatalf("phase %s, want Failed", src.Phase)
 			}
 			if !strings.Contains(src.FailureReason, want) {
 				t.Fatalf("failure reason does not name the %s: %q", want, src.FailureReason)
 			}
-			class := migration.ClassConnectionReset
+			class := api.ClassConnectionReset
 			if fault == "cut-link" {
-				class = migration.ClassLinkDown
+				class = api.ClassLinkDown
 			}
-			assertClass(t, src, migration.PlaneData, class)
+			assertClass(t, src, api.PlaneData, class)
 			<-done
 			if fault == "cut-link" {
 				bed.RestoreLink()
@@ -309,8 +308,8 @@ func TestProxyRefusesToPrepareADomainTheTargetRuns(t *testing.T) {
 		t.Fatalf("migrating onto a node that runs the same domain: %v, want a domain_exists refusal", err)
 	}
 	t.Logf("refused: %v", err)
-	j := waitJob(t, "a", "twin", "the refused migration's job", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
-	assertClass(t, j, migration.PlaneControl, migration.ClassTargetRefused)
+	j := waitJob(t, "a", "twin", "the refused migration's job", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
+	assertClass(t, j, api.PlaneControl, api.ClassTargetRefused)
 	if v, _ := ferryOn("b").metric("ferry_proxy_rejected_total", `reason="domain_exists"`); v != before+1 {
 		t.Errorf("ferry_proxy_rejected_total{reason=domain_exists} on b = %v, want %v", v, before+1)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -54,7 +54,7 @@ func breakable(t *testing.T, g testbed.GuestSpec) pcRun {
 // nodes (a resume can follow within a second: the event stays).
 func pausedOnBoth(t *testing.T, name string, within time.Duration) {
 	t.Helper()
-	paused := func(j migration.Job) bool {
+	paused := func(j api.Job) bool {
 		if j.Recovery == nil {
 			return false
 		}
@@ -126,13 +126,13 @@ func TestPostCopyResetTwiceIsResumedTwice(t *testing.T) {
 		t.Fatalf("reset-migration: %v", err)
 	}
 	pausedOnBoth(t, name, time.Minute)
-	waitJob(t, "a", name, "resumed once", time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
+	waitJob(t, "a", name, "resumed once", time.Minute, func(j api.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
 	// Soon, while the resumed post-copy still has most of its way to go.
 	time.Sleep(200 * time.Millisecond)
 	if err := bed.ResetMigration(); err != nil {
 		t.Fatalf("second reset-migration: %v", err)
 	}
-	waitJob(t, "a", name, "resumed twice", 2*time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 2 })
+	waitJob(t, "a", name, "resumed twice", 2*time.Minute, func(j api.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 2 })
 	resumedToTheEnd(t, r, 2)
 }
 
@@ -152,7 +152,7 @@ func TestPostCopyResumesAfterALinkCut(t *testing.T) {
 		}
 	}()
 	cut := time.Now()
-	waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyPaused })
+	waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j api.Job) bool { return j.Phase == api.PhasePostCopyPaused })
 	time.Sleep(time.Until(cut.Add(45 * time.Second)))
 	if err := bed.RestoreLink(); err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestPostCopyResumesAfterALinkCut(t *testing.T) {
 	restored = true
 	back := time.Now()
 	pausedOnBoth(t, name, time.Minute)
-	j := waitJob(t, "a", name, "resumed", 2*time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
+	j := waitJob(t, "a", name, "resumed", 2*time.Minute, func(j api.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
 	for _, e := range j.Events {
 		if e.Kind == "recovery" && strings.Contains(e.Detail, "resumed") {
 			t.Logf("resumed %v after the link came back: %s", e.Time.Sub(back).Round(time.Millisecond), e.Detail)
@@ -184,9 +184,9 @@ func TestPostCopyCutPastTheRecoveryTimeoutIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bed.RestoreLink()
-	src := waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyPaused })
+	src := waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j api.Job) bool { return j.Phase == api.PhasePostCopyPaused })
 	deadline := src.Recovery.Until
-	failed := func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyFailed }
+	failed := func(j api.Job) bool { return j.Phase == api.PhasePostCopyFailed }
 	src = waitJob(t, "a", name, "PostCopyFailed", 2*time.Minute, failed)
 	if src.EndTime == nil || src.EndTime.Before(deadline) {
 		t.Errorf("the source job ended at %v, before its recovery deadline %v", src.EndTime, deadline)
@@ -239,7 +239,7 @@ func TestPostCopyResumedAfterAFerrydIsKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			pausedOnBoth(t, name, time.Minute)
-			waitJob(t, "a", name, "resumed", 2*time.Minute, func(j migration.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
+			waitJob(t, "a", name, "resumed", 2*time.Minute, func(j api.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
 			resumedToTheEnd(t, r, 1)
 		})
 	}
@@ -267,7 +267,7 @@ func TestASourcesPostCopyFailureIsTakenOnQEMUsWord(t *testing.T) {
 		t.Fatalf("restarting libvirtd on a: %v", err)
 	}
 	<-done
-	src := waitJob(t, "a", name, "PostCopyFailed", time.Minute, func(j migration.Job) bool { return j.Phase == migration.PhasePostCopyFailed })
+	src := waitJob(t, "a", name, "PostCopyFailed", time.Minute, func(j api.Job) bool { return j.Phase == api.PhasePostCopyFailed })
 	if !strings.Contains(src.FailureReason, "(QEMU: "+"postcopy-paused)") {
 		t.Errorf("the failure was not taken on QEMU's word: %q", src.FailureReason)
 	}

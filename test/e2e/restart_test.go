@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/daemon"
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -21,34 +20,34 @@ func TestFerrydRestartMidMigrationPicksTheJobUp(t *testing.T) {
 	// ferryd being restarted, as with a proxy other than Ferry's.
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "long", From: "a", To: "b", Via: "socat", BandwidthMiBs: holdMiBs})
-	before := waitJob(t, "a", "long", "iteration 2", 2*time.Minute, func(j migration.Job) bool { return j.Iteration >= 2 })
+	before := waitJob(t, "a", "long", "iteration 2", 2*time.Minute, func(j api.Job) bool { return j.Iteration >= 2 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := bed.RestartFerryd(ctx, "a"); err != nil {
 		t.Fatalf("restart-ferryd a: %v", err)
 	}
-	after := waitJob(t, "a", "long", "the job picked up again", 30*time.Second, func(j migration.Job) bool {
-		return j.Phase == migration.PhaseRunning && j.Iteration >= before.Iteration && len(j.Samples) > 0
+	after := waitJob(t, "a", "long", "the job picked up again", 30*time.Second, func(j api.Job) bool {
+		return j.Phase == api.PhaseRunning && j.Iteration >= before.Iteration && len(j.Samples) > 0
 	})
-	if after.Role != migration.RoleSource {
+	if after.Role != api.RoleSource {
 		t.Fatalf("picked-up job has role %s", after.Role)
 	}
 	// The start time is rebuilt from libvirt's elapsed time, not the restart.
 	if d := after.StartTime.Sub(before.StartTime).Abs(); d > 3*time.Second {
 		t.Fatalf("start time moved by %v across the restart (%v -> %v)", d, before.StartTime, after.StartTime)
 	}
-	if j, ok := ferryOn("b").job("long"); !ok || j.Phase != migration.PhaseRunning || j.Role != migration.RoleTarget {
+	if j, ok := ferryOn("b").job("long"); !ok || j.Phase != api.PhaseRunning || j.Role != api.RoleTarget {
 		t.Fatalf("target lost its job while the source's ferryd restarted: %+v", j)
 	}
 
-	var aborted migration.Job
+	var aborted api.Job
 	ctlJSON(t, "a", &aborted, "abort", "long")
-	if aborted.Phase != migration.PhaseAborted {
+	if aborted.Phase != api.PhaseAborted {
 		t.Fatalf("picked-up job after ferryctl abort: %s (%s)", aborted.Phase, aborted.FailureReason)
 	}
 	<-done
-	waitJob(t, "b", "long", "target ended", 15*time.Second, func(j migration.Job) bool { return j.Phase.Finished() })
+	waitJob(t, "b", "long", "target ended", 15*time.Second, func(j api.Job) bool { return j.Phase.Finished() })
 	assertTruth(t, "long", "a", "b", start)
 	noPanics(t)
 }
@@ -62,7 +61,7 @@ func TestLibvirtdRestartWhileIdleThenTrackingResumes(t *testing.T) {
 		t.Fatalf("restart-libvirtd a: %v", err)
 	}
 	waitFor(t, "ferryd a reconnected to libvirt", time.Minute, func() bool {
-		var d daemon.DomainsResponse
+		var d api.DomainsResponse
 		if err := ferryOn("a").get("/v1/domains", &d); err != nil || len(d.Libvirt) != 1 {
 			return false
 		}

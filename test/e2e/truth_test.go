@@ -12,7 +12,7 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // Ferry's phases are checked against what libvirt itself shows, read here
@@ -21,7 +21,7 @@ import (
 
 // phaseLost is a source job Ferry stopped following because its libvirt
 // socket went away: the outcome is unknown to that node.
-const phaseLost migration.Phase = "Lost"
+const phaseLost api.Phase = "Lost"
 
 // libvirt's numeric states and reasons, as go-libvirt returns them.
 const (
@@ -211,13 +211,13 @@ func asUint(v any) uint64 {
 // outcome is one migration's end: Ferry's job on each node and libvirt's truth.
 type outcome struct {
 	Domain           string
-	Src, Dst         migration.Job
+	Src, Dst         api.Job
 	HaveSrc, HaveDst bool
 	TSrc, TDst       nodeTruth
 }
 
 func (o outcome) String() string {
-	job := func(have bool, j migration.Job) string {
+	job := func(have bool, j api.Job) string {
 		if !have {
 			return "no job"
 		}
@@ -245,7 +245,7 @@ func (o outcome) violations() []string {
 	var v []string
 	add := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
 	s, d := o.TSrc, o.TDst
-	var sp, dp migration.Phase
+	var sp, dp api.Phase
 	if o.HaveSrc {
 		sp = o.Src.Phase
 	} else {
@@ -254,10 +254,10 @@ func (o outcome) violations() []string {
 	if o.HaveDst {
 		dp = o.Dst.Phase
 	}
-	if sp == migration.PhaseRunning {
+	if sp == api.PhaseRunning {
 		add("the source job is still Running")
 	}
-	if dp == migration.PhaseRunning {
+	if dp == api.PhaseRunning {
 		add("the target job is still Running")
 	}
 	// libvirt moved the guest: the source's copy is gone, the target's runs.
@@ -268,14 +268,14 @@ func (o outcome) violations() []string {
 
 	for _, c := range []struct {
 		who string
-		p   migration.Phase
+		p   api.Phase
 	}{{"source", sp}, {"target", dp}} {
-		if c.p == migration.PhaseCompleted && !migrated {
+		if c.p == api.PhaseCompleted && !migrated {
 			add("the %s job says Completed but libvirt shows source %s, target %s: the guest is not running on the target as migrated", c.who, s, d)
 		}
 	}
 	switch sp {
-	case migration.PhaseAborted:
+	case api.PhaseAborted:
 		if !s.running() {
 			add("the source job says Aborted but the guest is not running on the source (%s)", s)
 		}
@@ -285,17 +285,17 @@ func (o outcome) violations() []string {
 		if s.Stats != nil && s.Stats.Type != jobCancelled {
 			add("the source job says Aborted but libvirt's completed job on the source is %s", s.Stats)
 		}
-		if o.HaveDst && dp != migration.PhaseFailed && dp != migration.PhaseAborted {
+		if o.HaveDst && dp != api.PhaseFailed && dp != api.PhaseAborted {
 			add("the source job says Aborted but the target job says %s", dp)
 		}
-	case migration.PhaseFailed:
+	case api.PhaseFailed:
 		if d.postCopyFailedTarget() || s.postCopyFailedSource() {
 			add("the source job says Failed but libvirt shows a failed post-copy (source %s, target %s)", s, d)
 		}
-		if o.HaveDst && dp == migration.PhaseCompleted {
+		if o.HaveDst && dp == api.PhaseCompleted {
 			add("the source job says Failed but the target job says Completed")
 		}
-	case migration.PhasePostCopyFailed:
+	case api.PhasePostCopyFailed:
 		if !s.postCopyFailedSource() {
 			add("the source job says PostCopyFailed but the source is %s, not paused/post-copy-failed or running/post-copy", s)
 		}
@@ -304,11 +304,11 @@ func (o outcome) violations() []string {
 		}
 	}
 	switch dp {
-	case migration.PhasePostCopyFailed:
+	case api.PhasePostCopyFailed:
 		if !d.postCopyFailedTarget() {
 			add("the target job says PostCopyFailed but the target is %s, not running/post-copy-failed", d)
 		}
-	case migration.PhaseFailed, migration.PhaseAborted:
+	case api.PhaseFailed, api.PhaseAborted:
 		if d.postCopyFailedTarget() {
 			add("the target job says %s but the target is running/post-copy-failed", dp)
 		}
@@ -316,30 +316,30 @@ func (o outcome) violations() []string {
 
 	// And the other way round: what libvirt shows demands a phase.
 	if migrated {
-		if sp != migration.PhaseCompleted && sp != phaseLost && o.HaveSrc {
+		if sp != api.PhaseCompleted && sp != phaseLost && o.HaveSrc {
 			add("libvirt completed the migration (source %s, target %s) but the source job says %s", s, d, sp)
 		}
-		if dp != migration.PhaseCompleted {
+		if dp != api.PhaseCompleted {
 			add("libvirt completed the migration but the target job says %q", dp)
 		}
 	}
 	if s.postCopyFailedSource() && d.postCopyFailedTarget() {
-		if sp != migration.PhasePostCopyFailed && sp != phaseLost {
+		if sp != api.PhasePostCopyFailed && sp != phaseLost {
 			add("libvirt shows a failed post-copy (source %s, target %s) but the source job says %s", s, d, sp)
 		}
-		if dp != migration.PhasePostCopyFailed {
+		if dp != api.PhasePostCopyFailed {
 			add("libvirt shows a failed post-copy but the target job says %q", dp)
 		}
 	}
 	if !migrated && !d.postCopyFailedTarget() && !s.postCopyFailedSource() && o.HaveSrc &&
-		sp != migration.PhaseFailed && sp != migration.PhaseAborted && sp != phaseLost && sp != migration.PhaseRunning && sp != migration.PhaseCompleted {
+		sp != api.PhaseFailed && sp != api.PhaseAborted && sp != phaseLost && sp != api.PhaseRunning && sp != api.PhaseCompleted {
 		add("the migration did not complete (source %s, target %s) but the source job says %s", s, d, sp)
 	}
 	if s.Stats != nil && s.Stats.Operation == 5 {
 		switch {
-		case s.Stats.Type == jobCancelled && sp != migration.PhaseAborted && sp != phaseLost:
+		case s.Stats.Type == jobCancelled && sp != api.PhaseAborted && sp != phaseLost:
 			add("libvirt says the migration was cancelled (%s) but the source job says %s", s.Stats, sp)
-		case s.Stats.Type == jobFailed && sp != migration.PhaseFailed && sp != phaseLost:
+		case s.Stats.Type == jobFailed && sp != api.PhaseFailed && sp != phaseLost:
 			add("libvirt says the migration failed (%s) but the source job says %s", s.Stats, sp)
 		}
 	}
@@ -347,7 +347,7 @@ func (o outcome) violations() []string {
 	// After pre-copy libvirt keeps the completed job's figures on the
 	// target; they are the only figures that side has, and Ferry's must be
 	// exactly them.
-	if migrated && dp == migration.PhaseCompleted && o.Src.Mode != migration.ModePostCopy && o.Dst.Mode != migration.ModePostCopy {
+	if migrated && dp == api.PhaseCompleted && o.Src.Mode != api.ModePostCopy && o.Dst.Mode != api.ModePostCopy {
 		switch {
 		case d.Stats == nil:
 			add("libvirt keeps no completed-job statistics on the target after a pre-copy migration%s (read without VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED, they are deleted)", errNote(d.StatsErr))
@@ -367,13 +367,13 @@ func (o outcome) violations() []string {
 func readOutcome(t *testing.T, domain, src, dst string, since time.Time) outcome {
 	t.Helper()
 	o := outcome{Domain: domain}
-	mine := func(j migration.Job, role migration.Role) bool {
+	mine := func(j api.Job, role api.Role) bool {
 		return j.Role == role && !j.StartTime.Before(since.Add(-2*time.Second))
 	}
-	if j, ok := ferryOn(src).job(domain); ok && mine(j, migration.RoleSource) {
+	if j, ok := ferryOn(src).job(domain); ok && mine(j, api.RoleSource) {
 		o.Src, o.HaveSrc = j, true
 	}
-	if j, ok := ferryOn(dst).job(domain); ok && mine(j, migration.RoleTarget) {
+	if j, ok := ferryOn(dst).job(domain); ok && mine(j, api.RoleTarget) {
 		o.Dst, o.HaveDst = j, true
 	}
 	var err error

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"syscall"
@@ -8,6 +9,21 @@ import (
 )
 
 const pageSize = 4096
+
+// fill is what a write puts in a page.
+type fill string
+
+const (
+	// fillStamp writes one byte that changes every pass: a page that is
+	// never zero and compresses to almost nothing.
+	fillStamp fill = "stamp"
+	// fillZero writes a zero byte: the page is dirty, and still a zero
+	// page, which QEMU scans and sends as a few bytes.
+	fillZero fill = "zero"
+	// fillRandom fills the whole page with fresh pseudo-random bytes,
+	// which no compression shrinks.
+	fillRandom fill = "random"
+)
 
 type dirtier struct {
 	mem   []byte
@@ -17,18 +33,20 @@ type dirtier struct {
 	// gens, in verify mode, is each page's generation as last written
 	// (see stampPage); nil otherwise.
 	gens []uint32
+	fill fill
+	rnd  uint64 // xorshift state for fillRandom
 }
 
-func newDirtier(mb int, verify bool) (*dirtier, error) {
+func newDirtier(mb int, verify bool, f fill) (*dirtier, error) {
 	if mb == 0 {
-		return &dirtier{}, nil
+		return &dirtier{fill: f}, nil
 	}
 	// mmap keeps the block outside the Go heap, so the GC never scans or moves it.
 	mem, err := syscall.Mmap(-1, 0, mb<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d MiB: %w", mb, err)
 	}
-	d := &dirtier{mem: mem, pages: len(mem) / pageSize, stamp: 1}
+	d := &dirtier{mem: mem, pages: len(mem) / pageSize, stamp: 1, fill: f, rnd: uint64(time.Now().UnixNano()) | 1}
 	if verify {
 		d.gens = make([]uint32, d.pages)
 	}
@@ -37,12 +55,18 @@ func newDirtier(mb int, verify bool) (*dirtier, error) {
 
 func (d *dirtier) touchAll() { d.dirty(d.pages) }
 
-// dirty rewrites n pages, one byte each, which is enough for the hypervisor's dirty log.
+// dirty rewrites n pages: one byte each, which is enough for the
+// hypervisor's dirty log, or the whole page for fillRandom.
 func (d *dirtier) dirty(n int) {
 	for ; n > 0 && d.pages > 0; n-- {
-		if d.gens != nil {
+		switch {
+		case d.gens != nil:
 			d.stampPage(d.next)
-		} else {
+		case d.fill == fillZero:
+			d.mem[d.next*pageSize] = 0
+		case d.fill == fillRandom:
+			d.randomPage(d.next)
+		default:
 			d.mem[d.next*pageSize] = d.stamp
 		}
 		d.next++
@@ -99,5 +123,16 @@ func (d *dirtier) run(out io.Writer, rate int) {
 			d.dirty(int(due))
 			total += due
 		}
+	}
+}
+
+// randomPage fills page i with xorshift64 output.
+func (d *dirtier) randomPage(i int) {
+	p := d.mem[i*pageSize : (i+1)*pageSize]
+	for off := 0; off < pageSize; off += 8 {
+		d.rnd ^= d.rnd << 13
+		d.rnd ^= d.rnd >> 7
+		d.rnd ^= d.rnd << 17
+		binary.LittleEndian.PutUint64(p[off:], d.rnd)
 	}
 }

@@ -4,7 +4,8 @@
 //
 // Kernel command line: dirty.mb=N (MiB to own), dirty.rate=R (MiB/s;
 // 0 = as fast as the vCPU allows, -1 = touch once then idle),
-// dirty.verify=1 (check every page once a second: see verify.go).
+// dirty.verify=1 (check every page once a second: see verify.go),
+// dirty.fill=stamp|zero|random (what a write puts in a page: see fill).
 // Everything is reported on /dev/ttyS0, which libvirt records in a file.
 package main
 
@@ -33,24 +34,32 @@ func main() {
 	if err != nil {
 		hang(out, "read /proc/cmdline: %v", err)
 	}
-	mb, rate, verify, err := parseCmdline(string(cmdline))
+	c, err := parseCmdline(string(cmdline))
 	if err != nil {
 		hang(out, "%v", err)
 	}
-	d, err := newDirtier(mb, verify)
+	d, err := newDirtier(c.mb, c.verify, c.fill)
 	if err != nil {
 		hang(out, "%v", err)
 	}
 	start := time.Now()
 	d.touchAll()
-	fmt.Fprintf(out, "DIRTIER: touched %d MiB in %.2fs, target %s READY\n", mb, time.Since(start).Seconds(), describeRate(rate))
-	d.run(out, rate)
+	fmt.Fprintf(out, "DIRTIER: touched %d MiB in %.2fs (%s pages), target %s READY\n", c.mb, time.Since(start).Seconds(), c.fill, describeRate(c.rate))
+	d.run(out, c.rate)
 }
 
-// parseCmdline returns dirty.mb, dirty.rate and dirty.verify; absent keys
-// mean "own nothing, stay idle, check nothing".
-func parseCmdline(cmdline string) (mb, rate int, verify bool, err error) {
-	rate = -1
+// config is what the kernel command line asks of the dirtier.
+type config struct {
+	mb, rate int
+	verify   bool
+	fill     fill
+}
+
+// parseCmdline reads the dirty.* keys; absent keys mean "own nothing, stay
+// idle, check nothing, stamp pages".
+func parseCmdline(cmdline string) (config, error) {
+	c := config{rate: -1, fill: fillStamp}
+	var err error
 	for _, field := range strings.Fields(cmdline) {
 		key, val, ok := strings.Cut(field, "=")
 		if !ok {
@@ -58,18 +67,25 @@ func parseCmdline(cmdline string) (mb, rate int, verify bool, err error) {
 		}
 		switch key {
 		case "dirty.mb":
-			if mb, err = strconv.Atoi(val); err != nil || mb < 0 {
-				return 0, 0, false, fmt.Errorf("bad dirty.mb=%q", val)
+			if c.mb, err = strconv.Atoi(val); err != nil || c.mb < 0 {
+				return config{}, fmt.Errorf("bad dirty.mb=%q", val)
 			}
 		case "dirty.rate":
-			if rate, err = strconv.Atoi(val); err != nil || rate < -1 {
-				return 0, 0, false, fmt.Errorf("bad dirty.rate=%q", val)
+			if c.rate, err = strconv.Atoi(val); err != nil || c.rate < -1 {
+				return config{}, fmt.Errorf("bad dirty.rate=%q", val)
 			}
 		case "dirty.verify":
-			verify = val == "1"
+			c.verify = val == "1"
+		case "dirty.fill":
+			if c.fill = fill(val); c.fill != fillStamp && c.fill != fillZero && c.fill != fillRandom {
+				return config{}, fmt.Errorf("bad dirty.fill=%q (stamp, zero or random)", val)
+			}
 		}
 	}
-	return mb, rate, verify, nil
+	if c.verify && c.fill != fillStamp {
+		return config{}, fmt.Errorf("dirty.verify=1 needs dirty.fill=stamp, not %s", c.fill)
+	}
+	return c, nil
 }
 
 func describeRate(rate int) string {

@@ -1,33 +1,37 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"strings"
 	"testing"
 )
 
 func TestParseCmdline(t *testing.T) {
 	for _, c := range []struct {
-		cmdline  string
-		mb, rate int
-		verify   bool
-		bad      bool
+		cmdline string
+		want    config
+		bad     bool
 	}{
-		{"console=ttyS0 panic=-1 quiet dirty.mb=256 dirty.rate=64", 256, 64, false, false},
-		{"dirty.rate=0 dirty.mb=8 dirty.verify=1", 8, 0, true, false},
-		{"dirty.mb=8 dirty.rate=-1", 8, -1, false, false},
-		{"quiet", 0, -1, false, false},
-		{"dirty.mb=x", 0, 0, false, true},
-		{"dirty.rate=-2", 0, 0, false, true},
+		{"console=ttyS0 panic=-1 quiet dirty.mb=256 dirty.rate=64", config{256, 64, false, fillStamp}, false},
+		{"dirty.rate=0 dirty.mb=8 dirty.verify=1", config{8, 0, true, fillStamp}, false},
+		{"dirty.mb=8 dirty.rate=-1 dirty.fill=zero", config{8, -1, false, fillZero}, false},
+		{"dirty.fill=random", config{0, -1, false, fillRandom}, false},
+		{"quiet", config{0, -1, false, fillStamp}, false},
+		{"dirty.mb=x", config{}, true},
+		{"dirty.rate=-2", config{}, true},
+		{"dirty.fill=ones", config{}, true},
+		{"dirty.verify=1 dirty.fill=zero", config{}, true},
 	} {
-		mb, rate, verify, err := parseCmdline(c.cmdline)
-		if (err != nil) != c.bad || (!c.bad && (mb != c.mb || rate != c.rate || verify != c.verify)) {
-			t.Errorf("parseCmdline(%q) = %d, %d, %v, %v", c.cmdline, mb, rate, verify, err)
+		got, err := parseCmdline(c.cmdline)
+		if (err != nil) != c.bad || (!c.bad && got != c.want) {
+			t.Errorf("parseCmdline(%q) = %+v, %v", c.cmdline, got, err)
 		}
 	}
 }
 
 func TestDirtyWrapsAndChangesContent(t *testing.T) {
-	d, err := newDirtier(1, false)
+	d, err := newDirtier(1, false, fillStamp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +58,7 @@ func TestVerifyFindsEveryKindOfBadPage(t *testing.T) {
 			copy(d.mem[3*pageSize:4*pageSize], old)
 		}},
 	} {
-		d, err := newDirtier(1, true)
+		d, err := newDirtier(1, true, fillStamp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,5 +71,34 @@ func TestVerifyFindsEveryKindOfBadPage(t *testing.T) {
 		if bad := d.verify(); !strings.HasPrefix(bad, "page=3 ") {
 			t.Errorf("%s page: verify said %q, want page 3", c.name, bad)
 		}
+	}
+}
+
+func TestFillsWriteWhatTheyPromise(t *testing.T) {
+	zero, err := newDirtier(1, false, fillZero)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a stamped page would be: the byte a write goes to is not zero.
+	for p := 0; p < zero.pages; p++ {
+		zero.mem[p*pageSize] = 0xff
+	}
+	zero.dirty(zero.pages)
+	for i, b := range zero.mem {
+		if b != 0 {
+			t.Fatalf("byte %d of a zero-filled block is %d: the page is no zero page", i, b)
+		}
+	}
+	rnd, err := newDirtier(1, false, fillRandom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd.touchAll()
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	w.Write(rnd.mem)
+	w.Close()
+	if buf.Len() < len(rnd.mem)*99/100 {
+		t.Errorf("random pages compress to %d of %d bytes", buf.Len(), len(rnd.mem))
 	}
 }

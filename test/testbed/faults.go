@@ -275,3 +275,21 @@ func inNetns(pid int, netns string) bool {
 	}
 	return want.Sys().(*syscall.Stat_t).Ino == got.Sys().(*syscall.Stat_t).Ino
 }
+
+// LimitLink holds the veth between the nodes to mibs MiB/s each way with a
+// token bucket on both ends (tc tbf), as a slow migration network would;
+// 0 lifts the limit.
+func (b *Bed) LimitLink(mibs int) error {
+	for _, d := range nodeDefs {
+		args := []string{"-n", d.netns, "qdisc", "replace", "dev", d.veth, "root", "tbf",
+			"rate", fmt.Sprintf("%dmibps", mibs), "burst", "512kb", "latency", "200ms"}
+		if mibs == 0 {
+			args = []string{"-n", d.netns, "qdisc", "del", "dev", d.veth, "root"}
+		}
+		if err := run(context.Background(), "tc", args...); err != nil && mibs != 0 {
+			return fmt.Errorf("testbed: limiting link %s to %d MiB/s: %w", d.veth, mibs, err)
+		}
+	}
+	logf(b.cfg.Log, "link limited to %d MiB/s (0: none)", mibs)
+	return nil
+}

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,13 @@ type GuestSpec struct {
 	// memory once a second, printing verify=ok or the first bad page
 	// (see GuestVerified).
 	Verify bool
+	// Fill is what the guest writes into a page it dirties: "stamp" (the
+	// default: one changing byte, a page that compresses to nothing),
+	// "zero" (the page stays a zero page) or "random" (incompressible).
+	Fill string
+	// Devices is more device XML for the guest's <devices>, and CPU a
+	// <cpu> element for it: what a check of migratability looks for.
+	Devices, CPU string
 }
 
 const (
@@ -73,6 +81,10 @@ func (g GuestSpec) check() error {
 		return fmt.Errorf("testbed: guest %s: DirtyMiB %d must be between 0 and %d for MemoryMiB %d", g.Name, g.DirtyMiB, maxDirtyMiB(g.MemoryMiB), g.MemoryMiB)
 	case g.DirtyRateMiBs < -1:
 		return fmt.Errorf("testbed: guest %s: DirtyRateMiBs %d (want -1 idle, 0 max, or MiB/s)", g.Name, g.DirtyRateMiBs)
+	case g.Fill != "" && g.Fill != "stamp" && g.Fill != "zero" && g.Fill != "random":
+		return fmt.Errorf("testbed: guest %s: Fill %q (want stamp, zero or random)", g.Name, g.Fill)
+	case g.Verify && g.Fill != "" && g.Fill != "stamp":
+		return fmt.Errorf("testbed: guest %s: Verify needs Fill stamp, not %q", g.Name, g.Fill)
 	}
 	return nil
 }
@@ -83,7 +95,8 @@ func consolePath(n *Node, guest string) string {
 
 func (b *Bed) domainXML(g GuestSpec) string {
 	return b.guestXML(guestDomain{name: g.Name, memoryMiB: g.MemoryMiB, dirtyMiB: g.DirtyMiB, dirtyRate: g.DirtyRateMiBs,
-		kernel: kernelPath(imagesInNode), initrd: initrdPath(imagesInNode), console: consolesInNode + "/console-" + g.Name + ".log", vmiUID: g.VMIUID, verify: g.Verify})
+		kernel: kernelPath(imagesInNode), initrd: initrdPath(imagesInNode), console: consolesInNode + "/console-" + g.Name + ".log", vmiUID: g.VMIUID, verify: g.Verify,
+		fill: g.Fill, devices: g.Devices, cpu: g.CPU})
 }
 
 // guestDomain is what differs between the bed's guests: a node's and a
@@ -96,6 +109,9 @@ type guestDomain struct {
 	vmiUID string
 	// verify has the guest check all its memory every second.
 	verify bool
+	fill   string // GuestSpec.Fill
+	// devices and cpu are extra XML (see GuestSpec).
+	devices, cpu string
 }
 
 func (b *Bed) guestXML(g guestDomain) string {
@@ -115,12 +131,12 @@ func (b *Bed) guestXML(g guestDomain) string {
 	return fmt.Sprintf(`<domain type='%s'>
   <name>%s</name>
   <memory unit='MiB'>%d</memory>
-  <vcpu>1</vcpu>%s
+  <vcpu>1</vcpu>%s%s
   <os>
     <type arch='x86_64' machine='pc'>hvm</type>
     <kernel>%s</kernel>
     <initrd>%s</initrd>
-    <cmdline>console=ttyS0 panic=-1 quiet dirty.mb=%d dirty.rate=%d dirty.verify=%d</cmdline>
+    <cmdline>console=ttyS0 panic=-1 quiet dirty.mb=%d dirty.rate=%d dirty.verify=%d dirty.fill=%s</cmdline>
   </os>
   <clock offset='utc'/>
   <on_poweroff>destroy</on_poweroff>
@@ -133,10 +149,10 @@ func (b *Bed) guestXML(g guestDomain) string {
       <source path='%s' append='on'/>
       <target port='0'/>
     </serial>
-    <memballoon model='none'/>
+    <memballoon model='none'/>%s
   </devices>
 </domain>
-`, domType, g.name, g.memoryMiB, metadata, g.kernel, g.initrd, g.dirtyMiB, g.dirtyRate, boolInt(g.verify), g.console)
+`, domType, g.name, g.memoryMiB, metadata, g.cpu, g.kernel, g.initrd, g.dirtyMiB, g.dirtyRate, boolInt(g.verify), cmp.Or(g.fill, "stamp"), g.console, g.devices)
 }
 
 // StartGuest creates a transient domain and waits until its dirtier has

@@ -25,6 +25,9 @@ type MigrateSpec struct {
 	// Parallel opens that many multifd connections for the memory stream
 	// (Ferry's proxy only).
 	Parallel int
+	// Compression, with Ferry driving, is none, zstd or auto (see
+	// api.MigrateRequest).
+	Compression string
 	// Via is "ferry" (the source ferryd drives the migration through Ferry's
 	// proxy; the default when ferryd runs) or "socat" (the bed's own relays).
 	Via string

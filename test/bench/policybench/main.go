@@ -16,9 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -77,14 +75,7 @@ type options struct {
 	once map[string]bool
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "policybench:", err)
-		os.Exit(1)
-	}
-}
+func main() { testbed.Main("policybench", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("policybench", flag.ContinueOnError)

@@ -13,8 +13,8 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -196,7 +196,7 @@ poll:
 			}
 		}
 		switch {
-		case r.Complete && (j.Mode == migration.ModePostCopy || !switched.IsZero()):
+		case r.Complete && (j.Mode == api.ModePostCopy || !switched.IsZero()):
 			r.Outcome = "post-copy"
 		case r.Complete:
 			r.Outcome = "pre-copy"
@@ -256,7 +256,7 @@ func eventPause(lg *eventLog, name, from, to string, t0 time.Time) (float64, str
 	}
 }
 
-func stepText(s migration.PolicyStep) string {
+func stepText(s api.PolicyStep) string {
 	t := fmt.Sprintf("%s@%d", s.Action, s.Iteration)
 	if s.MaxDowntimeMs > 0 {
 		t += fmt.Sprintf(" %dms", s.MaxDowntimeMs)
@@ -381,10 +381,10 @@ func post(hc *http.Client, path string) string {
 // finishedJob is the source job of the migration with that ID once it has
 // ended; the migrate call returns on the job's end, the truth readings
 // around it may lag.
-func finishedJob(hc *http.Client, name, id string) (migration.Job, bool) {
+func finishedJob(hc *http.Client, name, id string) (api.Job, bool) {
 	until := time.Now().Add(15 * time.Second)
 	for time.Now().Before(until) {
-		var j migration.Job
+		var j api.Job
 		if resp, err := hc.Get("http://ferryd/v1/jobs/" + name); err == nil {
 			if resp.StatusCode == http.StatusOK {
 				json.NewDecoder(resp.Body).Decode(&j)
@@ -396,5 +396,5 @@ func finishedJob(hc *http.Client, name, id string) (migration.Job, bool) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	return migration.Job{}, false
+	return api.Job{}, false
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 
-	"github.com/ferry-vm/ferry/proxy"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-vm/ferry/metrics"
+	"github.com/ferry-vm/ferry/proxy"
 )
 
 // benchMigration is the migration id both Ferry proxies agree on.
@@ -22,7 +24,8 @@ func (f *ferryFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *ferryFlags) proxy() (*proxy.Proxy, error) {
-	cfg := proxy.Config{Listen: f.listen, SocketDir: f.dir, Registerer: prometheus.NewRegistry()}
+	// Counting as ferryd does: the counters are part of the relay's cost.
+	cfg := proxy.Config{Listen: f.listen, SocketDir: f.dir, Metrics: proxy.Metrics(metrics.NewProxy(prometheus.NewRegistry()))}
 	if f.tlsDir != "" {
 		files := tlsFiles(f.tlsDir)
 		cfg.TLS = &files
@@ -37,6 +40,9 @@ func ferryTargetMain(args []string) error {
 	fs := flag.NewFlagSet("ferry-target", flag.ContinueOnError)
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := profileRelay("ferry-target"); err != nil {
 		return err
 	}
 	p, err := f.proxy()
@@ -62,6 +68,9 @@ func ferrySourceMain(args []string) error {
 	f.register(fs)
 	target := fs.String("target", "", "the target proxy's host:port")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := profileRelay("ferry-source"); err != nil {
 		return err
 	}
 	p, err := f.proxy()

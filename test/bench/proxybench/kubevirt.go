@@ -24,6 +24,9 @@ func kvSourceMain(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := profileRelay("kv-source"); err != nil {
+		return err
+	}
 	dial := func() (net.Conn, error) { return net.Dial("tcp", *target) }
 	if *tlsDir != "" {
 		cert, pool, err := loadTLS(*tlsDir)
@@ -48,6 +51,9 @@ func kvTargetMain(args []string) error {
 	target := fs.String("target", "", "unix socket path of the receiving end")
 	tlsDir := fs.String("tls", "", "directory with tls.crt, tls.key and ca.crt; empty for plain TCP")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := profileRelay("kv-target"); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", *listen)

@@ -52,8 +52,16 @@ func runMain(args []string) error {
 	parallel := fs.Int("parallel", 4, "connections of the multifd variants; 0 or 1 leaves them out")
 	only := fs.String("variants", "", "comma-separated variant keys to run (default all): "+strings.Join(variantKeys(4), ","))
 	output := fs.String("o", "text", "text or json")
+	profiles := fs.String("cpuprofile", "", "directory each relay process writes a CPU profile to (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *profiles != "" {
+		// The relays inherit the environment; each profiles itself.
+		if err := os.MkdirAll(*profiles, 0o755); err != nil {
+			return err
+		}
+		os.Setenv(profileEnv, *profiles)
 	}
 	n, err := parseSize(*size)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -59,8 +59,8 @@ func breakByCut(ctx context.Context, b *testbed.Bed, f *flight, hold time.Durati
 		}
 	}()
 	logf("link cut; waiting for the source job to show PostCopyPaused (the proxy's TCP user timeout is 30 s)")
-	if _, err := f.waitJob(ctx, 90*time.Second, "PostCopyPaused on the source job", func(j migration.Job) bool {
-		return j.Phase == migration.PhasePostCopyPaused
+	if _, err := f.waitJob(ctx, 90*time.Second, "PostCopyPaused on the source job", func(j api.Job) bool {
+		return j.Phase == api.PhasePostCopyPaused
 	}); err != nil {
 		return bt, err
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // The job's event kinds and wording a recovery shows (migration/recovery.go).
@@ -16,13 +16,13 @@ const (
 )
 
 // firstEvent is the first event of that kind at or after t.
-func firstEvent(evs []migration.Event, kind string, t time.Time) (migration.Event, bool) {
+func firstEvent(evs []api.Event, kind string, t time.Time) (api.Event, bool) {
 	for _, e := range evs {
 		if e.Kind == kind && !e.Time.Before(t) {
 			return e, true
 		}
 	}
-	return migration.Event{}, false
+	return api.Event{}, false
 }
 
 // resume is a recovery attempt that resumed the migration, as its job
@@ -36,7 +36,7 @@ type resume struct {
 }
 
 // firstResume is the first resumed recovery attempt at or after t.
-func firstResume(evs []migration.Event, t time.Time) (resume, bool) {
+func firstResume(evs []api.Event, t time.Time) (resume, bool) {
 	for _, e := range evs {
 		if e.Kind != kindRecovery || e.Time.Before(t) || !strings.Contains(e.Detail, resumedWords) {
 			continue

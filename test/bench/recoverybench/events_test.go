@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 func TestParseResumed(t *testing.T) {
@@ -28,7 +28,7 @@ func TestParseResumed(t *testing.T) {
 
 func TestFirstResumeSkipsFailedAttemptsAndEarlierEvents(t *testing.T) {
 	t0 := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
-	evs := []migration.Event{
+	evs := []api.Event{
 		{Time: t0, Kind: "mode", Detail: "post-copy"},
 		{Time: t0.Add(1 * time.Second), Kind: "recovery", Detail: "attempt 1 resumed the migration 300ms after the resume"},
 		{Time: t0.Add(5 * time.Second), Kind: "postcopy-paused", Detail: "post-copy broke"},

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -30,7 +30,7 @@ type flight struct {
 	endedAt time.Time
 	// events are every job event seen on any read: the job keeps a
 	// bounded list, the bench the whole story.
-	events map[eventKey]migration.Event
+	events map[eventKey]api.Event
 }
 
 // callEnd is the Migrate call's return, timed as it returns: the
@@ -48,7 +48,7 @@ type eventKey struct {
 
 func startFlight(ctx context.Context, b *testbed.Bed, name string, st settings) *flight {
 	f := &flight{name: name, hc: unixClient(b.Node("a").DebugSocket),
-		ids: make(chan string, 1), done: make(chan callEnd, 1), events: map[eventKey]migration.Event{}}
+		ids: make(chan string, 1), done: make(chan callEnd, 1), events: map[eventKey]api.Event{}}
 	spec := testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry",
 		BandwidthMiBs: st.BandwidthMiBs, PostCopyAfter: time.Duration(st.PostCopyAfterSeconds * float64(time.Second)),
 		PostCopyBandwidthMiBs: st.PostCopyBandwidthMiBs, Policy: st.Policy,
@@ -88,7 +88,7 @@ func (f *flight) wait(ctx context.Context) error {
 }
 
 // job reads the source's job of this migration and keeps its events.
-func (f *flight) job() (migration.Job, error) {
+func (f *flight) job() (api.Job, error) {
 	if f.id == "" {
 		select {
 		case f.id = <-f.ids:
@@ -110,9 +110,9 @@ func (f *flight) job() (migration.Job, error) {
 
 // waitJob polls the source's job until cond holds; the migration ending
 // first is an error, what condition was awaited named in it.
-func (f *flight) waitJob(ctx context.Context, within time.Duration, what string, cond func(migration.Job) bool) (migration.Job, error) {
+func (f *flight) waitJob(ctx context.Context, within time.Duration, what string, cond func(api.Job) bool) (api.Job, error) {
 	until := time.Now().Add(within)
-	var last migration.Job
+	var last api.Job
 	var lastErr error
 	for {
 		if f.over() {
@@ -137,7 +137,7 @@ func (f *flight) waitJob(ctx context.Context, within time.Duration, what string,
 
 // finalJob is the source's job once it has ended: the Migrate call returns
 // on the job's end, but a read right after it may still see it running.
-func (f *flight) finalJob(ctx context.Context) (migration.Job, error) {
+func (f *flight) finalJob(ctx context.Context) (api.Job, error) {
 	const within = 15 * time.Second
 	until := time.Now().Add(within)
 	for {
@@ -155,8 +155,8 @@ func (f *flight) finalJob(ctx context.Context) (migration.Job, error) {
 }
 
 // allEvents are the job's events seen on any read, in time order.
-func (f *flight) allEvents() []migration.Event {
-	out := make([]migration.Event, 0, len(f.events))
+func (f *flight) allEvents() []api.Event {
+	out := make([]api.Event, 0, len(f.events))
 	for _, e := range f.events {
 		out = append(out, e)
 	}
@@ -180,8 +180,8 @@ func unixClient(socket string) *http.Client {
 		}}}
 }
 
-func getJob(hc *http.Client, name string) (migration.Job, error) {
-	var j migration.Job
+func getJob(hc *http.Client, name string) (api.Job, error) {
+	var j api.Job
 	resp, err := hc.Get("http://ferryd/v1/jobs/" + name)
 	if err != nil {
 		return j, fmt.Errorf("reading the source's job of %s: %w", name, err)

@@ -15,13 +15,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ferry-vm/ferry/test/testbed"
@@ -60,18 +56,7 @@ var defaults = settings{
 	BreakAfterSeconds: 1, GoalSeconds: goal.Seconds(),
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "recoverybench:", err)
-		os.Exit(1)
-	}
-}
+func main() { testbed.Main("recoverybench", run) }
 
 func run(ctx context.Context, args []string) error {
 	o, err := parseOptions(args)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 // breakTimes are the bench's own clock around a break. Times are taken
@@ -42,7 +42,7 @@ type figures struct {
 
 // measure reads a run's figures off the job's events and the console
 // samples.
-func measure(bt breakTimes, evs []migration.Event, samples []consoleSample) (figures, error) {
+func measure(bt breakTimes, evs []api.Event, samples []consoleSample) (figures, error) {
 	var f figures
 	paused, ok := firstEvent(evs, kindPaused, bt.Start)
 	if !ok {
@@ -81,7 +81,7 @@ func measure(bt breakTimes, evs []migration.Event, samples []consoleSample) (fig
 // broken run's, from the virtual break (bt.Back, the moment the others
 // break) to the first new progress line after it. A run whose streams
 // broke by themselves is no baseline.
-func measureUnbroken(bt breakTimes, evs []migration.Event, samples []consoleSample) (figures, error) {
+func measureUnbroken(bt breakTimes, evs []api.Event, samples []consoleSample) (figures, error) {
 	var f figures
 	if p, ok := firstEvent(evs, kindPaused, time.Time{}); ok {
 		return f, fmt.Errorf("the source job shows a postcopy-paused event at %s: the streams broke by themselves, so the run is no unbroken baseline", p.Time.Format("15:04:05.000"))

@@ -5,15 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 )
 
 var mt0 = time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
 
 func ms(n int) time.Time { return mt0.Add(time.Duration(n) * time.Millisecond) }
 
-func recoveryEvents(pausedMs, resumedMs int) []migration.Event {
-	return []migration.Event{
+func recoveryEvents(pausedMs, resumedMs int) []api.Event {
+	return []api.Event{
 		{Time: ms(-3000), Kind: "mode", Detail: "post-copy"},
 		{Time: ms(pausedMs), Kind: kindPaused, Detail: "post-copy broke"},
 		{Time: ms(resumedMs), Kind: kindRecovery, Detail: "attempt 1 resumed the migration 250ms after the resume"},
@@ -63,7 +63,7 @@ func TestMeasureSaysWhatIsMissing(t *testing.T) {
 	before := []consoleSample{{ms(-100), consoleCounts{Progress: 5}}}
 	for _, c := range []struct {
 		name    string
-		evs     []migration.Event
+		evs     []api.Event
 		samples []consoleSample
 		want    string
 	}{
@@ -86,7 +86,7 @@ func TestMeasureUnbrokenTimesFromTheVirtualBreak(t *testing.T) {
 		{ms(-10), consoleCounts{Progress: 21, OK: 10}},
 		{ms(14900), consoleCounts{Progress: 22, OK: 11}},
 	}
-	evs := []migration.Event{{Time: ms(-3000), Kind: "mode", Detail: "post-copy"}}
+	evs := []api.Event{{Time: ms(-3000), Kind: "mode", Detail: "post-copy"}}
 	f, err := measureUnbroken(bt, evs, samples)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestMeasureUnbrokenTimesFromTheVirtualBreak(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name    string
-		evs     []migration.Event
+		evs     []api.Event
 		samples []consoleSample
 		want    string
 	}{

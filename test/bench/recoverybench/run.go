@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -103,7 +103,7 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 		}
 	}()
 
-	j, err := f.waitJob(ctx, 2*time.Minute, "switch to post-copy", func(j migration.Job) bool { return j.Mode == migration.ModePostCopy })
+	j, err := f.waitJob(ctx, 2*time.Minute, "switch to post-copy", func(j api.Job) bool { return j.Mode == api.ModePostCopy })
 	if err != nil {
 		return fail("waiting for post-copy: %v", err), ctx.Err()
 	}
@@ -165,7 +165,7 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 		return fail("the migration did not complete: %v", migErr), ctx.Err()
 	case jerr != nil:
 		return fail("%v", jerr), ctx.Err()
-	case final.Phase != migration.PhaseCompleted:
+	case final.Phase != api.PhaseCompleted:
 		return fail("the source job ended %s: %s", final.Phase, final.FailureReason), nil
 	case merr != nil && len(samples) == 0:
 		return fail("%v (console: %s)", merr, errText(cerr)), nil
@@ -225,7 +225,7 @@ func waitConsole(ctx context.Context, w *consoleWatch, within time.Duration, con
 	}
 }
 
-func eventLines(evs []migration.Event, t0 time.Time) []string {
+func eventLines(evs []api.Event, t0 time.Time) []string {
 	var out []string
 	for _, e := range evs {
 		out = append(out, fmt.Sprintf("+%.3fs %s: %s", e.Time.Sub(t0).Seconds(), e.Kind, e.Detail))
@@ -237,7 +237,7 @@ func eventLines(evs []migration.Event, t0 time.Time) []string {
 // goes: a run's minute is not silent, and each event is seen while the
 // job still holds it.
 func follow(ctx context.Context, f *flight) error {
-	var phase migration.Phase
+	var phase api.Phase
 	resumed := 0
 	for !f.over() {
 		if j, err := f.job(); err == nil {

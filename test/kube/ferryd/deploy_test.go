@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 // TestDeployPassesServerSideDryRun applies all of deploy/, in kustomization order, as
 // a dry run (the namespace and RBAC are applied for real by TestMain).
 func TestDeployPassesServerSideDryRun(t *testing.T) {
-	ctx := testContext(t, time.Minute)
+	ctx := kubeapi.Context(t, time.Minute)
 	if err := srv.InstallMonitoringCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -119,23 +118,6 @@ func ferryConfig() *rest.Config {
 	}
 }
 
-func testContext(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func newNamespace(t *testing.T, ctx context.Context, prefix string) string {
-	t.Helper()
-	ns, err := srv.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
-
 // The launcher pods of every migratingVMI, as KubeVirt lists them in
 // status.activePods.
 const (
@@ -147,22 +129,9 @@ const (
 // status as KubeVirt leaves it mid-migration.
 func migratingVMI(t *testing.T, ctx context.Context, ns, name string) *unstructured.Unstructured {
 	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-		"metadata": map[string]any{"name": name, "labels": map[string]any{
-			kubevirt.NodeLabel: "node-a", kubevirt.TargetNodeLabel: "node-b", "example.com/team": "vms",
-		}},
-		"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
-		"status": map[string]any{
-			"phase": "Running", "nodeName": "node-a",
-			"conditions": []any{
-				map[string]any{"type": "Ready", "status": "True"},
-				map[string]any{"type": "LiveMigratable", "status": "True"},
-			},
-			"migrationState": map[string]any{"sourceNode": "node-a", "targetNode": "node-b", "migrationUid": "mig-" + name, "mode": "PostCopy"},
-			"activePods":     map[string]any{sourcePod: "node-a", targetPod: "node-b"},
-		},
-	}}
+	u := kubeapi.MigratingVMI(name, "node-a", "node-b", "PostCopy")
+	unstructured.SetNestedField(u.Object, "vms", "metadata", "labels", "example.com/team")
+	unstructured.SetNestedMap(u.Object, map[string]any{sourcePod: "node-a", targetPod: "node-b"}, "status", "activePods")
 	out, err := srv.Dynamic.Resource(kubevirt.VMIResource).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("VMI %s: %v", name, err)

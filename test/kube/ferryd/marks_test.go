@@ -85,6 +85,24 @@ func postCopyEvents(t *testing.T, ctx context.Context, ns, name string) []corev1
 	return evs.Items
 }
 
+// checkMarkedOnce checks that of two nodes reporting the same post-copy
+// failure (a on node-a, the source; b on node-b) one marked the VMI and the
+// other found it marked, and that the mark is whole; it returns the side
+// and node whose mark landed.
+func checkMarkedOnce(t *testing.T, ctx context.Context, a, b *kubevirt.Reporter, before *unstructured.Unstructured) (side, node string) {
+	t.Helper()
+	da, db := a.Delivered(), b.Delivered()
+	if da["marked"]+db["marked"] != 1 || da["already_marked"]+db["already_marked"] != 1 {
+		t.Errorf("outcomes: node-a %v, node-b %v; want one marked, one already_marked", da, db)
+	}
+	side, node = "source", "node-a"
+	if db["marked"] == 1 {
+		side, node = "target", "node-b"
+	}
+	checkMarked(t, ctx, before, side, node)
+	return side, node
+}
+
 // checkMarked checks the whole of a mark: Ferry's label and annotation, one Event,
 // and nothing of KubeVirt's (status, kubevirt.io/ labels) or of others' changed.
 func checkMarked(t *testing.T, ctx context.Context, before *unstructured.Unstructured, side, node string) {
@@ -133,8 +151,8 @@ func equalJSON(a, b any) bool {
 // Both nodes' ferryds see the failure (the source paused, the target running
 // post-copy-failed) and report it at once: one label, one annotation, one Event.
 func TestPostCopyFailureMarkedOnceByBothNodes(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "marks")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "marks")
 	before := migratingVMI(t, ctx, ns, "vm1")
 	a, b := reporter(t, "node-a", t.TempDir()), reporter(t, "node-b", t.TempDir())
 	if err := a.Report(postCopyMark(ns, "vm1", "node-a", "source")); err != nil {
@@ -145,15 +163,7 @@ func TestPostCopyFailureMarkedOnceByBothNodes(t *testing.T) {
 	}
 	runUntilDone(t, ctx, a, b)
 
-	da, db := a.Delivered(), b.Delivered()
-	if da["marked"]+db["marked"] != 1 || da["already_marked"]+db["already_marked"] != 1 {
-		t.Errorf("outcomes: node-a %v, node-b %v; want one marked, one already_marked", da, db)
-	}
-	side, node := "source", "node-a"
-	if db["marked"] == 1 {
-		side, node = "target", "node-b"
-	}
-	checkMarked(t, ctx, before, side, node)
+	side, node := checkMarkedOnce(t, ctx, a, b, before)
 
 	// A later detection (ferryd seeing the domain again) changes nothing.
 	again := reporter(t, "node-b", t.TempDir())
@@ -169,8 +179,8 @@ func TestPostCopyFailureMarkedOnceByBothNodes(t *testing.T) {
 
 // The second node's ferryd comes after the mark landed: no second Event.
 func TestSecondNodeAddsNoEvent(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "marks-seq")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "marks-seq")
 	before := migratingVMI(t, ctx, ns, "vm1")
 	b := reporter(t, "node-b", t.TempDir())
 	b.Report(postCopyMark(ns, "vm1", "node-b", "target"))
@@ -187,8 +197,8 @@ func TestSecondNodeAddsNoEvent(t *testing.T) {
 // A mark whose domain names another VMI's UID is dropped, and so is one for a
 // domain without KubeVirt metadata (no UID): a VMI is never marked by name alone.
 func TestMarkChecksTheUIDWhenKnown(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "marks-uid")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "marks-uid")
 	before := migratingVMI(t, ctx, ns, "vm1")
 	r := reporter(t, "node-a", t.TempDir())
 	m := postCopyMark(ns, "vm1", "node-a", "source")
@@ -217,8 +227,8 @@ func TestMarkChecksTheUIDWhenKnown(t *testing.T) {
 // The API server applied a node's patch, or its Event, but the answer was lost
 // (a timeout): the retry still records the Event, and only once.
 func TestLostAnswersNeitherLoseNorRepeatTheEvent(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "marks-lost")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "marks-lost")
 	before := migratingVMI(t, ctx, ns, "vm1")
 	m := postCopyMark(ns, "vm1", "node-a", "source")
 	// The patch that landed unanswered: node-a's own label and annotation.
@@ -248,8 +258,8 @@ func TestLostAnswersNeitherLoseNorRepeatTheEvent(t *testing.T) {
 // A mark from a launcher socket lands only on a VMI that KubeVirt lists that
 // pod for: any pod can put a socket under the kubelet's pods directory.
 func TestMarkNeedsTheSocketsPodAmongTheActivePods(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "marks-pod")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "marks-pod")
 	const intruder = "6f1e2d3c-0000-4000-8000-00000000bad0"
 	before := migratingVMI(t, ctx, ns, "vm1")
 	podsDir := "/var/lib/kubelet/pods"

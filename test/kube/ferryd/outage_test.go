@@ -6,14 +6,16 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 // TestMarkLandsOnceAfterAnAPIOutage: the API server is away when both nodes see the
 // failure, and both ferryds restart meanwhile (a new Reporter on the same state
 // directory); once it is back the mark lands once, with one Event.
 func TestMarkLandsOnceAfterAnAPIOutage(t *testing.T) {
-	ctx := testContext(t, 3*time.Minute)
-	ns := newNamespace(t, ctx, "outage")
+	ctx := kubeapi.Context(t, 3*time.Minute)
+	ns := srv.Namespace(t, ctx, "outage")
 	before := migratingVMI(t, ctx, ns, "vm1")
 	dirA, dirB := t.TempDir(), t.TempDir()
 
@@ -54,13 +56,5 @@ func TestMarkLandsOnceAfterAnAPIOutage(t *testing.T) {
 	}
 	back = true
 	runUntilDone(t, ctx, a, b)
-	da, db := a.Delivered(), b.Delivered()
-	if da["marked"]+db["marked"] != 1 || da["already_marked"]+db["already_marked"] != 1 {
-		t.Errorf("outcomes: node-a %v, node-b %v; want one marked, one already_marked", da, db)
-	}
-	side, node := "source", "node-a"
-	if db["marked"] == 1 {
-		side, node = "target", "node-b"
-	}
-	checkMarked(t, ctx, before, side, node)
+	checkMarkedOnce(t, ctx, a, b, before)
 }

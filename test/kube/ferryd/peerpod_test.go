@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-vm/ferry/daemon"
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 // TestPeerPodResolvesToItsNode: a proxy certificate that names a ferryd
@@ -22,7 +23,7 @@ import (
 // ServiceAccount; a pod that is not ferryd's, or of another namespace,
 // names no node.
 func TestPeerPodResolvesToItsNode(t *testing.T) {
-	ctx := testContext(t, time.Minute)
+	ctx := kubeapi.Context(t, time.Minute)
 	pod := func(name, component, node string) {
 		t.Helper()
 		p := &corev1.Pod{

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ferry-vm/ferry/migration/kubevirt"
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 type access struct {
@@ -25,7 +26,7 @@ type access struct {
 // them, live in any namespace: VMI reads, patches and Event creation are allowed in
 // every namespace, by design.
 func TestDeployRBACIsExactlyFerrydsJob(t *testing.T) {
-	ctx := testContext(t, time.Minute)
+	ctx := kubeapi.Context(t, time.Minute)
 	allowed := []access{}
 	for _, ns := range []string{"", "default", "tenant-a"} {
 		for _, v := range []string{"get", "list", "watch", "patch"} {
@@ -34,6 +35,14 @@ func TestDeployRBACIsExactlyFerrydsJob(t *testing.T) {
 		if ns != "" {
 			allowed = append(allowed, access{"create", "", "events", "", ns})
 		}
+		// The plan's KubeVirt advice: the KubeVirt CR, wherever it is installed.
+		for _, v := range []string{"get", "list", "watch"} {
+			allowed = append(allowed, access{v, "kubevirt.io", "kubevirts", "", ns})
+		}
+	}
+	for _, v := range []string{"get", "list", "watch"} {
+		allowed = append(allowed, access{v, "migrations.kubevirt.io", "migrationpolicies", "", ""},
+			access{v, "", "namespaces", "", ""})
 	}
 	// The proxy is off on KubeVirt nodes, so no peer's pod is looked up.
 	refused := []access{
@@ -57,6 +66,14 @@ func TestDeployRBACIsExactlyFerrydsJob(t *testing.T) {
 		{"patch", "apps", "daemonsets", "", "ferry-system"},
 		{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", ""},
 		{"create", "events.k8s.io", "events", "", "default"},
+		// KubeVirt's configuration is read, never changed.
+		{"create", "kubevirt.io", "kubevirts", "", "kubevirt"}, {"patch", "kubevirt.io", "kubevirts", "", "kubevirt"},
+		{"update", "kubevirt.io", "kubevirts", "", "kubevirt"}, {"delete", "kubevirt.io", "kubevirts", "", "kubevirt"},
+		{"patch", "kubevirt.io", "kubevirts", "status", "kubevirt"},
+		{"create", "migrations.kubevirt.io", "migrationpolicies", "", ""}, {"patch", "migrations.kubevirt.io", "migrationpolicies", "", ""},
+		{"delete", "migrations.kubevirt.io", "migrationpolicies", "", ""},
+		{"patch", "", "namespaces", "", ""}, {"update", "", "namespaces", "", ""}, {"delete", "", "namespaces", "", ""},
+		{"create", "", "namespaces", "", ""},
 	}
 	check := func(a access, want bool) {
 		sar, err := srv.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
@@ -87,8 +104,8 @@ func TestDeployRBACIsExactlyFerrydsJob(t *testing.T) {
 // subresource, and virt-api's rule the status on the main resource. Nor does any
 // other change but Ferry's own label and annotation.
 func TestFerryMayChangeOnlyItsOwnMark(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "status-write")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "status-write")
 	before := migratingVMI(t, ctx, ns, "vm1")
 	ferry := dynamic.NewForConfigOrDie(ferryConfig()).Resource(kubevirt.VMIResource).Namespace(ns)
 	body := []byte(`{"status":{"phase":"Failed"}}`)

@@ -14,14 +14,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-vm/ferry/migration/kubevirt"
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 // An API server that keeps refusing a mark (here: 403, a client without
 // ferryd's role) past ParkAfter has the mark set apart on disk and counted,
 // not retried forever; a short refusal (an API server starting) is retried.
 func TestRefusedMarkIsParked(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "marks-refused")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "marks-refused")
 	migratingVMI(t, ctx, ns, "vm1")
 	rc := ferryConfig()
 	rc.BearerToken = ""
@@ -54,8 +55,8 @@ func TestRefusedMarkIsParked(t *testing.T) {
 // A reason of any length from libvirt lands cut to 1 KiB in the annotation
 // and the Event, which live in the VMI owner's namespace.
 func TestLongReasonsAreCut(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "marks-long")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "marks-long")
 	migratingVMI(t, ctx, ns, "vm1")
 	r := reporter(t, "node-a", t.TempDir())
 	m := postCopyMark(ns, "vm1", "node-a", "source")

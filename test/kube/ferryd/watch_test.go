@@ -22,8 +22,8 @@ import (
 // a watch from a client of that config is cut, one from kubevirt.WatchConfig stays
 // open for 5 s and still delivers.
 func TestWatchOutlivesTheRequestTimeout(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "watch")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "watch")
 	vmi := migratingVMI(t, ctx, ns, "vm1")
 	rc := ferryConfig()
 	rc.Timeout = 2 * time.Second
@@ -72,8 +72,8 @@ func TestWatchOutlivesTheRequestTimeout(t *testing.T) {
 // migration (kubevirt.io/migrationTargetNodeName), the source's by kubevirt.io/nodeName,
 // a third node none; and a mark shows in the cache.
 func TestWatcherSeesBothNodesVMIs(t *testing.T) {
-	ctx := testContext(t, time.Minute)
-	ns := newNamespace(t, ctx, "watcher")
+	ctx := kubeapi.Context(t, time.Minute)
+	ns := srv.Namespace(t, ctx, "watcher")
 	migratingVMI(t, ctx, ns, "vm1")
 	watchers := map[string]*kubevirt.Watcher{}
 	for _, node := range []string{"node-a", "node-b", "node-c"} {

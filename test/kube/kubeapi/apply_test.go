@@ -6,19 +6,22 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 )
 
 func TestApplyDryRun(t *testing.T) {
-	ctx := testContext(t)
+	ctx := kubeapi.Context(t, 2*time.Minute)
 	if err := srv.InstallMonitoringCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A dry run stores nothing, so the namespace must exist for real beforehand.
-	ns := newNamespace(t, ctx, "apply")
+	ns := srv.Namespace(t, ctx, "apply")
 	manifests := fmt.Sprintf(`
 apiVersion: v1
 kind: ServiceAccount
@@ -90,8 +93,8 @@ spec:
 }
 
 func TestApplyErrorsNameTheObject(t *testing.T) {
-	ctx := testContext(t)
-	ns := newNamespace(t, ctx, "apply-errors")
+	ctx := kubeapi.Context(t, 2*time.Minute)
+	ns := srv.Namespace(t, ctx, "apply-errors")
 	err := srv.Apply(ctx, []byte(fmt.Sprintf(`
 apiVersion: v1
 kind: ConfigMap

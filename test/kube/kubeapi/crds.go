@@ -19,6 +19,8 @@ var (
 	vmiCRD []byte
 	//go:embed monitoring-crds.yaml
 	monitoringCRDs []byte
+	//go:embed kubevirt-config-crds.yaml
+	kubevirtConfigCRDs []byte
 )
 
 // VMIResource is the VirtualMachineInstance resource that Start installs.
@@ -30,6 +32,14 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 // (monitoring.coreos.com/v1), so that manifests using them can be applied or dry-run.
 func (s *Server) InstallMonitoringCRDs(ctx context.Context) error {
 	return s.installCRDs(ctx, monitoringCRDs)
+}
+
+// InstallKubeVirtConfigCRDs installs KubeVirt's KubeVirt (kubevirt.io/v1) and
+// MigrationPolicy (migrations.kubevirt.io/v1alpha1) CRDs, cut down to the fields Ferry
+// reads, so that a cluster's migration configuration can be stored as KubeVirt's is.
+// Start leaves them out, so that a test can first read a cluster without them.
+func (s *Server) InstallKubeVirtConfigCRDs(ctx context.Context) error {
+	return s.installCRDs(ctx, kubevirtConfigCRDs)
 }
 
 // installCRDs applies CRD manifests and returns once their resources can be created

@@ -5,6 +5,7 @@ package kubeapi_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,8 +17,8 @@ import (
 )
 
 func TestWarningEvent(t *testing.T) {
-	ctx := testContext(t)
-	ns := newNamespace(t, ctx, "events")
+	ctx := kubeapi.Context(t, 2*time.Minute)
+	ns := srv.Namespace(t, ctx, "events")
 	vmi := newVMI(t, ctx, ns, "vm1")
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))

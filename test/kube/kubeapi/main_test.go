@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/test/kube/kubeapi"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -84,25 +83,6 @@ func logMemory(when string) {
 		}
 		fmt.Fprintf(os.Stderr, "kubeapi: %s %s: RSS %s, peak %s\n", when, p.name, rss, hwm)
 	}
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// newNamespace creates a namespace for one test. Nothing deletes it: without a
-// controller manager a deleted namespace would stay Terminating anyway.
-func newNamespace(t *testing.T, ctx context.Context, prefix string) string {
-	t.Helper()
-	ns, err := srv.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
 }
 
 // newVMI creates a VirtualMachineInstance with a status, the way virt-controller would

@@ -12,8 +12,8 @@ import (
 )
 
 func TestAPIServerRestartKeepsVMI(t *testing.T) {
-	ctx := testContext(t)
-	ns := newNamespace(t, ctx, "restart")
+	ctx := kubeapi.Context(t, 2*time.Minute)
+	ns := srv.Namespace(t, ctx, "restart")
 	before := newVMI(t, ctx, ns, "vm1")
 	client := srv.Dynamic.Resource(kubeapi.VMIResource).Namespace(ns)
 

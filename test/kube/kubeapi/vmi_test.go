@@ -4,6 +4,7 @@ package kubeapi_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ferry-vm/ferry/test/kube/kubeapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,8 +19,8 @@ import (
 // rules (status and kubevirt.io/ labels are KubeVirt's; other labels, annotations are
 // open).
 func TestVMIContract(t *testing.T) {
-	ctx := testContext(t)
-	ns := newNamespace(t, ctx, "vmi-contract")
+	ctx := kubeapi.Context(t, 2*time.Minute)
+	ns := srv.Namespace(t, ctx, "vmi-contract")
 	before := newVMI(t, ctx, ns, "vm1")
 	admin := srv.Dynamic.Resource(kubeapi.VMIResource).Namespace(ns)
 	kubevirt := dynamic.NewForConfigOrDie(srv.KubeVirtConfig()).Resource(kubeapi.VMIResource).Namespace(ns)

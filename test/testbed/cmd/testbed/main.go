@@ -26,12 +26,12 @@ Verbs:
                                --ferryd= runs none)
   down                         stop everything the bed started
   env                          print FERRY_* shell variables describing the bed
-  guest start NAME [--node a] [--memory-mib 512] [--dirty-mib 256] [--dirty-rate-mibs 64]
+  guest start NAME [--node a] [--memory-mib 512] [--dirty-mib 256] [--dirty-rate-mibs 64] [--fill stamp|zero|random]
                                rate 0 = as fast as possible, -1 = idle
   guest destroy NAME
   migrate NAME --from a --to b [--postcopy] [--postcopy-after DURATION] [--auto-converge]
                                [--bandwidth-mibs N] [--postcopy-bandwidth-mibs N]
-                               [--parallel N] [--via ferry|socat]
+                               [--parallel N] [--compression none|zstd|auto] [--via ferry|socat]
                                [--policy observe|advise|act] [--max-downtime-ms N]
   console NAME                 the guest's serial console across all nodes
   exec NODE -- CMD...          run CMD in the node's network + mount namespaces
@@ -195,6 +195,7 @@ func guest(ctx context.Context, cfg testbed.Config, args []string) error {
 		fs.IntVar(&spec.MemoryMiB, "memory-mib", 512, "guest RAM")
 		fs.IntVar(&spec.DirtyMiB, "dirty-mib", 256, "memory the guest keeps dirtying")
 		fs.IntVar(&spec.DirtyRateMiBs, "dirty-rate-mibs", 64, "MiB/s; 0 = max, -1 = idle")
+		fs.StringVar(&spec.Fill, "fill", "stamp", "what a dirtied page holds: stamp (one changing byte), zero, or random")
 	case "destroy":
 	default:
 		return usagef("guest: unknown sub-verb %q (want start or destroy)", sub)
@@ -225,6 +226,7 @@ func migrate(ctx context.Context, open opener, args []string) error {
 	fs.IntVar(&m.BandwidthMiBs, "bandwidth-mibs", 0, "pre-copy bandwidth limit in MiB/s (0 = none)")
 	fs.IntVar(&m.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "post-copy bandwidth limit in MiB/s (0 = none)")
 	fs.IntVar(&m.Parallel, "parallel", 0, "multifd connections for the memory stream (Ferry's proxy only)")
+	fs.StringVar(&m.Compression, "compression", "", "none, zstd (needs --parallel) or auto (Ferry's proxy only)")
 	fs.StringVar(&m.Via, "via", "", "relay: ferry (the source ferryd drives it through Ferry's proxy; default with ferryd) or socat")
 	fs.StringVar(&m.Policy, "policy", "", "convergence policy of a migration via ferry: observe, advise or act (default: ferryd's)")
 	fs.Uint64Var(&m.MaxDowntimeMs, "max-downtime-ms", 0, "downtime cap of the policy of a migration via ferry (can only lower ferryd's)")

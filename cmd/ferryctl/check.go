@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/internal/units"
+)
+
+const checkUse = "check NAME [--to HOST:PORT --to-node NODE] [--postcopy]"
+
+// notMigratable is check's exit status 1: the domain would not move.
+type notMigratable struct{ name string }
+
+func (e notMigratable) Error() string { return e.name + " cannot be migrated" }
+
+// checkCmd says whether a domain can move, and with --to asks the target
+// through a dry run.
+func checkCmd(g *globals) *cobra.Command {
+	var req api.DryRunRequest
+	c := &cobra.Command{
+		Use:   checkUse,
+		Short: "say whether NAME can be live-migrated, and why not; --to asks the target through a dry run",
+		Long: "check reads NAME's live definition for what keeps it on this node (host devices, local disks,\n" +
+			"shared memory, a CPU tied to this host...). With --to it also runs the migration protocol up to\n" +
+			"the target's prepare, where the target's libvirt starts the guest ready to receive it and stops it\n" +
+			"again: no memory is sent. The exit status is 0 only if NAME can move.",
+		Args:              exactlyOneDomain(checkUse),
+		ValidArgsFunction: completeDomains(g),
+		RunE: runE(func(ctx context.Context, args []string) error {
+			name := args[0]
+			path := "/v1/domains/" + url.PathEscape(name) + "/check"
+			var resp api.CheckResponse
+			if req.Target == "" {
+				if req.TargetNode != "" || req.PostCopy {
+					return usageError("--to-node and --postcopy go with --to HOST:PORT (usage: " + checkUse + ")")
+				}
+				if err := g.client.get(ctx, path, g.domainQuery(), &resp); err != nil {
+					return err
+				}
+			} else {
+				req.Socket = g.libvirtSocket
+				body, _ := json.Marshal(req)
+				if err := g.client.postJSON(ctx, path, body, &resp); err != nil {
+					return err
+				}
+			}
+			if resp.Blockers == nil {
+				resp.Blockers = []api.Blocker{}
+			}
+			if err := emit(g, resp, func(bool) { printCheck(g.out, resp) }); err != nil {
+				return err
+			}
+			if !resp.Migratable {
+				return notMigratable{name}
+			}
+			return nil
+		}),
+	}
+	f := c.Flags()
+	f.StringVar(&req.Target, "to", "", "dry run to the target node's proxy address HOST:PORT")
+	f.StringVar(&req.TargetNode, "to-node", "", "the node the target must be, by its proxy's certificate (as for migrate)")
+	f.BoolVar(&req.PostCopy, "postcopy", false, "ask with post-copy allowed, as the migration would be")
+	return c
+}
+
+func printCheck(w io.Writer, r api.CheckResponse) {
+	verdict := "can be migrated"
+	if !r.Migratable {
+		verdict = "cannot be migrated"
+	}
+	fmt.Fprintf(w, "%s on node %s %s\n", r.Domain, r.Node, verdict)
+	if len(r.Blockers) > 0 {
+		tw := table(w)
+		fmt.Fprintln(tw, "  SEVERITY\tCODE\tDEVICE\tWHY")
+		for _, b := range r.Blockers {
+			dev := b.Device
+			if b.SizeBytes > 0 {
+				dev += " (" + units.IEC(b.SizeBytes) + ")"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", strings.ToUpper(string(b.Severity)), b.Code, dash(dev), b.Message)
+		}
+		tw.Flush()
+	}
+	if d := r.DryRun; d != nil {
+		to := d.Target
+		if d.TargetNode != "" {
+			to = d.TargetNode + " (" + d.Target + ")"
+		}
+		if d.OK {
+			fmt.Fprintf(w, "dry run to %s: the target would take it (CPU %s), in %dms\n", to, d.CPU, d.DurationMs)
+		} else {
+			fmt.Fprintf(w, "dry run to %s: refused at %s, in %dms: %s\n", to, d.Step, d.DurationMs, d.Error)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/internal/peertext"
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/measure"
+	"github.com/ferry-vm/ferry/metrics"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/migration/policy"
+	"github.com/ferry-vm/ferry/plan"
+)
+
+// defaultSetup is what a migration is taken to cost besides its memory
+// until one over the path says: the target's prepare, its QEMU's start.
+const defaultSetup = 2 * time.Second
+
+// maxEntryError bounds an entry's error text.
+const maxEntryError = 512
+
+// errBadPlan is a plan request that names what cannot be planned.
+var errBadPlan = errors.New("bad plan request")
+
+// getPlan answers GET /v1/plan?to=NODE,NODE&parallel=N&bandwidthMiBs=N.
+func (d *Daemon) getPlan(w http.ResponseWriter, r *http.Request) {
+	req, err := planRequestOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	defer cancel()
+	p, err := d.buildPlan(ctx, req)
+	if err != nil {
+		writePlanError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func writePlanError(w http.ResponseWriter, err error) {
+	code := http.StatusBadGateway
+	if errors.Is(err, errBadPlan) {
+		code = http.StatusBadRequest
+	}
+	writeError(w, code, err.Error())
+}
+
+func planRequestOf(r *http.Request) (api.PlanRequest, error) {
+	q := r.URL.Query()
+	var req api.PlanRequest
+	for _, t := range strings.Split(q.Get("to"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			req.Targets = append(req.Targets, t)
+		}
+	}
+	for name, v := range map[string]*int{"parallel": &req.Parallel, "bandwidthMiBs": &req.BandwidthMiBs} {
+		if s := q.Get(name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				return req, fmt.Errorf("%s %q is not a count", name, s)
+			}
+			*v = n
+		}
+	}
+	return req, validPlanRequest(req)
+}
+
+// maxParallel bounds a plan's migrations at once: each is a lane of the
+// plan and a goroutine of an evacuation.
+const maxParallel = 64
+
+func validPlanRequest(req api.PlanRequest) error {
+	if req.Parallel < 0 || req.Parallel > maxParallel || req.BandwidthMiBs < 0 || len(req.Targets) > maxParallel {
+		return fmt.Errorf("%w: parallel %d (0 to %d), bandwidthMiBs %d (not negative), %d targets (at most %d)",
+			errBadPlan, req.Parallel, maxParallel, req.BandwidthMiBs, len(req.Targets), maxParallel)
+	}
+	return nil
+}
+
+// buildPlan predicts how each domain of this node would move, orders
+// them and lays them out over the slots and the link.
+func (d *Daemon) buildPlan(ctx context.Context, req api.PlanRequest) (api.Plan, error) {
+	for _, t := range req.Targets {
+		if _, ok := d.cfg.Peers[t]; !ok {
+			return api.Plan{}, fmt.Errorf("%w: node %s: this ferryd knows no proxy address for it (ferryd --peer %s=HOST:PORT)", errBadPlan, t, t)
+		}
+		if t == d.cfg.NodeName {
+			return api.Plan{}, fmt.Errorf("%w: node %s is this node", errBadPlan, t)
+		}
+	}
+	// No more at once than the node's scheduler gives.
+	slotsMax := max(d.cfg.OutboundSlots, 1)
+	if req.Parallel == 0 || req.Parallel > slotsMax {
+		req.Parallel = slotsMax
+	}
+	p := api.Plan{Node: d.cfg.NodeName, Targets: req.Targets, Parallel: req.Parallel, Entries: []api.PlanEntry{}}
+	path := d.learnPath(req, &p)
+	limits := plan.Limits{MaxDowntime: migration.DefaultMaxDowntime}
+	if d.cfg.Policy.Mode == policy.Act {
+		limits = plan.Limits{MaxDowntime: time.Duration(d.cfg.Policy.MaxDowntimeMs) * time.Millisecond, AllowPostCopy: d.cfg.Policy.AllowPostCopy}
+	}
+	p.MaxDowntimeMs, p.AllowPostCopy = uint64(limits.MaxDowntime/time.Millisecond), limits.AllowPostCopy
+
+	var doms []api.Domain
+	var stopped []api.PlanEntry
+	for _, dom := range d.Tracker.Domains() {
+		if dom.State == libvirtx.StateRunning.String() {
+			doms = append(doms, dom)
+			continue
+		}
+		// A paused guest (one a failed migration left, say) is not moved
+		// live, and the node is not empty while it is here.
+		stopped = append(stopped, api.PlanEntry{Domain: dom.Name, Socket: dom.Socket, Mover: api.MoverFerry, State: "planned",
+			Error: fmt.Sprintf("%s (%s): only a running guest is live-migrated; resume it or move it by hand", dom.State, dom.Reason)})
+	}
+	kc := d.readKubeVirtContext(ctx)
+	entries := make([]api.PlanEntry, len(doms))
+	// Measured a few at a time, as the meter does.
+	sem := make(chan struct{}, max(d.cfg.DirtyRate.Concurrent, 1))
+	var wg sync.WaitGroup
+	for i, dom := range doms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			entries[i] = d.planEntry(ctx, kc, dom, path, limits)
+		}()
+	}
+	waited := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		return api.Plan{}, fmt.Errorf("planning did not end within its time: %w", ctx.Err())
+	}
+	entries = append(entries, stopped...)
+	plan.Order(entries, req.Targets)
+	p.PredictedSeconds = plan.Schedule(entries, req.Parallel)
+	for _, e := range entries {
+		if !e.Migratable || e.Prediction != nil && e.Prediction.Strategy == api.StrategyCannotMove {
+			p.CannotMove++
+		}
+		if e.DrainBlock != nil {
+			p.DrainBlocked++
+		}
+	}
+	p.Entries = entries
+	d.evac.mu.Lock()
+	d.evac.predicted, d.evac.planned = p.PredictedSeconds, true
+	d.evac.mu.Unlock()
+	return p, nil
+}
+
+// lastPlanSeconds is the last plan's predicted evacuation, for /metrics.
+func (d *Daemon) lastPlanSeconds() (float64, bool) {
+	d.evac.mu.Lock()
+	defer d.evac.mu.Unlock()
+	return d.evac.predicted, d.evac.planned
+}
+
+// slotUse is the node's slots for the migrations Ferry drives, for /metrics.
+func (d *Daemon) slotUse() []metrics.SlotUse {
+	var out []metrics.SlotUse
+	if d.source != nil {
+		st := d.source.SlotStatus()
+		out = append(out, metrics.SlotUse{Direction: "outbound", Max: st.Max, Used: st.Used, Queued: st.Queued})
+	}
+	if d.Proxy != nil {
+		max, used := d.Proxy.InboundSlots()
+		out = append(out, metrics.SlotUse{Direction: "inbound", Max: max, Used: used})
+	}
+	return out
+}
+
+// planEntry checks one domain and predicts its migration. A VMI's is
+// advice, made with what KubeVirt will apply (kc: the cluster's
+// configuration), not with this node's policy.
+func (d *Daemon) planEntry(ctx context.Context, kc *kubeVirtContext, dom api.Domain, path plan.Path, limits plan.Limits) api.PlanEntry {
+	e := api.PlanEntry{Domain: dom.Name, Socket: dom.Socket, State: "planned", Mover: api.MoverFerry}
+	if c, err := d.Pool.Conn(dom.Socket); err == nil && c.Matched() {
+		// A launcher's domain is KubeVirt's to move, and its socket a
+		// pod's: Ferry never drives it, whatever it reports.
+		e.Mover = api.MoverKubeVirt
+	}
+	check, err := d.checkDomain(ctx, dom.Socket, dom.Name)
+	if err != nil {
+		// A launcher's libvirt is a pod's: its words are quoted, and bounded.
+		e.Error = peertext.Quote(err.Error(), maxEntryError)
+		return e
+	}
+	e.Migratable, e.Blockers = check.Migratable, check.Blockers
+	if e.Mover == api.MoverKubeVirt && kc != nil {
+		l, cap, err := d.kubeVirtAdvice(ctx, kc, dom, &e)
+		if err != nil {
+			e.Error = err.Error()
+			return e
+		}
+		limits = l
+		if cap > 0 && (path.BandwidthBytesPerSecond == 0 || cap < path.BandwidthBytesPerSecond) {
+			path.BandwidthBytesPerSecond = cap
+		}
+	}
+	if !e.Migratable {
+		return e
+	}
+	if d.meter == nil {
+		e.Error = "the dirty rate is not measured here (ferryd --dirty-rate-period 0): no prediction"
+		return e
+	}
+	if _, err := d.meter.Measure(ctx, dom.Socket, dom.Name, d.cfg.DirtyRate.Period); err != nil {
+		e.Error = peertext.Quote(err.Error(), maxEntryError)
+		return e
+	}
+	one := []api.Domain{dom}
+	d.meter.Annotate(one)
+	g := plan.Guest{MemoryBytes: one[0].MemoryBytes, ResidentBytes: one[0].ResidentBytes, DirtyBytesPerSecond: measure.Estimate(one[0].DirtyRates)}
+	pr := plan.Predict(g, path, limits)
+	e.Prediction = &pr
+	return e
+}
+
+// learnPath is the link's bandwidth and a migration's setup: given, or
+// ferryd's flag, or what the last migrations this node drove to the
+// targets took.
+func (d *Daemon) learnPath(req api.PlanRequest, p *api.Plan) plan.Path {
+	path := plan.Path{Setup: defaultSetup}
+	p.SetupFrom = "default, until a migration over the path says"
+	switch {
+	case req.BandwidthMiBs > 0:
+		path.BandwidthBytesPerSecond, p.BandwidthFrom = uint64(req.BandwidthMiBs)<<20, "given"
+	case d.cfg.LinkBandwidthMiBs > 0:
+		path.BandwidthBytesPerSecond, p.BandwidthFrom = uint64(d.cfg.LinkBandwidthMiBs)<<20, "ferryd --migration-bandwidth-mibs"
+	}
+	var rates, setups []float64
+	for _, j := range d.Tracker.Jobs(true) {
+		if j.Role != api.RoleSource || j.Phase != api.PhaseCompleted || j.Proxy == nil || j.EndTime == nil ||
+			len(req.Targets) > 0 && !slices.Contains(req.Targets, j.PeerNode) {
+			continue
+		}
+		rate := migration.TransferRate(j)
+		if rate <= 0 {
+			continue
+		}
+		rates = append(rates, rate)
+		bw := rate
+		if path.BandwidthBytesPerSecond > 0 {
+			bw = float64(path.BandwidthBytesPerSecond)
+		}
+		setup := j.EndTime.Sub(j.StartTime).Seconds() - float64(j.DataProcessedBytes)/bw - float64(j.DowntimeMs)/1000
+		setups = append(setups, max(setup, 0))
+	}
+	if len(rates) > 0 && path.BandwidthBytesPerSecond == 0 {
+		path.BandwidthBytesPerSecond = uint64(migration.Median(rates))
+		p.BandwidthFrom = fmt.Sprintf("learned from the last %d migrations to the targets", len(rates))
+	}
+	if len(setups) > 0 {
+		path.Setup = time.Duration(migration.Median(setups) * float64(time.Second))
+		p.SetupFrom = fmt.Sprintf("learned from the last %d migrations to the targets", len(setups))
+	}
+	p.BandwidthBytesPerSecond, p.SetupSeconds = path.BandwidthBytesPerSecond, path.Setup.Seconds()
+	if p.BandwidthFrom == "" {
+		p.BandwidthFrom = "unknown: give --bandwidth-mibs, set ferryd --migration-bandwidth-mibs, or migrate over the path once"
+	}
+	return path
+}

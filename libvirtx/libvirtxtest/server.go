@@ -1,0 +1,260 @@
+package libvirtxtest
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// RPC header values (libvirt's virnetprotocol.x).
+const (
+	remoteProgram = 0x20008086
+	typeReply     = 1
+	typeMessage   = 2
+	statusOK      = 0
+	statusError   = 1
+	headerSize    = 28
+)
+
+// AnswerFunc answers a call in the fake's place; ok=false leaves the call
+// to the fake. It may block to answer late: each call is answered on its
+// own goroutine, as libvirtd's workers do, so one call can be held back
+// while others on the same connection are answered.
+type AnswerFunc func(proc uint32, args []byte) (reply []byte, err *libvirt.Error, ok bool)
+
+// Server is a fake libvirtd on a unix socket.
+type Server struct {
+	t    testing.TB
+	path string
+	ln   net.Listener
+
+	mu       sync.Mutex
+	closed   bool
+	accepted int
+	conns    []*conn // open ones
+	calls    []call
+	answer   AnswerFunc
+	lastCB   int32
+	// The domains by name, and every identity a name has had, so that an
+	// event can still name a domain that is gone.
+	domains map[string]*domain
+	known   map[string]Domain
+}
+
+type call struct {
+	prog, proc uint32
+	args       []byte
+}
+
+// conn is one client connection; its subscriptions are guarded by the
+// server's mu, its writes by wmu (replies and events interleave).
+type conn struct {
+	net.Conn
+	wmu  sync.Mutex
+	subs map[int32]libvirt.DomainEventID // callback ID -> event ID
+}
+
+// New listens at path, or in a temporary directory when path is empty, and
+// serves until the test ends or Close.
+func New(t testing.TB, path string) *Server {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "libvirt-sock")
+	}
+	ln, err := listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{t: t, path: path, ln: ln, domains: map[string]*domain{}, known: map[string]Domain{}}
+	go s.accept()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// sunPathMax is what a unix socket address holds, its NUL excluded.
+const sunPathMax = 107
+
+// listen listens at path. A longer path than an address holds (a
+// virt-launcher's socket under the kubelet's pods directory is) is bound
+// at a short one first and renamed: a socket's inode, not its name, is
+// what a connect reaches.
+func listen(path string) (net.Listener, error) {
+	if len(path) <= sunPathMax {
+		return net.Listen("unix", path)
+	}
+	dir, err := os.MkdirTemp("", "lvt")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Rename(filepath.Join(dir, "s"), path); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return unlinking{ln, path}, nil
+}
+
+// unlinking removes its socket when closed, as a short path's listener
+// does: a closed fake leaves no socket behind whatever its path's length.
+type unlinking struct {
+	net.Listener
+	path string
+}
+
+func (u unlinking) Close() error {
+	err := u.Listener.Close()
+	os.Remove(u.path)
+	return err
+}
+
+// Path is the socket's path.
+func (s *Server) Path() string { return s.path }
+
+// Answer sets the hook asked before the fake answers a call (nil: none).
+func (s *Server) Answer(f AnswerFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answer = f
+}
+
+// Calls returns the arguments of every call of the remote program's
+// procedure proc so far, in arrival order.
+func (s *Server) Calls(proc uint32) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out [][]byte
+	for _, c := range s.calls {
+		if c.prog == remoteProgram && c.proc == proc {
+			out = append(out, c.args)
+		}
+	}
+	return out
+}
+
+// Connections is how many connections the fake has accepted.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted
+}
+
+// Send writes raw bytes on every open connection, as a broken daemon
+// would.
+func (s *Server) Send(raw []byte) {
+	s.mu.Lock()
+	conns := append([]*conn(nil), s.conns...)
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.write(raw)
+	}
+}
+
+// Close stops listening and drops every connection, as a dying libvirtd
+// does.
+func (s *Server) Close() {
+	s.ln.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// logf logs unless the test is over (a late call's answer would panic
+// logging then).
+func (s *Server) logf(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.t.Logf(format, args...)
+	}
+}
+
+func (s *Server) accept() {
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		c := &conn{Conn: nc, subs: map[int32]libvirt.DomainEventID{}}
+		s.mu.Lock()
+		s.conns = append(s.conns, c)
+		s.accepted++
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+func (s *Server) serve(c *conn) {
+	defer s.drop(c)
+	for {
+		var hdr [headerSize]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		size := binary.BigEndian.Uint32(hdr[0:4])
+		prog := binary.BigEndian.Uint32(hdr[4:8])
+		proc := binary.BigEndian.Uint32(hdr[12:16])
+		serial := binary.BigEndian.Uint32(hdr[20:24])
+		if size < headerSize {
+			return
+		}
+		args := make([]byte, size-headerSize)
+		if _, err := io.ReadFull(c, args); err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.calls = append(s.calls, call{prog, proc, args})
+		answer := s.answer
+		s.mu.Unlock()
+		go func() {
+			var reply []byte
+			var lerr *libvirt.Error
+			ok := false
+			if answer != nil && prog == remoteProgram {
+				reply, lerr, ok = answer(proc, args)
+			}
+			if !ok {
+				reply, lerr = s.reply(c, prog, proc, args)
+			}
+			status := uint32(statusOK)
+			if lerr != nil {
+				status, reply = statusError, ErrorBody(*lerr)
+			}
+			c.write(packet(prog, proc, typeReply, serial, status, reply))
+		}()
+	}
+}
+
+// drop forgets a connection the client closed, and its subscriptions.
+func (s *Server) drop(c *conn) {
+	c.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conns = slices.DeleteFunc(s.conns, func(o *conn) bool { return o == c })
+}
+
+func (c *conn) write(b []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.Write(b)
+}
+
+// packet frames a body: its length word, then the header.
+func packet(prog, proc, typ, serial, status uint32, body []byte) []byte {
+	x := new(XDR).U32(uint32(headerSize+len(body)), prog, 1, proc, typ, serial, status)
+	return append(x.Bytes(), body...)
+}

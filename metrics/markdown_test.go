@@ -1,0 +1,34 @@
+package metrics
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// updating says whether the generated files are written rather than
+// compared: FERRY_UPDATE_DOCS=1 (make docs).
+func updating() bool { return os.Getenv("FERRY_UPDATE_DOCS") == "1" }
+
+func TestMetricsDocIsCurrent(t *testing.T) {
+	path := filepath.Join("..", filepath.FromSlash(DocPath))
+	want := Markdown()
+	if updating() {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", DocPath)
+		return
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%s: %v; run make docs", DocPath, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the declarations in metrics/: run make docs (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./metrics/)", DocPath)
+	}
+}

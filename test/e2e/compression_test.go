@@ -1,0 +1,46 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// zstd on multifd channels through Ferry's proxy, on a slow link: the
+// guest's pages (one changing byte each) leave the source compressed, the
+// target QEMU takes them (libvirt prepared it for zstd too), and the
+// guest's memory is whole. The source proxy's own count of the bytes it
+// sent is a fraction of the guest's memory: compression happened before
+// the wire, not as a name on the job.
+func TestZstdCompressionThroughTheProxy(t *testing.T) {
+	const name = "zstd"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 256, DirtyRateMiBs: 8, Verify: true})
+	before := verifiedSoFar(t, name)
+	start := time.Now()
+	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 16, Parallel: 2, Compression: "zstd"}); err != nil {
+		t.Fatalf("the migration failed: %v", err)
+	}
+	j := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	if j.Proxy == nil || j.Proxy.Compression != "zstd" {
+		t.Fatalf("the job does not say zstd: %+v", j.Proxy)
+	}
+	mem := j.Proxy.Bytes["memory"]
+	if mem["connections"] != 3 {
+		t.Errorf("the source proxy relayed %d memory connections, want 3 (main and 2 multifd)", mem["connections"])
+	}
+	cpu := 0.0
+	if j.QEMU != nil {
+		cpu = j.QEMU.CPUUsageSeconds
+	}
+	t.Logf("zstd on 2 channels at 16 MiB/s: %.1fs, %d passes, %s on the wire for a 512 MiB guest, source QEMU CPU %.1f s",
+		j.EndTime.Sub(j.StartTime).Seconds(), j.Iteration, fmtMiB(mem["toTarget"]), cpu)
+	if mem["toTarget"] > 128<<20 {
+		t.Errorf("%s went over the wire for 512 MiB of guest memory, dirtied with one byte a page: not compressed", fmtMiB(mem["toTarget"]))
+	}
+	onlyOn(t, name, "b", "a")
+	memoryIntact(t, name, before)
+	assertTruth(t, name, "a", "b", start)
+}

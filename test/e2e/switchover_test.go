@@ -1,0 +1,158 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// migrationParameter is one of QEMU's numeric migration parameters on a
+// node, as QEMU itself reports it through that node's libvirt.
+func migrationParameter(node, domain, param string) (uint64, error) {
+	var params map[string]any
+	if err := qemuAnswer(node, domain, "query-migrate-parameters", &params); err != nil {
+		return 0, err
+	}
+	v, _ := params[param].(float64)
+	return uint64(v), nil
+}
+
+// qemuAnswer asks a domain's QEMU a QMP command through its node's
+// libvirt and decodes what it returns into v.
+func qemuAnswer(node, domain, command string, v any) error {
+	l, err := bed.Libvirt(node)
+	if err != nil {
+		return err
+	}
+	defer l.Disconnect()
+	d, err := l.DomainLookupByName(domain)
+	if err != nil {
+		return err
+	}
+	out, err := l.QEMUDomainMonitorCommand(d, fmt.Sprintf(`{"execute":%q}`, command), 0)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Return json.RawMessage `json:"return"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return err
+	}
+	return json.Unmarshal(r.Return, v)
+}
+
+// passRates are a job's passes as QEMU measured them, in MiB/s.
+func passRates(j api.Job) string {
+	var rates []string
+	for _, it := range j.Iterations {
+		rates = append(rates, fmt.Sprintf("%.1f", float64(it.TransferRateBytesPerSecond)/(1<<20)))
+	}
+	return strings.Join(rates, " ")
+}
+
+// A guest that keeps rewriting its pages with zeros: each pass QEMU sends
+// them as a few bytes each, so its own bandwidth figure (bytes sent over
+// time spent) falls well below the cap it sends at (about 30 MiB/s for
+// 48 here), and so does the remainder it would switch over at. Left to
+// that figure the migration takes many more passes, or keeps copying to
+// its deadline. Once a plain migration has shown the
+// path sustains the cap, the next capped migration is told the cap for
+// its switch-over (bandwidth.avail.switchover), QEMU holds it, and the
+// same guest completes, pausing no longer than its downtime cap allows.
+func TestSwitchoverBandwidthComesFromTheWire(t *testing.T) {
+	const (
+		name     = "zeros"
+		capMiBs  = holdMiBs
+		deadline = 40 * time.Second
+	)
+	// A fresh ferryd on a: no migration over the path yet.
+	if err := bed.SetNodeFerrydArgs(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Fill: "zero"})
+	before := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: capMiBs, Deadline: deadline})
+	err := <-before
+	j0 := waitJob(t, "a", name, "ended", 30*time.Second, func(j api.Job) bool { return j.EndTime != nil })
+	down0 := "none"
+	if j0.Phase == api.PhaseCompleted {
+		down0 = targetDowntime(t, name).String()
+	}
+	t.Logf("left to QEMU's figure: %s after %.1fs, %d passes, downtime %s; QEMU measured %s MiB/s, the wire carried %s/s (migrate: %v)",
+		j0.Phase, j0.EndTime.Sub(j0.StartTime).Seconds(), j0.Iteration, down0, passRates(j0), fmtMiB(j0.Proxy.WireBytesPerSecond), err)
+
+	// The premise: QEMU's own figure for this guest falls well below the
+	// cap it sends at.
+	var qemu []float64
+	for _, it := range j0.Iterations {
+		if it.TransferRateBytesPerSecond > 0 {
+			qemu = append(qemu, float64(it.TransferRateBytesPerSecond))
+		}
+	}
+	if len(qemu) == 0 || migration.Median(qemu) > 0.8*float64(capMiBs<<20) {
+		t.Fatalf("QEMU measured this guest's passes at %s MiB/s, not well below the %d MiB/s cap: the case this test is about did not arise", passRates(j0), capMiBs)
+	}
+	if j0.Phase == api.PhaseCompleted {
+		if err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "b", To: "a", Via: "ferry"}); err != nil {
+			t.Fatalf("the migration back to a failed: %v", err)
+		}
+	}
+	// The path shows what it sustains on a plain migration long enough
+	// to time: 384 MiB of stamped pages, 8 s at the cap.
+	guest(t, testbed.GuestSpec{Name: "zeros-warm", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: -1})
+	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: "zeros-warm", From: "a", To: "b", Via: "ferry", BandwidthMiBs: capMiBs}); err != nil {
+		t.Fatalf("the warm-up migration failed: %v", err)
+	}
+	w := waitJob(t, "a", "zeros-warm", "Completed", 30*time.Second, completed)
+	if w.Proxy == nil || w.Proxy.WireBytesPerSecond == 0 {
+		t.Fatalf("the source proxy measured no wire rate: %+v", w.Proxy)
+	}
+
+	start := time.Now()
+	after := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: capMiBs, Deadline: deadline})
+	var told uint64
+	waitFor(t, "QEMU on a holding a switch-over bandwidth", time.Minute, func() bool {
+		told, _ = migrationParameter("a", name, "avail-switchover-bandwidth")
+		return told > 0
+	})
+	if err := <-after; err != nil {
+		t.Fatalf("told the wire's rate, the migration still failed: %v", err)
+	}
+	j := waitJob(t, "a", name, "Completed", 30*time.Second, func(x api.Job) bool { return completed(x) && !x.StartTime.Before(start.Add(-time.Second)) })
+	if j.Proxy == nil || j.Proxy.SwitchoverBandwidthMiBs<<20 != told {
+		t.Fatalf("QEMU holds %s/s for its switch-over, the job says %+v", fmtMiB(told), j.Proxy)
+	}
+	if told != uint64(capMiBs)<<20 {
+		t.Errorf("QEMU was told %s/s, not the migration's cap of %d MiB/s", fmtMiB(told), capMiBs)
+	}
+	down := targetDowntime(t, name)
+	t.Logf("told %s/s (%s): Completed after %.1fs, %d passes, downtime %s",
+		fmtMiB(told), j.Proxy.SwitchoverFrom, j.EndTime.Sub(j.StartTime).Seconds(), j.Iteration, down)
+	if j0.Phase != api.PhaseCompleted {
+		t.Logf("told the wire's rate, the guest switched over where QEMU's own figure never let it")
+	}
+	if down > 300*time.Millisecond+200*time.Millisecond {
+		t.Errorf("the guest paused %s, more than the 300 ms allowed and a margin", down)
+	}
+	assertTruth(t, name, "a", "b", start)
+}
+
+// targetDowntime is how long the guest was paused in its last migration
+// to b, as b's libvirt recorded it.
+func targetDowntime(t *testing.T, name string) time.Duration {
+	t.Helper()
+	n, err := readNodeTruth("b", name)
+	if err != nil || n.Stats == nil {
+		t.Fatalf("b's libvirt keeps no completed statistics of %s: %v", name, err)
+	}
+	return time.Duration(n.Stats.DowntimeMs) * time.Millisecond
+}
