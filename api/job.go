@@ -297,6 +297,13 @@ type Domain struct {
 	// pages); both as last measured.
 	MemoryBytes   uint64 `json:"memoryBytes,omitempty"`
 	ResidentBytes uint64 `json:"residentBytes,omitempty"`
+	// Migratable is what `ferryctl check` without a target says of a
+	// running domain: nothing in its live XML blocks a migration, and
+	// BlockedBy the code of the first thing that does. Unset when the
+	// check could not be made (see CheckError).
+	Migratable *bool  `json:"migratable,omitempty"`
+	BlockedBy  string `json:"blockedBy,omitempty"`
+	CheckError string `json:"checkError,omitempty"`
 }
 
 // DirtyRate is one measurement of how fast a guest dirties its memory,

@@ -55,3 +55,9 @@ type AbortResult struct {
 	Job     Job    `json:"job"`
 	Message string `json:"message"`
 }
+
+// QueueHeader carries, in an informational answer (102 Processing) to POST
+// /v1/migrations, the sentence saying what the migration waits for before
+// it starts: one of this node's outbound slots, or one of the target's
+// inbound slots. The final answer follows as usual.
+const QueueHeader = "Ferry-Queued"

@@ -121,7 +121,7 @@ func (d *Daemon) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d.forAPI(j))
 }
 
-func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {
+func (d *Daemon) getDomains(w http.ResponseWriter, r *http.Request) {
 	doms := d.Tracker.Domains()
 	if doms == nil {
 		doms = []api.Domain{}
@@ -129,6 +129,7 @@ func (d *Daemon) getDomains(w http.ResponseWriter, _ *http.Request) {
 	if d.meter != nil {
 		d.meter.Annotate(doms)
 	}
+	d.annotateMigratable(r.Context(), doms)
 	writeJSON(w, http.StatusOK, api.DomainsResponse{Node: d.cfg.NodeName, Domains: doms, Libvirt: socketsForAPI(d.Pool.Status())})
 }
 
@@ -257,6 +258,23 @@ func (d *Daemon) recovery(word string) http.HandlerFunc {
 	}
 }
 
+// maxQueueNotices bounds the informational answers one migration request
+// gets while it waits for slots: Go's client takes at most five.
+const maxQueueNotices = 3
+
+// queueNotices tells the client, before the final answer, what its
+// migration waits for: a 102 Processing with the sentence in QueueHeader.
+func queueNotices(w http.ResponseWriter) func(string) {
+	told := 0
+	return func(msg string) {
+		if told++; told <= maxQueueNotices {
+			w.Header().Set(api.QueueHeader, msg)
+			w.WriteHeader(http.StatusProcessing)
+			w.Header().Del(api.QueueHeader)
+		}
+	}
+}
+
 func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 	if d.source == nil {
 		writeError(w, http.StatusConflict, "this ferryd runs without a migration proxy (--proxy-listen is empty)")
@@ -271,7 +289,7 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	resp, err := d.source.Start(ctx, req)
+	resp, err := d.source.Start(drive.WithQueueNotice(ctx, queueNotices(w)), req)
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, resp)

@@ -21,7 +21,7 @@ func TestFerrydServesTheCatalogue(t *testing.T) {
 	// The pool reports its sockets once it has started.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		var err error
-		if mfs, err = d.Registry().Gather(); err != nil {
+		if mfs, err = d.reg.Gather(); err != nil {
 			t.Fatal(err)
 		}
 		if hasAll(mfs, required) || time.Now().After(deadline) {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"libvirt.org/go/libvirtxml"
@@ -208,4 +209,52 @@ func (d *Daemon) quiet(ctx context.Context, socket, domain string) func() {
 		return func() {}
 	}
 	return d.meter.Quiet(ctx, socket, domain)
+}
+
+// Bounds on the checks a domain list makes: a few at once, and the list
+// answers in a few seconds however many domains a node runs, leaving the
+// rest unchecked (CheckError says so).
+const (
+	listChecksAtOnce = 4
+	listChecksFor    = 5 * time.Second
+)
+
+// annotateMigratable checks each running domain as `ferryctl check` does
+// without a target: its live XML, read anew, since a hot-plugged device
+// changes the answer.
+func (d *Daemon) annotateMigratable(ctx context.Context, doms []api.Domain) {
+	ctx, cancel := context.WithTimeout(ctx, listChecksFor)
+	defer cancel()
+	sem := make(chan struct{}, listChecksAtOnce)
+	var wg sync.WaitGroup
+	for i := range doms {
+		dom := &doms[i]
+		if dom.State != libvirtx.StateRunning.String() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-ctx.Done():
+				dom.CheckError = "not checked: the list's " + listChecksFor.String() + " for checks ran out"
+				return
+			}
+			r, err := d.checkDomain(ctx, dom.Socket, dom.Name)
+			if err != nil {
+				dom.CheckError = err.Error()
+				return
+			}
+			dom.Migratable = &r.Migratable
+			for _, b := range r.Blockers {
+				if b.Severity == api.SeverityBlocks {
+					dom.BlockedBy = b.Code
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -231,10 +231,6 @@ func (d *Daemon) drivenDomain(migrationID string) string {
 	return ""
 }
 
-// Registry exposes the registry of node-wide and proxy series (for tests
-// and linting); per-job series are written from the tracker by /metrics.
-func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
-
 // Run serves until ctx ends, then shuts down within a few seconds.
 func (d *Daemon) Run(ctx context.Context) error {
 	debugLn, err := listenUnix(d.cfg.DebugSocket, os.FileMode(d.cfg.DebugSocketMode))

@@ -107,7 +107,7 @@ func TestDebugAPIReportsLibvirtDown(t *testing.T) {
 
 func TestMetricsArePromlintClean(t *testing.T) {
 	d, _ := startDaemon(t)
-	problems, err := testutil.GatherAndLint(d.Registry())
+	problems, err := testutil.GatherAndLint(d.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestEmptyGlobIsReported(t *testing.T) {
 	if !strings.Contains(body, glob) {
 		t.Errorf("/readyz does not name the glob: %q", body)
 	}
-	n, err := testutil.GatherAndCount(d.Registry(), "ferry_libvirt_socket_glob_matches")
+	n, err := testutil.GatherAndCount(d.reg, "ferry_libvirt_socket_glob_matches")
 	if err != nil || n != 1 {
 		t.Errorf("ferry_libvirt_socket_glob_matches: %d series, err %v", n, err)
 	}

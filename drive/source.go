@@ -57,6 +57,7 @@ func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		}
 		if !noted {
 			s.log.Info("migration waits for an inbound slot on the target", zap.String("domain", req.Domain), zap.String("target", req.Target))
+			queueNotice(ctx, fmt.Sprintf("waiting for an inbound migration slot on the target %s: asking again every %s", req.Target, inboundRetry))
 		}
 		select {
 		case <-ctx.Done():
@@ -136,7 +137,7 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", ErrConflict, req.Domain)
 	}
 	freeSlot, err := s.slots.acquire(ctx, func(ahead int) {
-		s.tracker.NoteOn(conn.Socket(), req.Domain, "scheduler", fmt.Sprintf("waiting for an outbound migration slot: %d ahead", ahead))
+		queueNotice(ctx, fmt.Sprintf("waiting for one of this node's %d outbound migration slots: %d ahead", s.slots.max, ahead))
 		s.log.Info("migration waits for an outbound slot", zap.String("domain", req.Domain), zap.Int("ahead", ahead))
 	})
 	if err != nil {

@@ -306,7 +306,7 @@ func (s story) replay(t *testing.T, tr *migration.Tracker, root string, count fu
 			tr.RecordPolicy(j.ID, st.Policy.Mode, step)
 			count(*st.Policy)
 		case st.Rejected != "":
-			p.RejectedCounter(st.Rejected).Inc()
+			pm.Rejected.WithLabelValues(st.Rejected).Inc()
 		case st.Relayed != nil:
 			pm.Bytes.WithLabelValues(st.Relayed.Stream, st.Relayed.Direction).Add(float64(st.Relayed.Bytes))
 		case st.Dialed != nil:

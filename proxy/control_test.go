@@ -124,7 +124,7 @@ func rawHeader(t *testing.T, addr string, b []byte) string {
 
 func TestControlRefusals(t *testing.T) {
 	src, dst := startNode(t, nil), startNode(t, nil)
-	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.RejectedCounter(reason)) }
+	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.Rejected.WithLabelValues(reason)) }
 	ctl := func(req ControlRequest) string {
 		_, err := src.p.Control(context.Background(), dst.addr, req)
 		if err == nil {
@@ -211,7 +211,7 @@ func TestRefusalsNeverNameLocalPaths(t *testing.T) {
 	src := startNode(t, nil)
 	in := newFakeIncoming()
 	dst := startNodeWith(t, Config{Incoming: in, Private: []string{"/run/libvirt/libvirt-sock"}})
-	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.RejectedCounter(reason)) }
+	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.Rejected.WithLabelValues(reason)) }
 	for i, c := range []struct {
 		err    error
 		reason string

@@ -125,7 +125,7 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 			roundTrip(t, sm.Paths[KindMemory], 4<<20)
 
 			refusedOn := func(n *node) float64 {
-				return testutil.ToFloat64(n.p.RejectedCounter("shutting_down"))
+				return testutil.ToFloat64(n.p.metrics.Rejected.WithLabelValues("shutting_down"))
 			}
 			dstBefore := refusedOn(dst)
 			_, err = other.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m2", Domain: "vm2", XML: testXML})

@@ -22,7 +22,7 @@ func nodeWithCert(t *testing.T, name string, files TLSFiles) *node {
 }
 
 func rejectedOf(n *node, reason string) float64 {
-	return testutil.ToFloat64(n.p.RejectedCounter(reason))
+	return testutil.ToFloat64(n.p.metrics.Rejected.WithLabelValues(reason))
 }
 
 // TestNodeIdentityRecordedBothWays: certificates that name their nodes

@@ -130,9 +130,3 @@ func (m Metrics) counter(k Kind, toTarget bool, own *Counters) func(int64) {
 		add(n)
 	}
 }
-
-// RejectedCounter is ferry_proxy_rejected_total for one reason, for tests
-// outside this package; the proxy must have been given Metrics.Rejected.
-func (p *Proxy) RejectedCounter(reason string) prometheus.Counter {
-	return p.metrics.Rejected.WithLabelValues(reason)
-}

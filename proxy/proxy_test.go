@@ -158,7 +158,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	srcFiles, dstFiles := ca.issue(t, t.TempDir(), "ferry"), ca.issue(t, t.TempDir(), "ferry")
 	src := startNode(t, &srcFiles)
 	dst := startNode(t, &dstFiles)
-	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.RejectedCounter(reason)) }
+	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.Rejected.WithLabelValues(reason)) }
 
 	t.Run("certificate from another CA", func(t *testing.T) {
 		other := newTestCA(t, "someone-else")

@@ -325,3 +325,30 @@ func TestUnreadableSocketNamesOwnerAndFix(t *testing.T) {
 		}
 	}
 }
+
+// What ferryd says a migration waits for before it starts is printed on
+// stderr, out of the answer, which -o json keeps one document.
+func TestMigrateSaysWhatItWaitsFor(t *testing.T) {
+	sock := fakeFerryd(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/migrations" {
+			w.Header().Set(api.QueueHeader, "waiting for one of this node's 2 outbound migration slots: 3 ahead")
+			w.WriteHeader(http.StatusProcessing)
+			w.Header().Del(api.QueueHeader)
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, `{"migrationId":"m-1","message":"started"}`)
+			return
+		}
+		http.NotFound(w, r)
+	})
+	code, stdout, stderr := ctl("--socket", sock, "-o", "json", "migrate", "vm1", "--to", "10.0.0.2:9475", "--wait=false")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "vm1: waiting for one of this node's 2 outbound migration slots: 3 ahead") {
+		t.Errorf("stderr does not say what the migration waits for: %q", stderr)
+	}
+	var resp api.MigrateResponse
+	if err := json.Unmarshal([]byte(stdout), &resp); err != nil || resp.MigrationID != "m-1" {
+		t.Errorf("stdout is not the answer alone: %q (%v)", stdout, err)
+	}
+}

@@ -234,7 +234,7 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 		return
 	}
 	tw := table(w)
-	head := "DOMAIN\tSTATE\tREASON\tLAST JOB\tATTENTION"
+	head := "DOMAIN\tSTATE\tREASON\tMIGRATABLE\tLAST JOB\tATTENTION"
 	if wide {
 		head += "\tVMI\tSOCKET\tUUID"
 	}
@@ -244,7 +244,7 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 		if d.JobPhase != "" {
 			job = fmt.Sprintf("%s %s", d.JobRole, d.JobPhase)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", d.Name, d.State, d.Reason, job, dash(d.Attention))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", d.Name, d.State, d.Reason, migratable(d), job, dash(d.Attention))
 		if wide {
 			vmi := "-"
 			if d.Namespace != "" {
@@ -344,4 +344,20 @@ func inCgroup(path string) string {
 		return ""
 	}
 	return " in " + path
+}
+
+// migratable is the MIGRATABLE column: yes, no and what blocks first, or
+// "?" where the check could not be made (-o json says why).
+func migratable(d api.Domain) string {
+	switch {
+	case d.Migratable == nil && d.CheckError != "":
+		return "?"
+	case d.Migratable == nil:
+		return "-"
+	case *d.Migratable:
+		return "yes"
+	case d.BlockedBy != "":
+		return "no: " + d.BlockedBy
+	}
+	return "no"
 }

@@ -27,3 +27,32 @@ func TestJobOutputCarriesNoControlCharacters(t *testing.T) {
 		t.Fatalf("the text itself was lost: %q", out.String())
 	}
 }
+
+// The domain list says of each running domain whether it can move, and
+// what keeps it here first; a domain the check could not reach is "?".
+func TestDomainsSayWhetherEachCanMove(t *testing.T) {
+	yes, no := true, false
+	doms := []api.Domain{
+		{Name: "plain", State: "running", Reason: "booted", Migratable: &yes},
+		{Name: "passthrough", State: "running", Reason: "booted", Migratable: &no, BlockedBy: "host_device"},
+		{Name: "unreached", State: "running", Reason: "booted", CheckError: "libvirt did not answer"},
+		{Name: "off", State: "shutoff", Reason: "shutdown"},
+	}
+	var out bytes.Buffer
+	printDomains(&out, "a", doms, nil, false)
+	want := map[string]string{"plain": "yes", "passthrough": "no: host_device", "unreached": "?", "off": "-"}
+	lines := strings.Split(out.String(), "\n")
+	if !strings.Contains(lines[0], "MIGRATABLE") {
+		t.Fatalf("no MIGRATABLE column: %q", lines[0])
+	}
+	col := strings.Index(lines[0], "MIGRATABLE")
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if got := strings.TrimSpace(l[col : col+len(want[f[0]])]); got != want[f[0]] {
+			t.Errorf("%s: MIGRATABLE %q, want %q\n%s", f[0], got, want[f[0]], out.String())
+		}
+	}
+}

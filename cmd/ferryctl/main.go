@@ -48,7 +48,10 @@ type globals struct {
 	libvirtSocket string
 	output        string
 	out           io.Writer
-	client        *client
+	// errOut takes what is said on the way, never part of the answer
+	// (-o json stays one document).
+	errOut io.Writer
+	client *client
 }
 
 // domainQuery is the query naming a domain's libvirt socket, if given.
@@ -72,7 +75,7 @@ func main() {
 
 // run executes one command line and returns its exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{out: stdout}
+	g := &globals{out: stdout, errOut: stderr}
 	root := newRoot(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"time"
 
@@ -42,7 +45,7 @@ func migrateCmd(g *globals) *cobra.Command {
 			req.DeadlineSeconds = deadline.Seconds()
 			body, _ := json.Marshal(req)
 			var resp api.MigrateResponse
-			if err := g.client.postJSON(ctx, "/v1/migrations", body, &resp); err != nil {
+			if err := g.client.postJSON(withQueueNotices(ctx, g.errOut, name), "/v1/migrations", body, &resp); err != nil {
 				return err
 			}
 			if !g.structured() {
@@ -105,4 +108,15 @@ func postCopyCmd(g *globals) *cobra.Command {
 			return emit(g, res, func(bool) { fmt.Fprintf(g.out, "%s: %s\n", args[0], res.Message) })
 		}),
 	}
+}
+
+// withQueueNotices prints what ferryd says the migration waits for before
+// it starts (an outbound slot here, an inbound one on the target).
+func withQueueNotices(ctx context.Context, w io.Writer, name string) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		if msg := h.Get(api.QueueHeader); msg != "" {
+			fmt.Fprintf(w, "%s: %s\n", name, oneLine(msg))
+		}
+		return nil
+	}})
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,7 @@ func TestCheckFindsWhatKeepsEachGuestHere(t *testing.T) {
 			if want := c.step == "" && c.severity != api.SeverityBlocks; r.Migratable != want || (code == 0) != want {
 				t.Errorf("migratable %v and exit status %d, want migratable %v", r.Migratable, code, want)
 			}
+			listedAsMigratable(t, c)
 			nothingLeftOfADryRun(t, c.name)
 		})
 	}
@@ -94,6 +96,28 @@ func TestCheckFindsWhatKeepsEachGuestHere(t *testing.T) {
 				t.Errorf("ferryd on %s recorded a job for the dry run of %s: %s %s", node, c.name, j.Role, j.Phase)
 			}
 		}
+	}
+}
+
+// listedAsMigratable: `ferryctl domains` on a says what the check without
+// a target says, and names what blocks.
+func listedAsMigratable(t *testing.T, c checkCase) {
+	t.Helper()
+	var resp api.DomainsResponse
+	if err := ferryOn("a").get("/v1/domains", &resp); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(resp.Domains, func(d api.Domain) bool { return d.Name == c.name })
+	if i < 0 {
+		t.Fatalf("%s is not in a's domain list", c.name)
+	}
+	d := resp.Domains[i]
+	want, blockedBy := c.severity != api.SeverityBlocks, ""
+	if !want {
+		blockedBy = c.code
+	}
+	if d.Migratable == nil || *d.Migratable != want || d.BlockedBy != blockedBy {
+		t.Errorf("domain list: migratable %v blocked by %q (check error %q), want %v by %q", d.Migratable, d.BlockedBy, d.CheckError, want, blockedBy)
 	}
 }
 

@@ -46,6 +46,7 @@ type completedStats struct {
 	Type          int32
 	Operation     int32
 	DowntimeMs    uint64
+	ElapsedMs     uint64
 	DataTotal     uint64
 	DataProcessed uint64
 	DataRemaining uint64
@@ -179,6 +180,8 @@ func decodeStats(typ int32, params []libvirt.TypedParam) *completedStats {
 			s.Operation = int32(asUint(p.Value.I))
 		case "downtime":
 			s.DowntimeMs = asUint(p.Value.I)
+		case "time_elapsed":
+			s.ElapsedMs = asUint(p.Value.I)
 		case "data_total":
 			s.DataTotal = asUint(p.Value.I)
 		case "data_processed":

@@ -98,7 +98,7 @@ func (b *Bed) Migrate(ctx context.Context, m MigrateSpec) error {
 	if err != nil {
 		return err
 	}
-	if err := b.noteConsoleMove(m.Name, m.To); err != nil {
+	if err := b.NoteConsoleMove(m.Name, m.To); err != nil {
 		return err
 	}
 
@@ -171,9 +171,9 @@ func (b *Bed) abortMigration(l *libvirt.Libvirt, dom libvirt.Domain, done <-chan
 	}
 }
 
-// noteConsoleMove records where the target's console file stands before the
+// NoteConsoleMove records where the target's console file stands before the
 // target QEMU can append to it.
-func (b *Bed) noteConsoleMove(guest, to string) error {
+func (b *Bed) NoteConsoleMove(guest, to string) error {
 	return withLock(b.cfg.Dir, func() error {
 		var gs guestState
 		if err := readJSON(guestPath(b.cfg.Dir, guest), &gs); err != nil {

@@ -20,7 +20,7 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 		// Each node's certificate names it: the migration goes to that node.
 		m.TargetNode = m.To
 	}
-	if err := b.noteConsoleMove(m.Name, m.To); err != nil {
+	if err := b.NoteConsoleMove(m.Name, m.To); err != nil {
 		return err
 	}
 	body, _ := json.Marshal(api.MigrateRequest{
