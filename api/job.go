@@ -197,9 +197,14 @@ type ProxyInfo struct {
 	CapMiBs int `json:"capMiBs,omitempty"`
 	// Compression is what QEMU did to pages ("zstd", or empty for none),
 	// and DataChoice why, when the request left it to Ferry ("auto").
-	Compression string   `json:"compression,omitempty"`
-	DataChoice  string   `json:"dataChoice,omitempty"`
-	Errors      []string `json:"errors,omitempty"`
+	Compression string `json:"compression,omitempty"`
+	DataChoice  string `json:"dataChoice,omitempty"`
+	// DataPath is "direct" when QEMU's stream went straight to the
+	// target's QEMU, under QEMU's own TLS (the proxy carried only the
+	// protocol's steps), at DirectURI; empty through the proxy.
+	DataPath  string   `json:"dataPath,omitempty"`
+	DirectURI string   `json:"directUri,omitempty"`
+	Errors    []string `json:"errors,omitempty"`
 	// TargetLost says why, once its streams broke, the source holds the
 	// target's proxy to have lost the migration: the finish found nothing
 	// listening (its ferryd is down), or a proxy there that never heard of

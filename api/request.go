@@ -28,6 +28,12 @@ type MigrateRequest struct {
 	// compression from the link's rate, the guest's dirty rate and the
 	// source's idle CPUs, and says why on the job.
 	Compression string `json:"compression,omitempty"`
+	// DataPath is how QEMU's memory stream goes: "proxy" (the default),
+	// through both nodes' Ferry proxies, or "direct", from QEMU straight
+	// to the target's QEMU under QEMU's own TLS, with certificates from
+	// the nodes' CA. Direct needs TargetNode, a node both nodes list in
+	// --direct-peers, and no post-copy.
+	DataPath string `json:"dataPath,omitempty"`
 	// Policy overrides the node's convergence policy mode for this
 	// migration (observe, advise or act), MaxDowntimeMs its downtime cap.
 	Policy        string `json:"policy,omitempty"`
@@ -56,8 +62,10 @@ type AbortResult struct {
 	Message string `json:"message"`
 }
 
-// QueueHeader carries, in an informational answer (102 Processing) to POST
-// /v1/migrations, the sentence saying what the migration waits for before
-// it starts: one of this node's outbound slots, or one of the target's
-// inbound slots. The final answer follows as usual.
+// QueueHeader, set to any value on a POST /v1/migrations over HTTP/1.1,
+// asks to hear what the migration waits for before it starts; the answer
+// then comes first as informational answers (102 Processing) carrying in
+// QueueHeader the sentence saying what for: one of this node's outbound
+// slots, or one of the target's inbound slots. The final answer follows
+// as usual.
 const QueueHeader = "Ferry-Queued"

@@ -129,7 +129,9 @@ func (d *Daemon) getDomains(w http.ResponseWriter, r *http.Request) {
 	if d.meter != nil {
 		d.meter.Annotate(doms)
 	}
-	d.annotateMigratable(r.Context(), doms)
+	if r.URL.Query().Get("check") == "1" {
+		d.annotateMigratable(r.Context(), doms)
+	}
 	writeJSON(w, http.StatusOK, api.DomainsResponse{Node: d.cfg.NodeName, Domains: doms, Libvirt: socketsForAPI(d.Pool.Status())})
 }
 
@@ -259,18 +261,23 @@ func (d *Daemon) recovery(word string) http.HandlerFunc {
 }
 
 // maxQueueNotices bounds the informational answers one migration request
-// gets while it waits for slots: Go's client takes at most five.
+// gets while it waits for slots.
 const maxQueueNotices = 3
 
 // queueNotices tells the client, before the final answer, what its
 // migration waits for: a 102 Processing with the sentence in QueueHeader.
+// It is written from the migration's own start, in the slot queue: a
+// client that stops reading may not hold it, so the write gives up soon.
 func queueNotices(w http.ResponseWriter) func(string) {
 	told := 0
+	rc := http.NewResponseController(w)
 	return func(msg string) {
 		if told++; told <= maxQueueNotices {
+			rc.SetWriteDeadline(time.Now().Add(time.Second))
 			w.Header().Set(api.QueueHeader, msg)
 			w.WriteHeader(http.StatusProcessing)
 			w.Header().Del(api.QueueHeader)
+			rc.SetWriteDeadline(time.Time{})
 		}
 	}
 }
@@ -289,7 +296,12 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	resp, err := d.source.Start(drive.WithQueueNotice(ctx, queueNotices(w)), req)
+	if r.Header.Get(api.QueueHeader) != "" && r.ProtoAtLeast(1, 1) {
+		// Only a client that asked hears of the queue: others would take
+		// the informational answer for the final one.
+		ctx = drive.WithQueueNotice(ctx, queueNotices(w))
+	}
+	resp, err := d.source.Start(ctx, req)
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, resp)

@@ -44,7 +44,7 @@ func (d *Daemon) check(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 	defer cancel()
-	resp, err := d.checkDomain(ctx, socket, name)
+	resp, err := d.checkDomain(ctx, socket, name, false)
 	if err != nil {
 		code := http.StatusBadGateway
 		switch {
@@ -78,8 +78,8 @@ func (d *Daemon) check(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkDomain reads what the live domain holds that keeps it on this
-// node, with each local disk's size and storage.
-func (d *Daemon) checkDomain(ctx context.Context, socket, name string) (api.CheckResponse, error) {
+// node, with each local disk's storage and, unless quick, its size.
+func (d *Daemon) checkDomain(ctx context.Context, socket, name string, quick bool) (api.CheckResponse, error) {
 	socket, dom, err := d.Tracker.DomainRef(socket, name)
 	if err != nil {
 		return api.CheckResponse{}, err
@@ -107,11 +107,13 @@ func (d *Daemon) checkDomain(ctx context.Context, socket, name string) (api.Chec
 		if b.Code != preflight.CodeLocalDisk {
 			continue
 		}
-		if size, err := conn.BlockSize(ctx, dom, b.Device); err == nil {
-			b.SizeBytes = size.Capacity
+		if !quick {
+			if size, err := conn.BlockSize(ctx, dom, b.Device); err == nil {
+				b.SizeBytes = size.Capacity
+			}
 		}
 		if !disks[b.Device].Uncopied {
-			judgeStorage(b, root)
+			judgeStorage(ctx, b, root)
 		}
 	}
 	// What blocks first, as preflight orders it; a disk judged since may
@@ -143,13 +145,21 @@ func (d *Daemon) storageRoot(conn *libvirtx.Conn, name string) string {
 // its filesystem: on shared storage it only asks the target to mount it;
 // on this node's own it blocks, for Ferry copies no storage; where that
 // cannot be told, it is left to the dry run.
-func judgeStorage(b *api.Blocker, root string) {
+func judgeStorage(ctx context.Context, b *api.Blocker, root string) {
 	// A block device's filesystem is the device directory's, whatever
 	// storage is behind it.
 	if root == "" || b.Path == "" || strings.HasPrefix(b.Path, "/dev/") {
 		return
 	}
-	shared, kind, err := storageWithin(root, b.Path, storageWait)
+	wait := storageWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl))
+	}
+	if wait <= 0 {
+		b.Message += " (its storage could not be told in time)"
+		return
+	}
+	shared, kind, err := storageWithin(root, b.Path, wait)
 	switch {
 	case err != nil:
 		b.Message += " (its storage could not be told: " + err.Error() + ")"
@@ -220,12 +230,14 @@ const (
 )
 
 // annotateMigratable checks each running domain as `ferryctl check` does
-// without a target: its live XML, read anew, since a hot-plugged device
-// changes the answer.
+// without a target (but for disk sizes): its live XML, read anew, since a
+// hot-plugged device changes the answer. The bound on checks at once is
+// the daemon's, whoever asks: a node of 200 domains listed by many
+// callers still asks its libvirt a few at a time.
 func (d *Daemon) annotateMigratable(ctx context.Context, doms []api.Domain) {
 	ctx, cancel := context.WithTimeout(ctx, listChecksFor)
 	defer cancel()
-	sem := make(chan struct{}, listChecksAtOnce)
+	sem := d.listChecks
 	var wg sync.WaitGroup
 	for i := range doms {
 		dom := &doms[i]
@@ -235,14 +247,19 @@ func (d *Daemon) annotateMigratable(ctx context.Context, doms []api.Domain) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			notChecked := "not checked: the list's " + listChecksFor.String() + " for checks ran out"
 			select {
 			case sem <- struct{}{}:
 				defer func() { <-sem }()
 			case <-ctx.Done():
-				dom.CheckError = "not checked: the list's " + listChecksFor.String() + " for checks ran out"
+				dom.CheckError = notChecked
 				return
 			}
-			r, err := d.checkDomain(ctx, dom.Socket, dom.Name)
+			if ctx.Err() != nil {
+				dom.CheckError = notChecked
+				return
+			}
+			r, err := d.checkDomain(ctx, dom.Socket, dom.Name, true)
 			if err != nil {
 				dom.CheckError = err.Error()
 				return

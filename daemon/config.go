@@ -30,8 +30,15 @@ type Config struct {
 	// OutboundSlots and InboundSlots bound the driven migrations out of
 	// and into this node at once (0: drive's defaults).
 	OutboundSlots, InboundSlots int
-	LibvirtSockets              []string
-	LibvirtGlob                 string
+	// DirectPeers are the nodes this node migrates to and from on the
+	// direct path, QEMU's own TLS with the certificates in QEMUTLSDir
+	// (libvirt's migrate_tls_x509_cert_dir as ferryd sees it; empty: the
+	// directory QEMUConf, libvirt's qemu.conf, gives).
+	DirectPeers    []string
+	QEMUTLSDir     string
+	QEMUConf       string
+	LibvirtSockets []string
+	LibvirtGlob    string
 	// KubeletPodsDir is the kubelet's pods directory as ferryd sees it
 	// (the DaemonSet mounts it at /pods, as KubeVirt's virt-handler does),
 	// where KubeVirt's launcher sockets are found when neither sockets nor

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,13 +30,16 @@ import (
 
 // Daemon is a running ferryd.
 type Daemon struct {
-	cfg     Config
-	log     *zap.Logger
-	Tracker *migration.Tracker
-	Pool    *libvirtx.Pool
-	Proxy   *proxy.Proxy
-	reg     *prometheus.Registry
-	scrape  *metrics.Handler
+	cfg Config
+	log *zap.Logger
+	// listChecks bounds the domain checks the domain list makes at once,
+	// across requests.
+	listChecks chan struct{}
+	Tracker    *migration.Tracker
+	Pool       *libvirtx.Pool
+	Proxy      *proxy.Proxy
+	reg        *prometheus.Registry
+	scrape     *metrics.Handler
 	// source drives migrations from this node; nil without the proxy.
 	source *drive.Source
 	target *drive.Target
@@ -90,7 +94,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		log.Info("no libvirt socket configured: watching "+why,
 			zap.String("glob", cfg.LibvirtGlob), zap.Strings("sockets", cfg.LibvirtSockets))
 	}
-	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{}}
+	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{}, listChecks: make(chan struct{}, listChecksAtOnce)}
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,
 		SampleInterval: cfg.SampleInterval,
@@ -150,6 +154,9 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		if err != nil {
 			return nil, err
 		}
+		if cfg.QEMUTLSDir, err = directTLSDir(cfg); err != nil {
+			return nil, err
+		}
 		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in, d.pods, group)
 		if err != nil {
 			return nil, err
@@ -158,7 +165,14 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Conns: d.Pool, Proxy: p, Policy: cfg.Policy,
 			AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
 			PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
-			LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, Log: log.Named("drive")})
+			LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, DirectPeers: cfg.DirectPeers, QEMUTLSDir: cfg.QEMUTLSDir, Log: log.Named("drive")})
+		if len(cfg.DirectPeers) > 0 {
+			// Said at start, not at the first migration an hour later.
+			if err := p.DirectReady(cfg.QEMUTLSDir); err != nil {
+				return nil, fmt.Errorf("--direct-peers %s: %w", strings.Join(cfg.DirectPeers, ","), err)
+			}
+			log.Info("the direct path is open to and from these nodes", zap.Strings("directPeers", cfg.DirectPeers), zap.String("qemuTLSDir", cfg.QEMUTLSDir))
+		}
 		d.steer.driven = d.source.Driven
 	}
 	return d, nil
@@ -195,7 +209,9 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		Log:          log,
 		// The same fields: metrics declares the proxy's series, proxy
 		// counts into them.
-		Metrics: proxy.Metrics(metrics.NewProxy(reg)),
+		Metrics:     proxy.Metrics(metrics.NewProxy(reg)),
+		DirectPeers: cfg.DirectPeers,
+		QEMUTLSDir:  cfg.QEMUTLSDir,
 	}
 	if cfg.StateDir != "" {
 		pc.OutcomeDir = filepath.Join(cfg.StateDir, "incoming-migrations")

@@ -197,7 +197,7 @@ func (d *Daemon) planEntry(ctx context.Context, kc *kubeVirtContext, dom api.Dom
 		// pod's: Ferry never drives it, whatever it reports.
 		e.Mover = api.MoverKubeVirt
 	}
-	check, err := d.checkDomain(ctx, dom.Socket, dom.Name)
+	check, err := d.checkDomain(ctx, dom.Socket, dom.Name, false)
 	if err != nil {
 		// A launcher's libvirt is a pod's: its words are quoted, and bounded.
 		e.Error = peertext.Quote(err.Error(), maxEntryError)

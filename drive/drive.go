@@ -53,7 +53,11 @@ type SourceConfig struct {
 	// LinkBytesPerSecond, when set, is the link they share (see balance).
 	OutboundSlots      int
 	LinkBytesPerSecond uint64
-	Log                *zap.Logger
+	// DirectPeers are the nodes this node may migrate to on the direct
+	// path, with QEMU's certificates in QEMUTLSDir (see proxy.Config).
+	DirectPeers []string
+	QEMUTLSDir  string
+	Log         *zap.Logger
 }
 
 // Conns hands out the live connection to a libvirt socket (a

@@ -65,6 +65,21 @@ func validateMigrate(r MigrateRequest) error {
 	default:
 		errs = append(errs, fmt.Sprintf("compression %q is not none, zstd or auto", r.Compression))
 	}
+	switch r.DataPath {
+	case "", DataPathProxy:
+	case DataPathDirect:
+		if r.TargetNode == "" {
+			errs = append(errs, "dataPath direct needs targetNode: QEMU's stream goes only to a node named by its certificate")
+		}
+		if host, _, err := net.SplitHostPort(r.Target); err == nil && net.ParseIP(host) == nil {
+			errs = append(errs, fmt.Sprintf("dataPath direct needs the target as an IP address, not %q: the source's QEMU connects to the address its proxy answered at", host))
+		}
+		if r.PostCopy || r.PostCopyAfterSeconds > 0 {
+			errs = append(errs, "dataPath direct cannot be had with post-copy: resuming a broken post-copy needs the proxy's streams")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("dataPath %q is not proxy or direct", r.DataPath))
+	}
 	if r.TargetNode != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(r.TargetNode) {
 			errs = append(errs, fmt.Sprintf("targetNode %q is not a node name: %s", r.TargetNode, msg))
@@ -155,6 +170,9 @@ func migrateFlags(req MigrateRequest) (libvirt.DomainMigrateFlags, []libvirt.Typ
 	if req.Parallel > 0 {
 		flags |= libvirt.MigrateParallel
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamParallelConnections, Value: *libvirt.NewTypedParamValueInt(int32(req.Parallel))})
+	}
+	if req.DataPath == DataPathDirect {
+		flags |= libvirt.MigrateTLS
 	}
 	if req.Compression == CompressionZstd {
 		// zstd's level stays QEMU's default, 1: the fastest.

@@ -34,6 +34,9 @@ const (
 	// pauseAfterBegin is how long the PauseAfterBegin fault holds a
 	// migration between Begin and Prepare.
 	pauseAfterBegin = 3 * time.Second
+	// pauseBeforePerform is how long the PauseBeforePerform fault holds
+	// a prepared migration before Perform.
+	pauseBeforePerform = 8 * time.Second
 	// inDoubtAfter is how long the source asks for the finish's outcome
 	// before its job shows InDoubt; it goes on asking after.
 	inDoubtAfter = 30 * time.Second
@@ -96,6 +99,12 @@ func (s *Source) effective(req MigrateRequest) (MigrateRequest, policy.Settings,
 	if req.Compression == CompressionZstd && req.PostCopy {
 		return req, pol, fmt.Errorf("%w: compression zstd cannot be had with post-copy, which this node's policy allows (QEMU 10.0 takes multifd only without it)", ErrBadRequest)
 	}
+	if req.DataPath == DataPathDirect && req.PostCopy {
+		return req, pol, fmt.Errorf("%w: the direct path cannot be had with post-copy, which this node's policy allows: resuming a broken post-copy needs the proxy's streams", ErrBadRequest)
+	}
+	if err := s.directAllowed(req); err != nil {
+		return req, pol, err
+	}
 	return req, pol, nil
 }
 
@@ -111,6 +120,9 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	conn, err := s.cfg.Conns.Conn(socket)
 	if err != nil {
 		return MigrateResponse{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if req.DataPath == DataPathDirect && conn.Matched() {
+		return MigrateResponse{}, fmt.Errorf("%w: %s runs in a pod: the direct path is for plain libvirt hosts", ErrBadRequest, req.Domain)
 	}
 	mem, err := conn.MemoryBytes(ctx, dom)
 	if err != nil {
@@ -235,7 +247,8 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	}
 	prep, err := s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
-		DeadlineSeconds: (deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds()})
+		DeadlineSeconds: (deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
+		Direct: req.DataPath == DataPathDirect})
 	var busy *proxy.ControlError
 	if errors.As(err, &busy) && busy.Reason == proxy.ReasonInboundBusy {
 		// Not a failure: the caller asks again.
@@ -262,7 +275,18 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		s.running.end(drive)
 		return MigrateResponse{}, fmt.Errorf("the target answered the prepare with no valid migration id %q", tid)
 	}
-	src, err := s.proxy.OpenSource(tid, req.Target, []proxy.Kind{proxy.KindMemory})
+	kinds := []proxy.Kind{proxy.KindMemory}
+	if req.DataPath == DataPathDirect {
+		// QEMU's stream goes straight to the target's QEMU: no socket
+		// here, but the same books (the target bound, the close).
+		kinds = nil
+		if prep.URI, err = directURI(prep.URI, req.Target); err != nil {
+			s.cancelTarget(req, tid, prep.Owner, err)
+			s.running.end(drive)
+			return MigrateResponse{}, err
+		}
+	}
+	src, err := s.proxy.OpenSource(tid, req.Target, kinds)
 	if err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
 		s.running.end(drive)
@@ -277,6 +301,9 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		info.Compression = CompressionZstd
 	}
 	info.DataChoice = dataWhy
+	if req.DataPath == DataPathDirect {
+		info.DataPath, info.DirectURI = DataPathDirect, prep.URI
+	}
 	params = append(params, s.switchoverParam(ctx, own, req, &info)...)
 	rec := drivenRecord{ID: id, TargetID: tid, MaxSpeedMiBs: speedBefore, Domain: req.Domain, UUID: libvirtx.UUIDString(dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
 		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun}
@@ -310,7 +337,9 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	if prep.PeerNode != "" {
 		msg += " to node " + prep.PeerNode
 	}
-	if !s.proxy.TLS() {
+	if info.DirectURI != "" {
+		msg = fmt.Sprintf("migration started straight to node %s's QEMU at %s, under QEMU's own TLS", prep.PeerNode, info.DirectURI)
+	} else if !s.proxy.TLS() {
 		msg += " (plain TCP: trusted migration network only)"
 	}
 	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: s.proxy.TLS(), TargetNode: prep.PeerNode, Message: msg}, nil
@@ -372,7 +401,11 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	log := s.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))
 	defer s.restoreSpeed(log, conn, dom, rec, o, driveKey(conn.Socket(), req.Domain))
 	start := time.Now()
-	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[proxy.KindMemory])}}, params...)
+	memURI := "unix://" + src.Paths[proxy.KindMemory]
+	if info.DirectURI != "" {
+		memURI = info.DirectURI
+	}
+	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(memURI)}}, params...)
 	log.Info("starting a Ferry-driven migration", zap.Bool("postCopy", flags&libvirt.MigratePostcopy != 0), zap.Int("parallel", req.Parallel), zap.Duration("deadline", deadline))
 
 	// Perform blocks until the migration ends, or in post-copy until the
@@ -384,8 +417,24 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	// behind the owner's back. The target drops a migration not finished
 	// by its deadline, the grace and its prepare timeout, which fails a
 	// Perform no abort could end.
+	if faults.Inject(faults.PauseBeforePerform) {
+		log.Warn("fault injected: pausing before Perform", zap.Duration("for", pauseBeforePerform))
+		time.Sleep(pauseBeforePerform)
+	}
 	go o.run(deadline, time.Duration(req.PostCopyAfterSeconds*float64(time.Second)))
-	performCookie, perr := conn.Perform(context.Background(), dom, perform, cookie, flags, unbounded)
+	var performCookie []byte
+	var perr error
+	direct := info.DirectURI != ""
+	if direct && !src.PerformDirect(func() { abortForShutdown(o) }) {
+		// Shutting down: not started, as a relayed one's streams would
+		// not be let out.
+		perr = errors.New("this node is shutting down: the direct migration was not started")
+	} else {
+		performCookie, perr = conn.Perform(context.Background(), dom, perform, cookie, flags, unbounded)
+	}
+	if direct {
+		src.Performed()
+	}
 	s.running.disown(driveKey(conn.Socket(), req.Domain))
 	// Not waited for: in pre-copy the guest is paused on both nodes now,
 	// and the finish must not wait on a libvirt call of the owner's.

@@ -182,6 +182,14 @@ func (in *Target) check(m proxy.IncomingMigration, domXML string) (string, error
 	if m.DiskURI != "" {
 		allowed |= libvirt.MigrateNonSharedDisk
 	}
+	if m.Direct != (flags&libvirt.MigrateTLS != 0) {
+		// QEMU's own TLS is the direct path's, and the proxy's path has
+		// its own: the flag and the path come together or not at all.
+		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("the TLS flag goes with the direct path and only with it (direct %v, flags %#x)", m.Direct, uint32(flags))}
+	}
+	if m.Direct {
+		allowed |= libvirt.MigrateTLS
+	}
 	if extra := flags &^ allowed; extra != 0 {
 		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel, compressed, change protection, and a persistent domain's persist-dest with undefine-source)", uint32(extra))}
 	}
@@ -207,28 +215,49 @@ func (in *Target) check(m proxy.IncomingMigration, domXML string) (string, error
 }
 
 func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
+	p, err := in.prepare(ctx, m, domXML, cookie)
+	return p.Cookie, err
+}
+
+// PrepareDirect prepares a migration whose stream comes straight from the
+// source's QEMU (see proxy.IncomingDirect): the answer says where this
+// node's QEMU listens.
+func (in *Target) PrepareDirect(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, string, error) {
+	if !m.Direct {
+		return nil, "", errors.New("not a direct migration")
+	}
+	p, err := in.prepare(ctx, m, domXML, cookie)
+	if err == nil && p.URI == "" {
+		err = errors.New("libvirt's Prepare named no address for the target QEMU")
+		in.Cancel(context.Background(), m)
+	}
+	return p.Cookie, p.URI, err
+}
+
+func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) (libvirtx.Prepared, error) {
+	var none libvirtx.Prepared
 	flags := libvirtFlags(m)
 	domXML, err := in.check(m, domXML)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	pooled, err := in.conn()
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	c, err := pooled.Another(ctx)
 	if err != nil {
-		return nil, PeerError(err)
+		return none, PeerError(err)
 	}
 	active, err := c.ActiveDomain(ctx, m.Domain)
 	if err != nil || active {
 		c.Close()
 	}
 	if err != nil {
-		return nil, PeerError(err)
+		return none, PeerError(err)
 	}
 	if active {
-		return nil, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
+		return none, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
 	}
 	if m.DryRun {
 		// The guest a dry run starts is no migration, until well after
@@ -258,7 +287,7 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	if m.PostCopy && m.MonitorPath != "" {
 		if runXML, err = libvirtx.WithRecoveryMonitor(domXML, m.MonitorPath); err != nil {
 			c.Close()
-			return nil, err
+			return none, err
 		}
 	}
 	params := []libvirt.TypedParam{
@@ -276,11 +305,16 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	if m.DiskURI != "" {
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamDisksURI, Value: *libvirt.NewTypedParamValueString(m.DiskURI)})
 	}
+	if m.Direct {
+		// The target QEMU listens on the address the source reached
+		// this node at, not on every address libvirt would bind.
+		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamListenAddress, Value: *libvirt.NewTypedParamValueString(m.ListenAddress)})
+	}
 	wait := until(ctx)
 	if faults.Inject(faults.LatePrepare) {
 		wait = time.Millisecond
 	}
-	ck, err := c.Prepare(ctx, params, cookie, flags, wait)
+	prepared, err := c.PrepareURI(ctx, params, cookie, flags, wait)
 	ok = err == nil
 	if err == nil && m.Flags&uint32(libvirt.MigratePersistDest) != 0 && !m.DryRun {
 		in.mu.Lock()
@@ -297,10 +331,10 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 		// Prepare): only then does the connection stay open a while, and
 		// only so many at once. One libvirt answered is closed now.
 		if errors.Is(err, libvirtx.ErrTimeout) && in.linger(c) {
-			return nil, PeerError(err)
+			return none, PeerError(err)
 		}
 		c.Close()
-		return nil, PeerError(err)
+		return none, PeerError(err)
 	}
 	in.mu.Lock()
 	if in.own == nil {
@@ -308,7 +342,7 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	}
 	in.own[m.ID] = c
 	in.mu.Unlock()
-	return ck, nil
+	return prepared, nil
 }
 
 // lateUndoWindow is how long a timed-out Prepare's connection waits for

@@ -36,10 +36,28 @@ func (c *Conn) Begin(ctx context.Context, dom libvirt.Domain, params []libvirt.T
 // this connection closes, and every retry be refused as a domain that
 // exists.
 func (c *Conn) Prepare(ctx context.Context, params []libvirt.TypedParam, cookie []byte, flags libvirt.DomainMigrateFlags, timeout time.Duration) ([]byte, error) {
-	return callWithin(ctx, c, "migrate prepare", timeout, func(l *libvirt.Libvirt) ([]byte, error) {
-		ck, _, err := l.DomainMigratePrepare3Params(params, cookie, uint32(flags))
-		return ck, err
-	}, func(_ []byte, err error) {
+	p, err := c.PrepareURI(ctx, params, cookie, flags, timeout)
+	return p.Cookie, err
+}
+
+// Prepared is what libvirt's Prepare answers: the cookie for the source's
+// Perform, and where the target QEMU listens when libvirt chose it (a
+// tcp:// URI given without a port).
+type Prepared struct {
+	Cookie []byte
+	URI    string
+}
+
+// PrepareURI is Prepare with libvirt's URI out.
+func (c *Conn) PrepareURI(ctx context.Context, params []libvirt.TypedParam, cookie []byte, flags libvirt.DomainMigrateFlags, timeout time.Duration) (Prepared, error) {
+	return callWithin(ctx, c, "migrate prepare", timeout, func(l *libvirt.Libvirt) (Prepared, error) {
+		ck, uri, err := l.DomainMigratePrepare3Params(params, cookie, uint32(flags))
+		p := Prepared{Cookie: ck}
+		if len(uri) > 0 {
+			p.URI = uri[0]
+		}
+		return p, err
+	}, func(_ Prepared, err error) {
 		if err != nil {
 			return
 		}

@@ -81,6 +81,10 @@ type ControlRequest struct {
 	// migration: its libvirt prepares it and the target stops the guest at
 	// once, before answering; no stream is ever opened.
 	DryRun bool `json:"dryRun,omitempty"`
+	// Direct, on a prepare, asks for the direct path: the target QEMU
+	// listens on the address the source reached this proxy at, under
+	// QEMU's own TLS, and the answer's URI says where.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // ControlResponse answers a ControlRequest. A refusal has a Reason (the
@@ -107,6 +111,9 @@ type ControlResponse struct {
 	// what the target's hypervisor offers (identical, superset, or
 	// "default" when the domain names no CPU model).
 	CPU string `json:"cpu,omitempty"`
+	// URI, in a direct prepare's answer, is where the target QEMU listens
+	// (tcp://IP:PORT): the source's QEMU connects there itself.
+	URI string `json:"uri,omitempty"`
 	// PeerNode is, on the side that asked, the node the answering
 	// proxy's certificate names; never sent.
 	PeerNode string `json:"-"`

@@ -119,7 +119,8 @@ func (p *Proxy) drain(ctx context.Context) error {
 	return nil
 }
 
-// inFlight lists the migrations with streams open on either side.
+// inFlight lists the migrations with streams open on either side, and
+// the direct ones whose Perform runs here.
 func (p *Proxy) inFlight() []inFlight {
 	p.mu.Lock()
 	srcs := make([]*SourceMigration, 0, len(p.sources))
@@ -131,8 +132,9 @@ func (p *Proxy) inFlight() []inFlight {
 	for _, s := range srcs {
 		s.mu.Lock()
 		f := inFlight{id: s.ID, side: "source", streams: s.open, counters: s.Counters}
+		direct := s.performing
 		s.mu.Unlock()
-		if f.streams == [4]int{} {
+		if f.streams == [4]int{} && !direct {
 			continue
 		}
 		if p.cfg.SourceDomain != nil {

@@ -87,6 +87,18 @@ type IncomingMigration struct {
 	Instance string
 	// DryRun: libvirt's Prepare only, stopped at once.
 	DryRun bool
+	// Direct: QEMU's stream comes straight from the source's QEMU, under
+	// QEMU's own TLS, to MemoryURI (tcp://IP, the port libvirt's), the
+	// target QEMU listening on ListenAddress only. No stream of it
+	// crosses this proxy.
+	Direct        bool
+	ListenAddress string
+}
+
+// IncomingDirect is an Incoming that prepares direct migrations: Prepare,
+// with the URI libvirt chose for the target QEMU (tcp://IP:PORT).
+type IncomingDirect interface {
+	PrepareDirect(ctx context.Context, m IncomingMigration, domainXML string, cookie []byte) (cookieOut []byte, uri string, err error)
 }
 
 // IncomingCPU is an Incoming that compares a guest's CPU with what this
@@ -160,7 +172,17 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
 	}
-	if req.PostCopy && req.RecoverSeconds > 0 {
+	if req.Direct {
+		host, reason, why := p.directFrom(raw, peer, req)
+		if why != "" {
+			return refuse(raw, peer.Node, req, reason, why)
+		}
+		in.Direct, in.ListenAddress = true, host
+		in.MemoryURI = "tcp://" + hostForURI(host)
+		// No stream of it may come through here.
+		m.Limits[KindMemory] = 0
+	}
+	if req.PostCopy && req.RecoverSeconds > 0 && !req.Direct {
 		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
 		in.RecoverFor = time.Duration(min(req.RecoverSeconds, maxRecoverSeconds) * float64(time.Second))
 	}
@@ -193,7 +215,14 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		}
 	}
 	start := time.Now()
-	cookie, err := p.cfg.Incoming.Prepare(ctx, in, req.XML, req.Cookie)
+	var cookie []byte
+	var uri string
+	var err error
+	if in.Direct {
+		cookie, uri, err = p.cfg.Incoming.(IncomingDirect).PrepareDirect(ctx, in, req.XML, req.Cookie)
+	} else {
+		cookie, err = p.cfg.Incoming.Prepare(ctx, in, req.XML, req.Cookie)
+	}
 	if err != nil {
 		p.Unregister(m.ID, "prepare failed")
 		os.Remove(in.MonitorPath)
@@ -210,13 +239,20 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		p.cancelLibvirt(in, "cut while preparing")
 		return refuse(raw, peer.Node, req, refusalReason(err, reasonShuttingDown), err.Error())
 	}
-	// A source that never opens a stream, or never finishes, must not
-	// leave a target QEMU waiting: its migration is dropped.
-	p.reg.addTimer(e, p.cfg.FirstStreamWait, func() {
-		if !p.reg.hasStarted(e) {
-			p.dropIncoming(m.ID, fmt.Sprintf("no data stream within %v of the prepare", p.cfg.FirstStreamWait))
-		}
-	})
+	if in.Direct {
+		// Its data never crosses this proxy: it is under way from now,
+		// for the finish and for a shutdown, and bounded by its time
+		// alone.
+		p.reg.markStarted(e)
+	} else {
+		// A source that never opens a stream, or never finishes, must not
+		// leave a target QEMU waiting: its migration is dropped.
+		p.reg.addTimer(e, p.cfg.FirstStreamWait, func() {
+			if !p.reg.hasStarted(e) {
+				p.dropIncoming(m.ID, fmt.Sprintf("no data stream within %v of the prepare", p.cfg.FirstStreamWait))
+			}
+		})
+	}
 	var expire func()
 	expire = func() {
 		if why, held := p.held(e); held {
@@ -248,7 +284,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
 		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
 		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
-	return ControlResponse{Migration: m.ID, Cookie: cookie}
+	return ControlResponse{Migration: m.ID, Cookie: cookie, URI: uri}
 }
 
 // endDryRun stops the guest a dry run's Prepare started, before the

@@ -44,6 +44,12 @@ const (
 	// ReasonInboundBusy: this node takes as many incoming migrations as
 	// its inbound slots allow; the source waits its turn and asks again.
 	ReasonInboundBusy = "inbound_slots_busy"
+	// reasonDirectNotAllowed: a prepare asked for the direct path from a
+	// peer this node does not take it from, or for what it does not
+	// carry; reasonDirectUnavailable: this node cannot serve it (its
+	// QEMU's certificates, its proxy's address).
+	reasonDirectNotAllowed  = "direct_not_allowed"
+	reasonDirectUnavailable = "direct_unavailable"
 )
 
 // rejectReasons are exported at zero from the start, so a rate over them
@@ -54,7 +60,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
 	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, ReasonRestarted, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
-	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy}
+	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy, reasonDirectNotAllowed, reasonDirectUnavailable}
 
 // Metrics are the vectors the proxy counts into. Package metrics declares
 // them (every series ferryd exports is named, described and labelled

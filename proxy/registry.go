@@ -360,6 +360,13 @@ func (r *registry) track(e *entry, c net.Conn, k Kind) bool {
 	return true
 }
 
+// markStarted: a direct migration's data moves from its prepare on.
+func (r *registry) markStarted(e *entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e.started = true
+}
+
 func (r *registry) hasStarted(e *entry) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

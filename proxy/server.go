@@ -56,6 +56,12 @@ type Config struct {
 	// PrepareTimeout bounds libvirt's Prepare (a cold QEMU capabilities
 	// cache takes 16 s on the test bed); default 90s.
 	PrepareTimeout time.Duration
+	// DirectPeers are the nodes whose migrations may come here on the
+	// direct path: their QEMU straight to this node's, under QEMU's own
+	// TLS with the certificates in QEMUTLSDir (libvirt's
+	// migrate_tls_x509_cert_dir), issued by the CA of TLS. Empty: none.
+	DirectPeers []string
+	QEMUTLSDir  string
 	// FirstStreamWait is how long a prepared migration waits for its first
 	// data stream before it is dropped; default 2m.
 	FirstStreamWait time.Duration

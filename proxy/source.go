@@ -30,9 +30,13 @@ type SourceMigration struct {
 	// finish, not a new one.
 	open    [4]int
 	started bool
-	closed  string
-	wg      sync.WaitGroup
-	errs    []string
+	// performing: a direct migration whose Perform runs, in flight with no
+	// stream here; onCut aborts it when a shutdown cuts it.
+	performing bool
+	onCut      func()
+	closed     string
+	wg         sync.WaitGroup
+	errs       []string
 	// node is the target node that prepared the migration, as its
 	// certificate named it: streams go to that node only.
 	node string
@@ -257,6 +261,29 @@ func (s *SourceMigration) begin(k Kind, local net.Conn) (bool, string) {
 	return true, ""
 }
 
+// PerformDirect marks a direct migration's Perform as under way: its
+// stream goes straight between the QEMUs, yet a shutdown waits for it as
+// for a relayed one and, past its grace, cuts it by calling cut (which
+// aborts libvirt's job, as a cut stream fails a relayed one). false: the
+// node is shutting down, and it is not let out.
+func (s *SourceMigration) PerformDirect(cut func()) bool {
+	closing := s.p.closingReason()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != "" || closing != "" {
+		return false
+	}
+	s.performing, s.onCut, s.started = true, cut, true
+	return true
+}
+
+// Performed ends what PerformDirect began.
+func (s *SourceMigration) Performed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.performing, s.onCut = false, nil
+}
+
 func (s *SourceMigration) finish(k Kind, local net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -308,7 +335,11 @@ func (s *SourceMigration) Close(why string) {
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
+	cut := s.onCut
 	s.mu.Unlock()
+	if cut != nil {
+		cut()
+	}
 	for k, ln := range s.listeners {
 		ln.Close()
 		os.Remove(s.Paths[k])

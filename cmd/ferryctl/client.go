@@ -79,6 +79,9 @@ func (c *client) request(ctx context.Context, method, path string, q url.Values,
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if h, ok := ctx.Value(requestHeaderKey{}).([2]string); ok {
+		req.Header.Set(h[0], h[1])
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
@@ -160,3 +163,10 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string { return e.msg }
+
+// requestHeaderKey carries in a context one header a request adds.
+type requestHeaderKey struct{}
+
+func withRequestHeader(ctx context.Context, name, value string) context.Context {
+	return context.WithValue(ctx, requestHeaderKey{}, [2]string{name, value})
+}

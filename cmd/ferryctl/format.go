@@ -227,7 +227,7 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 		if !s.Up {
 			state = "DOWN: " + s.LastError
 		}
-		fmt.Fprintf(w, "libvirt %s (%s) %s\n", s.Socket, dash(s.LibvirtVersion), state)
+		fmt.Fprintf(w, "libvirt %s (%s) %s\n", oneLine(s.Socket), dash(s.LibvirtVersion), oneLine(state))
 	}
 	if len(doms) == 0 {
 		fmt.Fprintf(w, "no running domains on node %s\n", node)
@@ -244,7 +244,7 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 		if d.JobPhase != "" {
 			job = fmt.Sprintf("%s %s", d.JobRole, d.JobPhase)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", d.Name, d.State, d.Reason, migratable(d), job, dash(d.Attention))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", oneLine(d.Name), d.State, d.Reason, migratable(d), job, dash(oneLine(d.Attention)))
 		if wide {
 			vmi := "-"
 			if d.Namespace != "" {

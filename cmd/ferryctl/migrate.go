@@ -15,7 +15,7 @@ import (
 	"github.com/ferry-vm/ferry/api"
 )
 
-const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N] [--compression none|zstd|auto] [--deadline D]"
+const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N] [--compression none|zstd|auto] [--data-path proxy|direct] [--deadline D]"
 
 // migrateCmd starts a Ferry-driven migration and follows it like `watch
 // NAME`, so the exit status says how it ended.
@@ -70,11 +70,13 @@ func migrateCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
 	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
 	f.StringVar(&req.Compression, "compression", "", "none (default), zstd (needs --parallel, not with post-copy), or auto: ferryd chooses channels and compression from the link, the guest's dirty rate and the idle CPUs, and the job says why")
+	f.StringVar(&req.DataPath, "data-path", "", "proxy (default): QEMU's stream through both nodes' Ferry proxies; direct: QEMU straight to the target's QEMU under QEMU's own TLS, for node pairs that list each other in ferryd's --direct-peers (needs --to-node, no post-copy)")
 	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
 	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
 	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its data starts moving, by post-copy if allowed, else by an abort; can only shorten Ferry's own (150s per GiB, at least 5m; 10s to 20h)")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
 	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))
+	c.RegisterFlagCompletionFunc("data-path", cobra.FixedCompletions([]string{"proxy", "direct"}, cobra.ShellCompDirectiveNoFileComp))
 	c.RegisterFlagCompletionFunc("compression", cobra.FixedCompletions([]string{"none", "zstd", "auto"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
@@ -110,13 +112,22 @@ func postCopyCmd(g *globals) *cobra.Command {
 	}
 }
 
-// withQueueNotices prints what ferryd says the migration waits for before
-// it starts (an outbound slot here, an inbound one on the target).
+// withQueueNotices asks ferryd to say what the migration waits for before
+// it starts (an outbound slot here, an inbound one on the target), and
+// prints it; a few, since ferryd sends at most three.
 func withQueueNotices(ctx context.Context, w io.Writer, name string) context.Context {
+	heard := 0
+	ctx = withRequestHeader(ctx, api.QueueHeader, "1")
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		if heard++; heard > maxQueueNotices {
+			return fmt.Errorf("ferryd sent more than %d informational answers", maxQueueNotices)
+		}
 		if msg := h.Get(api.QueueHeader); msg != "" {
 			fmt.Fprintf(w, "%s: %s\n", name, oneLine(msg))
 		}
 		return nil
 	}})
 }
+
+// maxQueueNotices is how many informational answers ferryctl takes.
+const maxQueueNotices = 10

@@ -61,7 +61,8 @@ func domainsCmd(g *globals) *cobra.Command {
 		Args:  noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
 			var resp api.DomainsResponse
-			if err := g.client.get(ctx, "/v1/domains", nil, &resp); err != nil {
+			// With whether each can move: ferryd reads each one's XML.
+			if err := g.client.get(ctx, "/v1/domains", url.Values{"check": {"1"}}, &resp); err != nil {
 				return err
 			}
 			return emit(g, resp, func(wide bool) { printDomains(g.out, resp.Node, resp.Domains, resp.Libvirt, wide) })

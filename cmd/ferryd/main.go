@@ -44,7 +44,7 @@ func main() {
 type options struct {
 	cfg                                 daemon.Config
 	sockets, allowed, bridges, networks stringList
-	peers                               stringList
+	peers, directPeers                  stringList
 	mode, logLevel, kubeletRoot         string
 	policyMode, policyScope             string
 	showVer                             bool
@@ -106,6 +106,9 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	fs.IntVar(&cfg.LinkBandwidthMiBs, "migration-bandwidth-mibs", 0, "the migration link's bandwidth in MiB/s, which the migrations Ferry drives share (the one nearest its switch-over gets the most); 0: not shared out, and plans learn it from the last migrations")
 	fs.IntVar(&cfg.OutboundSlots, "outbound-migrations", drive.DefaultOutboundSlots, "migrations Ferry drives out of this node at once; more wait their turn")
 	fs.IntVar(&cfg.InboundSlots, "inbound-migrations", drive.DefaultInboundSlots, "migrations Ferry drives into this node at once; a source asking for more waits its turn")
+	fs.Var(&o.directPeers, "direct-peers", "nodes this node migrates to and from on the direct path (ferryctl migrate --data-path direct): QEMU straight to QEMU under QEMU's own TLS, no relay; both nodes must list each other, and the certificates in --qemu-tls-dir must come from the proxy's CA; for trusted migration networks on plain libvirt hosts (see docs/proxy.md); repeatable (env FERRY_DIRECT_PEERS, comma-separated)")
+	fs.StringVar(&cfg.QEMUConf, "qemu-conf", e.str("FERRY_QEMU_CONF", "/etc/libvirt/qemu.conf"), "libvirt's qemu.conf, read with --direct-peers for the directory of QEMU's migration certificates and whether QEMU checks a source's (env FERRY_QEMU_CONF)")
+	fs.StringVar(&cfg.QEMUTLSDir, "qemu-tls-dir", e.str("FERRY_QEMU_TLS_DIR", ""), "that directory as ferryd sees it, where not at the path qemu.conf gives: ca-cert.pem and the server and client pairs QEMU uses on the direct path, checked at start and before every direct migration (env FERRY_QEMU_TLS_DIR)")
 	fs.DurationVar(&cfg.DirtyRate.Period, "dirty-rate-period", e.duration("FERRY_DIRTY_RATE_PERIOD", 5*time.Minute), "how often each running domain's dirty rate is measured by QEMU (virDomainStartDirtyRateCalc), never while it migrates; the plans and checks predict from it; 0 turns measuring off (env FERRY_DIRTY_RATE_PERIOD)")
 	fs.DurationVar(&cfg.DirtyRate.Sample, "dirty-rate-sample", e.duration("FERRY_DIRTY_RATE_SAMPLE", time.Second), "how long one measurement watches the guest, 1s to 60s (env FERRY_DIRTY_RATE_SAMPLE)")
 	fs.IntVar(&cfg.DirtyRate.Concurrent, "dirty-rate-concurrent", 4, "domains measured at once, at most")
@@ -152,6 +155,7 @@ func run(args []string) int {
 		return 2
 	}
 	cfg.Peers = peers
+	cfg.DirectPeers = listOrEnv(o.directPeers, "FERRY_DIRECT_PEERS")
 	cfg.MigrationAllowedBridges = listOrEnv(o.bridges, "FERRY_MIGRATION_ALLOWED_BRIDGES")
 	cfg.MigrationAllowedNetworks = listOrEnv(o.networks, "FERRY_MIGRATION_ALLOWED_NETWORKS")
 	cfg.MigrationAllowedPaths = listOrEnv(o.allowed, "FERRY_MIGRATION_ALLOWED_PATHS")

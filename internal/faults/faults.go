@@ -18,4 +18,8 @@ const (
 	// libvirt's Begin and the target's Prepare, the window in which a
 	// definition change would make the target's copy stale.
 	PauseAfterBegin = "pause-after-begin"
+	// PauseBeforePerform: the source holds a migration a few seconds
+	// after the target prepared it and before Perform, the window in
+	// which a direct migration's target QEMU listens for anyone.
+	PauseBeforePerform = "pause-before-perform"
 )

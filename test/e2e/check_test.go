@@ -104,7 +104,7 @@ func TestCheckFindsWhatKeepsEachGuestHere(t *testing.T) {
 func listedAsMigratable(t *testing.T, c checkCase) {
 	t.Helper()
 	var resp api.DomainsResponse
-	if err := ferryOn("a").get("/v1/domains", &resp); err != nil {
+	if err := ferryOn("a").get("/v1/domains?check=1", &resp); err != nil {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(resp.Domains, func(d api.Domain) bool { return d.Name == c.name })

@@ -75,7 +75,8 @@ func Up(ctx context.Context, cfg Config) (*Bed, error) {
 }
 
 func (b *Bed) up(ctx context.Context) error {
-	if err := writeCerts(b.cfg.Dir); err != nil {
+	ca, err := writeCerts(b.cfg.Dir)
+	if err != nil {
 		return fmt.Errorf("testbed: proxy certificates: %w", err)
 	}
 	for _, sub := range []string{"guests", "relays"} {
@@ -86,6 +87,9 @@ func (b *Bed) up(ctx context.Context) error {
 	for _, d := range nodeDefs {
 		if err := prepareNodeDir(b.cfg, d); err != nil {
 			return err
+		}
+		if err := writeQEMUCerts(b.cfg, ca, d); err != nil {
+			return fmt.Errorf("testbed: QEMU's migration certificates: %w", err)
 		}
 	}
 	if err := b.save(); err != nil {

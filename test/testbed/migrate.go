@@ -28,8 +28,13 @@ type MigrateSpec struct {
 	// Compression, with Ferry driving, is none, zstd or auto (see
 	// api.MigrateRequest).
 	Compression string
+	// DataPath, with Ferry driving, is proxy or direct (QEMU straight to
+	// QEMU under its own TLS; needs TargetNode).
+	DataPath string
 	// Via is "ferry" (the source ferryd drives the migration through Ferry's
-	// proxy; the default when ferryd runs) or "socat" (the bed's own relays).
+	// proxy; the default when ferryd runs), "socat" (the bed's own relays)
+	// or "raw" (libvirt's own client, QEMU's stream over plain TCP straight
+	// to the target's QEMU).
 	Via string
 	// Policy and MaxDowntimeMs set the convergence policy of a migration
 	// Ferry drives (observe, advise or act; empty: the node's).
@@ -75,12 +80,12 @@ func (b *Bed) Migrate(ctx context.Context, m MigrateSpec) error {
 			return fmt.Errorf("testbed: migrating %s via ferry needs a bed with ferryd (up --ferryd)", m.Name)
 		}
 		return b.migrateViaFerry(ctx, m)
-	case "socat":
+	case "socat", "raw":
 		if m.Parallel > 0 {
-			return fmt.Errorf("testbed: --parallel needs Ferry's proxy, not socat")
+			return fmt.Errorf("testbed: --parallel needs Ferry's proxy, not %s", m.Via)
 		}
 	default:
-		return fmt.Errorf("testbed: unknown relay %q for %s (ferry or socat)", m.Via, m.Name)
+		return fmt.Errorf("testbed: unknown relay %q for %s (ferry, socat or raw)", m.Via, m.Name)
 	}
 	l, err := b.Libvirt(m.From)
 	if err != nil {
@@ -109,7 +114,14 @@ func (b *Bed) Migrate(ctx context.Context, m MigrateSpec) error {
 	if m.AutoConverge {
 		flags |= libvirt.MigrateAutoConverge
 	}
-	params := []libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + migDirInNode(m.Name) + "/qemu.sock")}}
+	memURI := "unix://" + migDirInNode(m.Name) + "/qemu.sock"
+	if m.Via == "raw" {
+		// QEMU straight to QEMU over plain TCP, as libvirt's own client
+		// migrates on a trusted network: the baseline no relay can beat.
+		to, _ := lookupNode(m.To)
+		memURI = "tcp://" + to.ip
+	}
+	params := []libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(memURI)}}
 	if m.BandwidthMiBs > 0 {
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamBandwidth, Value: *libvirt.NewTypedParamValueUllong(uint64(m.BandwidthMiBs))})
 	}

@@ -27,7 +27,7 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 		Domain: m.Name, Target: dst.ProxyAddr,
 		PostCopy: m.PostCopy, PostCopyAfterSeconds: m.PostCopyAfter.Seconds(),
 		AutoConverge: m.AutoConverge, BandwidthMiBs: m.BandwidthMiBs,
-		PostCopyBandwidthMiBs: m.PostCopyBandwidthMiBs, Parallel: m.Parallel, Compression: m.Compression,
+		PostCopyBandwidthMiBs: m.PostCopyBandwidthMiBs, Parallel: m.Parallel, Compression: m.Compression, DataPath: m.DataPath,
 		Policy: m.Policy, MaxDowntimeMs: m.MaxDowntimeMs, TargetNode: m.TargetNode,
 		DeadlineSeconds: m.Deadline.Seconds(),
 	})

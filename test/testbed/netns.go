@@ -3,12 +3,16 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netns"
 )
 
 type nodeDef struct {
@@ -153,4 +157,39 @@ func strayProcs(netns string, extraComm string) []proc {
 		}
 	}
 	return out
+}
+
+// DialNode opens a TCP connection from inside a node's network namespace,
+// as a process on that node would: the bed's host has no route into it.
+func (b *Bed) DialNode(ctx context.Context, node, addr string) (net.Conn, error) {
+	d, err := lookupNode(node)
+	if err != nil {
+		return nil, err
+	}
+	// The socket is made in the namespace of the thread that makes it.
+	// A thread that cannot go back stays locked, and Go ends it with
+	// this goroutine rather than run other code in the node's namespace.
+	runtime.LockOSThread()
+	host, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer host.Close()
+	ns, err := netns.GetFromName(d.netns)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer ns.Close()
+	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer func() {
+		if netns.Set(host) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 }

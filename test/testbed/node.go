@@ -93,7 +93,10 @@ keepalive_count = 5
 		// stdout and stderr go to a file, as a stock host's virtlogd would
 		// be one more daemon per node, and that log changes nothing of
 		// what QEMU may open.
-		"qemu.conf": "stdio_handler = \"file\"\n",
+		// And the direct path's: QEMU's own migration TLS, with
+		// certificates from the bed's CA, peers' client certificates
+		// checked (libvirt's default, said here as a host would).
+		"qemu.conf": "stdio_handler = \"file\"\nmigrate_tls_x509_cert_dir = \"" + QEMUTLSDirInNode + "\"\nmigrate_tls_x509_verify = 1\n",
 		// A newline-only libvirt.conf is a syntax error that breaks every client.
 		"libvirt.conf": "# ferry test bed: client defaults\n",
 	}
@@ -254,6 +257,12 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		"--migration-allowed-path", imagesInNode,
 		"--migration-allowed-path", consolesInNode,
 	)
+	if !b.plainProxy() {
+		// The direct path is open between the two nodes; a migration
+		// takes it only when asked (--data-path direct). ferryd reads
+		// the node's qemu.conf for QEMU's certificates.
+		args = append(args, "--direct-peers", peerOf(node).name)
+	}
 	args = append(args, b.ferrydArgs()...)
 	args = append(args, nodeArgs...)
 	argv, err := b.nsenter(node, args...)

@@ -31,7 +31,7 @@ Verbs:
   guest destroy NAME
   migrate NAME --from a --to b [--postcopy] [--postcopy-after DURATION] [--auto-converge]
                                [--bandwidth-mibs N] [--postcopy-bandwidth-mibs N]
-                               [--parallel N] [--compression none|zstd|auto] [--via ferry|socat]
+                               [--parallel N] [--compression none|zstd|auto] [--data-path proxy|direct] [--via ferry|socat|raw]
                                [--policy observe|advise|act] [--max-downtime-ms N]
   console NAME                 the guest's serial console across all nodes
   exec NODE -- CMD...          run CMD in the node's network + mount namespaces
@@ -227,7 +227,8 @@ func migrate(ctx context.Context, open opener, args []string) error {
 	fs.IntVar(&m.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "post-copy bandwidth limit in MiB/s (0 = none)")
 	fs.IntVar(&m.Parallel, "parallel", 0, "multifd connections for the memory stream (Ferry's proxy only)")
 	fs.StringVar(&m.Compression, "compression", "", "none, zstd (needs --parallel) or auto (Ferry's proxy only)")
-	fs.StringVar(&m.Via, "via", "", "relay: ferry (the source ferryd drives it through Ferry's proxy; default with ferryd) or socat")
+	fs.StringVar(&m.DataPath, "data-path", "", "proxy, or direct: QEMU straight to QEMU under its own TLS (Ferry driving; the target node is named)")
+	fs.StringVar(&m.Via, "via", "", "relay: ferry (the source ferryd drives it through Ferry's proxy; default with ferryd), socat, or raw (QEMU straight to QEMU over plain TCP)")
 	fs.StringVar(&m.Policy, "policy", "", "convergence policy of a migration via ferry: observe, advise or act (default: ferryd's)")
 	fs.Uint64Var(&m.MaxDowntimeMs, "max-downtime-ms", 0, "downtime cap of the policy of a migration via ferry (can only lower ferryd's)")
 	name, err := oneName(fs, "migrate", args)
@@ -237,7 +238,7 @@ func migrate(ctx context.Context, open opener, args []string) error {
 	if m.From == "" || m.To == "" {
 		return usagef("migrate: --from and --to are required")
 	}
-	if (m.Policy != "" || m.MaxDowntimeMs != 0) && m.Via == "socat" {
+	if (m.Policy != "" || m.MaxDowntimeMs != 0) && m.Via != "" && m.Via != "ferry" {
 		return usagef("migrate: --policy and --max-downtime-ms need --via ferry (the bed's socat relays run no policy)")
 	}
 	switch m.Policy {

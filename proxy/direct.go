@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// directFrom says whether this node takes a direct migration from peer,
+// and where its QEMU listens for it: the address the source reached this
+// proxy at, which the source can reach by that token. reason and why are
+// the refusal's when not.
+func (p *Proxy) directFrom(raw net.Conn, peer Peer, req ControlRequest) (host, reason, why string) {
+	switch {
+	case p.cfg.Incoming == nil:
+		return "", reasonDirectUnavailable, "this node takes no Ferry-driven incoming migrations"
+	case peer.Node == "" || !slices.Contains(p.cfg.DirectPeers, peer.Node):
+		return "", reasonDirectNotAllowed, "this node takes the direct path only from the nodes in its --direct-peers, named by their certificates"
+	case req.PostCopy || req.Disk || req.DryRun:
+		return "", reasonDirectNotAllowed, "the direct path carries pre-copy memory only: no post-copy, no disk stream, no dry run"
+	}
+	if _, ok := p.cfg.Incoming.(IncomingDirect); !ok {
+		return "", reasonDirectUnavailable, "this node cannot prepare a direct migration"
+	}
+	// The proxy listens on one address, the migration network's; QEMU
+	// listens there too, never on an address a peer picks.
+	addr, ok := raw.LocalAddr().(*net.TCPAddr)
+	listen, _, _ := net.SplitHostPort(p.cfg.Listen)
+	if ip := net.ParseIP(listen); !ok || ip == nil || ip.IsUnspecified() || !ip.Equal(addr.IP) {
+		return "", reasonDirectUnavailable, "this node's proxy does not listen on one migration address, which its QEMU would listen on"
+	}
+	host = addr.IP.String()
+	if err := p.CheckQEMUTLS(p.cfg.QEMUTLSDir, host); err != nil {
+		p.log.Warn("a direct migration was refused: QEMU's migration TLS is not usable here", zap.Error(err))
+		return "", reasonDirectUnavailable, "this node's QEMU migration certificates are not usable for it (see its log)"
+	}
+	return host, "", ""
+}
+
+// hostForURI brackets an IPv6 address for a URI's host.
+func hostForURI(ip string) string {
+	if strings.Contains(ip, ":") {
+		return "[" + ip + "]"
+	}
+	return ip
+}
+
+// DirectReady says what keeps this node from the direct path, at start:
+// a proxy on no one migration address (QEMU would listen where a peer
+// picks), or QEMU's migration TLS in dir as QEMU would refuse it.
+func (p *Proxy) DirectReady(dir string) error {
+	listen, _, _ := net.SplitHostPort(p.cfg.Listen)
+	if ip := net.ParseIP(listen); ip == nil || ip.IsUnspecified() {
+		return errors.New("the direct path needs the proxy on one migration address (--migration-interface or --node-ip), where the target QEMU listens too")
+	}
+	return p.CheckQEMUTLS(dir, listen)
+}

@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// directIncoming prepares direct migrations as libvirt would: the target
+// QEMU's address, with the port libvirt chose.
+type directIncoming struct{ *fakeIncoming }
+
+func (d directIncoming) PrepareDirect(ctx context.Context, m IncomingMigration, xml string, cookie []byte) ([]byte, string, error) {
+	d.mu.Lock()
+	d.prepared = append(d.prepared, m)
+	d.mu.Unlock()
+	return []byte("prepared:" + m.ID), m.MemoryURI + ":49152", nil
+}
+
+// A direct prepare is taken only from a node the target lists, only for
+// pre-copy, and only while its QEMU's certificates name the address the
+// source reached it at; the answer says where its QEMU listens, and the
+// migration is under way for the finish with no stream through the proxy.
+func TestDirectPrepareIsTakenOnlyFromListedPeers(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	qemuDir := t.TempDir()
+	if err := ca.ca.IssueQEMU(qemuDir, net.ParseIP("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	in := directIncoming{newFakeIncoming()}
+	files := ca.issueNode(t, t.TempDir(), "b")
+	dst := startNodeWith(t, Config{TLS: &files, Node: "b", Incoming: in, DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir})
+	a := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
+	c := nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c"))
+	ask := func(src *node, id string, postCopy bool) (ControlResponse, error) {
+		return src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: "vm",
+			XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: postCopy, Direct: true})
+	}
+	resp, err := ask(a, "m1", false)
+	if err != nil || resp.URI != "tcp://127.0.0.1:49152" {
+		t.Fatalf("a listed peer's direct prepare: %+v, %v", resp, err)
+	}
+	m := in.prepared[0]
+	if !m.Direct || m.ListenAddress != "127.0.0.1" || m.MemoryURI != "tcp://127.0.0.1" || m.PeerNode != "a" {
+		t.Fatalf("prepared %+v", m)
+	}
+	if fin := finish(t, a, dst, "m1", false); fin.Reason != "" {
+		t.Fatalf("the finish of a direct migration that relayed nothing: %+v", fin)
+	}
+	for _, c := range []struct {
+		name     string
+		src      *node
+		postCopy bool
+		says     string
+	}{
+		{"a node not listed", c, false, "--direct-peers"},
+		{"post-copy", a, true, "pre-copy memory only"},
+	} {
+		if _, err := ask(c.src, "m-"+c.src.p.cfg.Node, c.postCopy); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.says)
+		}
+	}
+	// Certificates that do not name where the source reached this node.
+	if err := ca.ca.IssueQEMU(qemuDir, net.ParseIP("10.0.0.9")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ask(a, "m3", false); err == nil || !strings.Contains(err.Error(), "certificates are not usable") {
+		t.Errorf("a server certificate for another address: %v", err)
+	}
+	if n, m := rejectedOf(dst, reasonDirectNotAllowed), rejectedOf(dst, reasonDirectUnavailable); n != 2 || m != 1 {
+		t.Errorf("direct_not_allowed counted %v times, direct_unavailable %v; want 2 and 1", n, m)
+	}
+	if len(in.prepared) != 1 {
+		t.Errorf("libvirt prepared %d migrations, want the one taken", len(in.prepared))
+	}
+}
+
+// A direct migration whose Perform runs is in flight with no stream here:
+// a shutdown waits for it, and past its grace cuts it by aborting it;
+// one asked to start once the shutdown began is not let out.
+func TestShutdownWaitsForAndCutsADirectPerform(t *testing.T) {
+	n := startNode(t, nil)
+	src, err := n.p.OpenSource("m-direct", "10.0.0.2:9475", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := make(chan struct{})
+	if !src.PerformDirect(func() { close(cut) }) {
+		t.Fatal("a direct Perform was not let out before any shutdown")
+	}
+	if f := n.p.inFlight(); len(f) != 1 || f[0].id != "m-direct" {
+		t.Fatalf("in flight: %+v, want the direct migration", f)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = n.p.Shutdown(ctx)
+	select {
+	case <-cut:
+	default:
+		t.Fatal("the shutdown did not cut the direct migration past its grace")
+	}
+	if err == nil || !strings.Contains(err.Error(), "m-direct") {
+		t.Fatalf("shutdown: %v, want the direct migration reported cut", err)
+	}
+	late, err := n.p.OpenSource("m-late", "10.0.0.2:9475", nil)
+	if err == nil && late.PerformDirect(func() {}) {
+		t.Fatal("a direct Perform was let out during the shutdown")
+	}
+}
