@@ -155,7 +155,7 @@ func judgeStorage(ctx context.Context, b *api.Blocker, root string) {
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl))
 	}
-	if wait <= 0 {
+	if wait < 100*time.Millisecond {
 		b.Message += " (its storage could not be told in time)"
 		return
 	}
@@ -172,20 +172,30 @@ func judgeStorage(ctx context.Context, b *api.Blocker, root string) {
 	}
 }
 
+// storageLooks are the looks at a disk's filesystem under way.
+var storageLooks sync.Map
+
 // storageWait bounds the look at a disk's filesystem: beneath a pod's
 // root, a FUSE or hung NFS mount could hold the lookup forever.
 const storageWait = 2 * time.Second
 
 // storageWithin is preflight.Storage given up after wait; a lookup that
 // hangs keeps its thread until the kernel answers.
+// One look per file at a time: a look that hangs keeps its thread, and
+// asking again would only add one more each time.
 func storageWithin(root, path string, wait time.Duration) (bool, string, error) {
 	type answer struct {
 		shared bool
 		kind   string
 		err    error
 	}
+	key := root + "\x00" + path
+	if _, busy := storageLooks.LoadOrStore(key, true); busy {
+		return false, "", errors.New("its filesystem has not answered an earlier look yet")
+	}
 	done := make(chan answer, 1)
 	go func() {
+		defer storageLooks.Delete(key)
 		shared, kind, err := preflight.Storage(root, path)
 		done <- answer{shared, kind, err}
 	}()

@@ -55,19 +55,21 @@ func directURI(uri, target string) (string, error) {
 	switch {
 	case !strings.HasPrefix(uri, "tcp://") || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "":
 		return "", fmt.Errorf("the target's direct URI %q is not tcp://HOST:PORT", uri)
-	case u.Hostname() != host:
+	case !net.ParseIP(u.Hostname()).Equal(net.ParseIP(host)) || net.ParseIP(host) == nil:
 		return "", fmt.Errorf("the target's direct URI %q is not on %s, where its proxy answered", uri, host)
 	case err != nil || port < 1024 || port > 65535:
 		return "", fmt.Errorf("the target's direct URI %q has no port from 1024 to 65535", uri)
 	}
-	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port)), nil
+	return "tcp://" + net.JoinHostPort(net.ParseIP(host).String(), strconv.Itoa(port)), nil
 }
 
 // abortForShutdown ends a direct migration whose node shuts down past its
 // grace: with no stream here to cut, libvirt's job is aborted, and its
 // Perform fails as a relayed one's would.
+// It waits out a libvirt call of the owner's under way, and the abort's
+// own; one asked before Perform began fails Perform at its start.
 func abortForShutdown(o *Owner) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ownerCallTimeout+time.Second)
 	defer cancel()
 	o.Abort(ctx, "ferryd", "this node is shutting down past its grace", false)
 }

@@ -51,14 +51,22 @@ func ReadMigrateTLS(path string) (MigrateTLS, error) {
 		default:
 			continue
 		}
-		if strings.HasPrefix(val, `"`) {
-			end := strings.Index(val[1:], `"`)
-			if end < 0 {
-				return MigrateTLS{}, fmt.Errorf("%s:%d: %s has no closing quote", path, n, key)
+		if _, seen := vals[key]; seen {
+			continue // libvirt takes a name's first value
+		}
+		if q := val[:min(len(val), 1)]; q == `"` || q == "'" {
+			end := strings.Index(val[1:], q)
+			if strings.HasPrefix(val, `"""`) || end < 0 {
+				return MigrateTLS{}, fmt.Errorf("%s:%d: %s is not a one-line quoted string, which is all ferryd reads", path, n, key)
 			}
-			val = val[1 : end+1]
-		} else if i := strings.IndexAny(val, " \t#"); i >= 0 {
-			val = val[:i]
+			val, line = val[1:end+1], val[end+2:]
+		} else if i := strings.IndexAny(val, " \t#;"); i >= 0 {
+			val, line = val[:i], val[i:]
+		} else {
+			line = ""
+		}
+		if rest := strings.TrimSpace(line); rest != "" && !strings.HasPrefix(rest, "#") {
+			return MigrateTLS{}, fmt.Errorf("%s:%d: more follows %s on its line (%q), which ferryd does not read", path, n, key, rest)
 		}
 		vals[key] = val
 	}

@@ -19,7 +19,11 @@ func TestMigrateTLSIsReadAsLibvirtReadsIt(t *testing.T) {
 		"verify inherited": {"default_tls_x509_verify = 0\n", defaultTLSDir, false, ""},
 		"verify its own":   {"default_tls_x509_verify = 0\nmigrate_tls_x509_verify = 1\n", defaultTLSDir, true, ""},
 		"not a number":     {"migrate_tls_x509_verify = yes\n", "", false, "not a number"},
-		"open quote":       {"migrate_tls_x509_cert_dir = \"/srv\n", "", false, "closing quote"},
+		"open quote":       {"migrate_tls_x509_cert_dir = \"/srv\n", "", false, "one-line quoted"},
+		"first one counts": {"migrate_tls_x509_verify = 0\nmigrate_tls_x509_verify = 1\n", defaultTLSDir, false, ""},
+		"single quotes":    {"migrate_tls_x509_cert_dir = '/srv/q'\n", "/srv/q", true, ""},
+		"two on a line":    {"migrate_tls_x509_verify = 1; migrate_tls_x509_verify = 0\n", "", false, "more follows"},
+		"triple quotes":    {"migrate_tls_x509_cert_dir = \"\"\"/srv\"\"\"\n", "", false, "one-line quoted"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := os.Stat(migrateTLSDir); err == nil && c.dir == defaultTLSDir {

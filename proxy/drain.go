@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -163,9 +164,16 @@ func (p *Proxy) cut(why string) {
 		srcs = append(srcs, s)
 	}
 	p.mu.Unlock()
+	// At once: a direct migration's cut waits on libvirt's abort.
+	var wg sync.WaitGroup
 	for _, s := range srcs {
-		s.Close(why)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Close(why)
+		}()
 	}
+	wg.Wait()
 	// A prepared migration nobody will relay any more would leave its
 	// target QEMU waiting; one finishing is libvirt's to end.
 	p.dropAllPrepared(why)

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -48,14 +50,27 @@ func checkQEMUTLS(dir, host string, roots *x509.CertPool, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("QEMU's migration TLS directory: %w", err)
 	}
-	qemuRoots := x509.NewCertPool()
-	if !qemuRoots.AppendCertsFromPEM(caPEM) {
-		return fmt.Errorf("QEMU's migration TLS CA %s holds no PEM certificate", filepath.Join(dir, qemuCA))
+	// QEMU trusts the self-signed certificates in ca-cert.pem, and
+	// follows the others there as links to them; it refuses a chain that
+	// reaches no self-signed root. Each must be Ferry's CA or come from
+	// it: any other would let its holders in.
+	cas, err := parsePEMCerts(caPEM)
+	if err != nil || len(cas) == 0 {
+		return fmt.Errorf("QEMU's migration TLS CA %s holds no PEM certificate (%v)", filepath.Join(dir, qemuCA), err)
 	}
-	// QEMU's CA may be one Ferry's issued, for QEMU alone: it then
-	// links its certificates to Ferry's.
-	links := x509.NewCertPool()
-	links.AppendCertsFromPEM(caPEM)
+	qemuRoots, links := x509.NewCertPool(), x509.NewCertPool()
+	for _, c := range cas {
+		if selfSigned(c) {
+			qemuRoots.AddCert(c)
+		} else {
+			links.AddCert(c)
+		}
+	}
+	for _, c := range cas {
+		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, Intermediates: links, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			return fmt.Errorf("QEMU's migration TLS CA %s holds %q, which is not Ferry's CA nor one it issued: QEMU would take certificates from it: %w", filepath.Join(dir, qemuCA), c.Subject.CommonName, err)
+		}
+	}
 	for _, pair := range []struct {
 		cert, key string
 		usage     x509.ExtKeyUsage
@@ -71,13 +86,22 @@ func checkQEMUTLS(dir, host string, roots *x509.CertPool, now time.Time) error {
 				return fmt.Errorf("QEMU's migration TLS certificate %s: %w", certPath, err)
 			}
 		}
-		opts := x509.VerifyOptions{Roots: roots, Intermediates: links, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{pair.usage}}
+		chain := x509.NewCertPool()
+		for _, c := range cas {
+			chain.AddCert(c)
+		}
+		for _, der := range kp.Certificate[1:] {
+			if c, err := x509.ParseCertificate(der); err == nil {
+				chain.AddCert(c)
+			}
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: chain, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{pair.usage}}
 		if _, err := leaf.Verify(opts); err != nil {
 			return fmt.Errorf("QEMU's migration TLS certificate %s is not one of Ferry's CA for %s: %w", certPath, usageName(pair.usage), err)
 		}
-		opts.Roots, opts.Intermediates = qemuRoots, nil
+		opts.Roots = qemuRoots
 		if _, err := leaf.Verify(opts); err != nil {
-			return fmt.Errorf("QEMU's migration TLS certificate %s does not verify against %s, which QEMU checks peers with: %w", certPath, qemuCA, err)
+			return fmt.Errorf("QEMU's migration TLS certificate %s does not verify against %s (to a self-signed root there), which QEMU checks peers with: %w", certPath, qemuCA, err)
 		}
 		if err := qemuTakesKeyUsage(leaf); err != nil {
 			return fmt.Errorf("QEMU's migration TLS certificate %s: %w", certPath, err)
@@ -109,4 +133,26 @@ func usageName(u x509.ExtKeyUsage) string {
 		return "server authentication"
 	}
 	return "client authentication"
+}
+
+func parsePEMCerts(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		if block, b = pem.Decode(b); block == nil {
+			return out, nil
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+}
+
+func selfSigned(c *x509.Certificate) bool {
+	return bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignatureFrom(c) == nil
 }

@@ -76,8 +76,11 @@ func TestQEMUTLSDirectoryIsCheckedAsQEMUReadsIt(t *testing.T) {
 			copyFile(files.Cert, filepath.Join(dir, qemuClientCert))
 			copyFile(files.Key, filepath.Join(dir, qemuClientKey))
 		}},
-		{"QEMU's CA is another", "", "does not verify against ca-cert.pem", func(dir string) {
+		{"QEMU's CA is another", "", "not Ferry's CA", func(dir string) {
 			os.WriteFile(filepath.Join(dir, qemuCA), caPEM(other), 0o600)
+		}},
+		{"QEMU's CAs are Ferry's and another", "", `holds "other"`, func(dir string) {
+			os.WriteFile(filepath.Join(dir, qemuCA), append(caPEM(ferry), caPEM(other)...), 0o600)
 		}},
 		{"no CA file", "", "ca-cert.pem", func(dir string) { os.Remove(filepath.Join(dir, qemuCA)) }},
 	}
