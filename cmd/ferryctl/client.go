@@ -34,7 +34,13 @@ func newClient(socket string) *client {
 
 // get decodes a JSON answer into v; error bodies become errors with ferryd's message.
 func (c *client) get(ctx context.Context, path string, q url.Values, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return c.getWithin(ctx, path, q, v, 10*time.Second)
+}
+
+// getWithin is get for an answer that takes longer to make (a plan waits
+// for the dirty-rate measurements that are due).
+func (c *client) getWithin(ctx context.Context, path string, q url.Values, v any, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	resp, err := c.do(ctx, path, q)
 	if err != nil {
@@ -55,8 +61,17 @@ func (c *client) postJSON(ctx context.Context, path string, body []byte, v any) 
 	return c.send(ctx, path, nil, body, v)
 }
 
+// postJSONWithin is postJSON for an answer that takes longer to make.
+func (c *client) postJSONWithin(ctx context.Context, path string, body []byte, v any, within time.Duration) error {
+	return c.sendWithin(ctx, path, nil, body, v, within)
+}
+
 func (c *client) send(ctx context.Context, path string, q url.Values, body []byte, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	return c.sendWithin(ctx, path, q, body, v, 40*time.Second)
+}
+
+func (c *client) sendWithin(ctx context.Context, path string, q url.Values, body []byte, v any, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	resp, err := c.request(ctx, http.MethodPost, path, q, body)
 	if err != nil {

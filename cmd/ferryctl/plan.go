@@ -38,7 +38,9 @@ func planCmd(g *globals) *cobra.Command {
 			q.Set("parallel", strconv.Itoa(req.Parallel))
 			q.Set("bandwidthMiBs", strconv.Itoa(req.BandwidthMiBs))
 			var p api.Plan
-			if err := g.client.get(ctx, "/v1/plan", q, &p); err != nil {
+			// ferryd gives a plan two minutes: it measures the guests
+			// whose dirty rate is due first.
+			if err := g.client.getWithin(ctx, "/v1/plan", q, &p, planWait); err != nil {
 				return err
 			}
 			if err := emit(g, p, func(wide bool) { printPlan(g.out, p, nil, wide) }); err != nil {
@@ -178,7 +180,8 @@ func evacuateCmd(g *globals) *cobra.Command {
 			}
 			body, _ := json.Marshal(req)
 			var ev api.Evacuation
-			if err := g.client.postJSON(ctx, "/v1/evacuations", body, &ev); err != nil {
+			// It plans first, as plan does.
+			if err := g.client.postJSONWithin(ctx, "/v1/evacuations", body, &ev, planWait); err != nil {
 				return err
 			}
 			seen := map[string]string{}
@@ -227,3 +230,7 @@ func realOf(e api.PlanEntry) string {
 	}
 	return s
 }
+
+// planWait is how long ferryctl waits for a plan, ferryd's own bound and a
+// little more.
+const planWait = 2*time.Minute + 5*time.Second

@@ -37,6 +37,13 @@ func ferryOn(node string) *ferry {
 		}}}}
 }
 
+// within is f with a longer wait for an answer (a plan measures first).
+func (f *ferry) within(d time.Duration) *ferry {
+	hc := *f.hc
+	hc.Timeout = d
+	return &ferry{node: f.node, hc: &hc}
+}
+
 func (f *ferry) get(path string, v any) error {
 	resp, err := f.hc.Get("http://ferryd" + path)
 	if err != nil {

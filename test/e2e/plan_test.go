@@ -127,7 +127,9 @@ func TestPredictionMatchesRealMigrations(t *testing.T) {
 		}
 	}
 	var p api.Plan
-	if err := ferryOn("a").get(fmt.Sprintf("/v1/plan?to=b&bandwidthMiBs=%d&parallel=1", planCap), &p); err != nil {
+	// The plan first measures the guests whose dirty rate is due: four
+	// seconds each here.
+	if err := ferryOn("a").within(2*time.Minute).get(fmt.Sprintf("/v1/plan?to=b&bandwidthMiBs=%d&parallel=1", planCap), &p); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("plan: %s/s (%s), setup %.1fs (%s), max downtime %dms", fmtMiB(p.BandwidthBytesPerSecond), p.BandwidthFrom, p.SetupSeconds, p.SetupFrom, p.MaxDowntimeMs)
