@@ -219,8 +219,7 @@ func (d *Daemon) dirtyRate(socket, domain string) (uint64, bool) {
 	if d.meter == nil {
 		return 0, false
 	}
-	r, ok := d.meter.Latest()[[2]string{socket, domain}]
-	return r, ok
+	return d.meter.Rate(socket, domain)
 }
 
 // quiet holds the dirty-rate measurements off a domain about to migrate.

@@ -14,7 +14,6 @@ import (
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/peertext"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/measure"
 	"github.com/ferry-vm/ferry/metrics"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
@@ -228,7 +227,7 @@ func (d *Daemon) planEntry(ctx context.Context, kc *kubeVirtContext, dom api.Dom
 	}
 	one := []api.Domain{dom}
 	d.meter.Annotate(one)
-	g := plan.Guest{MemoryBytes: one[0].MemoryBytes, ResidentBytes: one[0].ResidentBytes, DirtyBytesPerSecond: measure.Estimate(one[0].DirtyRates)}
+	g := plan.Guest{MemoryBytes: one[0].MemoryBytes, ResidentBytes: one[0].ResidentBytes, DirtyBytesPerSecond: one[0].DirtyBytesPerSecond}
 	pr := plan.Predict(g, path, limits)
 	e.Prediction = &pr
 	return e

@@ -80,3 +80,25 @@ func TestNoMeasurementWhileMigrating(t *testing.T) {
 		t.Fatal("a migrating domain was measured on demand")
 	}
 }
+
+// One domain's rate is the estimate the whole list gives it, and a domain
+// never measured has none.
+func TestRateIsTheDomainsEstimate(t *testing.T) {
+	m := New(Config{Period: time.Minute}, oneDomain{}, nil, zap.NewNop())
+	m.startDue(context.Background(), time.Now())
+	if r, ok := m.Rate("s", "vm"); ok {
+		t.Fatalf("a domain never measured has rate %d", r)
+	}
+	m.mu.Lock()
+	for _, b := range []uint64{38, 17, 16, 20, 15} {
+		m.domains[key{"s", "vm"}].history = append(m.domains[key{"s", "vm"}].history, api.DirtyRate{BytesPerSecond: b})
+	}
+	m.mu.Unlock()
+	r, ok := m.Rate("s", "vm")
+	if !ok || r != 17 || m.Latest()[[2]string{"s", "vm"}] != r {
+		t.Fatalf("Rate = %d, %v; Latest says %d; want 17", r, ok, m.Latest()[[2]string{"s", "vm"}])
+	}
+	if _, ok := m.Rate("s", "other"); ok {
+		t.Fatal("a domain the meter does not track has a rate")
+	}
+}

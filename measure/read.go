@@ -133,3 +133,15 @@ func (m *Meter) Latest() map[[2]string]uint64 {
 	}
 	return out
 }
+
+// Rate is one domain's dirty rate (Estimate) in bytes per second, and
+// whether it was ever measured.
+func (m *Meter) Rate(socket, domain string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.domains[key{socket, domain}]
+	if st == nil || len(st.history) == 0 {
+		return 0, false
+	}
+	return Estimate(st.history), true
+}

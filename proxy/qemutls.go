@@ -58,8 +58,9 @@ func checkQEMUTLS(dir, host string, roots *x509.CertPool, now time.Time) error {
 	if err != nil || len(cas) == 0 {
 		return fmt.Errorf("QEMU's migration TLS CA %s holds no PEM certificate (%v)", filepath.Join(dir, qemuCA), err)
 	}
-	qemuRoots, links := x509.NewCertPool(), x509.NewCertPool()
+	qemuRoots, links, all := x509.NewCertPool(), x509.NewCertPool(), x509.NewCertPool()
 	for _, c := range cas {
+		all.AddCert(c)
 		if selfSigned(c) {
 			qemuRoots.AddCert(c)
 		} else {
@@ -86,10 +87,7 @@ func checkQEMUTLS(dir, host string, roots *x509.CertPool, now time.Time) error {
 				return fmt.Errorf("QEMU's migration TLS certificate %s: %w", certPath, err)
 			}
 		}
-		chain := x509.NewCertPool()
-		for _, c := range cas {
-			chain.AddCert(c)
-		}
+		chain := all.Clone()
 		for _, der := range kp.Certificate[1:] {
 			if c, err := x509.ParseCertificate(der); err == nil {
 				chain.AddCert(c)

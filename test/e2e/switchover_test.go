@@ -60,16 +60,20 @@ func passRates(j api.Job) string {
 	return strings.Join(rates, " ")
 }
 
-// A guest that keeps rewriting its pages with zeros: each pass QEMU sends
-// them as a few bytes each, so its own bandwidth figure (bytes sent over
-// time spent) falls well below the cap it sends at (about 30 MiB/s for
-// 48 here), and so does the remainder it would switch over at. Left to
-// that figure the migration takes many more passes, or keeps copying to
-// its deadline. Once a plain migration has shown the
-// path sustains the cap, the next capped migration is told the cap for
-// its switch-over (bandwidth.avail.switchover), QEMU holds it, and the
-// same guest completes, pausing no longer than its downtime cap allows.
-func TestSwitchoverBandwidthComesFromTheWire(t *testing.T) {
+// What this test proves: once a plain migration has shown the path
+// sustains a migration's cap, the next capped migration to that node is
+// told the cap for its switch-over (bandwidth.avail.switchover), QEMU
+// holds it, the job says why, and the guest completes on one node,
+// pausing no longer than its downtime cap allows. The guest keeps
+// rewriting zero pages, the case where QEMU's own figure (bytes sent over
+// time spent) can sink below what the wire carries; the figures of a
+// migration left to QEMU's own figure are printed beside the told one.
+// Whether the told figure also switches over sooner depends on the link:
+// QEMU counts a dirty zero page as a whole page of what remains, so the
+// zero pages that could fill its 100 ms measuring windows are far more
+// than a 48 MiB/s cap lets it switch over with, told or not (docs/proxy.md,
+// Switch-over bandwidth).
+func TestQEMUHoldsTheSwitchoverBandwidthTheWireShowed(t *testing.T) {
 	const (
 		name     = "zeros"
 		capMiBs  = holdMiBs
@@ -139,9 +143,7 @@ func TestSwitchoverBandwidthComesFromTheWire(t *testing.T) {
 	down := targetDowntime(t, name)
 	t.Logf("told %s/s (%s): Completed after %.1fs, %d passes, downtime %s",
 		fmtMiB(told), j.Proxy.SwitchoverFrom, j.EndTime.Sub(j.StartTime).Seconds(), j.Iteration, down)
-	if j0.Phase != api.PhaseCompleted {
-		t.Logf("told the wire's rate, the guest switched over where QEMU's own figure never let it")
-	}
+	t.Logf("downtime left to QEMU's figure %s, told the cap %s, allowed 300 ms", down0, down)
 	if down > 300*time.Millisecond+200*time.Millisecond {
 		t.Errorf("the guest paused %s, more than the 300 ms allowed and a margin", down)
 	}
