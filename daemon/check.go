@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ func (d *Daemon) check(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if req.Socket != "" {
-			socket = req.Socket
+			socket = filepath.Clean(req.Socket) // as ?socket= is
 		}
 		if d.source == nil {
 			writeError(w, http.StatusConflict, "this ferryd runs without a migration proxy (--proxy-listen is empty): it has no dry run")
