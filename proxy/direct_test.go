@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,60 @@ func TestShutdownWaitsForAndCutsADirectPerform(t *testing.T) {
 	late, err := n.p.OpenSource("m-late", "10.0.0.2:9475", nil)
 	if err == nil && late.PerformDirect(func() {}) {
 		t.Fatal("a direct Perform was let out during the shutdown")
+	}
+}
+
+// listeningIncoming prepares direct migrations with a real socket
+// standing in for the target QEMU's listener.
+type listeningIncoming struct {
+	*fakeIncoming
+	ln net.Listener
+}
+
+func (d listeningIncoming) PrepareDirect(ctx context.Context, m IncomingMigration, xml string, cookie []byte) ([]byte, string, error) {
+	d.mu.Lock()
+	d.prepared = append(d.prepared, m)
+	d.mu.Unlock()
+	return []byte("prepared:" + m.ID), "tcp://" + d.ln.Addr().String(), nil
+}
+
+// A direct migration whose source never connects to the target QEMU is
+// dropped after the first-stream wait, as a relayed one with no stream
+// is; one the source's QEMU connected to is left to its time.
+func TestADirectPrepareNobodyConnectsToIsDropped(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	qemuDir := t.TempDir()
+	if err := ca.ca.IssueQEMU(qemuDir, net.ParseIP("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, connect := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		in := listeningIncoming{newFakeIncoming(), ln}
+		dst := startNodeWith(t, Config{TLS: ptr(ca.issueNode(t, t.TempDir(), "b")), Node: "b", Incoming: in,
+			DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir, FirstStreamWait: 300 * time.Millisecond})
+		a := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
+		resp, err := a.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm",
+			XML: testXML, Cookie: []byte("begin"), Flags: 1, Direct: true})
+		if err != nil || resp.URI != "tcp://"+ln.Addr().String() {
+			t.Fatalf("direct prepare: %+v, %v", resp, err)
+		}
+		if connect {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+		time.Sleep(time.Second)
+		in.mu.Lock()
+		cancelled := slices.Clone(in.cancelled)
+		in.mu.Unlock()
+		if dropped := slices.Contains(cancelled, "m1"); dropped == connect {
+			t.Errorf("source's QEMU connected %v: libvirt told to cancel %v, want %v", connect, dropped, !connect)
+		}
 	}
 }
