@@ -12,12 +12,18 @@ type DryRunRequest struct {
 	TargetNode string `json:"targetNode,omitempty"`
 	// PostCopy asks with post-copy allowed, as the migration would be.
 	PostCopy bool `json:"postCopy,omitempty"`
+	// DataPath asks for the data path the migration would take: proxy
+	// (the default) or direct, where the target's QEMU is prepared to
+	// listen under its own TLS.
+	DataPath string `json:"dataPath,omitempty"`
 }
 
 // DryRun is what a dry run found.
 type DryRun struct {
 	Target     string `json:"target"`
 	TargetNode string `json:"targetNode,omitempty"`
+	// DataPath is the data path asked for: proxy or direct.
+	DataPath string `json:"dataPath"`
 	// OK: the target's libvirt started the guest ready to receive it, and
 	// stopped it again.
 	OK bool `json:"ok"`

@@ -60,7 +60,7 @@ func (d *Daemon) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req != nil {
-		dr, err := d.source.DryRun(ctx, drive.MigrateRequest{Domain: name, Socket: socket, Target: req.Target, TargetNode: req.TargetNode, PostCopy: req.PostCopy})
+		dr, err := d.source.DryRun(ctx, drive.MigrateRequest{Domain: name, Socket: socket, Target: req.Target, TargetNode: req.TargetNode, PostCopy: req.PostCopy, DataPath: req.DataPath})
 		switch {
 		case errors.Is(err, drive.ErrBadRequest):
 			writeError(w, http.StatusBadRequest, err.Error())

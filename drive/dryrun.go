@@ -1,6 +1,7 @@
 package drive
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,9 @@ func (s *Source) DryRun(ctx context.Context, req MigrateRequest) (api.DryRun, er
 	if err != nil {
 		return api.DryRun{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	if req.DataPath == DataPathDirect && conn.Matched() {
+		return api.DryRun{}, fmt.Errorf("%w: %s runs in a pod: the direct path is for plain libvirt hosts", ErrBadRequest, req.Domain)
+	}
 	drive := driveKey(conn.Socket(), req.Domain)
 	if s.tracker.InFlight(conn.Socket(), req.Domain) {
 		return api.DryRun{}, fmt.Errorf("%w: %s is migrating", ErrConflict, req.Domain)
@@ -53,7 +57,7 @@ func (s *Source) DryRun(ctx context.Context, req MigrateRequest) (api.DryRun, er
 	defer own.Close()
 
 	start := time.Now()
-	res := api.DryRun{Target: req.Target, TargetNode: req.TargetNode}
+	res := api.DryRun{Target: req.Target, TargetNode: req.TargetNode, DataPath: cmp.Or(req.DataPath, DataPathProxy)}
 	done := func(step string, err error) (api.DryRun, error) {
 		res.OK, res.Step, res.DurationMs = err == nil, step, time.Since(start).Milliseconds()
 		if err != nil {
@@ -83,7 +87,8 @@ func (s *Source) DryRun(ctx context.Context, req MigrateRequest) (api.DryRun, er
 	var resp proxy.ControlResponse
 	for {
 		resp, err = s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: newMigrationID(), Domain: req.Domain,
-			XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0, DryRun: true})
+			XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0, DryRun: true,
+			Direct: req.DataPath == DataPathDirect})
 		var busy *proxy.ControlError
 		if !errors.As(err, &busy) || busy.Reason != proxy.ReasonInboundBusy {
 			break

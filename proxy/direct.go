@@ -19,8 +19,8 @@ func (p *Proxy) directFrom(raw net.Conn, peer Peer, req ControlRequest) (host, r
 		return "", reasonDirectUnavailable, "this node takes no Ferry-driven incoming migrations"
 	case peer.Node == "" || !slices.Contains(p.cfg.DirectPeers, peer.Node):
 		return "", reasonDirectNotAllowed, "this node takes the direct path only from the nodes in its --direct-peers, named by their certificates"
-	case req.PostCopy || req.Disk || req.DryRun:
-		return "", reasonDirectNotAllowed, "the direct path carries pre-copy memory only: no post-copy, no disk stream, no dry run"
+	case req.PostCopy || req.Disk:
+		return "", reasonDirectNotAllowed, "the direct path carries pre-copy memory only: no post-copy, no disk stream"
 	}
 	if _, ok := p.cfg.Incoming.(IncomingDirect); !ok {
 		return "", reasonDirectUnavailable, "this node cannot prepare a direct migration"

@@ -165,3 +165,32 @@ func TestADirectPrepareNobodyConnectsToIsDropped(t *testing.T) {
 		}
 	}
 }
+
+// A dry run of the direct path is taken as a migration's prepare is,
+// from listed peers only, and its target QEMU is stopped again.
+func TestADirectDryRunPreparesAndStopsTheTargetQEMU(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	qemuDir := t.TempDir()
+	if err := ca.ca.IssueQEMU(qemuDir, net.ParseIP("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	in := directIncoming{newFakeIncoming()}
+	dst := startNodeWith(t, Config{TLS: ptr(ca.issueNode(t, t.TempDir(), "b")), Node: "b", Incoming: in, DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir})
+	ask := func(src *node) (ControlResponse, error) {
+		return src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m-" + src.p.cfg.Node, Domain: "vm",
+			XML: testXML, Cookie: []byte("begin"), Flags: 1, Direct: true, DryRun: true})
+	}
+	if resp, err := ask(nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))); err != nil || resp.Error != "" {
+		t.Fatalf("a listed peer's direct dry run: %+v, %v", resp, err)
+	}
+	if len(in.prepared) != 1 || !in.prepared[0].Direct || !in.prepared[0].DryRun || !slices.Contains(in.cancelled, "m-a") {
+		t.Fatalf("prepared %+v, cancelled %v: want one direct dry run, stopped again", in.prepared, in.cancelled)
+	}
+	resp, err := ask(nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c")))
+	if err == nil && !strings.Contains(resp.Error, "--direct-peers") {
+		t.Errorf("a node not listed: %+v, want told it is not in --direct-peers", resp)
+	}
+	if len(in.prepared) != 1 {
+		t.Errorf("libvirt prepared %d migrations, want only the listed peer's", len(in.prepared))
+	}
+}

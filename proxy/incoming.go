@@ -309,7 +309,7 @@ func (p *Proxy) endDryRun(in IncomingMigration, cpu string, took time.Duration) 
 		return ControlResponse{Error: p.scrub("the target's libvirt prepared the migration, and stopping its guest failed: " + err.Error())}
 	}
 	p.log.Info("dry run: this node would take the migration", zap.String("domain", in.Domain), zap.String("peerNode", in.PeerNode),
-		zap.String("cpu", cpu), zap.Duration("prepareTook", took))
+		zap.String("cpu", cpu), zap.Bool("direct", in.Direct), zap.Duration("prepareTook", took))
 	if cpu == "" {
 		cpu = "not compared"
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/ferry-vm/ferry/internal/units"
 )
 
-const checkUse = "check NAME [--to HOST:PORT --to-node NODE] [--postcopy]"
+const checkUse = "check NAME [--to HOST:PORT --to-node NODE] [--postcopy] [--data-path proxy|direct]"
 
 // notMigratable is check's exit status 1: the domain would not move.
 type notMigratable struct{ name string }
@@ -39,8 +39,8 @@ func checkCmd(g *globals) *cobra.Command {
 			path := "/v1/domains/" + url.PathEscape(name) + "/check"
 			var resp api.CheckResponse
 			if req.Target == "" {
-				if req.TargetNode != "" || req.PostCopy {
-					return usageError("--to-node and --postcopy go with --to HOST:PORT (usage: " + checkUse + ")")
+				if req.TargetNode != "" || req.PostCopy || req.DataPath != "" {
+					return usageError("--to-node, --postcopy and --data-path go with --to HOST:PORT (usage: " + checkUse + ")")
 				}
 				if err := g.client.get(ctx, path, g.domainQuery(), &resp); err != nil {
 					return err
@@ -68,6 +68,8 @@ func checkCmd(g *globals) *cobra.Command {
 	f.StringVar(&req.Target, "to", "", "dry run to the target node's proxy address HOST:PORT")
 	f.StringVar(&req.TargetNode, "to-node", "", "the node the target must be, by its proxy's certificate (as for migrate)")
 	f.BoolVar(&req.PostCopy, "postcopy", false, "ask with post-copy allowed, as the migration would be")
+	f.StringVar(&req.DataPath, "data-path", "", "ask for the data path the migration would take: proxy (default) or direct, where the target prepares its QEMU to listen under QEMU's own TLS (needs --to-node)")
+	c.RegisterFlagCompletionFunc("data-path", cobra.FixedCompletions([]string{"proxy", "direct"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 
@@ -93,6 +95,9 @@ func printCheck(w io.Writer, r api.CheckResponse) {
 		to := d.Target
 		if d.TargetNode != "" {
 			to = d.TargetNode + " (" + d.Target + ")"
+		}
+		if d.DataPath == "direct" {
+			to += ", direct path"
 		}
 		if d.OK {
 			fmt.Fprintf(w, "dry run to %s: the target would take it (CPU %s), in %dms\n", to, d.CPU, d.DurationMs)

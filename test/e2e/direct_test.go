@@ -28,6 +28,13 @@ func TestDirectPathMigratesWithQEMUsTLS(t *testing.T) {
 	const name = "direct"
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
 	before := verifiedSoFar(t, name)
+	// First its dry run: b's libvirt starts its QEMU listening under its
+	// TLS, and stops it again.
+	r, code := ctlCheck(t, "a", name, "--to", bed.Node("b").ProxyAddr, "--to-node", "b", "--data-path", "direct")
+	if d := r.DryRun; d == nil || !d.OK || d.DataPath != "direct" || code != 0 {
+		t.Fatalf("the direct path's dry run: %+v, exit status %d", d, code)
+	}
+	nothingLeftOfADryRun(t, name)
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 24, DataPath: "direct"})
 	bHost, _, _ := net.SplitHostPort(bed.Node("b").ProxyAddr)
