@@ -75,6 +75,9 @@ type Config struct {
 	PodName        string
 	PodNamespace   string
 	ProxySocketDir string
+	// ProxyFirstStreamWait is how long a migration prepared here waits
+	// for its source to show up (see proxy.Config.FirstStreamWait).
+	ProxyFirstStreamWait time.Duration
 	// QEMUGroup is the group (name or gid) QEMU runs with, which gets
 	// the socket dir; empty asks the node's libvirt.
 	QEMUGroup          string
@@ -142,6 +145,9 @@ func (c *Config) Validate() error {
 	if d := c.DirtyRate; d.Period < 0 || d.Period > 0 && (d.Sample < time.Second || d.Sample > time.Minute || d.Period < 2*d.Sample || d.Concurrent < 1) {
 		errs = append(errs, fmt.Errorf("--dirty-rate-period %v, --dirty-rate-sample %v, --dirty-rate-concurrent %d: want a sample of 1s to 60s, a period of at least two samples (or 0 for none), and at least one at once",
 			d.Period, d.Sample, d.Concurrent))
+	}
+	if w := c.ProxyFirstStreamWait; w < 0 || w > 0 && w < time.Second || w > time.Hour {
+		errs = append(errs, fmt.Errorf("--proxy-first-stream-wait %v: want 1s to 1h (0: the default, 2m)", w))
 	}
 	if c.LinkBandwidthMiBs < 0 || c.OutboundSlots < 0 || c.InboundSlots < 0 {
 		errs = append(errs, fmt.Errorf("--migration-bandwidth-mibs %d, --outbound-migrations %d, --inbound-migrations %d: none may be negative (0 slots: the default)",

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -205,8 +206,10 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		SourceDomain: sourceDomain,
 		Incoming:     in,
 		SocketGroup:  group,
-		Private:      append([]string{cfg.StateDir}, cfg.LibvirtSockets...),
-		Log:          log,
+		Private:      slices.DeleteFunc(append([]string{cfg.StateDir, cfg.QEMUTLSDir}, cfg.LibvirtSockets...), func(s string) bool { return s == "" }),
+		// A source that never shows up must not hold a target QEMU.
+		FirstStreamWait: cfg.ProxyFirstStreamWait,
+		Log:             log,
 		// The same fields: metrics declares the proxy's series, proxy
 		// counts into them.
 		Metrics:     proxy.Metrics(metrics.NewProxy(reg)),

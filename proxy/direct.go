@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -57,4 +58,34 @@ func (p *Proxy) DirectReady(dir string) error {
 		return errors.New("the direct path needs the proxy on one migration address (--migration-interface or --node-ip), where the target QEMU listens too")
 	}
 	return p.CheckQEMUTLS(dir, listen)
+}
+
+// awaitDirect keeps a prepared direct migration only while its source
+// shows up: a source that never starts its Perform must not keep the
+// target QEMU listening, open to anyone on the network, for its whole
+// deadline. As a relayed migration with no stream is, it is dropped when
+// QEMU still listens with no connection from the source's address a
+// first-stream wait after the prepare, or after any later wait it still
+// listens through. Once QEMU has taken its connections it no longer
+// listens, and the migration is QEMU's and libvirt's to end.
+func (p *Proxy) awaitDirect(e *entry, id, uri string, source net.Addr) {
+	peer := net.IP(nil)
+	if a, ok := source.(*net.TCPAddr); ok {
+		peer = a.IP
+	}
+	var look func()
+	look = func() {
+		w, err := qemuWaitAt(uri, peer)
+		switch {
+		case err != nil:
+			p.log.Warn("cannot tell whether the source reached the target QEMU of a direct migration: it is left to its time",
+				zap.String("migration", id), zap.String("uri", uri), zap.Error(err))
+		case w == qemuListensAlone:
+			p.dropIncoming(id, fmt.Sprintf("its QEMU still listened at %s with no connection from the source, %v after the prepare or the last look",
+				uri, p.cfg.FirstStreamWait))
+		case w == qemuListensWithPeer:
+			p.reg.addTimer(e, p.cfg.FirstStreamWait, look)
+		}
+	}
+	p.reg.addTimer(e, p.cfg.FirstStreamWait, look)
 }

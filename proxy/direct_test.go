@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"strings"
@@ -127,42 +128,71 @@ func (d listeningIncoming) PrepareDirect(ctx context.Context, m IncomingMigratio
 
 // A direct migration whose source never connects to the target QEMU is
 // dropped after the first-stream wait, as a relayed one with no stream
-// is; one the source's QEMU connected to is left to its time.
-func TestADirectPrepareNobodyConnectsToIsDropped(t *testing.T) {
+// is, however many strangers connect to it; one the source's QEMU
+// connected to, or whose QEMU took its connections and stopped
+// listening, is left to its time.
+func TestADirectPrepareTheSourceNeverReachesIsDropped(t *testing.T) {
 	ca := newTestCA(t, "ca")
-	qemuDir := t.TempDir()
-	if err := ca.ca.IssueQEMU(qemuDir, net.ParseIP("127.0.0.1")); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name, host string
+		reach      func(t *testing.T, qemu net.Listener)
+		dropped    bool
+	}{
+		{"nobody connects", "127.0.0.1", nil, true},
+		{"nobody connects, IPv6", "::1", nil, true},
+		{"a stranger connects", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+			keep(t)(d.Dial("tcp", qemu.Addr().String()))
+		}, true},
+		{"the source connects", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
+			keep(t)(net.Dial("tcp", qemu.Addr().String()))
+		}, false},
+		{"QEMU took its connections", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
+			keep(t)(net.Dial("tcp", qemu.Addr().String()))
+			qemu.Close()
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			qemuDir := t.TempDir()
+			if err := ca.ca.IssueQEMU(qemuDir, net.ParseIP(c.host)); err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", net.JoinHostPort(c.host, "0"))
+			if err != nil {
+				t.Skipf("no %s here: %v", c.host, err)
+			}
+			defer ln.Close()
+			in := listeningIncoming{newFakeIncoming(), ln}
+			dst := startNodeWith(t, Config{Listen: net.JoinHostPort(c.host, "0"), TLS: ptr(ca.issueNode(t, t.TempDir(), "b")), Node: "b", Incoming: in,
+				DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir, FirstStreamWait: 300 * time.Millisecond})
+			a := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
+			resp, err := a.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm",
+				XML: testXML, Cookie: []byte("begin"), Flags: 1, Direct: true})
+			if err != nil || resp.URI != "tcp://"+ln.Addr().String() {
+				t.Fatalf("direct prepare: %+v, %v", resp, err)
+			}
+			if c.reach != nil {
+				c.reach(t, ln)
+			}
+			time.Sleep(time.Second)
+			in.mu.Lock()
+			dropped := slices.Contains(in.cancelled, "m1")
+			in.mu.Unlock()
+			if dropped != c.dropped {
+				t.Errorf("libvirt told to cancel: %v, want %v", dropped, c.dropped)
+			}
+		})
 	}
-	for _, connect := range []bool{false, true} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+}
+
+// keep holds a connection open to the test's end.
+func keep(t *testing.T) func(net.Conn, error) {
+	return func(c net.Conn, err error) {
+		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ln.Close()
-		in := listeningIncoming{newFakeIncoming(), ln}
-		dst := startNodeWith(t, Config{TLS: ptr(ca.issueNode(t, t.TempDir(), "b")), Node: "b", Incoming: in,
-			DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir, FirstStreamWait: 300 * time.Millisecond})
-		a := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
-		resp, err := a.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm",
-			XML: testXML, Cookie: []byte("begin"), Flags: 1, Direct: true})
-		if err != nil || resp.URI != "tcp://"+ln.Addr().String() {
-			t.Fatalf("direct prepare: %+v, %v", resp, err)
-		}
-		if connect {
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-		}
-		time.Sleep(time.Second)
-		in.mu.Lock()
-		cancelled := slices.Clone(in.cancelled)
-		in.mu.Unlock()
-		if dropped := slices.Contains(cancelled, "m1"); dropped == connect {
-			t.Errorf("source's QEMU connected %v: libvirt told to cancel %v, want %v", connect, dropped, !connect)
-		}
+		t.Cleanup(func() { c.Close() })
 	}
 }
 
@@ -186,11 +216,15 @@ func TestADirectDryRunPreparesAndStopsTheTargetQEMU(t *testing.T) {
 	if len(in.prepared) != 1 || !in.prepared[0].Direct || !in.prepared[0].DryRun || !slices.Contains(in.cancelled, "m-a") {
 		t.Fatalf("prepared %+v, cancelled %v: want one direct dry run, stopped again", in.prepared, in.cancelled)
 	}
-	resp, err := ask(nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c")))
-	if err == nil && !strings.Contains(resp.Error, "--direct-peers") {
-		t.Errorf("a node not listed: %+v, want told it is not in --direct-peers", resp)
+	_, err := ask(nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c")))
+	var ce *ControlError
+	if !errors.As(err, &ce) || ce.Reason != reasonDirectNotAllowed || !strings.Contains(err.Error(), "--direct-peers") {
+		t.Errorf("a node not listed: %v, want refused as not in --direct-peers", err)
 	}
 	if len(in.prepared) != 1 {
 		t.Errorf("libvirt prepared %d migrations, want only the listed peer's", len(in.prepared))
+	}
+	if n := rejectedOf(dst, reasonDirectNotAllowed); n != 1 {
+		t.Errorf("direct_not_allowed counted %v times for the unlisted peer's dry run, want 1", n)
 	}
 }

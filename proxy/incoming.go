@@ -174,6 +174,11 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	}
 	if req.Direct {
 		host, reason, why := p.directFrom(raw, peer, req)
+		if why != "" && reason == reasonDirectNotAllowed {
+			// A peer the direct path is not open to is refused, and
+			// counted, in a dry run too: no operator asked it to try.
+			return p.refusePeer(raw, peer.Node, req, reason, why)
+		}
 		if why != "" {
 			return refuse(raw, peer.Node, req, reason, why)
 		}
@@ -244,16 +249,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		// for the finish and for a shutdown, and bounded by its time
 		// alone.
 		p.reg.markStarted(e)
-		// A source that never starts its Perform must not keep the target
-		// QEMU listening, open to anyone on the network, for the
-		// source's whole deadline: as a relayed migration with no stream,
-		// it is dropped. Once anything has connected to it, it is left
-		// to its time, as before: QEMU and libvirt end what they took.
-		p.reg.addTimer(e, p.cfg.FirstStreamWait, func() {
-			if qemuStillAwaits(uri) {
-				p.dropIncoming(m.ID, fmt.Sprintf("its QEMU still waited at %s, with no connection, %v after the prepare", uri, p.cfg.FirstStreamWait))
-			}
-		})
+		p.awaitDirect(e, m.ID, uri, raw.RemoteAddr())
 	} else {
 		// A source that never opens a stream, or never finishes, must not
 		// leave a target QEMU waiting: its migration is dropped.

@@ -45,7 +45,10 @@ func startNodeIDs(t *testing.T, cfg Config, newID func(string) string) *node {
 	if cfg.Incoming == nil {
 		cfg.Incoming = in
 	}
-	cfg.Listen, cfg.SocketDir = "127.0.0.1:0", dir
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	cfg.SocketDir = dir
 	if cfg.HeaderTimeout == 0 {
 		cfg.HeaderTimeout = 500 * time.Millisecond
 	}

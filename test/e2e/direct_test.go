@@ -184,3 +184,50 @@ func strangerHandshake(t *testing.T, addr string, cert tls.Certificate) error {
 	}
 	return err
 }
+
+// b waits 3 s, not 2 minutes, for a direct migration's source to reach
+// its QEMU. A direct migration that takes longer still completes: b sees
+// its QEMU took the connection. A source held past the wait before its
+// Perform finds its migration dropped: b stopped its QEMU, and the guest
+// runs on a alone, whole.
+func TestADirectMigrationTheSourceNeverStartsIsDropped(t *testing.T) {
+	const name = "direct-late"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.SetNodeFerrydArgs(ctx, "b", "--proxy-first-stream-wait", "3s"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := bed.SetNodeFerrydArgs(ctx, "b"); err != nil {
+			t.Errorf("restoring b's ferryd: %v", err)
+		}
+	})
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
+	before := verifiedSoFar(t, name)
+	start := time.Now()
+	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 16, DataPath: "direct"}); err != nil {
+		t.Fatalf("a direct migration longer than b's wait: %v", err)
+	}
+	j := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	if took := j.EndTime.Sub(j.StartTime); took < 5*time.Second {
+		t.Errorf("the direct migration took %v: too short to show b's 3 s wait passing while QEMU received", took)
+	} else {
+		t.Logf("the direct migration took %.1fs against b's 3 s wait", took.Seconds())
+	}
+	endsWholeOn(t, name, "b", "a", before, start)
+
+	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "b", To: "a", Via: "ferry"}); err != nil {
+		t.Fatalf("the migration back to a: %v", err)
+	}
+	withFaults(t, "a", faults.PauseBeforePerform)
+	before = verifiedSoFar(t, name)
+	start = time.Now()
+	err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", DataPath: "direct"})
+	if err == nil {
+		t.Fatal("a direct migration b dropped before its Perform completed")
+	}
+	t.Logf("the direct migration held past b's wait: %v", err)
+	endsWholeOn(t, name, "a", "b", before, start)
+}
