@@ -34,11 +34,14 @@ type Config struct {
 	// direct path, QEMU's own TLS with the certificates in QEMUTLSDir
 	// (libvirt's migrate_tls_x509_cert_dir as ferryd sees it; empty: the
 	// directory QEMUConf, libvirt's qemu.conf, gives).
-	DirectPeers    []string
-	QEMUTLSDir     string
-	QEMUConf       string
-	LibvirtSockets []string
-	LibvirtGlob    string
+	DirectPeers []string
+	QEMUTLSDir  string
+	QEMUConf    string
+	// qemuTLSLibvirtDir is that directory as qemu.conf names it, kept
+	// from peers' answers as QEMUTLSDir is.
+	qemuTLSLibvirtDir string
+	LibvirtSockets    []string
+	LibvirtGlob       string
 	// KubeletPodsDir is the kubelet's pods directory as ferryd sees it
 	// (the DaemonSet mounts it at /pods, as KubeVirt's virt-handler does),
 	// where KubeVirt's launcher sockets are found when neither sockets nor

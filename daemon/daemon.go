@@ -155,7 +155,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		if err != nil {
 			return nil, err
 		}
-		if cfg.QEMUTLSDir, err = directTLSDir(cfg); err != nil {
+		if cfg.QEMUTLSDir, cfg.qemuTLSLibvirtDir, err = directTLSDir(cfg); err != nil {
 			return nil, err
 		}
 		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in, d.pods, group)
@@ -206,7 +206,7 @@ func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDoma
 		SourceDomain: sourceDomain,
 		Incoming:     in,
 		SocketGroup:  group,
-		Private:      slices.DeleteFunc(append([]string{cfg.StateDir, cfg.QEMUTLSDir}, cfg.LibvirtSockets...), func(s string) bool { return s == "" }),
+		Private:      slices.DeleteFunc(append([]string{cfg.StateDir, cfg.QEMUTLSDir, cfg.qemuTLSLibvirtDir}, cfg.LibvirtSockets...), func(s string) bool { return s == "" }),
 		// A source that never shows up must not hold a target QEMU.
 		FirstStreamWait: cfg.ProxyFirstStreamWait,
 		Log:             log,

@@ -117,8 +117,8 @@ func TestMetricsArePromlintClean(t *testing.T) {
 }
 
 func TestConfigErrorsNameTheFlag(t *testing.T) {
-	err := (&Config{SampleInterval: time.Millisecond, PostCopyRecoveryTimeout: -time.Second}).Validate()
-	for _, want := range []string{"--node-name", "--debug-socket", "--sample-interval", "--postcopy-recovery-timeout"} {
+	err := (&Config{SampleInterval: time.Millisecond, PostCopyRecoveryTimeout: -time.Second, ProxyFirstStreamWait: time.Millisecond}).Validate()
+	for _, want := range []string{"--node-name", "--debug-socket", "--sample-interval", "--postcopy-recovery-timeout", "--proxy-first-stream-wait"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
 		}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -12,20 +13,19 @@ import (
 // takes them from and whether the target QEMU checks a source's client
 // certificate. Without that check any neighbour could feed a listening
 // QEMU a stream, so the direct path is refused.
-func directTLSDir(cfg Config) (string, error) {
+// libvirtDir is the directory as libvirt names it, in its errors, which
+// may differ from dir where ferryd sees the node's files elsewhere.
+func directTLSDir(cfg Config) (dir, libvirtDir string, err error) {
 	if len(cfg.DirectPeers) == 0 {
-		return cfg.QEMUTLSDir, nil
+		return cfg.QEMUTLSDir, "", nil
 	}
 	peers := strings.Join(cfg.DirectPeers, ",")
 	m, err := libvirtx.ReadMigrateTLS(cfg.QEMUConf)
 	if err != nil {
-		return "", fmt.Errorf("--direct-peers %s: reading libvirt's qemu.conf (--qemu-conf): %w", peers, err)
+		return "", "", fmt.Errorf("--direct-peers %s: reading libvirt's qemu.conf (--qemu-conf): %w", peers, err)
 	}
 	if !m.Verify {
-		return "", fmt.Errorf("--direct-peers %s: %s sets migrate_tls_x509_verify (or default_tls_x509_verify) to 0: a target QEMU would take a migration stream from anyone who reaches it", peers, cfg.QEMUConf)
+		return "", "", fmt.Errorf("--direct-peers %s: %s sets migrate_tls_x509_verify (or default_tls_x509_verify) to 0: a target QEMU would take a migration stream from anyone who reaches it", peers, cfg.QEMUConf)
 	}
-	if cfg.QEMUTLSDir != "" {
-		return cfg.QEMUTLSDir, nil
-	}
-	return m.Dir, nil
+	return cmp.Or(cfg.QEMUTLSDir, m.Dir), m.Dir, nil
 }

@@ -61,31 +61,36 @@ func (p *Proxy) DirectReady(dir string) error {
 }
 
 // awaitDirect keeps a prepared direct migration only while its source
-// shows up: a source that never starts its Perform must not keep the
-// target QEMU listening, open to anyone on the network, for its whole
-// deadline. As a relayed migration with no stream is, it is dropped when
-// QEMU still listens with no connection from the source's address a
-// first-stream wait after the prepare, or after any later wait it still
-// listens through. Once QEMU has taken its connections it no longer
-// listens, and the migration is QEMU's and libvirt's to end.
+// may still show up: a source that never starts its Perform must not
+// keep the target QEMU listening, open to anyone on the network, for its
+// whole deadline. A first-stream wait after the prepare, as a relayed
+// migration with no stream is, it is dropped if no connection to QEMU is
+// open. Once one from the source's proxy's address is seen, the
+// migration is QEMU's and libvirt's to end, within its deadline. While
+// only others are (a stranger's, or the source's from another address of
+// its node), and when the socket table cannot be read, it is looked at
+// again after each wait.
 func (p *Proxy) awaitDirect(e *entry, id, uri string, source net.Addr) {
 	peer := net.IP(nil)
 	if a, ok := source.(*net.TCPAddr); ok {
 		peer = a.IP
 	}
+	wait := p.cfg.FirstStreamWait
 	var look func()
 	look = func() {
 		w, err := qemuWaitAt(uri, peer)
 		switch {
 		case err != nil:
-			p.log.Warn("cannot tell whether the source reached the target QEMU of a direct migration: it is left to its time",
-				zap.String("migration", id), zap.String("uri", uri), zap.Error(err))
-		case w == qemuListensAlone:
-			p.dropIncoming(id, fmt.Sprintf("its QEMU still listened at %s with no connection from the source, %v after the prepare or the last look",
-				uri, p.cfg.FirstStreamWait))
-		case w == qemuListensWithPeer:
-			p.reg.addTimer(e, p.cfg.FirstStreamWait, look)
+			p.log.Warn("cannot tell whether the source reached the target QEMU of a direct migration; looking again",
+				zap.String("migration", id), zap.String("uri", uri), zap.Duration("after", wait), zap.Error(err))
+			p.reg.rearm(e, wait, look)
+		case w == qemuAlone:
+			p.dropIncoming(id, fmt.Sprintf("its QEMU listened at %s with no connection open to it, %v after the prepare or the last look", uri, wait))
+		case w == qemuOther:
+			p.log.Info("the target QEMU of a direct migration has connections from other addresses than the source's proxy's; looking again",
+				zap.String("migration", id), zap.String("uri", uri), zap.Duration("after", wait))
+			p.reg.rearm(e, wait, look)
 		}
 	}
-	p.reg.addTimer(e, p.cfg.FirstStreamWait, look)
+	p.reg.rearm(e, wait, look)
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -128,11 +129,31 @@ func (d listeningIncoming) PrepareDirect(ctx context.Context, m IncomingMigratio
 
 // A direct migration whose source never connects to the target QEMU is
 // dropped after the first-stream wait, as a relayed one with no stream
-// is, however many strangers connect to it; one the source's QEMU
-// connected to, or whose QEMU took its connections and stopped
-// listening, is left to its time.
+// is, and so is one only a stranger reached and left; one the source
+// connected to is left to its time, even after its connection closes
+// (QEMU listens to the end), and so is one whose QEMU ended. A
+// connection from another address keeps it while it lasts: it may be
+// the source's, from another address of its node.
 func TestADirectPrepareTheSourceNeverReachesIsDropped(t *testing.T) {
 	ca := newTestCA(t, "ca")
+	const wait = 300 * time.Millisecond
+	stranger := func(t *testing.T, qemu net.Listener) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		c, err := d.Dial("tcp", qemu.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	source := func(t *testing.T, qemu net.Listener) net.Conn {
+		c, err := net.Dial("tcp", qemu.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 	for _, c := range []struct {
 		name, host string
 		reach      func(t *testing.T, qemu net.Listener)
@@ -140,15 +161,21 @@ func TestADirectPrepareTheSourceNeverReachesIsDropped(t *testing.T) {
 	}{
 		{"nobody connects", "127.0.0.1", nil, true},
 		{"nobody connects, IPv6", "::1", nil, true},
-		{"a stranger connects", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-			keep(t)(d.Dial("tcp", qemu.Addr().String()))
+		{"a stranger came and went", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
+			stranger(t, qemu).Close()
 		}, true},
-		{"the source connects", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
-			keep(t)(net.Dial("tcp", qemu.Addr().String()))
+		{"another address stays connected", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
+			stranger(t, qemu)
 		}, false},
-		{"QEMU took its connections", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
-			keep(t)(net.Dial("tcp", qemu.Addr().String()))
+		{"another address leaves after a look", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
+			c := stranger(t, qemu)
+			time.AfterFunc(wait+wait/2, func() { c.Close() })
+		}, true},
+		{"the source connected, and closed after a look", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
+			c := source(t, qemu)
+			time.AfterFunc(wait+wait/2, func() { c.Close() })
+		}, false},
+		{"QEMU ended", "127.0.0.1", func(t *testing.T, qemu net.Listener) {
 			qemu.Close()
 		}, false},
 	} {
@@ -162,9 +189,20 @@ func TestADirectPrepareTheSourceNeverReachesIsDropped(t *testing.T) {
 				t.Skipf("no %s here: %v", c.host, err)
 			}
 			defer ln.Close()
+			// As QEMU does: take each connection, read it to its end,
+			// close it.
+			go func() {
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() { io.Copy(io.Discard, conn); conn.Close() }()
+				}
+			}()
 			in := listeningIncoming{newFakeIncoming(), ln}
 			dst := startNodeWith(t, Config{Listen: net.JoinHostPort(c.host, "0"), TLS: ptr(ca.issueNode(t, t.TempDir(), "b")), Node: "b", Incoming: in,
-				DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir, FirstStreamWait: 300 * time.Millisecond})
+				DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir, FirstStreamWait: wait})
 			a := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
 			resp, err := a.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm",
 				XML: testXML, Cookie: []byte("begin"), Flags: 1, Direct: true})
@@ -174,7 +212,7 @@ func TestADirectPrepareTheSourceNeverReachesIsDropped(t *testing.T) {
 			if c.reach != nil {
 				c.reach(t, ln)
 			}
-			time.Sleep(time.Second)
+			time.Sleep(4 * wait)
 			in.mu.Lock()
 			dropped := slices.Contains(in.cancelled, "m1")
 			in.mu.Unlock()
@@ -182,17 +220,6 @@ func TestADirectPrepareTheSourceNeverReachesIsDropped(t *testing.T) {
 				t.Errorf("libvirt told to cancel: %v, want %v", dropped, c.dropped)
 			}
 		})
-	}
-}
-
-// keep holds a connection open to the test's end.
-func keep(t *testing.T) func(net.Conn, error) {
-	return func(c net.Conn, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
 	}
 }
 

@@ -15,33 +15,35 @@ import (
 type qemuWait int
 
 const (
-	// qemuListensAlone: QEMU listens, and the source has not connected.
-	qemuListensAlone qemuWait = iota
-	// qemuListensWithPeer: QEMU still listens (for more channels), and
-	// the source has connected.
-	qemuListensWithPeer
-	// qemuDoneListening: nothing listens there any more; QEMU took its
-	// connections, or ended.
-	qemuDoneListening
+	// qemuAlone: QEMU listens, and no connection to it is open.
+	qemuAlone qemuWait = iota
+	// qemuSource: an open connection to QEMU comes from the source's
+	// address.
+	qemuSource
+	// qemuOther: open connections to QEMU come from other addresses
+	// only: a stranger's, or the source's from an address of its own
+	// other than its proxy's.
+	qemuOther
+	// qemuGone: nothing listens there any more; QEMU ended.
+	qemuGone
 )
 
 // qemuWaitAt reads the socket table for the target QEMU listening at uri
-// for a direct migration from peer (the source node's address). Only an
-// open connection from peer counts as the source's: a stranger's, a
-// half-open one from anywhere else, or one closing, keeps no migration.
-// QEMU closes its listener once it has taken every channel, so a
-// migration under way no longer listens at all. A QEMU in another
-// network namespace than ferryd's is not seen: it reads as done, and the
-// migration is left to its time.
+// for a direct migration whose source's proxy came from peer. QEMU
+// listens for the whole incoming migration (since 7.0 it takes and
+// ignores extra connections), so a listener says nothing of progress;
+// its open connections do. A half-open one (SYN_RECV) is not counted: a
+// forged SYN makes one. A QEMU in another network namespace than
+// ferryd's is not seen, and reads as gone.
 func qemuWaitAt(uri string, peer net.IP) (qemuWait, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
-		return qemuDoneListening, err
+		return qemuGone, err
 	}
 	ip := net.ParseIP(u.Hostname())
 	port, err := strconv.Atoi(u.Port())
 	if ip == nil || err != nil || port <= 0 || port > 65535 {
-		return qemuDoneListening, errors.New("no IP address and port in " + uri)
+		return qemuGone, errors.New("no IP address and port in " + uri)
 	}
 	family := uint8(unix.AF_INET6)
 	if ip.To4() != nil {
@@ -49,9 +51,9 @@ func qemuWaitAt(uri string, peer net.IP) (qemuWait, error) {
 	}
 	socks, err := netlink.SocketDiagTCP(family)
 	if err != nil {
-		return qemuDoneListening, err // a dump cut short may have missed the connection
+		return qemuGone, err // a dump cut short may have missed the connection
 	}
-	listening, connected := false, false
+	listening, source, other := false, false, false
 	for _, s := range socks {
 		if int(s.ID.SourcePort) != port || !s.ID.Source.Equal(ip) {
 			continue
@@ -59,15 +61,21 @@ func qemuWaitAt(uri string, peer net.IP) (qemuWait, error) {
 		switch s.State {
 		case netlink.TCP_LISTEN:
 			listening = true
-		case netlink.TCP_ESTABLISHED, netlink.TCP_SYN_RECV:
-			connected = connected || s.ID.Destination.Equal(peer)
+		case netlink.TCP_ESTABLISHED, netlink.TCP_CLOSE_WAIT:
+			if s.ID.Destination.Equal(peer) {
+				source = true
+			} else {
+				other = true
+			}
 		}
 	}
 	switch {
+	case source:
+		return qemuSource, nil
 	case !listening:
-		return qemuDoneListening, nil
-	case connected:
-		return qemuListensWithPeer, nil
+		return qemuGone, nil
+	case other:
+		return qemuOther, nil
 	}
-	return qemuListensAlone, nil
+	return qemuAlone, nil
 }

@@ -175,8 +175,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	if req.Direct {
 		host, reason, why := p.directFrom(raw, peer, req)
 		if why != "" && reason == reasonDirectNotAllowed {
-			// A peer the direct path is not open to is refused, and
-			// counted, in a dry run too: no operator asked it to try.
+			// What the direct path is never open to (a peer not listed,
+			// or post-copy or a disk stream, which Ferry's own sources
+			// do not ask) is refused, and counted, in a dry run too.
 			return p.refusePeer(raw, peer.Node, req, reason, why)
 		}
 		if why != "" {
@@ -249,7 +250,6 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		// for the finish and for a shutdown, and bounded by its time
 		// alone.
 		p.reg.markStarted(e)
-		p.awaitDirect(e, m.ID, uri, raw.RemoteAddr())
 	} else {
 		// A source that never opens a stream, or never finishes, must not
 		// leave a target QEMU waiting: its migration is dropped.
@@ -290,6 +290,10 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
 		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
 		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
+	if in.Direct {
+		// From the answer on, which names QEMU's address to the source.
+		p.awaitDirect(e, m.ID, uri, raw.RemoteAddr())
+	}
 	return ControlResponse{Migration: m.ID, Cookie: cookie, URI: uri}
 }
 

@@ -88,8 +88,10 @@ type entry struct {
 	// stopped reading.
 	stopFinish func()
 	timers     []*time.Timer
-	ended      string // why it is gone, for refusals after the end
-	endedAt    time.Time
+	// look is a timer run again and again (see rearm), one of timers.
+	look    *time.Timer
+	ended   string // why it is gone, for refusals after the end
+	endedAt time.Time
 }
 
 // registry holds the target side's migrations, and for a while the ended
@@ -522,6 +524,22 @@ func (r *registry) resultOf(e *entry) (ControlResponse, bool) {
 		return ControlResponse{}, false
 	}
 	return *e.result, true
+}
+
+// rearm runs f after d unless the migration has ended by then, on the
+// one timer an entry keeps for looks taken again and again, so they do
+// not pile up over a long migration.
+func (r *registry) rearm(e *entry, d time.Duration, f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case e.ended != "":
+	case e.look == nil:
+		e.look = time.AfterFunc(d, f)
+		e.timers = append(e.timers, e.look)
+	default:
+		e.look.Reset(d)
+	}
 }
 
 // addTimer runs f after d unless the migration has ended by then.

@@ -62,6 +62,10 @@ func TestDirectPathMigratesWithQEMUsTLS(t *testing.T) {
 		t.Fatalf("the direct migration ended before a's QEMU was seen migrating under its own TLS: %v", early)
 	}
 	t.Logf("a's QEMU: tls-creds %q, tls-hostname %q; its connections to b: %s", creds, hostname, strings.TrimSpace(conns))
+	// What b's ferryd reads of its QEMU while it receives: QEMU still
+	// listens, and the source's connection is open.
+	listens, _ := bed.Exec(context.Background(), "b", "ss", "-Htn", "state", "listening", "src", bHost).Output()
+	t.Logf("b's listening sockets on its migration address while its QEMU receives: %s", strings.TrimSpace(string(listens)))
 	if hostname != bHost {
 		t.Errorf("a's QEMU checks b's certificate for %q, not b's address %s", hostname, bHost)
 	}
@@ -187,9 +191,9 @@ func strangerHandshake(t *testing.T, addr string, cert tls.Certificate) error {
 
 // b waits 3 s, not 2 minutes, for a direct migration's source to reach
 // its QEMU. A direct migration that takes longer still completes: b sees
-// its QEMU took the connection. A source held past the wait before its
-// Perform finds its migration dropped: b stopped its QEMU, and the guest
-// runs on a alone, whole.
+// the source connected to its QEMU. A source held past the wait before
+// its Perform finds its migration dropped: b stopped its QEMU, so a's
+// QEMU finds nothing listening, and the guest runs on a alone, whole.
 func TestADirectMigrationTheSourceNeverStartsIsDropped(t *testing.T) {
 	const name = "direct-late"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -229,5 +233,8 @@ func TestADirectMigrationTheSourceNeverStartsIsDropped(t *testing.T) {
 		t.Fatal("a direct migration b dropped before its Perform completed")
 	}
 	t.Logf("the direct migration held past b's wait: %v", err)
+	if !strings.Contains(err.Error(), "refused") {
+		t.Errorf("a's QEMU did not find b's stopped: %v", err)
+	}
 	endsWholeOn(t, name, "a", "b", before, start)
 }
