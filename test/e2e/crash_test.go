@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -233,18 +232,7 @@ func TestLauncherSocketRemovedMidMigration(t *testing.T) {
 	if err := os.Link(bed.Node("a").LibvirtSocket, link); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bed.SetNodeFerrydArgs(ctx, "a", "--libvirt-socket-glob", filepath.Join(launchers, "*", "libvirt-sock")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := bed.SetNodeFerrydArgs(ctx, "a"); err != nil {
-			t.Errorf("restoring ferryd on a: %v", err)
-		}
-	})
+	withFerrydArgs(t, "a", "--libvirt-socket-glob", filepath.Join(launchers, "*", "libvirt-sock"))
 	// Idle after touching its memory, with a bandwidth cap: one long first
 	// pass (~20 s) that then converges at once, so the migration is surely
 	// still going when the socket goes, and surely completes.

@@ -196,18 +196,7 @@ func strangerHandshake(t *testing.T, addr string, cert tls.Certificate) error {
 // QEMU finds nothing listening, and the guest runs on a alone, whole.
 func TestADirectMigrationTheSourceNeverStartsIsDropped(t *testing.T) {
 	const name = "direct-late"
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := bed.SetNodeFerrydArgs(ctx, "b", "--proxy-first-stream-wait", "3s"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := bed.SetNodeFerrydArgs(ctx, "b"); err != nil {
-			t.Errorf("restoring b's ferryd: %v", err)
-		}
-	})
+	withFerrydArgs(t, "b", "--proxy-first-stream-wait", "3s")
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
 	before := verifiedSoFar(t, name)
 	start := time.Now()

@@ -38,6 +38,24 @@ func withFaults(t *testing.T, node, faults string) {
 	})
 }
 
+// withFerrydArgs restarts node's ferryd with these extra flags for the
+// rest of the test, and with the bed's own after it.
+func withFerrydArgs(t *testing.T, node string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.SetNodeFerrydArgs(ctx, node, args...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := bed.SetNodeFerrydArgs(ctx, node); err != nil {
+			t.Errorf("restoring ferryd on %s: %v", node, err)
+		}
+	})
+}
+
 // endsWholeOn fails unless a migration a -> b that began at start left the
 // guest running on node alone, its memory as it wrote it (before counts
 // its checks before the migration), and both libvirts agreeing with
