@@ -86,6 +86,9 @@ func (p *Proxy) awaitDirect(e *entry, id, uri string, source net.Addr) {
 			p.reg.rearm(e, wait, look)
 		case w == qemuAlone:
 			p.dropIncoming(id, fmt.Sprintf("its QEMU listened at %s with no connection open to it, %v after the prepare or the last look", uri, wait))
+		case w == qemuGone:
+			p.log.Info("the target QEMU of a direct migration is not seen listening (it ended, or listens in another network namespace than ferryd's): the migration is left to its time",
+				zap.String("migration", id), zap.String("uri", uri))
 		case w == qemuOther:
 			p.log.Info("the target QEMU of a direct migration has connections from other addresses than the source's proxy's; looking again",
 				zap.String("migration", id), zap.String("uri", uri), zap.Duration("after", wait))

@@ -528,7 +528,8 @@ func (r *registry) resultOf(e *entry) (ControlResponse, bool) {
 
 // rearm runs f after d unless the migration has ended by then, on the
 // one timer an entry keeps for looks taken again and again, so they do
-// not pile up over a long migration.
+// not pile up over a long migration. The f of its first call is the one
+// run ever after: an entry has one chain of looks.
 func (r *registry) rearm(e *entry, d time.Duration, f func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
