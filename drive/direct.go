@@ -3,6 +3,7 @@ package drive
 import (
 	"context"
 	"fmt"
+	"github.com/ferry-vm/ferry/libvirtx"
 	"net"
 	"net/url"
 	"slices"
@@ -32,6 +33,15 @@ func (s *Source) directAllowed(req MigrateRequest) error {
 	}
 	if err := s.proxy.CheckQEMUTLS(s.cfg.QEMUTLSDir, ""); err != nil {
 		return fmt.Errorf("%w: the direct path needs QEMU's migration TLS on this node: %v", ErrConflict, err)
+	}
+	return nil
+}
+
+// directFromPod refuses the direct path to a domain a pod's libvirt
+// serves: it is KubeVirt's node, whose streams keep the proxy.
+func directFromPod(conn *libvirtx.Conn, req MigrateRequest) error {
+	if req.DataPath == DataPathDirect && conn.Matched() {
+		return fmt.Errorf("%w: %s runs in a pod: the direct path is for plain libvirt hosts", ErrBadRequest, req.Domain)
 	}
 	return nil
 }

@@ -36,8 +36,8 @@ func (s *Source) DryRun(ctx context.Context, req MigrateRequest) (api.DryRun, er
 	if err != nil {
 		return api.DryRun{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	if req.DataPath == DataPathDirect && conn.Matched() {
-		return api.DryRun{}, fmt.Errorf("%w: %s runs in a pod: the direct path is for plain libvirt hosts", ErrBadRequest, req.Domain)
+	if err := directFromPod(conn, req); err != nil {
+		return api.DryRun{}, err
 	}
 	drive := driveKey(conn.Socket(), req.Domain)
 	if s.tracker.InFlight(conn.Socket(), req.Domain) {

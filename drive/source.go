@@ -121,8 +121,8 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	if err != nil {
 		return MigrateResponse{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	if req.DataPath == DataPathDirect && conn.Matched() {
-		return MigrateResponse{}, fmt.Errorf("%w: %s runs in a pod: the direct path is for plain libvirt hosts", ErrBadRequest, req.Domain)
+	if err := directFromPod(conn, req); err != nil {
+		return MigrateResponse{}, err
 	}
 	mem, err := conn.MemoryBytes(ctx, dom)
 	if err != nil {
