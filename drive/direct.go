@@ -3,13 +3,14 @@ package drive
 import (
 	"context"
 	"fmt"
-	"github.com/ferry-vm/ferry/libvirtx"
 	"net"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferry-vm/ferry/libvirtx"
 )
 
 // DataPath values of a MigrateRequest: QEMU's stream through both nodes'
