@@ -83,7 +83,7 @@ func TestTargetTakesTheTLSFlagOnlyWithTheDirectPath(t *testing.T) {
 		"direct":                 {true, tls, false},
 		"direct in the clear":    {true, live, true},
 	} {
-		_, err := in.check(proxy.IncomingMigration{Domain: "vm", Flags: c.flags, Direct: c.direct}, "<domain")
+		_, _, err := in.check(proxy.IncomingMigration{Domain: "vm", Flags: c.flags, Direct: c.direct}, "<domain")
 		var r *proxy.Refusal
 		flagsRefused := errors.As(err, &r) && r.Reason == "flags_not_allowed"
 		if flagsRefused != c.refused {

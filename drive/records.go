@@ -38,6 +38,9 @@ type drivenRecord struct {
 	// MaxSpeedMiBs is the domain's migration speed before this one,
 	// which a failed migration gives back.
 	MaxSpeedMiBs uint64 `json:"maxSpeedMiBs,omitempty"`
+	// Autostart says the guest's autostart was on, and is off for the
+	// migration: a guest that stays here gets it back.
+	Autostart bool `json:"autostart,omitempty"`
 }
 
 // drivenDir holds the records, one file per migration id.
@@ -174,10 +177,12 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 	}
 	var outcome string
 	var last error
+	persisted := false
 	for attempt := 1; outcome == ""; attempt++ {
 		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpFinish,
 			Migration: r.TargetID, Domain: r.Domain, Cancelled: true})
 		if outcome = settledOutcome(resp, err); outcome != "" {
+			persisted = resp.Persisted
 			break
 		}
 		last = err
@@ -220,8 +225,16 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		phase, reason = api.PhasePostCopyFailed, "ferryd restarted during the migration, and its post-copy failed: the guest's memory is split between the two nodes"
 	}
 	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
-	s.forgetDrive(r.ID)
 	log.Warn("migration settled after a restart", zap.String("outcome", outcome), zap.String("here", what), zap.NamedError("lastError", last))
+	s.forgetSettled(log, r, outcome == proxy.OutcomeRunning && persisted)
+}
+
+// forgetSettled settles a settled migration's definition here, and forgets
+// its record once that is done too.
+func (s *Source) forgetSettled(log *zap.Logger, r drivenRecord, targetPersisted bool) {
+	if r.Flags&uint32(libvirt.MigratePersistDest) == 0 || s.settleDefinitionNow(log, r, targetPersisted) {
+		s.forgetDrive(r.ID)
+	}
 }
 
 // recovers says whether a broken post-copy of r is resumed.
@@ -255,14 +268,9 @@ func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRe
 	if err != nil || resp.Outcome != proxy.OutcomeRunning {
 		return false
 	}
-	if dom, err := c.LookupDomain(ctx, r.Domain); err == nil && libvirtx.UUIDString(dom.UUID) == r.UUID && resp.Persisted {
-		if err := c.Undefine(ctx, dom); err != nil && !libvirtx.IsNoDomain(err) {
-			log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
-		}
-	}
 	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, r.info(s.proxy.TLS()), api.PhaseCompleted, "")
-	s.forgetDrive(r.ID)
 	log.Warn("the post-copy being resumed when ferryd stopped completed meanwhile: the guest runs on the target")
+	s.forgetSettled(log, r, resp.Persisted)
 	return true
 }
 
@@ -272,16 +280,11 @@ func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirt
 	log.Warn("ferryd restarted during post-copy: resuming the migration")
 	resp, err := s.recoverPostCopy(log, MigrateRequest{Domain: r.Domain, Target: r.Target}, c, dom, r.TargetID, r.TargetOwner, nil)
 	failure := ""
-	if err == nil && resp.Persisted {
-		if err := c.Undefine(context.Background(), dom); err != nil && !libvirtx.IsNoDomain(err) {
-			log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
-		}
-	}
 	if err != nil {
 		failure = "ferryd restarted during post-copy, and " + err.Error()
 	}
 	s.tracker.DriveEnded(r.Domain, dom, r.Socket, r.Started, info, failure)
-	s.forgetDrive(r.ID)
+	s.forgetSettled(log, r, err == nil && resp.Persisted)
 }
 
 // applyOutcome makes this node's copy follow the target's word: with the
@@ -322,11 +325,8 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 		if err := c.Destroy(ctx, dom); err != nil {
 			return "", err
 		}
-		if persistent, _ := c.Persistent(ctx, dom); persistent {
-			// Whether the target defined it is not known after a
-			// restart: the definition stays, for an operator to remove.
-			return "the copy left paused here was destroyed; its definition stays here (undefine it once the target has one)", nil
-		}
+		// Its definition follows the target's word (see
+		// settleDefinition).
 		return "the copy left paused here was destroyed", nil
 	case outcome == proxy.OutcomeStopped && pausedByMigration:
 		if err := c.Resume(ctx, dom); err != nil {

@@ -120,7 +120,8 @@ func (in *Target) HoldRecorded(held []proxy.IncomingMigration) {
 }
 
 // Recovered says whether a recovered migration's guest runs whole here,
-// defining a persistent guest first. A guest still in post-copy (libvirt
+// and whether it is defined here (libvirt's Finish saved its definition
+// before the guest first ran here). A guest still in post-copy (libvirt
 // completes it by itself once QEMU has) is not settled: asked again.
 func (in *Target) Recovered(ctx context.Context, m proxy.IncomingMigration) (string, bool, error) {
 	c, err := in.conn()
@@ -146,6 +147,5 @@ func (in *Target) Recovered(ctx context.Context, m proxy.IncomingMigration) (str
 	if err != nil || outcome != proxy.OutcomeRunning {
 		return outcome, false, err
 	}
-	in.persist(ctx, c, m)
-	return outcome, in.Persisted(m), nil
+	return outcome, in.Persisted(ctx, m), nil
 }

@@ -197,10 +197,16 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		s.running.end(drive)
 		return MigrateResponse{}, fmt.Errorf("asking libvirt whether %s is persistent: %w", req.Domain, err)
 	}
+	config, autostart := "", false
 	if persistent {
-		// The target defines the guest itself and says so; only then is
-		// the definition here removed (see drive).
+		// The definition goes with the guest, checked by the target and
+		// saved there before the guest starts there; only then is the
+		// one here removed (see definition.go).
 		flags |= libvirt.MigratePersistDest
+		if config, autostart, err = persistentConfig(ctx, own, dom); err != nil {
+			s.running.end(drive)
+			return MigrateResponse{}, err
+		}
 	}
 	// Between Begin and Perform libvirt holds a migration job that may yet
 	// be cancelled (a target with no inbound slot free, asked again): it
@@ -246,7 +252,7 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		want = proxy.NodeOwner(req.TargetNode)
 	}
 	prep, err := s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
-		XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
+		XML: domXML, Config: config, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: (deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
 		Direct: req.DataPath == DataPathDirect})
 	var busy *proxy.ControlError
@@ -306,12 +312,19 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	}
 	params = append(params, s.switchoverParam(ctx, own, req, &info)...)
 	rec := drivenRecord{ID: id, TargetID: tid, MaxSpeedMiBs: speedBefore, Domain: req.Domain, UUID: libvirtx.UUIDString(dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
-		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun}
+		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun, Autostart: autostart}
 	if err := s.recordDrive(rec); err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
 		src.Close("not started")
 		s.running.end(drive)
 		return MigrateResponse{}, fmt.Errorf("recording the migration in the state directory, which a restart would need: %w", err)
+	}
+	if err := holdAutostart(ctx, own, rec); err != nil {
+		s.cancelTarget(req, tid, prep.Owner, err)
+		src.Close("not started")
+		s.forgetDrive(id)
+		s.running.end(drive)
+		return MigrateResponse{}, err
 	}
 	performing, ownHanded = true, true
 	// The owner is in place before the tracker can see the job, so that
@@ -444,6 +457,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	// in post-copy the guest runs there and pulls its last pages through
 	// them. Only the proxy that prepared the migration may finish it.
 	var ferr, cerr error
+	targetPersisted := false
 	if perr != nil {
 		// As libvirt's own client does: a failed Perform has ended the
 		// job here (and resumed the guest, in pre-copy), so there is no
@@ -502,12 +516,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 				ferr = err
 			}
 		}
-		if cerr == nil && !cancelled && fin.Persisted {
-			// One definition, the target's: this one goes.
-			if err := conn.Undefine(context.Background(), dom); err != nil && !libvirtx.IsNoDomain(err) {
-				log.Error("the guest is defined on the target, and its definition here could not be removed", zap.Error(err))
-			}
-		}
+		targetPersisted = !cancelled && fin.Persisted
 	}
 	src.Close("migration ended")
 
@@ -534,7 +543,30 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
 	}
 	s.tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
+	if rec.Flags&uint32(libvirt.MigratePersistDest) != 0 && settled {
+		// One definition, where the guest runs; a record that stays is
+		// settled later, by this process or the next.
+		settled = s.settleDefinitionNow(log, rec, targetPersisted)
+	}
 	return settled
+}
+
+// persistentConfig is what a persistent guest's migration carries of its
+// definition: the inactive config, without a monitor an earlier Ferry
+// post-copy gave it, and whether it autostarts.
+func persistentConfig(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain) (string, bool, error) {
+	config, err := c.ConfigXML(ctx, dom)
+	if err == nil {
+		config, err = libvirtx.WithoutRecoveryMonitor(config)
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading the guest's persistent definition, which goes with it: %w", err)
+	}
+	autostart, err := c.Autostart(ctx, dom)
+	if err != nil {
+		return "", false, fmt.Errorf("asking libvirt whether the guest autostarts: %w", err)
+	}
+	return config, autostart, nil
 }
 
 // failureReason joins what libvirt said with what the proxy and the

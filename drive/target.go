@@ -49,34 +49,12 @@ type Target struct {
 	own map[string]*libvirtx.Conn
 	// lingering counts connections kept for a late Prepare's undo.
 	lingering int
-	// definitions are the checked XML of persistent guests being
-	// migrated, by id, defined here once Finish hands them over;
-	// persisted, those it defined.
+	// definitions are the checked persistent definitions of guests being
+	// migrated, by id, which libvirt's Finish saves before it starts the
+	// guest here (see finishCookie).
 	definitions map[string]string
-	persisted   map[string]bool
 	// trials end the Trial of each dry run's guest, by id.
 	trials map[string]func()
-}
-
-// persist defines a migrated persistent guest from its checked XML.
-func (in *Target) persist(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration) {
-	in.mu.Lock()
-	xml, ok := in.definitions[m.ID]
-	delete(in.definitions, m.ID)
-	in.mu.Unlock()
-	if !ok {
-		return
-	}
-	if err := c.Define(ctx, xml); err != nil {
-		in.log.Error("the migrated guest runs here but could not be defined persistently; the source keeps its definition", zap.String("domain", m.Domain), zap.Error(err))
-		return
-	}
-	in.mu.Lock()
-	if in.persisted == nil {
-		in.persisted = map[string]bool{}
-	}
-	in.persisted[m.ID] = true
-	in.mu.Unlock()
 }
 
 // NewTarget builds the target side on the libvirt at socket, taking what
@@ -85,13 +63,20 @@ func NewTarget(tracker *migration.Tracker, conns Conns, socket string, pol libvi
 	return &Target{tracker: tracker, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
-// Persisted says whether this node defined the migration's guest, once.
-func (in *Target) Persisted(m proxy.IncomingMigration) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ok := in.persisted[m.ID]
-	delete(in.persisted, m.ID)
-	return ok
+// Persisted says whether the migration's guest is defined persistently
+// here, as libvirt has it: its Finish saved the definition before it
+// started the guest, and a guest that was already defined here stays so.
+func (in *Target) Persisted(ctx context.Context, m proxy.IncomingMigration) bool {
+	c, err := in.conn()
+	if err != nil {
+		return false
+	}
+	dom, err := c.LookupDomain(ctx, m.Domain)
+	if err != nil || !sameInstance(m.Instance, dom) {
+		return false
+	}
+	persistent, err := c.Persistent(ctx, dom)
+	return err == nil && persistent
 }
 
 // ownConn is migration id's own connection, or the pool's for one this
@@ -147,14 +132,14 @@ func (in *Target) endTrial(id string) {
 
 // allowedIncomingFlags is what a peer may ask of this node's libvirt: the
 // modes Ferry drives, the source's change protection, and a persistent
-// domain's definition here. That one is never libvirt's to make: with it,
-// libvirt's Finish would define the domain from the source's Perform
-// cookie, bytes no check has read. ferryd defines it itself, from the
-// checked XML, once Finish has handed the guest over (see Persisted).
+// domain's definition here. That one reaches libvirt only at Finish, and
+// only with this node's checked definition in the cookie (see
+// finishCookie): the source's Perform cookie would carry its own bytes.
 const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | libvirt.MigrateAutoConverge | libvirt.MigrateParallel |
 	libvirt.MigrateChangeProtection | libvirt.MigratePersistDest | libvirt.MigrateCompressed
 
-// libvirtFlags are a migration's flags as this node's libvirt gets them.
+// libvirtFlags are a migration's flags as this node's libvirt gets them
+// at Prepare and at a cancelled Finish.
 func libvirtFlags(m proxy.IncomingMigration) libvirt.DomainMigrateFlags {
 	return libvirt.DomainMigrateFlags(m.Flags) &^ libvirt.MigratePersistDest
 }
@@ -170,13 +155,42 @@ func (in *Target) conn() (*libvirtx.Conn, error) {
 // Check refuses flags and XML a prepare may not ask for, before the
 // proxy registers anything for it.
 func (in *Target) Check(m proxy.IncomingMigration, domXML string) error {
-	_, err := in.check(m, domXML)
+	_, _, err := in.check(m, domXML)
 	return err
 }
 
-// check returns the XML to give libvirt: the checked domain, never the
-// peer's bytes.
-func (in *Target) check(m proxy.IncomingMigration, domXML string) (string, error) {
+// check returns the XML to give libvirt, the checked domain, never the
+// peer's bytes; and for a persistent guest the definition to keep here,
+// checked the same way.
+func (in *Target) check(m proxy.IncomingMigration, domXML string) (live, config string, err error) {
+	if live, err = in.checkFlags(m, domXML); err != nil {
+		return "", "", err
+	}
+	if libvirt.DomainMigrateFlags(m.Flags)&libvirt.MigratePersistDest == 0 {
+		if m.Config != "" {
+			return "", "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: "a persistent definition came with a migration that keeps none (no persist-dest flag)"}
+		}
+		return live, "", nil
+	}
+	if m.Config == "" {
+		// A source that sends no definition: the live XML is the best
+		// there is, as libvirt itself keeps with no definition in the
+		// cookie.
+		return live, live, nil
+	}
+	if config, err = libvirtx.CanonicalIncomingXML(m.Config, m.Domain, in.policy); err != nil {
+		return "", "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: "the persistent definition: " + err.Error()}
+	}
+	lu, err1 := libvirtx.DomainUUID(live)
+	cu, err2 := libvirtx.DomainUUID(config)
+	if err1 != nil || err2 != nil || lu != cu {
+		return "", "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("the persistent definition names UUID %q, the live XML %q: not one guest", cu, lu)}
+	}
+	return live, config, nil
+}
+
+// checkFlags checks the flags and the live XML.
+func (in *Target) checkFlags(m proxy.IncomingMigration, domXML string) (string, error) {
 	flags := libvirt.DomainMigrateFlags(m.Flags)
 	allowed := allowedIncomingFlags
 	if m.DiskURI != "" {
@@ -237,7 +251,7 @@ func (in *Target) PrepareDirect(ctx context.Context, m proxy.IncomingMigration, 
 func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) (libvirtx.Prepared, error) {
 	var none libvirtx.Prepared
 	flags := libvirtFlags(m)
-	domXML, err := in.check(m, domXML)
+	domXML, config, err := in.check(m, domXML)
 	if err != nil {
 		return none, err
 	}
@@ -316,12 +330,12 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	}
 	prepared, err := c.PrepareURI(ctx, params, cookie, flags, wait)
 	ok = err == nil
-	if err == nil && m.Flags&uint32(libvirt.MigratePersistDest) != 0 && !m.DryRun {
+	if err == nil && config != "" && !m.DryRun {
 		in.mu.Lock()
 		if in.definitions == nil {
 			in.definitions = map[string]string{}
 		}
-		in.definitions[m.ID] = domXML
+		in.definitions[m.ID] = config
 		in.mu.Unlock()
 	}
 	if err != nil {
@@ -389,13 +403,44 @@ func (in *Target) Finish(ctx context.Context, m proxy.IncomingMigration, cookie 
 			in.release(m.ID)
 		}
 	}()
+	flags := libvirtFlags(m)
+	if !cancelled {
+		var err error
+		if cookie, flags, err = in.finishCookie(m, cookie, flags); err != nil {
+			// The guest is not started without the definition it must
+			// keep: the source's copy runs on.
+			c.Finish(ctx, finishParams(m), nil, libvirtFlags(m), true, until(ctx))
+			return nil, err
+		}
+	}
 	// No bound of Ferry's own: in post-copy libvirt's Finish lasts until
 	// the last page, and giving up on it would cut the streams it needs.
-	ck, err := c.Finish(ctx, finishParams(m), cookie, libvirtFlags(m), cancelled, untilOr(ctx, unbounded))
-	if err == nil && !cancelled {
-		in.persist(ctx, c, m)
+	ck, err := c.Finish(ctx, finishParams(m), cookie, flags, cancelled, untilOr(ctx, unbounded))
+	if !cancelled {
+		in.forgetDefinition(m.ID)
 	}
 	return ck, PeerError(err)
+}
+
+// finishCookie gives libvirt's Finish of a persistent guest this node's
+// checked definition in the cookie, and PERSIST_DEST: libvirt saves it
+// before it starts the guest's vCPUs, and fails the Finish (stopping the
+// guest here, so that the source's runs on) when it cannot. A guest that
+// runs here is then always defined here, as libvirt's own client does it,
+// and never by a Define of a running transient guest, whose failure
+// libvirt answers by dropping the guest from its list while QEMU runs on.
+func (in *Target) finishCookie(m proxy.IncomingMigration, cookie []byte, flags libvirt.DomainMigrateFlags) ([]byte, libvirt.DomainMigrateFlags, error) {
+	in.mu.Lock()
+	def, ok := in.definitions[m.ID]
+	in.mu.Unlock()
+	if !ok {
+		return cookie, flags, nil
+	}
+	withDef, err := libvirtx.WithPersistentDefinition(cookie, def)
+	if err != nil {
+		return nil, flags, fmt.Errorf("the source's Perform cookie cannot carry the guest's definition: %w", err)
+	}
+	return withDef, flags | libvirt.MigratePersistDest, nil
 }
 
 // Instance names the guest a Prepare just started: its libvirt domain ID,
@@ -458,7 +503,12 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 	case state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningPostcopyFailed),
 		state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedPostcopyFailed):
 		return proxy.OutcomeSplit, nil
-	case state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffFailed):
+	case state == libvirtx.StateShutoff && libvirtx.StoppedIncoming(reason):
+		// libvirt stopped it before handing it over, and it is still
+		// defined here: an inactive definition it came into (an earlier
+		// migration's), never proof that it ran. A guest that ran and was
+		// destroyed since is told apart by the proxy's records: a Finish
+		// that returned is kept as running, one under way as unknown.
 		return proxy.OutcomeStopped, nil
 	case state == libvirtx.StateShutoff:
 		// It ran here, and stopped since (powered off, crashed): the

@@ -147,6 +147,35 @@ func (c *Conn) DomainXML(ctx context.Context, dom libvirt.Domain) (string, error
 	})
 }
 
+// ConfigXML is the domain's persistent definition as a migration sends
+// it: the inactive config (pending --config changes, not live-only
+// hotplugs), with what libvirt writes only for a migration's peer.
+func (c *Conn) ConfigXML(ctx context.Context, dom libvirt.Domain) (string, error) {
+	return call(ctx, c, "domain config xml", func(l *libvirt.Libvirt) (string, error) {
+		return l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive|libvirt.DomainXMLSecure|libvirt.DomainXMLMigratable)
+	})
+}
+
+// Autostart says whether libvirtd starts the domain when it starts on a
+// booted host.
+func (c *Conn) Autostart(ctx context.Context, dom libvirt.Domain) (bool, error) {
+	return call(ctx, c, "domain autostart", func(l *libvirt.Libvirt) (bool, error) {
+		on, err := l.DomainGetAutostart(dom)
+		return on == 1, err
+	})
+}
+
+// SetAutostart turns the domain's autostart on or off.
+func (c *Conn) SetAutostart(ctx context.Context, dom libvirt.Domain, on bool) error {
+	return do(ctx, c, "set domain autostart", func(l *libvirt.Libvirt) error {
+		v := int32(0)
+		if on {
+			v = 1
+		}
+		return l.DomainSetAutostart(dom, v)
+	})
+}
+
 // AbortJob cancels the domain's job. In post-copy a plain abort is refused by
 // libvirt; postCopy=true asks for the post-copy pause instead, which leaves
 // both sides paused in post-copy-failed (the only "abort" post-copy has).

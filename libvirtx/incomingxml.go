@@ -427,3 +427,15 @@ func sweepXML(domXML string, pol IncomingPolicy) error {
 		}
 	}
 }
+
+// DomainUUID is the UUID a domain XML names; an error if it names none.
+func DomainUUID(domXML string) (string, error) {
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(domXML); err != nil {
+		return "", err
+	}
+	if d.UUID == "" {
+		return "", refuse("it names no UUID")
+	}
+	return strings.ToLower(d.UUID), nil
+}

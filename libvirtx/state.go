@@ -29,8 +29,23 @@ const (
 	PausedPostCopyFailed  int32 = 13
 	ShutoffMigrated       int32 = 4
 	CrashedReasonPanicked int32 = 1
+	ShutoffDestroyed      int32 = 2
 	ShutoffFailed         int32 = 6
+	ShutoffDaemon         int32 = 8
 )
+
+// StoppedIncoming says whether a shut-off domain's reason is one libvirt
+// gives an incoming guest it stopped before the migration handed it over:
+// its Finish failed (failed), the connection that prepared it closed
+// (destroyed), or libvirtd restarted before Finish started its vCPUs
+// (daemon). Any other shut-off reason says the guest ran.
+func StoppedIncoming(reason int32) bool {
+	switch reason {
+	case ShutoffFailed, ShutoffDestroyed, ShutoffDaemon:
+		return true
+	}
+	return false
+}
 
 // InPostCopy says whether a domain is in a post-copy migration, going on or
 // broken, on either side: the source is paused in it, the target runs (or,

@@ -163,9 +163,11 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	11:           func(w *xdrWalk) { w.domain() },                                                                // domain define XML
 	12:           func(*xdrWalk) {},                                                                              // domain destroy
 	14:           func(w *xdrWalk) { w.bytes(xdrStringMax, "domain XML") },                                       // domain get XML desc
+	15:           func(w *xdrWalk) { w.take(4, "autostart") },                                                    // domain get autostart
 	17:           func(w *xdrWalk) { w.take(8, "max memory") },                                                   // domain get max memory
 	23:           func(w *xdrWalk) { w.domain() },                                                                // domain lookup by name
 	28:           func(*xdrWalk) {},                                                                              // domain resume
+	29:           func(*xdrWalk) {},                                                                              // domain set autostart
 	66:           func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },         // auth list
 	70:           func(w *xdrWalk) { w.take(4, "complete") },                                                     // auth polkit, go-libvirt's own call
 	150:          func(w *xdrWalk) { w.take(4, "active") },                                                       // domain is active

@@ -63,7 +63,12 @@ type ControlRequest struct {
 	// the migration flags, the multifd connection count, whether post-copy
 	// may be used and whether a disk stream comes too; DeadlineSeconds is
 	// how long the source gives the whole migration (the target caps it).
-	XML             string  `json:"xml,omitempty"`
+	XML string `json:"xml,omitempty"`
+	// Config, on a persistent guest's prepare, is its persistent
+	// definition (libvirt's inactive XML): what the target keeps once the
+	// guest is handed over, pending config changes included and live-only
+	// ones not. XML and Config share MaxDomainXML.
+	Config          string  `json:"config,omitempty"`
 	Cookie          []byte  `json:"cookie,omitempty"`
 	Flags           uint32  `json:"flags,omitempty"`
 	Parallel        int     `json:"parallel,omitempty"`
@@ -103,9 +108,10 @@ type ControlResponse struct {
 	// target now (OutcomeRunning, OutcomeStopped, OutcomeSplit); empty
 	// when the target could not tell, which settles nothing.
 	Outcome string `json:"outcome,omitempty"`
-	// Persisted, in a finish's answer, says the target defined the guest
-	// persistently (from its checked XML), so the source may drop its
-	// own definition: a persistent guest keeps exactly one.
+	// Persisted, in a finish's answer, says the guest is defined
+	// persistently on the target, as libvirt there has it (its Finish
+	// saved the checked definition before starting the guest), so the
+	// source may drop its own: a persistent guest keeps exactly one.
 	Persisted bool `json:"persisted,omitempty"`
 	// CPU, in a dry run's answer, is how the guest's CPU compares with
 	// what the target's hypervisor offers (identical, superset, or

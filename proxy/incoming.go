@@ -50,10 +50,10 @@ type IncomingHolder interface {
 	Held(ctx context.Context, m IncomingMigration) (string, bool)
 }
 
-// IncomingPersister is an Incoming that defines a migrated persistent
-// guest on this node itself, and says whether it did.
+// IncomingPersister is an Incoming that says whether a migrated guest
+// is defined persistently on this node now.
 type IncomingPersister interface {
-	Persisted(m IncomingMigration) bool
+	Persisted(ctx context.Context, m IncomingMigration) bool
 }
 
 // IncomingChecker is an Incoming that can check a prepare's request
@@ -66,8 +66,12 @@ type IncomingChecker interface {
 // sees it. The URIs are chosen here, in this node's socket dir, never by
 // the peer.
 type IncomingMigration struct {
-	ID        string
-	Domain    string
+	ID     string
+	Domain string
+	// Config is the source's persistent definition of the guest, checked
+	// like the live XML; empty for a transient guest, or from a source
+	// that sends none.
+	Config    string
 	Flags     uint32
 	Parallel  int
 	PostCopy  bool
@@ -155,8 +159,8 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	if p.cfg.Incoming == nil {
 		return refuse(raw, peer.Node, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
 	}
-	if len(req.XML) == 0 || len(req.XML) > MaxDomainXML {
-		return refuse(raw, peer.Node, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes (1 to %d)", len(req.XML), MaxDomainXML))
+	if len(req.XML) == 0 || len(req.XML)+len(req.Config) > MaxDomainXML {
+		return refuse(raw, peer.Node, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes and definition of %d (1 to %d together)", len(req.XML), len(req.Config), MaxDomainXML))
 	}
 	if req.Parallel < 0 || req.Parallel > MaxParallel {
 		return refuse(raw, peer.Node, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
@@ -167,7 +171,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	}
 	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
 	m.PeerNode = peer.Node
-	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
+	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Config: req.Config, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
 		MemoryURI: "unix://" + m.Targets[KindMemory], PeerNode: peer.Node, DryRun: req.DryRun}
 	if req.Disk {
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
@@ -372,17 +376,27 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	var cookie []byte
 	outcome := ""
 	var in IncomingMigration
+	cancelled := req.Cancelled
 	if e.in != nil {
 		in = p.reg.incomingOf(e)
-		if !req.Cancelled {
+		if !cancelled {
 			// Kept before libvirt may hand the guest over: a ferryd that
 			// dies during this Finish must not, once back, take a guest
 			// gone since (powered off after it ran here) for one that
-			// never came.
-			p.saveRecord(outcomeRecord{ID: e.m.ID, Owner: owner, Domain: e.m.Domain, Instance: in.Instance, Finishing: true})
+			// never came. Without it a pre-copy is not finished but
+			// cancelled: the source's copy, still whole, runs on. A
+			// post-copy's source never runs again, so there it is not
+			// needed to tell the two apart.
+			if err := p.saveRecord(outcomeRecord{ID: e.m.ID, Owner: owner, Domain: e.m.Domain, Instance: in.Instance, Finishing: true}); err != nil && !in.PostCopy {
+				p.log.Error("cancelling an incoming migration: its record cannot be kept before the guest is handed over", zap.String("migration", e.m.ID), zap.String("domain", e.m.Domain), zap.Error(err))
+				cancelled = true
+			}
 		}
-		cookie, err = p.cfg.Incoming.Finish(ctx, in, req.Cookie, req.Cancelled)
-		if err == nil && !req.Cancelled {
+		cookie, err = p.cfg.Incoming.Finish(ctx, in, req.Cookie, cancelled)
+		if cancelled && !req.Cancelled && err == nil {
+			err = errors.New("this node cannot record the migration before handing the guest over (its state directory), so it dropped its copy")
+		}
+		if err == nil && !cancelled {
 			// libvirt's Finish handed the guest over here: whatever it
 			// does next (power off, crash), the source must never resume.
 			outcome = OutcomeRunning
@@ -406,11 +420,11 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 			zap.Bool("cancelled", req.Cancelled), zap.String("outcome", outcome), zap.Error(err), zap.Duration("took", time.Since(start)))
 	}
 	resp := ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
-	if ip, ok := p.cfg.Incoming.(IncomingPersister); ok && e.in != nil && err == nil {
-		resp.Persisted = ip.Persisted(in)
-	}
 	if err != nil {
 		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
+	}
+	if e.in != nil && outcome == OutcomeRunning {
+		resp.Persisted = p.persisted(in)
 	}
 	if outcome == OutcomeRunning || outcome == OutcomeStopped {
 		// Whole on one node: nothing will resume it.
@@ -517,8 +531,23 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 	case outcome == OutcomeSplit:
 		resp.Error = fmt.Sprintf("domain %s is held here by a failed post-copy: its memory is split between the two nodes", req.Domain)
 	}
+	if outcome == OutcomeRunning {
+		resp.Persisted = p.persisted(in)
+	}
 	p.saveOutcome(req.Migration, owner, req.Domain, in.Instance, &resp)
 	return resp, true
+}
+
+// persisted asks libvirt, not this process's memory, whether the
+// migration's guest is defined here: what a restart cannot lose.
+func (p *Proxy) persisted(in IncomingMigration) bool {
+	ip, ok := p.cfg.Incoming.(IncomingPersister)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
+	defer cancel()
+	return ip.Persisted(ctx, in)
 }
 
 // outcomeOf asks libvirt whether the migration's domain runs here.

@@ -186,3 +186,57 @@ func TestAFinishBegunNeverSettlesAsStopped(t *testing.T) {
 		t.Fatalf("with the guest there: %+v, %v", resp, err)
 	}
 }
+
+// breakOutcomeDir makes every later record in dir fail to save, as a full
+// or read-only state directory does (root writes through permissions).
+func breakOutcomeDir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A pre-copy's finish whose guard record cannot be kept is not finished
+// but cancelled: the target drops its copy and says so, and the source's
+// copy, still whole, runs on. (Before, the guard was best-effort: a
+// restart and a guest stopped meanwhile let the source resume an older
+// copy of a guest that already ran here.)
+func TestNoPreCopyFinishWithoutItsGuardRecord(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "outcomes")
+	src, dst := startNode(t, nil), startNodeWith(t, Config{OutcomeDir: dir})
+	relayed(t, src, dst, "unguarded")
+	breakOutcomeDir(t, dir)
+	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "unguarded", Domain: "vm", Cookie: []byte("perform")})
+	if err == nil || resp.Outcome != OutcomeStopped {
+		t.Fatalf("finish answered %+v, %v; want the guest stopped here, with an error", resp, err)
+	}
+	dst.in.mu.Lock()
+	defer dst.in.mu.Unlock()
+	if len(dst.in.finished) != 1 || !dst.in.finished[0] {
+		t.Fatalf("libvirt's Finish ran with cancelled %v, want one cancelled Finish", dst.in.finished)
+	}
+}
+
+// A post-copy's source never runs again, so its finish goes on without the
+// guard: cancelling it would stop the copy that runs.
+func TestAPostCopyFinishGoesOnWithoutItsGuardRecord(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "outcomes")
+	src, dst := startNode(t, nil), startNodeWith(t, Config{OutcomeDir: dir})
+	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "pc", Domain: "vm",
+		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true}); err != nil {
+		t.Fatal(err)
+	}
+	sm, err := src.p.OpenSource("pc", dst.addr, []Kind{KindMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sm.Close("test done") })
+	roundTrip(t, sm.Paths[KindMemory], 1024)
+	breakOutcomeDir(t, dir)
+	if resp := finish(t, src, dst, "pc", false); resp.Outcome != OutcomeRunning {
+		t.Fatalf("finish answered %+v, want running", resp)
+	}
+}

@@ -1,0 +1,143 @@
+package drive
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// A persistent guest's definition moves with it, and only once it runs on
+// the target: libvirt's Finish there saves the checked definition before it
+// starts the guest (see Target.finishCookie). Here, its autostart is off for
+// the migration's whole length, so that a node rebooted meanwhile never
+// starts a second copy of a guest that runs elsewhere; once the migration
+// has ended, the definition here follows libvirt's truth on both nodes.
+
+// holdAutostart turns a persistent guest's autostart off for its
+// migration. The record says it was on before this is done, so that a
+// restarted ferryd gives it back if the guest stays.
+func holdAutostart(ctx context.Context, c *libvirtx.Conn, rec drivenRecord) error {
+	if !rec.Autostart {
+		return nil
+	}
+	dom, err := c.LookupDomain(ctx, rec.Domain)
+	if err == nil {
+		err = c.SetAutostart(ctx, dom, false)
+	}
+	if err != nil {
+		return fmt.Errorf("turning the guest's autostart off for its migration (a node rebooted meanwhile would start a second copy): %w", err)
+	}
+	return nil
+}
+
+// settleDefinition makes this node's definition of a migrated guest follow
+// where the guest is, as libvirt has it now:
+//   - it runs here (the migration failed and it stayed): its autostart, if
+//     the migration turned it off, is on again;
+//   - it is shut off here and the target says it is defined there: this
+//     definition, and its autostart link, go;
+//   - anything else (paused by the migration, in post-copy, the target not
+//     defining it): left, autostart off, for the next settling or an
+//     operator.
+//
+// It answers what it did, or an error to try again on.
+func settleDefinition(ctx context.Context, c *libvirtx.Conn, rec drivenRecord, targetPersisted bool) (string, error) {
+	dom, err := c.LookupDomain(ctx, rec.Domain)
+	if libvirtx.IsNoDomain(err) {
+		return "no definition here", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if libvirtx.UUIDString(dom.UUID) != rec.UUID {
+		return "the domain of that name here is another guest now: left alone", nil
+	}
+	persistent, err := c.Persistent(ctx, dom)
+	if err != nil {
+		return "", err
+	}
+	if !persistent {
+		return "no definition here", nil
+	}
+	state, reason, err := c.DomainState(ctx, dom)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case state == libvirtx.StateShutoff && targetPersisted:
+		if err := c.Undefine(ctx, dom); err != nil && !libvirtx.IsNoDomain(err) {
+			return "", err
+		}
+		return "the definition here was removed: the guest is defined on the target", nil
+	case state == libvirtx.StateShutoff:
+		return "the definition here stays, autostart off: the target did not say it keeps one", nil
+	case libvirtx.InPostCopy(state, reason), state == libvirtx.StatePaused && reason == libvirtx.PausedMigration:
+		return "the guest is held here by its migration: its autostart stays off", nil
+	case rec.Autostart:
+		if err := c.SetAutostart(ctx, dom, true); err != nil {
+			return "", err
+		}
+		return "the guest stays here: its autostart is on again", nil
+	}
+	return "the guest stays here", nil
+}
+
+// settleDefinitionNow settles the definition once; when that fails it
+// goes on trying in the background, with backoff, through whichever
+// connection to the node's libvirt works then, and keeps the migration's
+// record until it has. It says whether the record may go now.
+func (s *Source) settleDefinitionNow(log *zap.Logger, rec drivenRecord, targetPersisted bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	what, err := s.settleDefinitionOnce(ctx, rec, targetPersisted)
+	cancel()
+	if err == nil {
+		log.Info("the guest's definition here is settled", zap.String("here", what))
+		return true
+	}
+	log.Warn("the guest's definition here is not settled yet; trying again", zap.Error(err))
+	go s.settleDefinitionLater(log, rec, targetPersisted)
+	return false
+}
+
+func (s *Source) settleDefinitionOnce(ctx context.Context, rec drivenRecord, targetPersisted bool) (string, error) {
+	c, err := s.cfg.Conns.Conn(rec.Socket)
+	if err != nil {
+		return "", fmt.Errorf("this node's libvirt is not connected: %w", err)
+	}
+	return settleDefinition(ctx, c, rec, targetPersisted)
+}
+
+// settleDefinitionLater retries until the definition is settled, then
+// forgets the record.
+func (s *Source) settleDefinitionLater(log *zap.Logger, rec drivenRecord, targetPersisted bool) {
+	wait := time.Second
+	for attempt := 2; ; attempt++ {
+		time.Sleep(wait)
+		wait = min(2*wait, definitionRetryMax)
+		// Never beside a migration of the same guest, which holds its
+		// autostart off for itself.
+		key := driveKey(rec.Socket, rec.Domain)
+		if !s.running.start(key) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		what, err := s.settleDefinitionOnce(ctx, rec, targetPersisted)
+		cancel()
+		s.running.end(key)
+		if err == nil {
+			log.Warn("the guest's definition here is settled", zap.String("here", what), zap.Int("attempts", attempt))
+			s.forgetDrive(rec.ID)
+			return
+		}
+		if attempt%10 == 0 {
+			log.Error("the guest's definition here is still not settled; trying again", zap.Int("attempts", attempt), zap.Error(err))
+		}
+	}
+}
+
+// definitionRetryMax caps the wait between two tries.
+const definitionRetryMax = time.Minute
