@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
@@ -20,15 +21,11 @@ import (
 // holdAutostart turns a persistent guest's autostart off for its
 // migration. The record says it was on before this is done, so that a
 // restarted ferryd gives it back if the guest stays.
-func holdAutostart(ctx context.Context, c *libvirtx.Conn, rec drivenRecord) error {
+func holdAutostart(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain, rec drivenRecord) error {
 	if !rec.Autostart {
 		return nil
 	}
-	dom, err := c.LookupDomain(ctx, rec.Domain)
-	if err == nil {
-		err = c.SetAutostart(ctx, dom, false)
-	}
-	if err != nil {
+	if err := c.SetAutostart(ctx, dom, false); err != nil {
 		return fmt.Errorf("turning the guest's autostart off for its migration (a node rebooted meanwhile would start a second copy): %w", err)
 	}
 	return nil
@@ -46,15 +43,9 @@ func holdAutostart(ctx context.Context, c *libvirtx.Conn, rec drivenRecord) erro
 //
 // It answers what it did, or an error to try again on.
 func settleDefinition(ctx context.Context, c *libvirtx.Conn, rec drivenRecord, targetPersisted bool) (string, error) {
-	dom, err := c.LookupDomain(ctx, rec.Domain)
-	if libvirtx.IsNoDomain(err) {
-		return "no definition here", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if libvirtx.UUIDString(dom.UUID) != rec.UUID {
-		return "the domain of that name here is another guest now: left alone", nil
+	dom, absent, err := recordedDomain(ctx, c, rec)
+	if absent != "" || err != nil {
+		return absent, err
 	}
 	persistent, err := c.Persistent(ctx, dom)
 	if err != nil {

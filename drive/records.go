@@ -294,15 +294,9 @@ func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirt
 // the migration's guest (another UUID), or one paused for another reason,
 // is left alone.
 func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome string) (string, error) {
-	dom, err := c.LookupDomain(ctx, r.Domain)
-	if libvirtx.IsNoDomain(err) {
-		return "no copy here", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if libvirtx.UUIDString(dom.UUID) != r.UUID {
-		return "the domain of that name here is another guest now (UUID " + libvirtx.UUIDString(dom.UUID) + "): left alone", nil
+	dom, absent, err := recordedDomain(ctx, c, r)
+	if absent != "" || err != nil {
+		return absent, err
 	}
 	if st, jerr := c.JobStats(ctx, dom, false); jerr == nil && st.Type.Active() {
 		return "", fmt.Errorf("domain %s still has a libvirt job", r.Domain)
@@ -335,6 +329,22 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 		return "the copy left paused here runs again", nil
 	}
 	return fmt.Sprintf("this node's copy is %s (reason %d): left as it is", state, reason), nil
+}
+
+// recordedDomain is r's guest on this node; when it is not here (no
+// domain of its name, or another guest given the name since), absent says
+// so, and nothing is to be done to it.
+func recordedDomain(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (dom libvirt.Domain, absent string, err error) {
+	dom, err = c.LookupDomain(ctx, r.Domain)
+	switch {
+	case libvirtx.IsNoDomain(err):
+		return dom, "no copy here", nil
+	case err != nil:
+		return dom, "", err
+	case libvirtx.UUIDString(dom.UUID) != r.UUID:
+		return dom, "the domain of that name here is another guest now (UUID " + libvirtx.UUIDString(dom.UUID) + "): left alone", nil
+	}
+	return dom, "", nil
 }
 
 // drivenKeep is how long a record may wait to be settled: the target keeps

@@ -319,7 +319,7 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		s.running.end(drive)
 		return MigrateResponse{}, fmt.Errorf("recording the migration in the state directory, which a restart would need: %w", err)
 	}
-	if err := holdAutostart(ctx, own, rec); err != nil {
+	if err := holdAutostart(ctx, own, dom, rec); err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
 		src.Close("not started")
 		s.forgetDrive(id)

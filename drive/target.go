@@ -587,9 +587,7 @@ func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
 	_, ferr := c.Finish(ctx, finishParams(m), nil, libvirtFlags(m), true, until(ctx))
 	active, aerr := c.ActiveDomain(ctx, m.Domain)
 	if aerr == nil && !active {
-		// Never to be defined here: its checked XML goes. (A post-copy
-		// broken and resumed is never cancelled, and keeps it for the
-		// definition its recovery makes.)
+		// Never to be defined here: its checked definition goes.
 		in.forgetDefinition(m.ID)
 	}
 	switch {
