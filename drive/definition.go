@@ -19,16 +19,31 @@ import (
 // has ended, the definition here follows libvirt's truth on both nodes.
 
 // holdAutostart turns a persistent guest's autostart off for its
-// migration. The record says it was on before this is done, so that a
-// restarted ferryd gives it back if the guest stays.
-func holdAutostart(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain, rec drivenRecord) error {
-	if !rec.Autostart {
+// migration, before libvirt's Begin. From the migration's record on, a
+// restarted ferryd gives it back if the guest stays; before it (a ferryd
+// killed while the target prepares), it stays off: the side that never
+// starts a second copy.
+func holdAutostart(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain, on bool) error {
+	if !on {
 		return nil
 	}
 	if err := c.SetAutostart(ctx, dom, false); err != nil {
 		return fmt.Errorf("turning the guest's autostart off for its migration (a node rebooted meanwhile would start a second copy): %w", err)
 	}
 	return nil
+}
+
+// giveAutostartBack turns autostart on again for a guest whose migration
+// never started.
+func giveAutostartBack(log *zap.Logger, c *libvirtx.Conn, dom libvirt.Domain, on bool, domain string) {
+	if !on {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.SetAutostart(ctx, dom, true); err != nil {
+		log.Error("the migration did not start, and the guest's autostart could not be turned on again: turn it on by hand (virsh autostart)", zap.String("domain", domain), zap.Error(err))
+	}
 }
 
 // settleDefinition makes this node's definition of a migrated guest follow

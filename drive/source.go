@@ -208,6 +208,18 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 			return MigrateResponse{}, err
 		}
 	}
+	// Before Begin: libvirt changes autostart under a job of the domain's,
+	// which a migration's job holds off until it ends.
+	performing := false
+	if err := holdAutostart(ctx, own, dom, autostart); err != nil {
+		s.running.end(drive)
+		return MigrateResponse{}, err
+	}
+	defer func() {
+		if !performing {
+			giveAutostartBack(s.log, own, dom, autostart, req.Domain)
+		}
+	}()
 	// Between Begin and Perform libvirt holds a migration job that may yet
 	// be cancelled (a target with no inbound slot free, asked again): it
 	// is not taken for the migration until Perform starts.
@@ -233,7 +245,6 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	// Begin started libvirt's job (CHANGE_PROTECTION): until Perform takes
 	// it over, a failure ends it with a cancelled Confirm, as libvirt's
 	// own client does.
-	performing := false
 	if faults.Inject(faults.PauseAfterBegin) {
 		s.log.Warn("fault injected: pausing between Begin and Prepare", zap.String("domain", req.Domain), zap.Duration("for", pauseAfterBegin))
 		time.Sleep(pauseAfterBegin)
@@ -318,13 +329,6 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		src.Close("not started")
 		s.running.end(drive)
 		return MigrateResponse{}, fmt.Errorf("recording the migration in the state directory, which a restart would need: %w", err)
-	}
-	if err := holdAutostart(ctx, own, dom, rec); err != nil {
-		s.cancelTarget(req, tid, prep.Owner, err)
-		src.Close("not started")
-		s.forgetDrive(id)
-		s.running.end(drive)
-		return MigrateResponse{}, err
 	}
 	performing, ownHanded = true, true
 	// The owner is in place before the tracker can see the job, so that

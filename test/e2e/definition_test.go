@@ -1,0 +1,135 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// withLibvirt runs f on a fresh connection to node's libvirtd.
+func withLibvirt(t *testing.T, node string, f func(*libvirt.Libvirt) error) {
+	t.Helper()
+	l, err := bed.Libvirt(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Disconnect()
+	if err := f(l); err != nil {
+		t.Fatalf("node %s: %v", node, err)
+	}
+}
+
+// definition is what a node's libvirt holds of a guest's definition.
+type definition struct {
+	defined, autostart bool
+	xml                string // the inactive definition
+}
+
+func definitionOn(t *testing.T, node, name string) definition {
+	t.Helper()
+	var d definition
+	withLibvirt(t, node, func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(name)
+		if libvirt.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		p, err := l.DomainIsPersistent(dom)
+		if err != nil || p != 1 {
+			return err
+		}
+		d.defined = true
+		a, err := l.DomainGetAutostart(dom)
+		if err != nil {
+			return err
+		}
+		d.autostart = a == 1
+		d.xml, err = l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive)
+		return err
+	})
+	return d
+}
+
+// bootLibvirtd has node's libvirtd start as after a boot, autostarting
+// what it holds.
+func bootLibvirtd(t *testing.T, node string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := bed.BootLibvirtd(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	// libvirtd answers before its autostart of a guest has spawned QEMU.
+	time.Sleep(3 * time.Second)
+}
+
+// oneQEMU fails unless exactly one QEMU process of the guest runs on the
+// machine, whichever libvirt knows of it.
+func oneQEMU(t *testing.T, name string) {
+	t.Helper()
+	n, err := testbed.QEMUCount(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d QEMU processes of %s run, want exactly one", n, name)
+	}
+}
+
+// Node b cannot write its config dir (a full or read-only root): the
+// guest must not run there. libvirt's Finish on b fails to save the
+// definition and stops b's copy before its vCPUs start, so the migration
+// fails and the guest runs on a alone, autostart on again, one QEMU on
+// the machine. (Before, b's ferryd defined the running guest after
+// Finish: libvirt dropped it from its list while its QEMU ran on, the
+// migration said Completed, and a's boot started a second copy.)
+func TestATargetThatCannotKeepTheDefinitionNeverRunsTheGuest(t *testing.T) {
+	const name = "rocfg"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
+	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(name)
+		if err == nil {
+			err = l.DomainSetAutostart(dom, 1)
+		}
+		return err
+	})
+	restore, err := bed.ReadOnlyLibvirtConfig("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := restore(); err != nil {
+			t.Errorf("making b's config dir writable again: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	before := verifiedSoFar(t, name)
+	err = bed.Migrate(ctx, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
+	if err == nil {
+		t.Fatal("the migration completed to a node that cannot keep the guest's definition")
+	}
+	t.Logf("the migration failed, as it must: %v", err)
+	onlyOn(t, name, "a", "b")
+	memoryIntact(t, name, before)
+	oneQEMU(t, name)
+	if d := definitionOn(t, "b", name); d.defined {
+		t.Errorf("node b holds a definition of %s it could not save", name)
+	}
+	waitFor(t, "a's autostart of the guest back on", 30*time.Second, func() bool {
+		d := definitionOn(t, "a", name)
+		return d.defined && d.autostart
+	})
+	// b boots: it holds nothing of the guest to start.
+	bootLibvirtd(t, "b")
+	oneQEMU(t, name)
+	onlyOn(t, name, "a", "b")
+}
