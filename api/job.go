@@ -285,6 +285,10 @@ type Domain struct {
 	Reason    string `json:"reason"`
 	JobPhase  Phase  `json:"jobPhase,omitempty"`
 	JobRole   Role   `json:"jobRole,omitempty"`
+	// HoldsGuest: this copy runs the guest, or could run it again on its
+	// own; the side of a migration that waits for the other does not (see
+	// migration.HoldsGuest). One UUID held on two nodes is two guests.
+	HoldsGuest bool `json:"holdsGuest"`
 	// AttentionReason is a short, stable code of that condition
 	// (postcopy_failed, paused_after_migration), for alert rules.
 	AttentionReason string `json:"attentionReason,omitempty"`

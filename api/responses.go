@@ -24,6 +24,10 @@ type SocketStatus struct {
 	Since          time.Time `json:"since"`
 	Reconnects     int       `json:"reconnects"`
 	LastPingMicro  int64     `json:"lastPingMicroseconds,omitempty"`
+	// UnresponsiveSince is when libvirt last answered, while ferryd holds
+	// it hung (a ping past its deadline, a keepalive's silence); absent
+	// otherwise.
+	UnresponsiveSince time.Time `json:"unresponsiveSince,omitzero"`
 }
 
 // ErrorResponse is every 4xx/5xx body.

@@ -5,11 +5,14 @@ import "time"
 // Recovery is a paused post-copy migration's resumption, as the job shows
 // it.
 type Recovery struct {
-	// Until is when the guest is declared lost if the migration has not
-	// resumed by then.
-	Until     time.Time `json:"until"`
-	Attempts  int       `json:"attempts"`
-	LastError string    `json:"lastError,omitempty"`
+	// Until is when the pause outlasts --postcopy-recovery-timeout: from
+	// then on it is overdue (FerryPostCopyRecoveryOverdue), and Ferry goes
+	// on trying until it resumes or an operator gives up.
+	Until time.Time `json:"until"`
+	// Overdue says Until has passed with the migration still paused.
+	Overdue   bool   `json:"overdue,omitempty"`
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"lastError,omitempty"`
 	// Resumed counts the attempts whose stream went back into post-copy.
 	Resumed int `json:"resumed,omitempty"`
 }

@@ -243,17 +243,23 @@ func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
 }
 
 // recovery passes an operator's word to the recovery of a paused
-// post-copy: try now, or give up (the guest is then declared lost).
+// post-copy: try now (or again, one given up), or give up (the guest is
+// then declared lost). A target has only giving up: its source resumes.
 func (d *Daemon) recovery(word string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		domain := r.PathValue("domain")
-		if d.source == nil || !d.source.Recovery(socketParam(r), domain, word) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("no post-copy of %s driven from this node is paused for recovery (run it on the source node; or two sockets serve that name: add ?socket=)", domain))
+		domain, socket := r.PathValue("domain"), socketParam(r)
+		var msg string
+		switch {
+		case d.source != nil && d.source.Recovery(socket, domain, word):
+			msg = "the recovery of " + domain + "'s post-copy tries again now"
+			if word == drive.NudgeGiveUp {
+				msg = "the recovery of " + domain + "'s post-copy is given up once the attempt under way (if any) ends: the guest is then declared lost, its memory split between the two nodes (ferryctl recover starts it again while the guest is held here)"
+			}
+		case word == drive.NudgeGiveUp && d.Tracker.IncomingGiveUp(socket, domain):
+			msg = "the paused incoming post-copy of " + domain + " is declared lost on this node; its source goes on resuming it unless given up there too"
+		default:
+			writeError(w, http.StatusConflict, fmt.Sprintf("no post-copy of %s is paused for recovery here, nor a recovery given up whose guest is still held here (recover: run it on the source node; or two sockets serve that name: add ?socket=)", domain))
 			return
-		}
-		msg := "the recovery of " + domain + "'s post-copy tries again now"
-		if word == drive.NudgeGiveUp {
-			msg = "the recovery of " + domain + "'s post-copy is given up once the attempt under way (if any) ends: the guest is then declared lost, its memory split between the two nodes"
 		}
 		d.log.Warn("an operator spoke to a post-copy recovery", zap.String("domain", domain), zap.String("word", word))
 		writeJSON(w, http.StatusAccepted, api.MessageResponse{Message: msg})

@@ -101,7 +101,8 @@ type Config struct {
 	// without naming the node whose certificate the target must hold.
 	MigrationAllowAnyTarget bool
 	// PostCopyRecoveryTimeout is how long a broken post-copy migration
-	// Ferry drives is resumed before its guest is declared lost; 0 never.
+	// Ferry drives may stay paused before it is overdue (it alerts, and
+	// the attempts go on); 0 resumes none.
 	PostCopyRecoveryTimeout time.Duration
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
@@ -176,7 +177,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.PostCopyRecoveryTimeout < 0 || c.PostCopyRecoveryTimeout > 24*time.Hour {
-		errs = append(errs, fmt.Errorf("--postcopy-recovery-timeout %v is outside 0 (declare a broken post-copy lost at once) to 24h: a guest paused on missing pages is an outage", c.PostCopyRecoveryTimeout))
+		errs = append(errs, fmt.Errorf("--postcopy-recovery-timeout %v is outside 0 (declare a broken post-copy lost at once) to 24h (when a pause past it alerts): a guest paused on missing pages is an outage", c.PostCopyRecoveryTimeout))
 	}
 	if c.DebugSocketMode&^0o777 != 0 {
 		errs = append(errs, fmt.Errorf("--debug-socket-mode %o is not a permission mode", c.DebugSocketMode))

@@ -55,6 +55,9 @@ type Daemon struct {
 	uidMu sync.Mutex
 	uids  map[string]string
 	vmis  *kubevirt.Watcher
+	// vmiUIDs are the VMI UIDs of the node's KubeVirt domains, for
+	// ferry_domain_active.
+	vmiUIDs *vmiUIDs
 	// dyn reads the cluster's objects for plans' advice; nil without
 	// Kubernetes.
 	dyn dynamic.Interface
@@ -96,6 +99,8 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 			zap.String("glob", cfg.LibvirtGlob), zap.Strings("sockets", cfg.LibvirtSockets))
 	}
 	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{}, listChecks: make(chan struct{}, listChecksAtOnce)}
+	d.reg = prometheus.NewRegistry()
+	times := metrics.NewTimes(cfg.NodeName, d.reg)
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,
 		SampleInterval: cfg.SampleInterval,
@@ -110,6 +115,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		// it, and libvirt's word is then taken).
 		VerifyPostCopyFailure: true,
 		StateDir:              cfg.StateDir,
+		OnTimes:               times.Observe,
 	})
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
 		Sockets:        cfg.LibvirtSockets,
@@ -117,13 +123,14 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		GlobEmptyAfter: cfg.GlobEmptyAfter,
 		CallTimeout:    cfg.CallTimeout,
 	}, d.Tracker, log.Named("libvirt"))
-	d.reg = prometheus.NewRegistry()
 	if err := d.setupKube(); err != nil {
 		return nil, err
 	}
 	col := metrics.NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool)
 	col.Evacuation = d.lastPlanSeconds
 	col.Slots = d.slotUse
+	d.vmiUIDs = newVMIUIDs(d.Tracker.Domains, d.readVMIUID)
+	col.VMIUID = d.vmiUIDs.get
 	if cfg.DirtyRate.Period > 0 {
 		d.meter = measure.New(cfg.DirtyRate, d.Tracker, d.Pool, log.Named("measure"))
 		col.DirtyRates = func() map[metrics.DomainKey]uint64 {
@@ -138,6 +145,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		col.VMI = d.withVMI
 		col.MarksPending = func() int { return len(d.reporter.Pending()) }
 		col.MarksDelivered = d.reporter.Delivered
+		col.ExpectedVMIs = d.vmis.RunningHere
 	}
 	d.reg.MustRegister(col.Node())
 	d.scrape = metrics.NewHandler(d.reg, col, log.Named("metrics"))
@@ -314,6 +322,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Pool.Run(poolCtx)
 	}()
 	d.runKube(poolCtx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.vmiUIDs.run(poolCtx)
+	}()
 	if d.meter != nil {
 		wg.Add(1)
 		go func() {

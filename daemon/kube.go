@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/units"
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 )
@@ -234,21 +235,30 @@ func (d *Daemon) jobVMIUID(j api.Job) string {
 // domainUID reads the VMI UID from the KubeVirt metadata of the domain on
 // the job's own socket, briefly: the mark must not wait on a slow libvirt.
 func (d *Daemon) domainUID(socket, domain string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	uid, _ := d.readVMIUID(ctx, socket, domain, "")
+	return uid
+}
+
+// readVMIUID reads the VMI UID from the KubeVirt metadata of the domain on
+// socket, "" when it has none; with uuid set, only of that guest.
+func (d *Daemon) readVMIUID(ctx context.Context, socket, domain, uuid string) (string, error) {
 	_, ref, err := d.Tracker.DomainRef(socket, domain)
 	if err != nil {
-		return ""
+		return "", err
+	}
+	if uuid != "" && libvirtx.UUIDString(ref.UUID) != uuid {
+		return "", fmt.Errorf("domain %s on %s is another guest now", domain, socket)
 	}
 	c, err := d.Pool.Conn(socket)
 	if err != nil {
-		return ""
+		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
 	// The metadata element, not the XML: libvirt answers it at once even
 	// while an incoming migration's job holds the domain (a failed
 	// post-copy's for as long as it is not resumed).
-	uid, _ := c.DomainKubeVirtUID(ctx, ref)
-	return uid
+	return c.DomainKubeVirtUID(ctx, ref)
 }
 
 func (d *Daemon) podsDir() string { return d.cfg.KubeletPodsDir }

@@ -48,7 +48,7 @@ func socketsForAPI(ss []libvirtx.SocketStatus) []api.SocketStatus {
 	out := make([]api.SocketStatus, len(ss))
 	for i, s := range ss {
 		out[i] = api.SocketStatus{Socket: s.Socket, Up: s.Up, LibvirtVersion: s.LibVersion, LastError: s.LastError,
-			Since: s.Since, Reconnects: s.Reconnects, LastPingMicro: s.LastPingMicro}
+			Since: s.Since, Reconnects: s.Reconnects, LastPingMicro: s.LastPingMicro, UnresponsiveSince: s.UnresponsiveSince}
 	}
 	return out
 }

@@ -40,8 +40,9 @@ type SourceConfig struct {
 	// StateDir keeps each migration's record until it is settled; empty,
 	// nothing outlives the process.
 	StateDir string
-	// PostCopyRecoveryTimeout is how long a broken post-copy migration is
-	// resumed again before its guest is declared lost; 0 never resumes.
+	// PostCopyRecoveryTimeout is how long a broken post-copy migration may
+	// stay paused before it is overdue (the attempts go on); 0 never
+	// resumes.
 	PostCopyRecoveryTimeout time.Duration
 	// Quiet, when set, keeps other work off a domain about to migrate
 	// (QEMU's dirty-rate measurement) until release is called.

@@ -41,6 +41,9 @@ type drivenRecord struct {
 	// Autostart says the guest's autostart was on, and is off for the
 	// migration: a guest that stays here gets it back.
 	Autostart bool `json:"autostart,omitempty"`
+	// GivenUp: an operator gave up the recovery of its broken post-copy;
+	// kept while the guest is held here, for ferryctl recover.
+	GivenUp bool `json:"givenUp,omitempty"`
 }
 
 // drivenDir holds the records, one file per migration id.
@@ -119,6 +122,13 @@ func (s *Source) SettleRecorded(ctx context.Context) {
 		if !s.running.start(key) {
 			continue
 		}
+		if r.GivenUp {
+			go func() {
+				defer s.running.end(key)
+				s.keepGivenUp(ctx, r)
+			}()
+			continue
+		}
 		if s.recovers(r) {
 			// Before the tracker first looks: a broken post-copy of it is
 			// paused for recovery, not failed.
@@ -127,17 +137,18 @@ func (s *Source) SettleRecorded(ctx context.Context) {
 		}
 		go func() {
 			defer s.running.end(key)
-			s.settleAfterRestart(ctx, r)
+			s.settleAfterRestart(ctx, r, "ferryd restarted during the migration")
 		}()
 	}
 }
 
-// settleAfterRestart ends a migration this node was driving when its
-// ferryd stopped. Its Perform cookie is gone with that process, so the
-// migration cannot be completed: the target is told to drop its copy,
+// settleAfterRestart ends a migration from its record: one this node was
+// driving when its ferryd stopped, or whose drive ended unsettled (why
+// says which). Its Perform cookie is gone, so the migration cannot be
+// completed: the target is told to drop its copy,
 // unless it already runs the guest, and this node's copy follows the
 // target's word. Only then is the record removed.
-func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
+func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why string) {
 	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
 	// SettleRecorded marked it driven for a recovery; settled any other
 	// way, the mark goes, or a later migration of the name would inherit it.
@@ -149,7 +160,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		s.setDriveAside(r.ID, "expired")
 		return
 	}
-	log.Warn("settling a migration this node was driving when its ferryd stopped")
+	log.Warn("settling a migration from its record", zap.String("why", why))
 	c := s.waitConn(ctx, r.Socket)
 	if c == nil {
 		return
@@ -162,7 +173,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 			if s.recovers(r) {
 				// The streams went with the ferryd that stopped: QEMU holds
 				// the migration paused on both nodes, to be resumed.
-				s.recoverAfterRestart(log, r, c, dom, info)
+				s.recoverAfterRestart(log, r, c, dom, info, "ferryd restarted during post-copy")
 				return
 			}
 			s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, api.PhasePostCopyFailed,
@@ -198,31 +209,17 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord) {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	// libvirt may still be ending the job ferryd left (a Perform failing
-	// as its relay went): the target's word is applied once it has.
-	var what string
-	var err error
-	for tries := 0; tries < 60; tries++ {
-		if what, err = applyOutcome(ctx, c, r, outcome); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Second):
-		}
-	}
-	if err != nil {
-		log.Error("cannot apply the target's word to this node's copy; the record stays for the next start", zap.String("outcome", outcome), zap.Error(err))
+	what, ok := s.applyUntilDone(ctx, log, r, outcome)
+	if !ok {
 		return
 	}
 	info := api.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
-	phase, reason := api.PhaseFailed, "ferryd restarted during the migration; the target dropped its copy: "+what
+	phase, reason := api.PhaseFailed, why+"; the target dropped its copy: "+what
 	switch outcome {
 	case proxy.OutcomeRunning:
 		phase, reason = api.PhaseCompleted, ""
 	case proxy.OutcomeSplit:
-		phase, reason = api.PhasePostCopyFailed, "ferryd restarted during the migration, and its post-copy failed: the guest's memory is split between the two nodes"
+		phase, reason = api.PhasePostCopyFailed, why+", and its post-copy failed: the guest's memory is split between the two nodes"
 	}
 	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
 	log.Warn("migration settled after a restart", zap.String("outcome", outcome), zap.String("here", what), zap.NamedError("lastError", last))
@@ -275,15 +272,19 @@ func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRe
 }
 
 // recoverAfterRestart resumes the broken post-copy a previous ferryd left,
-// and records how it ended.
-func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirtx.Conn, dom libvirt.Domain, info api.ProxyInfo) {
-	log.Warn("ferryd restarted during post-copy: resuming the migration")
+// or one an operator started again; why says which.
+func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirtx.Conn, dom libvirt.Domain, info api.ProxyInfo, why string) {
+	log.Warn(why + ": resuming the migration")
 	resp, err := s.recoverPostCopy(log, MigrateRequest{Domain: r.Domain, Target: r.Target}, c, dom, r.TargetID, r.TargetOwner, nil)
 	failure := ""
 	if err != nil {
-		failure = "ferryd restarted during post-copy, and " + err.Error()
+		failure = why + ", and " + err.Error()
 	}
 	s.tracker.DriveEnded(r.Domain, dom, r.Socket, r.Started, info, failure)
+	if errors.Is(err, errGivenUp) {
+		s.keepForRecover(log, r)
+		return
+	}
 	s.forgetSettled(log, r, err == nil && resp.Persisted)
 }
 
@@ -301,20 +302,27 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	if st, jerr := c.JobStats(ctx, dom, false); jerr == nil && st.Type.Active() {
 		return "", fmt.Errorf("domain %s still has a libvirt job", r.Domain)
 	}
-	state, _, err := c.DomainState(ctx, dom)
-	if err != nil {
-		return "", err
-	}
 	state, reason, err := c.DomainState(ctx, dom)
 	if err != nil {
 		return "", err
 	}
 	pausedByMigration := state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedMigration)
 	switch {
+	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningMigrationCanceled):
+		// libvirt resumed its copy by itself after the guest was handed
+		// over (its libvirtd restarted between the target's Finish and
+		// Confirm): two copies run on one guest's disks. This one is the
+		// stale one; it is paused at once, and left to an operator.
+		if err := c.Suspend(ctx, dom); err != nil {
+			return "", fmt.Errorf("the guest runs on the target, and libvirt here resumed its own copy by itself; pausing it: %w", err)
+		}
+		return "", errTwoCopies
 	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning:
 		// Never destroy a copy that runs: the target's word and this
 		// node disagree, which an operator must see.
 		return "", errors.New("the guest runs both here and on the target: left for an operator")
+	case outcome == proxy.OutcomeRunning && state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedUser):
+		return "", errTwoCopies
 	case outcome == proxy.OutcomeRunning && pausedByMigration:
 		if err := c.Destroy(ctx, dom); err != nil {
 			return "", err
@@ -330,6 +338,10 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	}
 	return fmt.Sprintf("this node's copy is %s (reason %d): left as it is", state, reason), nil
 }
+
+// errTwoCopies: the stale copy here, resumed by libvirt after the
+// handover, is held paused for an operator, who destroys it.
+var errTwoCopies = errors.New("the guest runs on the target, and libvirt here had resumed its own copy by itself after handing it over (a libvirtd restart before Confirm): this copy is paused, stale, and kept for an operator to destroy (virsh destroy), not restarted")
 
 // recordedDomain is r's guest on this node; when it is not here (no
 // domain of its name, or another guest given the name since), absent says

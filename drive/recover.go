@@ -16,11 +16,15 @@ import (
 // A post-copy migration whose streams broke leaves the guest's memory
 // split: QEMU pauses the migration on both nodes and keeps what each has.
 // The source here asks the target for a fresh stream and resumes the
-// migration over it, attempt after attempt, until it completes or the
-// recovery timeout passes; only then is the guest declared lost.
+// migration over it, attempt after attempt, until it completes. Ferry
+// never gives up on its own while both copies are held: QEMU's
+// migrate-recover may be repeated, and a link down for longer than any
+// timeout (a switch's firmware update) still comes back. Past the
+// recovery timeout the pause is overdue, which alerts; only an operator
+// gives up (ferryctl give-up).
 
 // DefaultPostCopyRecoveryTimeout is how long a broken post-copy is tried
-// again before the guest is declared lost.
+// again before its pause is overdue.
 const DefaultPostCopyRecoveryTimeout = 5 * time.Minute
 
 // Bounds of one recovery attempt's steps.
@@ -34,6 +38,9 @@ const (
 	recoveredWait = 2 * time.Minute
 	recoverPoll   = 200 * time.Millisecond
 	maxBackoff    = 5 * time.Second
+	// overdueBackoff spaces the attempts of an overdue recovery: the path
+	// back is found within it, and an operator's recover tries at once.
+	overdueBackoff = 15 * time.Second
 )
 
 // recovery is one broken post-copy migration being resumed.
@@ -55,7 +62,16 @@ type recovery struct {
 	gaveUp bool
 	// final: the target's word that stops the attempts (an older ferryd).
 	final error
+	// overdue: the pause has outlasted the recovery timeout.
+	overdue bool
+	// vanished: libvirt here no longer has the guest, which is a
+	// completion only if the target runs it whole.
+	vanished bool
 }
+
+// errGivenUp: an operator gave the recovery up; the record of the
+// migration stays while the guest is held, for ferryctl recover.
+var errGivenUp = errors.New("post-copy broke, and an operator gave up its recovery (ferryctl give-up): the guest's memory stays split between the two nodes")
 
 // errStreamAlive: QEMU's stream still moves; nothing to resume.
 var errStreamAlive = errors.New("QEMU's post-copy stream still moves: not resumed, as it has not broken")
@@ -71,7 +87,7 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 	defer s.running.recovering(key, false)
 	s.tracker.DrivePaused(r.socket, req.Domain, r.until)
 	log.Warn("post-copy broke: the guest stays paused on both nodes while the migration is resumed", zap.Time("until", r.until))
-	for attempt := 1; time.Now().Before(r.until) && !r.gaveUp && r.final == nil; attempt++ {
+	for attempt := 1; !r.gaveUp && r.final == nil; attempt++ {
 		done, resumed, err := r.attempt(attempt)
 		if done {
 			break
@@ -79,14 +95,20 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 		if resumed || errors.Is(err, errStreamAlive) {
 			// It ran again, and broke again (or never broke): a new
 			// pause, with its own time to come back.
-			r.until = time.Now().Add(s.cfg.PostCopyRecoveryTimeout)
+			r.until, r.overdue = time.Now().Add(s.cfg.PostCopyRecoveryTimeout), false
 			s.tracker.DrivePaused(r.socket, req.Domain, r.until)
 		}
 		if !errors.Is(err, errStreamAlive) {
 			s.tracker.DriveRecoveryAttempt(r.socket, req.Domain, attempt, err)
 		}
 		log.Warn("post-copy recovery attempt failed", zap.Int("attempt", attempt), zap.Bool("resumedFirst", resumed), zap.Error(err))
-		if !r.sleep(min(time.Duration(attempt)*time.Second, maxBackoff)) {
+		if !r.overdue && !time.Now().Before(r.until) {
+			r.overdue = true
+			s.tracker.DriveRecoveryOverdue(r.socket, req.Domain)
+			log.Error("post-copy not resumed within --postcopy-recovery-timeout: overdue; the guest stays paused on both nodes and Ferry goes on trying until it resumes or an operator gives up (ferryctl give-up)",
+				zap.Duration("timeout", s.cfg.PostCopyRecoveryTimeout), zap.Int("attempts", attempt))
+		}
+		if !r.sleep(r.backoff(attempt)) {
 			break
 		}
 	}
@@ -97,23 +119,28 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 		return resp, nil
 	}
 	switch {
+	case r.vanished:
+		return proxy.ControlResponse{}, errors.New("post-copy broke, and the guest vanished from this node's libvirt during its recovery while the target does not run it whole: the guest is lost")
 	case r.gaveUp:
-		return proxy.ControlResponse{}, errors.New("post-copy broke, and an operator gave up its recovery (ferryctl give-up): the guest's memory stays split between the two nodes")
+		return proxy.ControlResponse{}, errGivenUp
 	case r.final != nil:
 		return proxy.ControlResponse{}, fmt.Errorf("post-copy broke, and cannot be resumed: %w; the guest's memory stays split between the two nodes", r.final)
 	}
-	return proxy.ControlResponse{}, fmt.Errorf("post-copy broke and was not resumed within %v: the guest's memory stays split between the two nodes", s.cfg.PostCopyRecoveryTimeout)
+	return proxy.ControlResponse{}, errors.New("post-copy broke, and its recovery ended without the target saying the guest runs whole there")
 }
 
-// sleep waits d, or until the recovery's end or an operator's word; false
-// once the recovery is over.
-func (r *recovery) sleep(d time.Duration) bool {
-	left := time.Until(r.until)
-	if left <= 0 {
-		return false
+// backoff is the wait after a failed attempt.
+func (r *recovery) backoff(attempt int) time.Duration {
+	if r.overdue {
+		return overdueBackoff
 	}
+	return min(time.Duration(attempt)*time.Second, maxBackoff)
+}
+
+// sleep waits d, or until an operator's word; false once given up.
+func (r *recovery) sleep(d time.Duration) bool {
 	select {
-	case <-time.After(min(d, left)):
+	case <-time.After(d):
 	case w := <-r.nudges:
 		r.log.Warn("an operator spoke to the post-copy recovery", zap.String("word", w))
 		r.gaveUp = w == NudgeGiveUp
@@ -132,6 +159,10 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), recoverAskTimeout)
 	defer cancel()
 	info, err := r.sourceInfo(ctx)
+	if errors.Is(err, errSourceGone) {
+		r.vanished = true
+		return true, false, nil
+	}
 	if err != nil {
 		return false, false, err
 	}
@@ -194,6 +225,13 @@ func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		info, err := r.sourceInfo(ctx)
 		cancel()
+		if errors.Is(err, errSourceGone) {
+			// Completed and removed (a transient guest), or destroyed: the
+			// target says which.
+			r.vanished = true
+			src.Close("the guest is gone from this node")
+			return true, resumed, nil
+		}
 		if err != nil {
 			if silent.IsZero() {
 				silent = time.Now()
@@ -241,18 +279,24 @@ func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time)
 func (r *recovery) releaseOrig() {
 	orig := r.orig
 	r.orig = nil
-	go func() {
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			info, err := r.sourceInfo(ctx)
-			cancel()
-			if err == nil && info.Status != libvirtx.QEMUMigrationPostCopyActive {
-				orig.Close("post-copy recovery over")
-				return
-			}
-			time.Sleep(2 * time.Second)
+	go closeOnceQEMUStops(r.sourceInfo, orig, "post-copy recovery over")
+}
+
+// closeOnceQEMUStops closes a post-copy's source streams once QEMU here
+// says it no longer moves data through them (or the guest is gone from
+// here): libvirt's word that a post-copy failed is not QEMU's, whose
+// stream goes on without libvirtd.
+func closeOnceQEMUStops(info func(context.Context) (libvirtx.MigrationStatus, error), src *proxy.SourceMigration, why string) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := info(ctx)
+		cancel()
+		if err == nil && st.Status != libvirtx.QEMUMigrationPostCopyActive || errors.Is(err, errSourceGone) {
+			src.Close(why)
+			return
 		}
-	}()
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // moving says whether QEMU's post-copy stream makes progress over
@@ -266,6 +310,11 @@ func (r *recovery) moving(ctx context.Context, first libvirtx.MigrationStatus) b
 	next, err := r.sourceInfo(ctx)
 	return err == nil && (next.Status != first.Status || next.RAM.Transferred > first.RAM.Transferred)
 }
+
+// errSourceGone: libvirt here has no domain of the guest any more. It
+// removes a transient guest once its migration completes, but also one
+// destroyed: only the target can tell which.
+var errSourceGone = errors.New("the guest is gone from this node's libvirt")
 
 // sourceInfo is QEMU's migration state here, asked on the recovery's own
 // connection, or the node's pool's when that one is gone (a libvirtd
@@ -284,8 +333,11 @@ func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, er
 		return info, nil
 	}
 	state, reason, serr := r.conn.DomainState(ctx, r.dom)
-	if serr == nil && state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffMigrated) || libvirtx.IsNoDomain(serr) {
+	if serr == nil && state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffMigrated) {
 		return libvirtx.MigrationStatus{Status: libvirtx.QEMUMigrationCompleted}, nil
+	}
+	if libvirtx.IsNoDomain(serr) {
+		return libvirtx.MigrationStatus{}, errSourceGone
 	}
 	return libvirtx.MigrationStatus{}, fmt.Errorf("asking the source's QEMU: %w", err)
 }
@@ -297,6 +349,9 @@ func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, er
 func (r *recovery) settle() (proxy.ControlResponse, bool) {
 	ctx := context.Background()
 	info, err := r.sourceInfo(ctx)
+	if errors.Is(err, errSourceGone) {
+		r.vanished = true
+	}
 	completed := err == nil && info.Status == libvirtx.QEMUMigrationCompleted
 	give := time.Now().Add(recoveredWait)
 	for {
@@ -304,9 +359,14 @@ func (r *recovery) settle() (proxy.ControlResponse, bool) {
 		resp, err := r.s.proxy.ControlTo(actx, r.req.Target, r.owner, proxy.ControlRequest{Op: proxy.OpRecovered, Migration: r.tid, Domain: r.req.Domain})
 		cancel()
 		if err == nil && resp.Outcome == proxy.OutcomeRunning {
+			r.vanished = false
 			return resp, true
 		}
-		if !completed {
+		if !completed && !r.vanished {
+			return resp, false
+		}
+		if r.vanished && time.Now().After(give) {
+			r.log.Error("the guest vanished from this node's libvirt during the recovery, and the target does not say it runs whole there", zap.Error(err), zap.String("outcome", resp.Outcome))
 			return resp, false
 		}
 		if time.Now().After(give) {

@@ -246,9 +246,13 @@ func (ds *registry) nudge(socket, domain, word string) bool {
 }
 
 // Recovery hands an operator's word (NudgeNow, NudgeGiveUp) to the
-// recovery of domain's paused post-copy; false when none is under way.
+// recovery of domain's paused post-copy; NudgeNow starts again one given
+// up whose guest is still held here. False when there is none.
 func (s *Source) Recovery(socket, domain, word string) bool {
-	return s.running.nudge(socket, domain, word)
+	if s.running.nudge(socket, domain, word) {
+		return true
+	}
+	return word == NudgeNow && s.rearm(socket, domain)
 }
 
 // stopAll gives running migrations a grace period to finish before ferryd

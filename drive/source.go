@@ -37,6 +37,9 @@ const (
 	// pauseBeforePerform is how long the PauseBeforePerform fault holds
 	// a prepared migration before Perform.
 	pauseBeforePerform = 8 * time.Second
+	// pauseBeforeFinish is how long the PauseBeforeFinish fault holds a
+	// performed migration before its finish.
+	pauseBeforeFinish = 8 * time.Second
 	// inDoubtAfter is how long the source asks for the finish's outcome
 	// before its job shows InDoubt; it goes on asking after.
 	inDoubtAfter = 30 * time.Second
@@ -344,10 +347,13 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	go func() {
 		defer s.running.end(drive)
 		defer own.Close()
-		// A migration left unsettled keeps its record, for the next
-		// start of ferryd or an operator.
-		if s.drive(req, rec, own, dom, src, info, o, flags, params, prep.Cookie, deadline) {
+		// A migration left unsettled keeps its record, and is settled
+		// from it as a restarted ferryd would, once this one is let go.
+		switch s.drive(req, rec, own, dom, src, info, o, flags, params, prep.Cookie, deadline) {
+		case driveSettled:
 			s.forgetDrive(id)
+		case driveUnsettled:
+			go s.settleUnsettled(id)
 		}
 	}()
 	msg := "migration started through the Ferry proxy"
@@ -412,9 +418,10 @@ func (s *Source) cancelTarget(req MigrateRequest, id, owner string, why error) {
 // tears down the source sockets and leaves the whole account on the job.
 // id is this node's label of the migration, tid the target's id.
 func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn, dom libvirt.Domain, src *proxy.SourceMigration,
-	info api.ProxyInfo, o *Owner, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) (settled bool) {
+	info api.ProxyInfo, o *Owner, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) driveEnd {
 	id, tid := rec.ID, rec.TargetID
-	settled = true
+	settled := true
+	keepStreams := false
 	log := s.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))
 	defer s.restoreSpeed(log, conn, dom, rec, o, driveKey(conn.Socket(), req.Domain))
 	start := time.Now()
@@ -462,6 +469,13 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	// them. Only the proxy that prepared the migration may finish it.
 	var ferr, cerr error
 	targetPersisted := false
+	if perr == nil && flags&libvirt.MigratePostcopy == 0 {
+		if faults.Inject(faults.PauseBeforeFinish) {
+			log.Warn("fault injected: pausing before the finish", zap.Duration("for", pauseBeforeFinish))
+			time.Sleep(pauseBeforeFinish)
+		}
+		perr = jobStillHeld(conn)
+	}
 	if perr != nil {
 		// As libvirt's own client does: a failed Perform has ended the
 		// job here (and resumed the guest, in pre-copy), so there is no
@@ -476,12 +490,17 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		// Not always so: a libvirtd restarted after QEMU finished leaves
 		// the guest paused here, its job gone. It runs again only on the
 		// target's word that its copy is gone.
-		if st, rs, err := conn.DomainState(context.Background(), dom); err == nil && st == libvirtx.StatePaused && rs == int32(libvirt.DomainPausedMigration) {
+		st, rs, err := conn.DomainState(context.Background(), dom)
+		if err != nil {
+			// This node's libvirtd went with the job (restarted): what it
+			// made of the guest is read, and settled, from the record.
+			settled = false
+		} else if st == libvirtx.StatePaused && rs == int32(libvirt.DomainPausedMigration) {
 			outcome := settledOutcome(fin, ferr)
 			what, aerr := applyOutcome(context.Background(), conn, rec, outcome)
 			if outcome == "" || aerr != nil {
 				settled = false
-				log.Error("the guest is left paused here by a failed migration, and the target has not said its copy is gone; the record stays for the next start", zap.NamedError("finish", ferr), zap.Error(aerr))
+				log.Error("the guest is left paused here by a failed migration, and the target has not said its copy is gone; settled from its record in the background", zap.NamedError("finish", ferr), zap.Error(aerr))
 			} else {
 				log.Warn("the guest was left paused by a failed migration", zap.String("outcome", outcome), zap.String("here", what))
 			}
@@ -502,12 +521,18 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		}
 		cerr = conn.Confirm(context.Background(), dom, params, fin.Cookie, flags, cancelled, confirmTimeout)
 		if cerr != nil {
-			// Confirm's job is done by hand, by the target's word, or the
-			// record stays for the next start.
+			// Confirm's job is done by hand, by the target's word, or
+			// from the record, in the background (settleUnsettled).
 			what, aerr := applyOutcome(context.Background(), conn, rec, outcome)
 			log.Warn("libvirt's Confirm failed; applied the target's word by hand", zap.Bool("cancelled", cancelled), zap.Error(cerr), zap.String("here", what), zap.NamedError("byHand", aerr))
 			if aerr != nil {
 				settled = false
+			}
+			if !cancelled {
+				// As with libvirt's own client: the guest runs whole on
+				// the target, so the migration completed; what is left of
+				// it here is settled from its record.
+				cerr = nil
 			}
 		}
 		if outcome == proxy.OutcomeSplit && flags&libvirt.MigratePostcopy != 0 && fin.Reason != resolvedByOperator && s.cfg.PostCopyRecoveryTimeout > 0 {
@@ -518,11 +543,23 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 				fin, outcome, cancelled, ferr, cerr = resp, proxy.OutcomeRunning, false, nil, nil
 			} else {
 				ferr = err
+				if errors.Is(err, errGivenUp) {
+					s.keepForRecover(log, rec)
+					settled = false
+				}
 			}
 		}
 		targetPersisted = !cancelled && fin.Persisted
+		keepStreams = cancelled && flags&libvirt.MigratePostcopy != 0
 	}
-	src.Close("migration ended")
+	if keepStreams {
+		// A post-copy libvirt calls failed may still move: its streams go
+		// when QEMU says so.
+		r := &recovery{s: s, conn: conn, dom: dom, socket: conn.Socket()}
+		go closeOnceQEMUStops(r.sourceInfo, src, "migration ended")
+	} else {
+		src.Close("migration ended")
+	}
 
 	var err error
 	switch {
@@ -547,12 +584,41 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
 	}
 	s.tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
-	if rec.Flags&uint32(libvirt.MigratePersistDest) != 0 && settled {
-		// One definition, where the guest runs; a record that stays is
-		// settled later, by this process or the next.
-		settled = s.settleDefinitionNow(log, rec, targetPersisted)
+	if rec.Flags&uint32(libvirt.MigratePersistDest) != 0 && settled && !s.settleDefinitionNow(log, rec, targetPersisted) {
+		// One definition, where the guest runs: its retries have the
+		// record now, and forget it once done.
+		return driveDefinitionLater
 	}
-	return settled
+	if !settled {
+		return driveUnsettled
+	}
+	return driveSettled
+}
+
+// How a drive ended, for its record: forgotten, kept by the definition's
+// retries, or kept to be settled from.
+type driveEnd int
+
+const (
+	driveSettled driveEnd = iota
+	driveDefinitionLater
+	driveUnsettled
+)
+
+// jobStillHeld says whether this node's libvirt still holds the pre-copy
+// migration's job, done with Perform and waiting for Confirm. libvirt ties
+// that job to the connection that performed it: once that closed (a
+// libvirtd restarted), libvirt has dropped the job, and a libvirtd
+// restarted resumes the guest here by itself (libvirt 11 does). Handing
+// the guest to the target then would make two copies, so the migration
+// ends here instead, as one whose Perform failed.
+func jobStillHeld(conn *libvirtx.Conn) error {
+	select {
+	case <-conn.Done():
+		return errors.New("this node's libvirt lost the migration's job before the target's finish (its libvirtd restarted, or the connection closed), and may resume the guest here by itself: the migration is cancelled, the guest stays here")
+	default:
+		return nil
+	}
 }
 
 // persistentConfig is what a persistent guest's migration carries of its

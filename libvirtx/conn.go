@@ -28,30 +28,36 @@ type Conn struct {
 	l       *libvirt.Libvirt
 	done    <-chan struct{}
 	dialer  *unixDialer
+	keep    KeepAlive
+	ka      *keepAlive // nil when the daemon has no keepalive
 }
 
-// unixDialer keeps the net.Conn it made so Ferry can cut a connection to a
-// hung libvirtd: go-libvirt's Disconnect first sends an RPC, which a hung
-// daemon never answers.
+// unixDialer keeps the connection it made so Ferry can cut a connection
+// to a hung libvirtd (go-libvirt's Disconnect first sends an RPC, which a
+// hung daemon never answers) and speak keepalive on it.
 type unixDialer struct {
 	path    string
 	timeout time.Duration
 	// socketOnly refuses a path that is a link: see DialMatched.
 	socketOnly bool
 	mu         sync.Mutex
-	conn       net.Conn
 	framed     *framedConn
 }
 
-// refusal is why the connection's packet check cut it, or nil.
+// refusal is why Ferry cut the connection (its packet check, its
+// keepalive), or nil.
 func (d *unixDialer) refusal() error {
-	d.mu.Lock()
-	f := d.framed
-	d.mu.Unlock()
-	if f == nil {
-		return nil
+	if f := d.conn(); f != nil {
+		return f.refusal()
 	}
-	return f.refusal()
+	return nil
+}
+
+// conn is the connection dialed, nil before.
+func (d *unixDialer) conn() *framedConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.framed
 }
 
 func (d *unixDialer) Dial() (net.Conn, error) {
@@ -66,9 +72,9 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &framedConn{Conn: c}
+	f := newFramedConn(c)
 	d.mu.Lock()
-	d.conn, d.framed = c, f
+	d.framed = f
 	d.mu.Unlock()
 	return f, nil
 }
@@ -76,15 +82,17 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 func (d *unixDialer) cut() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.conn != nil {
-		d.conn.Close()
+	if d.framed != nil {
+		d.framed.Close()
 	}
 }
 
 // Dial connects to the libvirt socket at path. callTimeout bounds each
-// later call (0 means DefaultCallTimeout).
+// later call (0 means DefaultCallTimeout). The connection speaks libvirt's
+// keepalive with the default timing and only reports its daemon's silence
+// (ReportSilence).
 func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, error) {
-	return dial(ctx, path, callTimeout, false)
+	return dial(ctx, path, callTimeout, false, KeepAlive{}, ReportSilence)
 }
 
 // DialMatched connects to a socket a glob matched: only if the path is a
@@ -93,14 +101,14 @@ func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, e
 // pod's libvirt or the host's; the check and the connect are made on one
 // inode, so the name cannot be swapped in between.
 func DialMatched(ctx context.Context, path string, callTimeout time.Duration) (*Conn, error) {
-	return dial(ctx, path, callTimeout, true)
+	return dial(ctx, path, callTimeout, true, KeepAlive{}, ReportSilence)
 }
 
-func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnly bool) (*Conn, error) {
+func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnly bool, keep KeepAlive, on OnSilence) (*Conn, error) {
 	if callTimeout <= 0 {
 		callTimeout = DefaultCallTimeout
 	}
-	c := &Conn{socket: path, timeout: callTimeout, dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly}}
+	c := &Conn{socket: path, timeout: callTimeout, keep: keep, dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly}}
 	c.l = libvirt.NewWithDialer(c.dialer)
 	// The dialer already picked the socket; the daemon must be asked for its
 	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a
@@ -115,6 +123,10 @@ func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnl
 		return nil, err
 	}
 	c.done = c.l.Disconnected()
+	if err := startKeepAlive(ctx, c, keep, on); err != nil {
+		c.dialer.cut()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -122,9 +134,10 @@ func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnl
 // way, for work whose state libvirt ties to its connection (a migration's
 // protocol steps: the target QEMU of a Prepare lives until its Finish or
 // until the connection that prepared it closes). It is never the one the
-// pool pings and cuts.
+// pool pings and cuts: its keepalive, timed as c's, only reports a silent
+// daemon (Unresponsive), never cuts the connection (see ReportSilence).
 func (c *Conn) Another(ctx context.Context) (*Conn, error) {
-	return dial(ctx, c.socket, c.timeout, c.dialer.socketOnly)
+	return dial(ctx, c.socket, c.timeout, c.dialer.socketOnly, c.keep, ReportSilence)
 }
 
 // Socket is the path this connection was made to.

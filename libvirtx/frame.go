@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Bounds of a libvirt RPC packet. Every packet starts with its total length
@@ -30,12 +32,41 @@ type framedConn struct {
 	off    int
 	err    error
 	calls  rpcCalls
-	// refused is why the connection was cut, for callers on other
-	// goroutines: go-libvirt only says a call was interrupted.
+	// refused is why Ferry cut the connection (a packet check, the
+	// keepalive), for callers on other goroutines: go-libvirt only says a
+	// call was interrupted.
 	refused atomic.Pointer[error]
+	// heard is when libvirtd last sent a packet, any packet: libvirt's
+	// own sign of life (see keepalive.go).
+	heard atomic.Int64
+	// ka answers libvirtd's PINGs once the connection asked for them.
+	ka atomic.Pointer[keepAlive]
+
+	// wmu orders writes: go-libvirt's packets (one may come in several
+	// writes, under go-libvirt's own lock) and keepalive's, which go in
+	// only between two of go-libvirt's.
+	wmu      sync.Mutex
+	boundary *sync.Cond // signalled when go-libvirt's stream is between packets
+	wbroken  bool       // a write failed or the connection closed: no boundary will come
 }
 
-// refusal is the packet check that cut the connection, or nil.
+func newFramedConn(c net.Conn) *framedConn {
+	f := &framedConn{Conn: c}
+	f.boundary = sync.NewCond(&f.wmu)
+	f.markHeard()
+	return f
+}
+
+// monoEpoch makes heard a monotonic reading: wall-clock steps do not
+// shorten or stretch a silence.
+var monoEpoch = time.Now()
+
+func (c *framedConn) markHeard() { c.heard.Store(int64(time.Since(monoEpoch))) }
+
+// heardAt is when libvirtd last sent anything.
+func (c *framedConn) heardAt() time.Time { return monoEpoch.Add(time.Duration(c.heard.Load())) }
+
+// refusal is why Ferry cut the connection, or nil.
 func (c *framedConn) refusal() error {
 	if p := c.refused.Load(); p != nil {
 		return *p
@@ -79,6 +110,17 @@ func (c *framedConn) next() error {
 	if _, err := io.ReadFull(c.Conn, c.packet[4:]); err != nil {
 		return err
 	}
+	c.markHeard()
+	if isKeepAlive(c.packet[4:]) {
+		// libvirt's keepalive is below RPC: go-libvirt would take a PING
+		// for an answer to its call of serial 0.
+		err := c.keepAliveMessage(c.packet[4:])
+		c.packet = c.packet[:0]
+		if err != nil {
+			return c.refuse(err)
+		}
+		return nil
+	}
 	switch err := checkPacket(c.packet[4:], &c.calls); {
 	case errors.Is(err, errDropPacket):
 		c.packet = c.packet[:0]
@@ -90,13 +132,55 @@ func (c *framedConn) next() error {
 
 // Write notes each call go-libvirt sends, before it can be answered.
 func (c *framedConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.calls.written(p)
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.wbroken = true
+	}
+	if c.wbroken || c.calls.between() {
+		c.boundary.Broadcast()
+	}
+	return n, err
+}
+
+// writeControl writes a whole packet of Ferry's own between two of
+// go-libvirt's, never inside one.
+func (c *framedConn) writeControl(p []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for !c.wbroken && !c.calls.between() {
+		c.boundary.Wait()
+	}
+	if c.wbroken {
+		return net.ErrClosed
+	}
+	_, err := c.Conn.Write(p)
+	if err != nil {
+		c.wbroken = true
+	}
+	return err
+}
+
+// Close wakes a keepalive write waiting for a packet boundary that will
+// not come.
+func (c *framedConn) Close() error {
+	c.wmu.Lock()
+	c.wbroken = true
+	c.boundary.Broadcast()
+	c.wmu.Unlock()
+	return c.Conn.Close()
 }
 
 func (c *framedConn) refuse(err error) error {
 	c.err = err
-	c.refused.Store(&err)
-	c.Conn.Close()
+	c.cutFor(err)
 	return err
+}
+
+// cutFor closes the connection and keeps why, for every caller to see.
+func (c *framedConn) cutFor(err error) {
+	c.refused.Store(&err)
+	c.Close()
 }

@@ -110,7 +110,7 @@ func TestFramedConnSplitsAtPacketBoundaries(t *testing.T) {
 	want := append(append(pkt(32), pkt(100)...), pkt(5000)...)
 	a, b := net.Pipe()
 	go func() { b.Write(want); b.Close() }()
-	fc := &framedConn{Conn: a}
+	fc := newFramedConn(a)
 	for s := uint32(1); s <= 3; s++ {
 		fc.calls.expect(s, 14)
 	}

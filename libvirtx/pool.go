@@ -51,6 +51,10 @@ type PoolConfig struct {
 	BackoffMin     time.Duration // default 200ms
 	BackoffMax     time.Duration // default 10s
 	EventsBuffer   int           // default 1024
+	// KeepAlive times libvirt's keepalive on the pool's connections, cut
+	// when silent as libvirt's client cuts, and on those opened from them
+	// (Conn.Another), which only report it.
+	KeepAlive KeepAlive
 }
 
 func (c *PoolConfig) defaults() {
@@ -100,7 +104,16 @@ type SocketStatus struct {
 	Since         time.Time `json:"since"`
 	Reconnects    int       `json:"reconnects"`
 	LastPingMicro int64     `json:"lastPingMicroseconds,omitempty"`
+	// UnresponsiveSince is when libvirt last sent anything, while the pool
+	// holds it hung: its connection was cut for a ping past its deadline
+	// or a keepalive's silence, and no connection has been answered since.
+	// A daemon that closes or refuses connections is down, not hung; a
+	// slow start after that is no hang either. Zero otherwise.
+	UnresponsiveSince time.Time `json:"unresponsiveSince,omitzero"`
 }
+
+// hung says a connection ended because libvirt stopped answering.
+func hung(err error) bool { return errors.Is(err, ErrTimeout) || errors.Is(err, ErrUnresponsive) }
 
 // Pool keeps one connection per socket alive and hands each to a Handler.
 type Pool struct {
@@ -358,7 +371,13 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 			return
 		}
 		if err != nil {
-			p.setStatus(socket, func(s *SocketStatus) { s.LastError = err.Error() })
+			p.setStatus(socket, func(s *SocketStatus) {
+				s.LastError = err.Error()
+				if !hung(err) {
+					// Refused or gone: down, not hung.
+					s.UnresponsiveSince = time.Time{}
+				}
+			})
 			// One line per outage, not one per retry.
 			if !logged {
 				p.log.Warn("libvirt unreachable, retrying with backoff", zap.String("socket", socket), zap.Error(err))
@@ -380,11 +399,7 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 // once runs a single connection from dial to loss; nil means it was up and
 // then ended (so backoff restarts from the minimum).
 func (p *Pool) once(ctx context.Context, socket string) error {
-	dial := Dial
-	if !p.configured(socket) {
-		dial = DialMatched
-	}
-	c, err := dial(ctx, socket, p.cfg.CallTimeout)
+	c, err := dial(ctx, socket, p.cfg.CallTimeout, !p.configured(socket), p.cfg.KeepAlive, CutOnSilence)
 	if err != nil {
 		return err
 	}
@@ -411,6 +426,7 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 			s.Reconnects++
 		}
 		s.Up, s.LastError, s.Since = true, "", time.Now()
+		s.UnresponsiveSince = time.Time{}
 		s.LibVersion = versionString(ver)
 	})
 	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ver)))
@@ -455,6 +471,9 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 		if reason != nil {
 			s.LastError = reason.Error()
 		}
+		if hung(reason) {
+			s.UnresponsiveSince = c.LastHeard()
+		}
 	})
 	p.h.Lost(socket, reason)
 	if ctx.Err() == nil {
@@ -473,7 +492,9 @@ func (p *Pool) configured(socket string) bool {
 }
 
 // health pings on a schedule; a ping past its deadline means libvirtd is
-// hung, and the connection is cut so nothing waits on it any longer.
+// hung, and the connection is cut so nothing waits on it any longer. The
+// keepalive cuts it too when it hears nothing for its limit: a ping needs
+// a free worker of libvirtd's, a keepalive answer only its event loop.
 func (p *Pool) health(ctx context.Context, c *Conn) error {
 	t := time.NewTicker(p.cfg.PingEvery)
 	defer t.Stop()

@@ -159,6 +159,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	1:            func(*xdrWalk) {},                                                                              // connect open
 	2:            func(*xdrWalk) {},                                                                              // connect close
 	4:            func(w *xdrWalk) { w.take(8, "hypervisor version") },                                           // connect get version
+	60:           func(w *xdrWalk) { w.take(4, "supported") },                                                    // connect supports feature
 	7:            func(w *xdrWalk) { w.bytes(xdrStringMax, "capabilities") },                                     // connect get capabilities
 	11:           func(w *xdrWalk) { w.domain() },                                                                // domain define XML
 	12:           func(*xdrWalk) {},                                                                              // domain destroy
@@ -167,6 +168,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	17:           func(w *xdrWalk) { w.take(8, "max memory") },                                                   // domain get max memory
 	23:           func(w *xdrWalk) { w.domain() },                                                                // domain lookup by name
 	28:           func(*xdrWalk) {},                                                                              // domain resume
+	34:           func(*xdrWalk) {},                                                                              // domain suspend
 	29:           func(*xdrWalk) {},                                                                              // domain set autostart
 	66:           func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },         // auth list
 	70:           func(w *xdrWalk) { w.take(4, "complete") },                                                     // auth polkit, go-libvirt's own call
@@ -324,6 +326,14 @@ func (r *rpcCalls) take(serial uint32) (uint32, bool) {
 	proc, ok := r.calls[serial]
 	delete(r.calls, serial)
 	return proc, ok
+}
+
+// between says go-libvirt's outgoing stream is between two packets, where
+// a packet of Ferry's own may go.
+func (r *rpcCalls) between() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.have == 0 && r.skip == 0
 }
 
 // written reads the calls out of bytes go-libvirt writes.

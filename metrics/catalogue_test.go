@@ -19,10 +19,13 @@ func TestCatalogueIsWhatIsRegistered(t *testing.T) {
 	reg.MustRegister(col)
 	NewPolicyActions(reg)
 	NewProxy(reg)
+	NewTimes("n1", reg)
+	times := NewTimes("n1", nil)
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
 		col.Describe(ch)
-		for _, c := range []prometheus.Collector{NewPolicyActions(nil), NewProxy(nil).Bytes, NewProxy(nil).Connections, NewProxy(nil).Rejected, NewProxy(nil).DialDuration} {
+		for _, c := range []prometheus.Collector{NewPolicyActions(nil), NewProxy(nil).Bytes, NewProxy(nil).Connections, NewProxy(nil).Rejected, NewProxy(nil).DialDuration,
+			times.downtime, times.duration} {
 			c.Describe(ch)
 		}
 		close(ch)

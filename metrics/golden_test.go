@@ -31,14 +31,15 @@ const (
 // notInTheStory are the metrics the story's page lacks, and why: a new
 // metric goes into the story or here.
 var notInTheStory = map[string]string{
-	"ferry_migration_qemu_cpu_usage_ratio":       "read by the sampler from QEMU's cgroup, not from libvirt: the story's fake libvirt has no QEMU behind it",
-	"ferry_migration_qemu_cpu_throttled_seconds": "read by the sampler from QEMU's cgroup, not from libvirt: the story's fake libvirt has no QEMU behind it",
-	"ferry_proxy_connections":                    "a relay's connections are counted while it runs; the story records none open",
-	"ferry_domain_dirty_rate_bytes_per_second":   "measured by QEMU's dirty-rate calculation, which the story's fake libvirt does not run; the e2e suite checks it against the guest's own rate",
-	"ferry_migration_slots":                      "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it",
-	"ferry_migration_slots_used":                 "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it",
-	"ferry_migration_queued":                     "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it",
-	"ferry_node_evacuation_seconds":              "served once a plan was made, which the story does not make",
+	"ferry_migration_qemu_cpu_usage_ratio":                         "read by the sampler from QEMU's cgroup, not from libvirt: the story's fake libvirt has no QEMU behind it",
+	"ferry_migration_qemu_cpu_throttled_seconds":                   "read by the sampler from QEMU's cgroup, not from libvirt: the story's fake libvirt has no QEMU behind it",
+	"ferry_proxy_connections":                                      "a relay's connections are counted while it runs; the story records none open",
+	"ferry_domain_dirty_rate_bytes_per_second":                     "measured by QEMU's dirty-rate calculation, which the story's fake libvirt does not run; the e2e suite checks it against the guest's own rate",
+	"ferry_migration_slots":                                        "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it",
+	"ferry_migration_slots_used":                                   "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it",
+	"ferry_migration_queued":                                       "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it",
+	"ferry_node_evacuation_seconds":                                "served once a plan was made, which the story does not make",
+	"ferry_migration_postcopy_recovery_deadline_timestamp_seconds": "a wall-clock time, which the story's page holds none of; the e2e suite's post-copy recovery past its timeout scrapes it",
 }
 
 // storyHandler replays testdata/story.json into a real tracker, its
@@ -48,8 +49,20 @@ var notInTheStory = map[string]string{
 func storyHandler(t *testing.T) (h http.Handler, root string) {
 	t.Helper()
 	s := loadStory(t, storyPath)
-	tr := migration.NewTracker(migration.Config{Node: s.Node, SampleInterval: sampleEvery})
+	reg := prometheus.NewPedanticRegistry()
+	times := NewTimes(s.Node, reg)
+	tr := migration.NewTracker(migration.Config{Node: s.Node, SampleInterval: sampleEvery, OnTimes: times.Observe})
 	col := NewCollector(s.Node, s.Version, tr, fixedSockets(s))
+	col.VMIUID = func(_, domain, _ string) string { return s.VMIs[domain].UID }
+	col.ExpectedVMIs = func() []api.VMIInfo {
+		var out []api.VMIInfo
+		for _, v := range s.VMIs {
+			if v.Phase == "Running" && v.NodeName == s.Node {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
 	col.VMI = func(j api.Job) api.Job {
 		if v, ok := s.VMIs[j.Domain]; ok {
 			j.VMI = &v
@@ -58,7 +71,6 @@ func storyHandler(t *testing.T) (h http.Handler, root string) {
 	}
 	col.MarksPending = func() int { return s.MarksPending }
 	col.MarksDelivered = func() map[string]int { return s.MarksDelivered }
-	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col.Node())
 	actions := NewPolicyActions(reg)
 	pm := NewProxy(reg)

@@ -51,6 +51,7 @@ var (
 	famInfo          = jobFamily("info", "Migration state as labels; always 1.", "mode", "phase", "convergence")
 	famQEMUCPU       = jobFamily("qemu_cpu_usage_ratio", "CPU the source or target QEMU process uses, in cores, from its cgroup.")
 	famQEMUThrottled = jobFamily("qemu_cpu_throttled_seconds", "Seconds the QEMU process's most throttled cgroup (the domain's, or its vCPU or emulator group) was CPU-throttled during the job.")
+	famRecoveryDue   = jobFamily("postcopy_recovery_deadline_timestamp_seconds", "While a broken post-copy Ferry resumes is paused: when it outlasts --postcopy-recovery-timeout and is overdue (Unix seconds; Ferry goes on trying after it).")
 	famVMI           = jobFamily("vmi_info", "The KubeVirt VMI of a migrating domain as the API server shows it; always 1.",
 		"uid", "migration_uid", "evacuation_node", "eviction_requested")
 )
@@ -58,7 +59,7 @@ var (
 // jobFamilies are all per-job families, in the order they are served.
 var jobFamilies = func() []*family {
 	fs := []*family{famRemaining, famProcessed, famTotal, famMemRemaining, famDirty, famTransfer, famIteration,
-		famPostCopyReqs, famETA, famProgress, famElapsed, famDowntime, famThrottle, famInfo, famQEMUCPU, famQEMUThrottled, famVMI}
+		famPostCopyReqs, famETA, famProgress, famElapsed, famDowntime, famThrottle, famInfo, famQEMUCPU, famQEMUThrottled, famRecoveryDue, famVMI}
 	sort.Slice(fs, func(a, b int) bool { return fs[a].Name < fs[b].Name })
 	for i, f := range fs {
 		f.index = i
@@ -101,6 +102,9 @@ func (c *Collector) jobSeries(j api.Job, g func(f *family, v float64, extra ...s
 			}
 			g(famVMI, 1, v.UID, muid, evac, strconv.FormatBool(v.EvictionRequested))
 		}
+	}
+	if rc := j.Recovery; rc != nil && j.Phase == api.PhasePostCopyPaused && !rc.Until.IsZero() {
+		g(famRecoveryDue, float64(rc.Until.UnixMilli())/1000)
 	}
 	if j.Role == api.RoleTarget {
 		// libvirt gives no statistics on the target side.

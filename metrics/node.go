@@ -97,6 +97,11 @@ type Collector struct {
 	// before any plan.
 	Slots      func() []SlotUse
 	Evacuation func() (seconds float64, ok bool)
+	// VMIUID, when set, is the VMI UID in a KubeVirt domain's metadata,
+	// "" until read; ExpectedVMIs the VMIs the API server shows Running
+	// on this node.
+	VMIUID       func(socket, domain, uuid string) string
+	ExpectedVMIs func() []api.VMIInfo
 }
 
 // SlotUse is one direction's slots: how many, how many taken, and how
@@ -140,6 +145,9 @@ func (n nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTotals, descRecoveryAttempts, descLibvirtUp, descGlobMatches, descAttention, descBuild, descMarksPending, descMarksDone, descDirtyRate, descSlots, descSlotsUsed, descQueued, descEvacuation} {
 		ch <- d
 	}
+	ch <- descActive
+	ch <- descExpected
+	ch <- descLibvirtUnresponsive
 }
 
 func (n nodeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -168,6 +176,7 @@ func (c *Collector) collectNode(ch chan<- prometheus.Metric, snap migration.Snap
 			g(descDirtyRate, float64(r), c.node, d.Socket, d.Name, d.Namespace, d.VMI)
 		}
 	}
+	c.collectGuests(ch, snap.Domains)
 	if c.sockets != nil {
 		for _, s := range c.sockets.Status() {
 			up := 0.0
@@ -175,6 +184,7 @@ func (c *Collector) collectNode(ch chan<- prometheus.Metric, snap migration.Snap
 				up = 1
 			}
 			g(descLibvirtUp, up, c.node, s.Socket)
+			g(descLibvirtUnresponsive, unresponsiveSeconds(s), c.node, s.Socket)
 		}
 		if gs, ok := c.sockets.GlobStatus(); ok {
 			g(descGlobMatches, float64(gs.Matches), c.node, gs.Glob)

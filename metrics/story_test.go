@@ -42,7 +42,8 @@ type storyStep struct {
 	Domain  *storyDomain `json:"domain,omitempty"`
 
 	// What libvirt said: a job's statistics; the completed job's, read
-	// after its job went away (with the domain's state then); a lifecycle
+	// after its job went away (with the domain's state then), or kept
+	// once an event's job ended; a lifecycle
 	// event (event/detail as virsh names them); a migration-iteration
 	// event; a listing of the socket's domains; the socket's loss ("gone":
 	// removed, for good; else the error of a lost connection).
@@ -203,7 +204,7 @@ func (l *storyLibvirt) said(where string, st storyStep) {
 		l.waitJob(where, st, fmt.Sprintf("at %d ms", st.Stats.TimeElapsedMs), func(j api.Job) bool {
 			return j.ElapsedMs == st.Stats.TimeElapsedMs && (st.Domain.State == "" || j.DomainState == st.Domain.State)
 		})
-	case st.Ended != nil:
+	case st.Ended != nil && st.Event == "":
 		f.SetJob(name, nil)
 		f.SetCompletedJob(name, *st.Ended)
 		l.waitJob(where, st, "ended", func(j api.Job) bool { return j.Phase.Finished() })
@@ -216,8 +217,14 @@ func (l *storyLibvirt) said(where string, st storyStep) {
 			// The incoming side: libvirt's QEMU driver gives no statistics there.
 			f.SetJob(name, libvirt.Error{Code: uint32(libvirt.ErrOperationUnsupported), Message: "migration statistics are available only on the source host"})
 		}
+		if st.Ended != nil {
+			// libvirt keeps them before it stops the domain and says so.
+			f.SetCompletedJob(name, *st.Ended)
+		}
 		f.Lifecycle(name, e, d)
-		l.waitJob(where, st, st.Domain.State, func(j api.Job) bool { return j.DomainState == st.Domain.State })
+		l.waitJob(where, st, st.Domain.State, func(j api.Job) bool {
+			return j.DomainState == st.Domain.State && (st.Ended == nil || j.DowntimeMs == st.Ended.DowntimeMs)
+		})
 	case st.Iteration != 0:
 		f.Iteration(name, st.Iteration)
 		l.waitJob(where, st, fmt.Sprintf("in pass %d", st.Iteration), func(j api.Job) bool { return j.Iteration >= uint64(st.Iteration) })

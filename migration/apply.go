@@ -32,8 +32,11 @@ func (t *Tracker) apply(in input) []action {
 	acts := t.dispatch(in)
 	acts = append(acts, t.takeAsks(in.socket)...)
 	snap := t.ledger.snapshot()
+	timed := t.timed
+	t.timed = nil
 	t.mu.Unlock()
 	t.ledger.write(snap)
+	t.reportTimes(timed)
 	return acts
 }
 
@@ -268,6 +271,9 @@ func (t *Tracker) applyEnded(in input) {
 		t.noteDomainState(in.socket, in.dom, in.state, in.reason, in.at)
 		t.applyState(j, in.state, in.reason, in.at, "state after the job ended")
 		if j.view.Phase.Finished() {
+			if in.err == nil {
+				t.takeFinal(j, in.stats)
+			}
 			return
 		}
 		if in.state != libvirtx.StateShutoff {
@@ -290,17 +296,17 @@ func (t *Tracker) applyEnded(in input) {
 		case libvirtx.JobCompleted:
 			if j.view.Role == api.RoleTarget && in.serr == nil && in.state != libvirtx.StateShutoff {
 				// A guest migrated paused stays paused on the target.
-				t.finish(j, api.PhaseCompleted, "", in.at)
+				t.finishWith(j, api.PhaseCompleted, "", in.at, done)
 				return
 			}
 		case libvirtx.JobCancelled:
-			t.finish(j, api.PhaseAborted, "migration canceled"+withMsg(done.ErrMsg)+pausedNote, in.at)
+			t.finishWith(j, api.PhaseAborted, "migration canceled"+withMsg(done.ErrMsg)+pausedNote, in.at, done)
 			return
 		case libvirtx.JobFailed:
 			// libvirt's own word that the job failed, not was cancelled:
 			// an abort asked meanwhile did not end it.
 			j.failedInLibvirt = true
-			t.finish(j, api.PhaseFailed, "migration failed"+withMsg(done.ErrMsg)+pausedNote, in.at)
+			t.finishWith(j, api.PhaseFailed, "migration failed"+withMsg(done.ErrMsg)+pausedNote, in.at, done)
 			return
 		}
 	}
@@ -317,8 +323,9 @@ func (t *Tracker) applyEnded(in input) {
 	}
 }
 
-// applyFinal fills a completed target job with the statistics libvirt keeps
-// on the target after a pre-copy migration: the only figures that side has.
+// applyFinal takes the completed-job statistics libvirt keeps of an ended
+// job: its times, and on a completed target after pre-copy the only
+// figures that side has.
 func (t *Tracker) applyFinal(in input) {
 	j := t.finals[jobKey{in.socket, in.dom.Name}]
 	if j == nil {
@@ -327,18 +334,21 @@ func (t *Tracker) applyFinal(in input) {
 	s := in.stats
 	j.finalTries++
 	switch {
-	case in.err == nil && s.Type == libvirtx.JobCompleted && s.Operation == libvirtx.OperationMigrationIn:
+	case in.err == nil && t.takeFinal(j, s):
 		v := &j.view
-		v.DataTotalBytes, v.DataProcessedBytes, v.DataRemainingBytes = s.DataTotal, s.DataProcessed, s.DataRemaining
-		v.MemoryTotalBytes, v.MemoryRemainingBytes = s.MemoryTotal, s.MemoryRemaining
-		v.TransferRateBytesPerSecond, v.DirtyRateBytesPerSecond = s.MemoryBps, s.MemoryDirtyRate
-		v.Iteration, v.PostCopyRequests = s.MemoryIteration, s.MemoryPostCopyReqs
-		v.DowntimeMs, v.ElapsedMs = s.DowntimeMs, s.TimeElapsedMs
+		if v.Role == api.RoleTarget && v.Phase == api.PhaseCompleted {
+			v.DataTotalBytes, v.DataProcessedBytes, v.DataRemainingBytes = s.DataTotal, s.DataProcessed, s.DataRemaining
+			v.MemoryTotalBytes, v.MemoryRemainingBytes = s.MemoryTotal, s.MemoryRemaining
+			v.TransferRateBytesPerSecond, v.DirtyRateBytesPerSecond = s.MemoryBps, s.MemoryDirtyRate
+			v.Iteration, v.PostCopyRequests = s.MemoryIteration, s.MemoryPostCopyReqs
+			v.ElapsedMs = s.TimeElapsedMs
+		}
+		v.DowntimeMs = s.DowntimeMs
 		t.addEvent(j, in.at, "libvirt", "completed-job statistics read")
 		t.publish(j)
-		delete(t.finals, jobKey{in.socket, in.dom.Name})
 	case j.finalTries >= finalTries:
-		// libvirt keeps none after post-copy; nothing more to learn.
+		// libvirt keeps none after post-copy, nor of a transient domain
+		// it removed: nothing more to learn.
 		detail := "libvirt kept no completed-job statistics"
 		if in.err != nil {
 			detail += ": " + in.err.Error()

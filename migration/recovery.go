@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/api"
@@ -48,29 +49,52 @@ func (t *Tracker) pause(j *job, recoverFor time.Duration, reason string, at time
 	j.view.FailureReason = reason
 	j.view.EtaSeconds = nil
 	j.view.UpdateTime = at
-	if j.view.Recovery == nil {
-		j.view.Recovery = &api.Recovery{}
-	}
 	// Each pause has its own time to come back.
-	j.view.Recovery.Until = at.Add(recoverFor)
+	j.recoveryToChange().Until = at.Add(recoverFor)
 	t.addEvent(j, at, "postcopy-paused", fmt.Sprintf("post-copy broke (%s); the guest is held paused on both nodes while the migration is resumed, until %s", reason, j.view.Recovery.Until.UTC().Format(time.RFC3339)))
 	t.log.Warn("post-copy paused for recovery", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)), zap.Time("until", j.view.Recovery.Until))
 	t.publish(j)
 	t.recoveryChanged(j, RecoveryPaused)
 	if j.view.Role == api.RoleSource {
-		// The driver ends it, however the recovery goes: its deadline
-		// moves (a resume, a stream that never broke), this clock would not.
+		// The driver says when it is overdue: its deadline moves (a
+		// resume, a stream that never broke), this clock would not.
 		return
 	}
-	// A target hears of no attempts while the path is down; should none
-	// come (its source gone), the guest is declared lost when time is up.
+	// A target hears of no attempts while the path is down. Past its time
+	// it shows overdue, and stays paused: only its source, or an operator
+	// (ferryctl give-up), ends a recovery.
 	time.AfterFunc(recoverFor+recoveryGrace, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		if cur := t.jobs[jobKey{j.view.Socket, j.view.Domain}]; cur == j && j.view.Phase == api.PhasePostCopyPaused && j.pauses == pause {
-			t.giveUp(j, "post-copy recovery timed out", time.Now())
+			t.overdue(j, time.Now())
 		}
 	})
+}
+
+// overdue shows a paused job past its recovery timeout; the caller holds
+// t.mu.
+func (t *Tracker) overdue(j *job, at time.Time) {
+	if j.view.Recovery == nil || j.view.Recovery.Overdue {
+		return
+	}
+	j.recoveryToChange().Overdue = true
+	j.view.UpdateTime = at
+	t.addEvent(j, at, "recovery-overdue", "post-copy still paused past --postcopy-recovery-timeout; the recovery goes on until it resumes or an operator gives up (ferryctl give-up)")
+	t.log.Error("post-copy recovery overdue", zap.String("domain", j.view.Domain), zap.String("role", string(j.view.Role)))
+	t.publish(j)
+}
+
+// recoveryToChange gives the job its own copy of its recovery to change:
+// the views handed out (Job, Snapshot, the hooks) share the one before,
+// and read it without the tracker's lock.
+func (j *job) recoveryToChange() *api.Recovery {
+	var rc api.Recovery
+	if j.view.Recovery != nil {
+		rc = *j.view.Recovery
+	}
+	j.view.Recovery = &rc
+	return &rc
 }
 
 // unpause shows a paused job running in post-copy again; the caller holds
@@ -154,9 +178,44 @@ func (t *Tracker) DrivePaused(socket, domain string, until time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
-		j.view.Recovery.Until = until
+		rc := j.recoveryToChange()
+		rc.Until, rc.Overdue = until, false
 		t.publish(j)
 	}
+}
+
+// DriveRecoveryOverdue says the driver's recovery of the domain's post-copy
+// has passed its timeout and goes on.
+func (t *Tracker) DriveRecoveryOverdue(socket, domain string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
+		t.overdue(j, time.Now())
+	}
+}
+
+// IncomingGiveUp ends the domain's paused incoming post-copy as failed, on
+// an operator's word; false when none is paused here.
+func (t *Tracker) IncomingGiveUp(socket, domain string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var found *job
+	for key, j := range t.jobs {
+		if key.domain != domain || socket != "" && key.socket != socket ||
+			j.view.Role != api.RoleTarget || j.view.Phase != api.PhasePostCopyPaused {
+			continue
+		}
+		if found != nil {
+			// Two sockets hold the name: the operator must name one.
+			return false
+		}
+		found = j
+	}
+	if found != nil {
+		t.giveUp(found, "an operator gave up its recovery (ferryctl give-up)", time.Now())
+		return true
+	}
+	return false
 }
 
 // DriveRecoveryAttempt records an attempt to resume the domain's post-copy
@@ -172,9 +231,10 @@ func (t *Tracker) DriveRecoveryAttempt(socket, domain string, attempt int, err e
 		return
 	}
 	now := time.Now()
-	j.view.Recovery.Attempts = attempt
+	rc := j.recoveryToChange()
+	rc.Attempts = attempt
 	if err != nil {
-		j.view.Recovery.LastError = err.Error()
+		rc.LastError = err.Error()
 	}
 	t.addEvent(j, now, "recovery", fmt.Sprintf("attempt %d failed: %v", attempt, err))
 	j.view.UpdateTime = now
@@ -196,8 +256,9 @@ func (t *Tracker) DriveResumed(socket, domain string, attempt int, took time.Dur
 	}
 	t.recoveryAttempts[RecoveryResumed]++
 	now := time.Now()
-	j.view.Recovery.Attempts, j.lastResumed = attempt, attempt
-	j.view.Recovery.Resumed++
+	rc := j.recoveryToChange()
+	rc.Attempts, j.lastResumed = attempt, attempt
+	rc.Resumed++
 	t.addEvent(j, now, "recovery", fmt.Sprintf("attempt %d resumed the migration %v after the resume", attempt, took.Round(time.Millisecond)))
 	j.view.UpdateTime = now
 	t.publish(j)
@@ -224,4 +285,23 @@ func (t *Tracker) IncomingRecoverable(socket, domain, id string, recoverFor time
 		in.recoverFor = recoverFor
 		t.incoming[key] = in
 	}
+}
+
+// DriveRearmed shows again, as paused, a post-copy whose recovery an
+// operator gave up and now starts again (ferryctl recover); the caller has
+// said it is driven and recoverable. Its failure stays counted, once.
+func (t *Tracker) DriveRearmed(socket string, dom libvirt.Domain) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := jobKey{socket, dom.Name}
+	last := t.latest[key]
+	if t.jobs[key] != nil || last == nil || last.view.Role != api.RoleSource || last.view.Phase != api.PhasePostCopyFailed {
+		return
+	}
+	now := time.Now()
+	j := t.newJob(socket, dom, api.RoleSource, last.view.StartTime, "post-copy recovery started again by an operator (ferryctl recover)")
+	j.view.Mode = api.ModePostCopy
+	j.view.DomainState = last.view.DomainState
+	j.recovered = true
+	t.finish(j, api.PhasePostCopyFailed, "post-copy failed, was given up, and is resumed again", now)
 }

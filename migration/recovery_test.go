@@ -77,7 +77,9 @@ func TestAPausedPostCopyTheDriverGivesUpOnFailsOnce(t *testing.T) {
 	f.wantTotal(api.RoleSource, "postcopy_failed", 1)
 }
 
-func TestAPausedPostCopyNobodyResumesFailsAtItsTimeOnTheTarget(t *testing.T) {
+// A target past its time shows the pause overdue and holds it: the
+// source may still be trying over a cut link. Only an operator ends it.
+func TestAPausedPostCopyNobodyResumesIsOverdueOnTheTargetUntilAnOperatorGivesUp(t *testing.T) {
 	grace := recoveryGrace
 	recoveryGrace = 10 * time.Millisecond
 	t.Cleanup(func() { recoveryGrace = grace })
@@ -89,16 +91,43 @@ func TestAPausedPostCopyNobodyResumesFailsAtItsTimeOnTheTarget(t *testing.T) {
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
 	f.wantPhase(api.PhasePostCopyPaused)
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if j, _ := f.tr.Job(dom.Name); j.Phase == api.PhasePostCopyFailed {
-			if !strings.Contains(j.FailureReason, "timed out") {
-				t.Fatalf("reason %q", j.FailureReason)
-			}
-			return
+	for {
+		j, _ := f.tr.Job(dom.Name)
+		if j.Recovery != nil && j.Recovery.Overdue {
+			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("the paused job never showed overdue")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("the paused job never failed at its time")
+	time.Sleep(100 * time.Millisecond)
+	f.wantPhase(api.PhasePostCopyPaused)
+	if f.tr.IncomingGiveUp("", "other") {
+		t.Fatal("gave up a domain that is not paused here")
+	}
+	if !f.tr.IncomingGiveUp("", dom.Name) {
+		t.Fatal("an operator could not give up the paused incoming post-copy")
+	}
+	j := f.wantPhase(api.PhasePostCopyFailed)
+	if !strings.Contains(j.FailureReason, "ferryctl give-up") {
+		t.Fatalf("reason %q", j.FailureReason)
+	}
+}
+
+func TestTheDriverSaysWhenASourcesRecoveryIsOverdue(t *testing.T) {
+	f := drivenPostCopy(t, time.Minute)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f.wantPhase(api.PhasePostCopyPaused)
+	f.tr.DriveRecoveryOverdue(sock, dom.Name)
+	if j := f.wantPhase(api.PhasePostCopyPaused); !j.Recovery.Overdue {
+		t.Fatal("not overdue after the driver said so")
+	}
+	// A new pause (it resumed, and broke again) has its own time.
+	f.tr.DrivePaused(sock, dom.Name, time.Now().Add(time.Minute))
+	if j := f.wantPhase(api.PhasePostCopyPaused); j.Recovery.Overdue {
+		t.Fatal("still overdue after a new pause")
+	}
 }
 
 // A source's pause has no clock of its own: its driver moves the deadline

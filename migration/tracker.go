@@ -49,6 +49,9 @@ type Config struct {
 	// StateDir, when set, keeps the post-copy failures already recorded, so
 	// a restarted ferryd neither counts nor reports them again.
 	StateDir string
+	// OnTimes is called, outside the tracker's lock, once for each ended
+	// job whose own completed-job statistics libvirt gave.
+	OnTimes func(EndedTimes)
 }
 
 func (c *Config) defaults() {
@@ -111,6 +114,8 @@ type job struct {
 	vanished time.Time
 	// recovered: recorded by a previous ferryd; counted already.
 	recovered bool
+	// timed: its times went to Config.OnTimes.
+	timed bool
 	// maxDowntime is the migration's allowed downtime, read once per job.
 	maxDowntime     time.Duration
 	maxDowntimeIter uint64
@@ -149,9 +154,13 @@ type Tracker struct {
 	// with its own to that socket's sampler.
 	asks map[string][]action
 	subs map[*subscriber]struct{}
-	// finals are completed target jobs whose figures libvirt still holds as
-	// completed-job statistics, to be read once by the sampler.
+	// finals are ended jobs whose completed-job statistics libvirt may
+	// still hold (their times; a completed target's figures), to be read
+	// once by the sampler.
 	finals map[jobKey]*job
+	// timed are ended jobs' times for Config.OnTimes, handed over once
+	// apply lets go of t.mu.
+	timed []EndedTimes
 	// latest is each domain's newest finished job, still kept current with
 	// the domain's state (a failed migration leaves it in a telling state).
 	latest map[jobKey]*job
@@ -364,7 +373,7 @@ func (t *Tracker) Domains() []api.Domain {
 	for socket, doms := range t.domains {
 		for _, d := range doms {
 			v := api.Domain{Name: d.Name, UUID: d.UUID, Socket: socket,
-				State: d.State.String(), Reason: libvirtx.ReasonName(d.State, d.Reason)}
+				State: d.State.String(), Reason: libvirtx.ReasonName(d.State, d.Reason), HoldsGuest: HoldsGuest(d.State, d.Reason)}
 			v.Namespace, v.VMI, _ = vmiName(d.Name)
 			if j := t.jobs[jobKey{socket, d.Name}]; j != nil {
 				v.JobPhase, v.JobRole = j.view.Phase, j.view.Role
@@ -586,8 +595,8 @@ func (t *Tracker) finish(j *job, phase api.Phase, reason string, at time.Time) {
 	if phase == api.PhasePostCopyFailed {
 		t.ledger.add(ledgerRecord{Socket: j.view.Socket, Domain: j.view.Domain, UUID: j.view.UUID, Role: j.view.Role, Detected: at})
 	}
-	if phase == api.PhaseCompleted && j.view.Role == api.RoleTarget {
-		t.finals[jobKey{j.view.Socket, j.view.Domain}] = j
+	if !j.recovered {
+		t.finals[key] = j
 	}
 	lvl := t.log.Info
 	if phase != api.PhaseCompleted {

@@ -444,6 +444,11 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 		p.log.Info("incoming post-copy split: its streams stay for its recovery", zap.String("migration", req.Migration), zap.String("domain", req.Domain))
 		return resp
 	}
+	if err != nil && e.in != nil && in.PostCopy && outcome != OutcomeStopped {
+		p.log.Info("incoming post-copy's finish failed: its streams stay while QEMU moves them", zap.String("migration", req.Migration), zap.String("domain", req.Domain))
+		p.unregisterOnceStill(e, req.Migration, why)
+		return resp
+	}
 	p.Unregister(req.Migration, why)
 	return resp
 }

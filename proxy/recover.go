@@ -39,6 +39,10 @@ func TargetMonitorPath(dir, id string) string {
 	return filepath.Join(dir, id+"-qmp.sock")
 }
 
+// QEMUCompleted is QEMU's word for a migration that has moved every page
+// (query-migrate's "completed").
+const QEMUCompleted = "completed"
+
 // maxRecoverSeconds caps how long a source may say it resumes.
 const maxRecoverSeconds = 24 * 60 * 60
 
@@ -175,6 +179,14 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 		p.Unregister(rid, "recovery not armed")
 		p.log.Warn("a post-copy recovery could not be armed", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.Error(err))
 		return ControlResponse{Error: p.scrub("recovery: " + err.Error())}
+	}
+	if status == QEMUCompleted {
+		// QEMU here has every page already (the break came after the
+		// last one): no stream to hand out; the source asks what libvirt
+		// made of it (OpRecovered).
+		p.Unregister(rid, "QEMU here completed the migration")
+		p.log.Info("a post-copy recovery found the migration completed here", zap.String("migration", in.ID), zap.String("domain", in.Domain))
+		return ControlResponse{Outcome: OutcomeRunning}
 	}
 	// QEMU here listens on the fresh stream: the migration's own are done.
 	p.Unregister(in.ID, "resumed over fresh streams")

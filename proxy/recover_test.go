@@ -20,9 +20,16 @@ type recoveringIncoming struct {
 	armed     []string // sockets, in order
 	monitors  []string
 	recovered string // Recovered's answer
+	completed bool   // QEMU here has every page: Recover arms nothing
 }
 
 func (f *recoveringIncoming) Recover(_ context.Context, m IncomingMigration, socket string) (string, error) {
+	f.rmu.Lock()
+	completed := f.completed
+	f.rmu.Unlock()
+	if completed {
+		return QEMUCompleted, nil
+	}
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		return "", err
@@ -161,5 +168,26 @@ func TestTheMonitorIsMovedOutOfQEMUsReach(t *testing.T) {
 	}
 	if _, err := os.Lstat(HiddenMonitorPath(dir, "pl")); !os.IsNotExist(err) {
 		t.Fatal("a planted link was moved in as a monitor")
+	}
+}
+
+// A recovery that finds QEMU here already completed hands out no stream
+// (nothing would listen behind it): the source asks what libvirt made of
+// it, and the migration's record stays until it is answered.
+func TestARecoveryOfAMigrationCompletedHereHandsOutNoStream(t *testing.T) {
+	src := startNode(t, nil)
+	dst, in := splitPostCopy(t, src, t.TempDir(), "pc")
+	in.rmu.Lock()
+	in.completed = true
+	in.rmu.Unlock()
+	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "pc", Domain: "vm"})
+	if err != nil || resp.Outcome != OutcomeRunning || resp.Migration != "" {
+		t.Fatalf("recover answered %+v, %v; want running with no stream", resp, err)
+	}
+	in.rmu.Lock()
+	in.recovered = OutcomeRunning
+	in.rmu.Unlock()
+	if resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecovered, Migration: "pc", Domain: "vm"}); err != nil || resp.Outcome != OutcomeRunning {
+		t.Fatalf("recovered answered %+v, %v", resp, err)
 	}
 }

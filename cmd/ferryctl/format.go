@@ -227,6 +227,10 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 		if !s.Up {
 			state = "DOWN: " + s.LastError
 		}
+		if !s.UnresponsiveSince.IsZero() {
+			state = fmt.Sprintf("HUNG: nothing from libvirt for %s (since %s): %s", time.Since(s.UnresponsiveSince).Round(time.Second),
+				s.UnresponsiveSince.Local().Format("15:04:05"), s.LastError)
+		}
 		fmt.Fprintf(w, "libvirt %s (%s) %s\n", oneLine(s.Socket), dash(s.LibvirtVersion), oneLine(state))
 	}
 	if len(doms) == 0 {
@@ -310,20 +314,19 @@ func summaryLine(j api.Job) string {
 }
 
 // recoveryString says where a broken post-copy's recovery stands: while
-// paused, how long until the guest is declared lost.
+// paused, how long until it is overdue (Ferry tries on after that).
 func recoveryString(j api.Job, now time.Time) string {
 	rc := j.Recovery
 	s := fmt.Sprintf("%d attempts, %d resumed", rc.Attempts, rc.Resumed)
 	if j.Phase == api.PhasePostCopyPaused {
-		left := rc.Until.Sub(now).Round(time.Second)
-		if left < 0 {
-			left = 0
+		if left := rc.Until.Sub(now).Round(time.Second); left > 0 && !rc.Overdue {
+			s = fmt.Sprintf("paused on both nodes; overdue in %s (at %s), tried on until resumed or given up; %s",
+				left, rc.Until.Local().Format("15:04:05"), s)
+		} else {
+			s = fmt.Sprintf("paused on both nodes, OVERDUE since %s; tried on until resumed or given up; %s",
+				rc.Until.Local().Format("15:04:05"), s)
 		}
-		s = fmt.Sprintf("paused on both nodes; declared lost in %s (at %s) unless resumed; %s",
-			left, rc.Until.Local().Format("15:04:05"), s)
-		if j.Role == api.RoleSource {
-			s += " (ferryctl recover / give-up)"
-		}
+		s += " (ferryctl recover / give-up)"
 	}
 	if rc.LastError != "" {
 		s += "; last: " + rc.LastError

@@ -56,3 +56,20 @@ func TestDomainsSayWhetherEachCanMove(t *testing.T) {
 		}
 	}
 }
+
+// A hung libvirt is told apart from a down one, with how long it has said
+// nothing.
+func TestDomainsSayLibvirtIsHung(t *testing.T) {
+	sockets := []api.SocketStatus{
+		{Socket: "/run/a", Up: true},
+		{Socket: "/run/b", LastError: "libvirt ping (/run/b): libvirt did not answer in time", UnresponsiveSince: time.Now().Add(-42 * time.Second)},
+		{Socket: "/run/c", LastError: "connection refused"},
+	}
+	var out bytes.Buffer
+	printDomains(&out, "a", nil, sockets, false)
+	for _, want := range []string{"/run/a (-) up", "/run/b (-) HUNG: nothing from libvirt for 42s", "/run/c (-) DOWN: connection refused"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+}

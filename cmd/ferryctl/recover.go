@@ -14,19 +14,22 @@ import (
 // (phase PostCopyPaused), which Ferry otherwise runs by itself.
 func recoverCmd(g *globals) *cobra.Command {
 	return recoveryCmd(g, "recover", "recover NAME",
-		"try now to resume NAME's paused post-copy (run on the source node)",
+		"try now to resume NAME's paused post-copy, or again one given up (run on the source node)",
 		"recover has Ferry try at once to resume a Ferry-driven post-copy migration whose streams broke\n"+
 			"(phase PostCopyPaused), instead of at its next backoff: say, once the link or the peer is back.\n"+
-			"Ferry keeps trying by itself until --postcopy-recovery-timeout.")
+			"Ferry keeps trying by itself, past --postcopy-recovery-timeout too (it then alerts), until the\n"+
+			"migration resumes or an operator gives up. On a recovery given up whose guest is still held\n"+
+			"paused in post-copy on this node, recover starts it again.")
 }
 
 func giveUpCmd(g *globals) *cobra.Command {
 	return recoveryCmd(g, "give-up", "give-up NAME",
-		"stop resuming NAME's paused post-copy and declare the guest lost (run on the source node)",
+		"stop resuming NAME's paused post-copy and declare the guest lost (on the source; then on the target)",
 		"give-up ends the recovery of a Ferry-driven post-copy migration whose streams broke (phase\n"+
-			"PostCopyPaused) now, rather than at --postcopy-recovery-timeout. The guest is declared lost:\n"+
-			"its memory stays split between the two nodes, both copies held by libvirt, as after any\n"+
-			"post-copy failure nobody resumes.")
+			"PostCopyPaused): Ferry never gives it up by itself. The guest is declared lost: its memory\n"+
+			"stays split between the two nodes, both copies held by libvirt, as after any post-copy\n"+
+			"failure nobody resumes. On the source it stops the attempts (ferryctl recover starts them\n"+
+			"again while the guest is held); on the target it ends the job this node shows as paused.")
 }
 
 func recoveryCmd(g *globals, verb, use, short, long string) *cobra.Command {

@@ -106,6 +106,17 @@ var Rows = []Row{
 			Queries: []Query{{Expr: `sum by (node, action, mode) (increase(ferry_migration_policy_actions_total{` + sel + `}[$__rate_interval]))`, Legend: "{{node}} {{mode}} {{action}}"}},
 		},
 		{
+			Title:       "Downtime and duration",
+			Description: "Median and 95th percentile, over the dashboard's time range, of how long ended migrations stopped the guest and how long they took, by role, from libvirt's completed-job statistics (jobs libvirt kept none of are left out).",
+			Kind:        "bargauge", Unit: "s", Instant: true,
+			Queries: []Query{
+				{Expr: `histogram_quantile(0.5, sum by (le, role) (increase(ferry_migration_downtime_seconds_bucket{` + sel + `}[$__range])))`, Legend: "downtime p50 {{role}}"},
+				{Expr: `histogram_quantile(0.95, sum by (le, role) (increase(ferry_migration_downtime_seconds_bucket{` + sel + `}[$__range])))`, Legend: "downtime p95 {{role}}"},
+				{Expr: `histogram_quantile(0.5, sum by (le, role) (increase(ferry_migration_duration_seconds_bucket{` + sel + `}[$__range])))`, Legend: "duration p50 {{role}}"},
+				{Expr: `histogram_quantile(0.95, sum by (le, role) (increase(ferry_migration_duration_seconds_bucket{` + sel + `}[$__range])))`, Legend: "duration p95 {{role}}"},
+			},
+		},
+		{
 			Title:       "Post-copy failures",
 			Description: "Domains whose post-copy migration failed (1 while the domain is in that state; each such VMI must be restarted from its disks), and post-copy failures counted over time.",
 			Kind:        "timeseries", Unit: "none",
@@ -133,6 +144,15 @@ var Rows = []Row{
 			Description: "Connections and migrations the proxy refused, by reason (shutting_down is a ferryd being stopped and expected); any other reason also raises FerryProxyRejectingConnections.",
 			Kind:        "timeseries", Unit: "none",
 			Queries: []Query{{Expr: `sum by (node, reason) (increase(ferry_proxy_rejected_total{` + sel + `}[$__rate_interval])) > 0`, Legend: "{{node}} {{reason}}"}},
+		},
+		{
+			Title:       "Guests held",
+			Description: "Domains holding their guest on each node (running, or paused so that a resume runs it; never a migration's waiting side), and guests held on more than one node, which raise FerryGuestRunningOnTwoNodes.",
+			Kind:        "timeseries", Unit: "none",
+			Queries: []Query{
+				{Expr: `count by (node) (ferry_domain_active{` + sel + `})`, Legend: "{{node}}", InFlight: true},
+				{Expr: `count by (uuid) (max by (uuid, node, socket) (ferry_domain_active)) > 1`, Legend: "twice: {{uuid}}"},
+			},
 		},
 		{
 			Title:       "libvirt up",

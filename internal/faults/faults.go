@@ -22,4 +22,9 @@ const (
 	// after the target prepared it and before Perform, the window in
 	// which a direct migration's target QEMU listens for anyone.
 	PauseBeforePerform = "pause-before-perform"
+	// PauseBeforeFinish: the source holds a pre-copy migration a few
+	// seconds after its Perform returned and before the target's Finish,
+	// the window in which the target's guest is paused, whole, and has
+	// never run there.
+	PauseBeforeFinish = "pause-before-finish"
 )

@@ -21,4 +21,6 @@
 //	domains.go    the domains and their jobs, as a test sets them
 //	jobstats.go   a figures struct turned into libvirt's typed parameters
 //	events.go     subscriptions and the events pushed to them
+//	keepalive.go  libvirt's keepalive: PONGs, PINGs to clients that ask,
+//	              and a freeze that stops the fake as SIGSTOP stops libvirtd
 package libvirtxtest

@@ -11,6 +11,7 @@ import (
 const (
 	ProcConnectOpen                             = 1
 	ProcConnectClose                            = 2
+	ProcConnectSupportsFeature                  = 60
 	ProcDomainGetXMLDesc                        = 14
 	ProcDomainGetMaxMemory                      = 17
 	ProcDomainLookupByName                      = 23
@@ -47,6 +48,8 @@ func (s *Server) reply(c *conn, prog, proc uint32, args []byte) ([]byte, *libvir
 		return nil, nil
 	case ProcAuthList:
 		return Words(1, 0), nil // one auth type: none
+	case ProcConnectSupportsFeature:
+		return s.supportsFeature(c, args), nil
 	case ProcConnectGetLibVersion:
 		return new(XDR).U64(LibVersion).Bytes(), nil
 	case ProcConnectDomainEventCallbackRegisterAny:

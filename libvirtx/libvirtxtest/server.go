@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 )
@@ -46,6 +47,11 @@ type Server struct {
 	// event can still name a domain that is gone.
 	domains map[string]*domain
 	known   map[string]Domain
+	// Keepalive (keepalive.go): whether the fake has it, how often it
+	// pings a client that asked for it, and the gate a frozen fake waits at.
+	noKeepAlive bool
+	pingEvery   time.Duration
+	thawed      chan struct{}
 }
 
 type call struct {
@@ -57,8 +63,11 @@ type call struct {
 // server's mu, its writes by wmu (replies and events interleave).
 type conn struct {
 	net.Conn
+	s    *Server
 	wmu  sync.Mutex
 	subs map[int32]libvirt.DomainEventID // callback ID -> event ID
+	// pinging is set once the client asked for keepalive.
+	pinging bool
 }
 
 // New listens at path, or in a temporary directory when path is empty, and
@@ -72,7 +81,7 @@ func New(t testing.TB, path string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, path: path, ln: ln, domains: map[string]*domain{}, known: map[string]Domain{}}
+	s := &Server{t: t, path: path, ln: ln, domains: map[string]*domain{}, known: map[string]Domain{}, thawed: closedChan()}
 	go s.accept()
 	t.Cleanup(s.Close)
 	return s
@@ -168,6 +177,11 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	select {
+	case <-s.thawed:
+	default:
+		close(s.thawed) // a frozen fake's waiting writes go, and fail
+	}
 	for _, c := range s.conns {
 		c.Close()
 	}
@@ -189,7 +203,7 @@ func (s *Server) accept() {
 		if err != nil {
 			return
 		}
-		c := &conn{Conn: nc, subs: map[int32]libvirt.DomainEventID{}}
+		c := &conn{Conn: nc, s: s, subs: map[int32]libvirt.DomainEventID{}}
 		s.mu.Lock()
 		s.conns = append(s.conns, c)
 		s.accepted++
@@ -215,6 +229,11 @@ func (s *Server) serve(c *conn) {
 		args := make([]byte, size-headerSize)
 		if _, err := io.ReadFull(c, args); err != nil {
 			return
+		}
+		s.waitThawed()
+		if prog == keepAliveProgram {
+			s.keepAliveMessage(c, proc, args)
+			continue
 		}
 		s.mu.Lock()
 		s.calls = append(s.calls, call{prog, proc, args})
@@ -248,6 +267,7 @@ func (s *Server) drop(c *conn) {
 }
 
 func (c *conn) write(b []byte) {
+	c.s.waitThawed()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.Write(b)

@@ -21,6 +21,7 @@ import (
 // (kubevirt.io/migrationTargetNodeName): a label selector cannot say "or",
 // so there is one informer per label.
 type Watcher struct {
+	node    string
 	listers []cache.GenericLister
 	synced  []cache.InformerSynced
 	starts  []func(<-chan struct{})
@@ -43,7 +44,7 @@ func NewWatcher(rc *rest.Config, node string) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{}
+	w := &Watcher{node: node}
 	for _, label := range []string{NodeLabel, TargetNodeLabel} {
 		sel := labels.SelectorFromSet(labels.Set{label: node}).String()
 		f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 10*time.Minute, metav1.NamespaceAll,
@@ -96,4 +97,32 @@ func newer(a, b *unstructured.Unstructured) bool {
 		return len(ra) > len(rb)
 	}
 	return ra > rb
+}
+
+// RunningHere lists the VMIs the API server shows Running on this node
+// (status.nodeName): each must have a domain holding its guest somewhere,
+// here unless it is moving. Before the caches fill it lists what they hold.
+func (w *Watcher) RunningHere() []api.VMIInfo {
+	seen := map[string]bool{}
+	var out []api.VMIInfo
+	for _, l := range w.listers {
+		objs, err := l.List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		for _, obj := range objs {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok || seen[string(u.GetUID())] {
+				continue
+			}
+			phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+			node, _, _ := unstructured.NestedString(u.Object, "status", "nodeName")
+			if phase != "Running" || node != w.node {
+				continue
+			}
+			seen[string(u.GetUID())] = true
+			out = append(out, api.VMIInfo{Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Phase: phase, NodeName: node})
+		}
+	}
+	return out
 }

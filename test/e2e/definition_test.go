@@ -4,11 +4,14 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -130,6 +133,119 @@ func TestATargetThatCannotKeepTheDefinitionNeverRunsTheGuest(t *testing.T) {
 	})
 	// b boots: it holds nothing of the guest to start.
 	bootLibvirtd(t, "b")
+	oneQEMU(t, name)
+	onlyOn(t, name, "a", "b")
+}
+
+// Node b already holds an inactive definition of the guest (left by a
+// migration with libvirt's own client, --persistent without
+// --undefinesource), and b's ferryd is killed after a's Perform and before
+// b's Finish. libvirt on b stops the incoming guest, which never ran there
+// (shut off, destroyed), and keeps the old definition. b's restarted
+// ferryd must say the guest stopped there, not that it ran: a resumes its
+// copy, whole, the one QEMU of the guest. (Before, b called any shut-off
+// incoming guest "running" unless libvirt said failed, and a's Confirm
+// stopped the only copy.)
+func TestATargetKilledBeforeTheFinishOverAnOldDefinitionLeavesTheGuestOnItsSource(t *testing.T) {
+	const name = "olddef"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
+	var config string
+	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(name)
+		if err == nil {
+			config, err = l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive|libvirt.DomainXMLMigratable)
+		}
+		return err
+	})
+	withLibvirt(t, "b", func(l *libvirt.Libvirt) error {
+		_, err := l.DomainDefineXML(config)
+		return err
+	})
+	t.Cleanup(func() {
+		withLibvirt(t, "b", func(l *libvirt.Libvirt) error {
+			if dom, err := l.DomainLookupByName(name); err == nil {
+				l.DomainDestroy(dom)
+				return l.DomainUndefine(dom)
+			}
+			return nil
+		})
+	})
+	withFaults(t, "a", faults.PauseBeforeFinish)
+	before := verifiedSoFar(t, name)
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
+	waitFor(t, "a's migration held between its Perform and the finish", 2*time.Minute, func() bool {
+		return ferrydLogSays("a", "fault injected: pausing before the finish")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.CrashFerryd(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the migration completed though the target's copy never ran")
+	}
+	onlyOn(t, name, "a", "b")
+	memoryIntact(t, name, before)
+	oneQEMU(t, name)
+	if d := definitionOn(t, "b", name); !d.defined {
+		t.Error("node b lost the definition it held before the migration")
+	}
+	got, err := readNodeTruth("b", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("libvirt on b: %s", got)
+}
+
+// a's libvirtd restarts while a's migration of a persistent guest with
+// autostart is held between its Perform and the finish (the guest paused
+// here, whole, and not yet run on b). libvirt drops the migration's job
+// with the connection that performed it, and the restarted libvirtd
+// resumes the guest on a by itself. So a must not hand the guest to b:
+// the migration is cancelled, b drops its copy, the guest runs on a alone
+// with its memory whole, its definition and autostart as before, and
+// nothing is left for a restart of ferryd to do. Then a boots: one QEMU.
+// (Before, b finished the migration and ran the guest beside a's copy.)
+func TestASourceLibvirtdRestartBeforeTheFinishKeepsTheGuestOnItsSource(t *testing.T) {
+	const name = "srcfin"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
+	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(name)
+		if err == nil {
+			err = l.DomainSetAutostart(dom, 1)
+		}
+		return err
+	})
+	withFaults(t, "a", faults.PauseBeforeFinish)
+	before := verifiedSoFar(t, name)
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
+	waitFor(t, "a's migration held between its Perform and the finish", 2*time.Minute, func() bool {
+		return ferrydLogSays("a", "fault injected: pausing before the finish")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.RestartLibvirtd(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the migration completed though a's libvirt had dropped its job")
+	}
+	waitFor(t, "the guest running on a, and a's autostart back on", 2*time.Minute, func() bool {
+		got, err := readNodeTruth("a", name)
+		d := definitionOn(t, "a", name)
+		return err == nil && got.running() && d.defined && d.autostart
+	})
+	onlyOn(t, name, "a", "b")
+	memoryIntact(t, name, before)
+	oneQEMU(t, name)
+	if d := definitionOn(t, "b", name); d.defined {
+		t.Error("node b holds a definition of a guest that never ran there")
+	}
+	waitFor(t, "a's record of the migration settled", time.Minute, func() bool {
+		entries, _ := os.ReadDir(filepath.Join(bed.Node("a").Dir, "state", "driven-migrations"))
+		return len(entries) == 0
+	})
+	bootLibvirtd(t, "a")
 	oneQEMU(t, name)
 	onlyOn(t, name, "a", "b")
 }

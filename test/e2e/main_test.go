@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/deploy"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -69,7 +68,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: up:", err)
 		return 1
 	}
-	rules, err := deploy.RuleFile()
+	rules, err := bedRules()
 	if err == nil {
 		prom, err = bed.StartPrometheus(ctx, testbed.PrometheusConfig{Rules: rules})
 	}

@@ -4,9 +4,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
@@ -169,13 +173,14 @@ func TestPostCopyResumesAfterALinkCut(t *testing.T) {
 	resumedToTheEnd(t, r, 1)
 }
 
-// The link stays cut past the recovery timeout: the guest is declared
-// lost at its deadline, once on each node, libvirt keeps both copies held
-// as it does for a post-copy nobody resumes, and the guest's VMI is marked
-// irrecoverable, its recovery annotation gone.
-func TestPostCopyCutPastTheRecoveryTimeoutIsLost(t *testing.T) {
+// The link stays cut past the recovery timeout: at its deadline the pause
+// is overdue on both nodes (the series FerryPostCopyRecoveryOverdue fires
+// on), nothing gives up by itself, not even the target, which hears of no
+// attempt meanwhile; once the link comes back, the migration resumes and
+// completes, and the VMI is never marked irrecoverable.
+func TestPostCopyCutPastTheRecoveryTimeoutAlertsAndResumes(t *testing.T) {
 	kubeUp(t)
-	const vmi, name = "pcrlost", "default_pcrlost"
+	const vmi, name = "pcrlate", "default_pcrlate"
 	const timeout = 20 * time.Second
 	uid := createVMI(t, vmi)
 	ferrydArgs(t, "--postcopy-recovery-timeout", timeout.String())
@@ -186,43 +191,134 @@ func TestPostCopyCutPastTheRecoveryTimeoutIsLost(t *testing.T) {
 	defer bed.RestoreLink()
 	src := waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j api.Job) bool { return j.Phase == api.PhasePostCopyPaused })
 	deadline := src.Recovery.Until
-	failed := func(j api.Job) bool { return j.Phase == api.PhasePostCopyFailed }
-	src = waitJob(t, "a", name, "PostCopyFailed", 2*time.Minute, failed)
-	if src.EndTime == nil || src.EndTime.Before(deadline) {
-		t.Errorf("the source job ended at %v, before its recovery deadline %v", src.EndTime, deadline)
+	for _, n := range []string{"a", "b"} {
+		// The alert's series: its deadline, on each node.
+		waitFor(t, "node "+n+"'s recovery deadline series", 30*time.Second, func() bool {
+			v := metricSum(n, "ferry_migration_postcopy_recovery_deadline_timestamp_seconds", `domain="`+name+`"`)
+			return v > 0 && math.Abs(v-float64(deadline.UnixMilli())/1000) < timeout.Seconds()
+		})
 	}
-	if !strings.Contains(src.FailureReason, "not resumed within") {
-		t.Errorf("the source's reason does not say the recovery timed out: %q", src.FailureReason)
+	overdue := func(j api.Job) bool { return j.Recovery != nil && j.Recovery.Overdue }
+	src = waitJob(t, "a", name, "overdue", deadline.Sub(time.Now())+time.Minute, overdue)
+	// The target's old clock gave up at the timeout plus 30 s.
+	dst := waitJob(t, "b", name, "overdue", deadline.Sub(time.Now())+time.Minute, overdue)
+	time.Sleep(5 * time.Second)
+	for _, n := range []string{"a", "b"} {
+		if j, ok := ferryOn(n).job(name); !ok || j.Phase != api.PhasePostCopyPaused {
+			t.Fatalf("node %s's job is %s past the deadline, want still PostCopyPaused: %s", n, j.Phase, j.FailureReason)
+		}
+		if time.Now().Unix() < int64(metricSum(n, "ferry_migration_postcopy_recovery_deadline_timestamp_seconds", `domain="`+name+`"`)) {
+			t.Errorf("node %s's deadline series is not past: the alert would not fire", n)
+		}
 	}
-	// The target hears no attempt while the link is down; it gives up by
-	// its own clock.
-	dst := waitJob(t, "b", name, "PostCopyFailed", 2*time.Minute, failed)
-	t.Logf("declared lost: source %v and target %v past the deadline", src.EndTime.Sub(deadline).Round(time.Millisecond), dst.EndTime.Sub(deadline).Round(time.Millisecond))
+	t.Logf("overdue on the source %v and the target %v after the deadline; %d attempts so far",
+		time.Since(deadline).Round(time.Second), dst.UpdateTime.Sub(deadline).Round(time.Second), src.Recovery.Attempts)
+	bed.RestoreLink()
+	back := time.Now()
+	resumedToTheEnd(t, r, 1)
+	t.Logf("completed %v after the link came back", time.Since(back).Round(time.Second))
+	for _, n := range []string{"a", "b"} {
+		if v := metricSum(n, "ferry_migrations_total", `result="postcopy_failed"`) - r.failed[n]; v != 0 {
+			t.Errorf("node %s counts %v post-copy failures, want none", n, v)
+		}
+	}
+	u := getVMI(t, vmi)
+	if ok, _ := marked(t, u); ok {
+		t.Error("the VMI was marked irrecoverable though its migration completed")
+	}
+	var last string
+	waitFor(t, "the VMI's recovery annotation to say resumed, or be gone", 30*time.Second, func() bool {
+		ann, set := getVMI(t, vmi).GetAnnotations()[kubevirt.RecoveryAnnotation]
+		var rs kubevirt.RecoveryState
+		last = ann
+		return !set || json.Unmarshal([]byte(ann), &rs) == nil && rs.State == "resumed"
+	})
+	t.Logf("the VMI's recovery annotation at the end: %q", last)
+}
+
+// An operator gives up a paused post-copy's recovery while its link is
+// cut: the source's job ends PostCopyFailed, both copies stay held. The
+// node was not gone for good after all: once the link is back, ferryctl
+// recover starts the recovery again, and the migration completes whole.
+func TestAGivenUpPostCopyRecoveryStartsAgainOnRecover(t *testing.T) {
+	const name = "pcr-rearm"
+	r := breakablePostCopy(t, name)
+	if err := bed.CutLink(); err != nil {
+		t.Fatal(err)
+	}
+	defer bed.RestoreLink()
+	waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j api.Job) bool { return j.Phase == api.PhasePostCopyPaused })
+	var msg api.MessageResponse
+	ctlJSON(t, "a", &msg, "give-up", name)
+	src := waitJob(t, "a", name, "PostCopyFailed", time.Minute, func(j api.Job) bool { return j.Phase == api.PhasePostCopyFailed })
+	if !strings.Contains(src.FailureReason, "gave up") {
+		t.Errorf("the source's reason does not say an operator gave up: %q", src.FailureReason)
+	}
+	select {
+	case err := <-r.done:
+		if err == nil {
+			t.Fatal("the migration reported success though its recovery was given up")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the migration call did not return after the give-up")
+	}
+	libvirtShows(t, name, "held post-copy-failed", nodeTruth.postCopyFailedSource, nodeTruth.postCopyFailedTarget)
+	bed.RestoreLink()
+	time.Sleep(2 * time.Second)
+	ctlJSON(t, "a", &msg, "recover", name)
+	t.Logf("ferryctl recover: %s", msg.Message)
+	waitJob(t, "a", name, "resumed", 2*time.Minute, func(j api.Job) bool { return j.Recovery != nil && j.Recovery.Resumed >= 1 })
+	waitJob(t, "a", name, "Completed", 5*time.Minute, completed)
+	libvirtShows(t, name, "as a completed migration leaves it", nodeTruth.migratedAway, nodeTruth.migratedHere)
+	if v := metricSum("a", "ferry_migrations_total", `result="postcopy_failed"`) - r.failed["a"]; v != 1 {
+		t.Errorf("the source counts %v post-copy failures, want the one given up", v)
+	}
+	endsWholeOn(t, name, "b", "a", r.before, r.start)
+}
+
+// The source's copy of a paused post-copy is destroyed while the link is
+// cut (a transient guest: libvirt forgets it). Its recovery must not take
+// the vanished guest for one that completed: the target never said it runs
+// whole, so the migration fails, the guest lost, and nothing says
+// Completed.
+func TestAPostCopyWhoseSourceVanishesDuringRecoveryFails(t *testing.T) {
+	const name = "pcr-vanish"
+	r := breakablePostCopy(t, name)
+	if err := bed.CutLink(); err != nil {
+		t.Fatal(err)
+	}
+	defer bed.RestoreLink()
+	waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j api.Job) bool { return j.Phase == api.PhasePostCopyPaused })
+	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(name)
+		if err == nil {
+			err = l.DomainDestroy(dom)
+		}
+		return err
+	})
 	bed.RestoreLink()
 	select {
 	case err := <-r.done:
 		if err == nil {
-			t.Error("the migration reported success though its guest was declared lost")
+			t.Fatal("the migration reported success though its source's copy was destroyed mid-recovery")
 		}
-	case <-time.After(time.Minute):
-		t.Error("the migration call did not return")
-	}
-	time.Sleep(5 * time.Second)
-	for _, n := range []string{"a", "b"} {
-		if v := metricSum(n, "ferry_migrations_total", `result="postcopy_failed"`) - r.failed[n]; v != 1 {
-			t.Errorf("node %s counts %v post-copy failures, want exactly one", n, v)
+		if !strings.Contains(err.Error(), "vanished") {
+			t.Errorf("the failure does not say the guest vanished: %v", err)
 		}
+	case <-time.After(4 * time.Minute):
+		t.Fatal("the migration call did not return")
 	}
-	libvirtShows(t, name, "held post-copy-failed", nodeTruth.postCopyFailedSource, nodeTruth.postCopyFailedTarget)
-	waitFor(t, "the VMI marked irrecoverable", 30*time.Second, func() bool {
-		u := getVMI(t, vmi)
-		ok, _ := marked(t, u)
-		_, recovering := u.GetAnnotations()[kubevirt.RecoveryAnnotation]
-		return ok && !recovering
-	})
-	if n := postCopyEvents(t, vmi); n != 1 {
-		t.Errorf("%d PostCopyFailed Events, want one", n)
+	if j, ok := ferryOn("a").job(name); ok && j.Phase == api.PhaseCompleted {
+		t.Errorf("the source's job says Completed: %s", j.FailureReason)
 	}
+	got, err := readNodeTruth("b", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.running() && !got.postCopyFailedTarget() {
+		t.Errorf("libvirt on b runs the guest as whole, which it cannot be: %s", got)
+	}
+	t.Logf("libvirt on b: %s", got)
 }
 
 // A ferryd SIGKILLed in post-copy takes the migration's streams with it,

@@ -1,0 +1,99 @@
+package drive
+
+import (
+	"context"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// A recovery an operator gave up leaves the guest held in post-copy on
+// both nodes: declared lost, but not gone. Its record stays, marked given
+// up, for as long as the guest is held here, so that ferryctl recover can
+// start the attempts again (a node thought gone for good comes back);
+// nothing restarts them by itself, not even a restarted ferryd.
+
+// keepForRecover marks r given up and keeps it.
+func (s *Source) keepForRecover(log *zap.Logger, r drivenRecord) {
+	r.GivenUp = true
+	if err := s.recordDrive(r); err != nil {
+		log.Error("cannot keep the record of a given-up post-copy recovery; ferryctl recover cannot start it again", zap.Error(err))
+	}
+}
+
+// keepGivenUp keeps a given-up record at a start of ferryd while its
+// guest is held in post-copy here, and settles it otherwise (the operator
+// destroyed the copies meanwhile).
+func (s *Source) keepGivenUp(ctx context.Context, r drivenRecord) {
+	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID))
+	if time.Since(r.Started) > drivenKeep {
+		s.setDriveAside(r.ID, "expired")
+		return
+	}
+	c := s.waitConn(ctx, r.Socket)
+	if c == nil {
+		return
+	}
+	if _, ok := heldInPostCopy(ctx, c, r); ok {
+		log.Warn("a post-copy whose recovery an operator gave up is still held here: ferryctl recover starts it again")
+		return
+	}
+	s.forgetSettled(log, r, false)
+}
+
+// heldInPostCopy is r's guest, if libvirt here holds it in post-copy.
+func heldInPostCopy(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (libvirt.Domain, bool) {
+	dom, err := c.LookupDomain(ctx, r.Domain)
+	if err != nil || libvirtx.UUIDString(dom.UUID) != r.UUID {
+		return libvirt.Domain{}, false
+	}
+	state, reason, err := c.DomainState(ctx, dom)
+	return dom, err == nil && libvirtx.InPostCopy(state, reason)
+}
+
+// rearm starts again the recovery an operator gave up of domain's
+// post-copy (on socket, if named); false when there is none to start, or
+// its guest is no longer held here.
+func (s *Source) rearm(socket, domain string) bool {
+	var found []drivenRecord
+	for _, r := range s.recordedDrives() {
+		if r.GivenUp && r.Domain == domain && (socket == "" || r.Socket == socket) {
+			found = append(found, r)
+		}
+	}
+	if len(found) != 1 || s.proxy == nil || !s.recovers(found[0]) {
+		return false
+	}
+	r := found[0]
+	c, err := s.cfg.Conns.Conn(r.Socket)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	dom, held := heldInPostCopy(ctx, c, r)
+	cancel()
+	key := driveKey(r.Socket, r.Domain)
+	if !held || !s.running.start(key) {
+		return false
+	}
+	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
+	r.GivenUp = false
+	if err := s.recordDrive(r); err != nil {
+		s.running.end(key)
+		log.Error("cannot record a post-copy recovery started again", zap.Error(err))
+		return false
+	}
+	info := r.info(s.proxy.TLS())
+	s.tracker.Drive(r.Socket, r.Domain, info)
+	s.tracker.DriveRecoverable(r.Socket, r.Domain, s.cfg.PostCopyRecoveryTimeout)
+	s.tracker.DriveRearmed(r.Socket, dom)
+	go func() {
+		defer s.running.end(key)
+		defer s.tracker.Undrive(r.Socket, r.Domain)
+		s.recoverAfterRestart(log, r, c, dom, info, "an operator started a given-up post-copy recovery again")
+	}()
+	return true
+}

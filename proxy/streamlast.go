@@ -1,0 +1,54 @@
+package proxy
+
+import (
+	"time"
+)
+
+// libvirt's Finish failing says nothing of the post-copy stream: QEMU's
+// stream never passes through libvirtd (a target libvirtd restarted in
+// post-copy fails the call while both QEMUs go on, and libvirt completes
+// the migration unattended once it is back). Cutting the stream then
+// would split a guest that was about to run whole. So the streams of a
+// post-copy whose Finish failed stay until the stream itself stops:
+// QEMU closed every connection, or nothing moved for stillFor (a silent
+// link, which QEMU takes for broken too).
+
+// stillFor is how long a post-copy stream carries nothing before it is
+// taken for stopped.
+var stillFor = 30 * time.Second
+
+// streamCheck is how often such a stream is looked at.
+var streamCheck = 2 * time.Second
+
+// moved is every byte the migration's streams carried, both ways.
+func (c *Counters) moved() uint64 {
+	var n uint64
+	for i := range c.ToTarget {
+		n += c.ToTarget[i].Load() + c.FromTarget[i].Load()
+	}
+	return n
+}
+
+// openConns is how many of e's streams are open.
+func (r *registry) openConns(e *entry) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(e.conns)
+}
+
+// unregisterOnceStill ends id once its streams have stopped moving.
+func (p *Proxy) unregisterOnceStill(e *entry, id, why string) {
+	last, since := e.counters.moved(), time.Now()
+	var check func()
+	check = func() {
+		if n := e.counters.moved(); n != last {
+			last, since = n, time.Now()
+		}
+		if p.reg.openConns(e) == 0 || time.Since(since) >= stillFor {
+			p.Unregister(id, why+"; its streams stopped")
+			return
+		}
+		p.reg.addTimer(e, streamCheck, check)
+	}
+	p.reg.addTimer(e, streamCheck, check)
+}
