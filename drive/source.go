@@ -446,6 +446,9 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		time.Sleep(pauseBeforePerform)
 	}
 	go o.run(deadline, time.Duration(req.PostCopyAfterSeconds*float64(time.Second)))
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go s.watchHung(log, conn, req.Domain, stopWatch)
 	var performCookie []byte
 	var perr error
 	direct := info.DirectURI != ""

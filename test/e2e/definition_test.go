@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,7 +175,7 @@ func TestATargetKilledBeforeTheFinishOverAnOldDefinitionLeavesTheGuestOnItsSourc
 	before := verifiedSoFar(t, name)
 	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
 	waitFor(t, "a's migration held between its Perform and the finish", 2*time.Minute, func() bool {
-		return ferrydLogSays("a", "fault injected: pausing before the finish")
+		return ferrydLogLine("a", `"domain":"`+name+`"`, "fault injected: pausing before the finish")
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -220,7 +221,7 @@ func TestASourceLibvirtdRestartBeforeTheFinishKeepsTheGuestOnItsSource(t *testin
 	before := verifiedSoFar(t, name)
 	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
 	waitFor(t, "a's migration held between its Perform and the finish", 2*time.Minute, func() bool {
-		return ferrydLogSays("a", "fault injected: pausing before the finish")
+		return ferrydLogLine("a", `"domain":"`+name+`"`, "fault injected: pausing before the finish")
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -242,8 +243,14 @@ func TestASourceLibvirtdRestartBeforeTheFinishKeepsTheGuestOnItsSource(t *testin
 		t.Error("node b holds a definition of a guest that never ran there")
 	}
 	waitFor(t, "a's record of the migration settled", time.Minute, func() bool {
-		entries, _ := os.ReadDir(filepath.Join(bed.Node("a").Dir, "state", "driven-migrations"))
-		return len(entries) == 0
+		dir := filepath.Join(bed.Node("a").Dir, "state", "driven-migrations")
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && strings.Contains(string(b), `"domain":"`+name+`"`) {
+				return false
+			}
+		}
+		return true
 	})
 	bootLibvirtd(t, "a")
 	oneQEMU(t, name)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -43,6 +44,10 @@ func TestHungSourceLibvirtdIsAlertedAndTheGuestEndsOnOneNode(t *testing.T) {
 	t.Logf("libvirtd stopped at t; ferryd's metric showed it hung at t+%.1fs, FerryLibvirtHung firing at t+%.1fs",
 		shown.Sub(stopped).Seconds(), alerted.Sub(stopped).Seconds())
 	hungInDomains(t, "a")
+	// The migration's owner is told on its job, which goes on waiting.
+	waitJob(t, "a", name, "the job telling libvirt hangs", 30*time.Second, func(j api.Job) bool {
+		return hasEvent(j, drive.EventLibvirtHung)
+	})
 
 	if err := <-frozen; err != nil {
 		t.Fatal(err)
@@ -57,6 +62,7 @@ func TestHungSourceLibvirtdIsAlertedAndTheGuestEndsOnOneNode(t *testing.T) {
 	}
 	oneQEMU(t, name)
 	endsWholeOn(t, name, ends, other, before, start)
+
 	waitFor(t, "node a's metric back to 0", 30*time.Second, func() bool {
 		v, ok := ferryOn("a").metric("ferry_libvirt_unresponsive_seconds")
 		return ok && v == 0
@@ -122,4 +128,14 @@ func TestKeepAliveWithTheBedsLibvirtd(t *testing.T) {
 	if _, err := c.Ping(ctx); err != nil {
 		t.Fatalf("a call once libvirtd went on: %v", err)
 	}
+}
+
+// hasEvent says whether the job recorded an event of kind.
+func hasEvent(j api.Job, kind string) bool {
+	for _, e := range j.Events {
+		if e.Kind == kind {
+			return true
+		}
+	}
+	return false
 }

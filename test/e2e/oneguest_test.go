@@ -177,6 +177,25 @@ func verifiedSoFar(t *testing.T, name string) int {
 	return ok
 }
 
+// ferrydLogLine reports whether one line of the node's ferryd log holds
+// every one of texts.
+func ferrydLogLine(node string, texts ...string) bool {
+	b, err := os.ReadFile(filepath.Join(bed.Node(node).Dir, "ferryd.log"))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		all := true
+		for _, t := range texts {
+			all = all && strings.Contains(l, t)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
 // ferrydLogSays reports whether the node's ferryd log holds text.
 func ferrydLogSays(node, text string) bool {
 	b, err := os.ReadFile(filepath.Join(bed.Node(node).Dir, "ferryd.log"))
