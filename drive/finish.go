@@ -20,7 +20,7 @@ import (
 // inDoubtAfter the job shows InDoubt; the guest stays paused here
 // meanwhile, which is the one state that cannot become two guests.
 func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, src *proxy.SourceMigration, cookie []byte,
-	conn *libvirtx.Conn, dom libvirt.Domain, postCopy bool) (proxy.ControlResponse, string) {
+	conn *libvirtx.Conn, dom libvirt.Domain, postCopy, switched bool) (proxy.ControlResponse, string) {
 	socket := conn.Socket()
 	// A post-copy whose streams broke is paused by QEMU here: that alone
 	// settles it as split, whatever the target can say meanwhile (a cut
@@ -52,8 +52,13 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 				}
 			}()
 		}
+		// A pre-copy whose job this node's libvirt dropped meanwhile (its
+		// libvirtd restarted: see jobStillHeld) is finished as cancelled:
+		// the target runs the guest only if an earlier attempt already
+		// made it, and answers so.
+		cancelled := !switched && jobStillHeld(conn) != nil
 		resp, err := s.proxy.ControlTo(ctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish,
-			Migration: tid, Domain: req.Domain, Cookie: cookie})
+			Migration: tid, Domain: req.Domain, Cookie: cookie, Cancelled: cancelled})
 		cancel()
 		if outcome := settledOutcome(resp, err); outcome != "" {
 			if inDoubt {

@@ -44,6 +44,9 @@ type Owner struct {
 	// grace, no switch is made any more.
 	switched, aborting, closed bool
 	switchedAt                 time.Time
+	// switchAsked is set before the first switch to post-copy is asked of
+	// libvirt, for the driver: the migration may be in post-copy.
+	switchAsked atomic.Bool
 }
 
 // jobControl is what the owner asks of libvirt, on the migration's own
@@ -157,6 +160,11 @@ func newOwner(socket, domain string, dom libvirt.Domain, job jobControl, bk book
 
 // Socket is the libvirt the migration's domain runs on.
 func (o *Owner) Socket() string { return o.socket }
+
+// MayBePostCopy says whether a switch to post-copy was ever asked: past
+// it, the guest may run on the target whatever the source's libvirt
+// says.
+func (o *Owner) MayBePostCopy() bool { return o.switchAsked.Load() }
 
 // Abort asks the owner to abort the migration; by and why say who asked
 // and, for the policy or the deadline, on what figures.
@@ -448,6 +456,7 @@ func (o *Owner) applySwitch(ctx context.Context, r *request, postCopy, active bo
 	case !active:
 		return reply{err: errors.New("QEMU's migration is not active yet")}, true
 	}
+	o.switchAsked.Store(true)
 	start := migration.Act{Call: func(ctx context.Context, _ migration.Acting) error { return o.job.StartPostCopy(ctx, o.dom) }}
 	j, err := o.books.StartPostCopy(ctx, o.target(), r.by, start)
 	err = o.unrecorded(ctx, err, "switch to post-copy "+r.by, start)

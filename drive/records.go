@@ -311,18 +311,16 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningMigrationCanceled):
 		// libvirt resumed its copy by itself after the guest was handed
 		// over (its libvirtd restarted between the target's Finish and
-		// Confirm): two copies run on one guest's disks. This one is the
-		// stale one; it is paused at once, and left to an operator.
-		if err := c.Suspend(ctx, dom); err != nil {
-			return "", fmt.Errorf("the guest runs on the target, and libvirt here resumed its own copy by itself; pausing it: %w", err)
+		// Confirm): two copies run on one guest's disks, and this one is
+		// the stale one. It goes, as Confirm would have taken it.
+		if err := c.Destroy(ctx, dom); err != nil {
+			return "", fmt.Errorf("the guest runs on the target, and libvirt here resumed its own stale copy by itself; destroying it: %w", err)
 		}
-		return "", errTwoCopies
+		return "the stale copy libvirt here had resumed by itself after the handover was destroyed, as Confirm would have", nil
 	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning:
 		// Never destroy a copy that runs: the target's word and this
 		// node disagree, which an operator must see.
 		return "", errors.New("the guest runs both here and on the target: left for an operator")
-	case outcome == proxy.OutcomeRunning && state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedUser):
-		return "", errTwoCopies
 	case outcome == proxy.OutcomeRunning && pausedByMigration:
 		if err := c.Destroy(ctx, dom); err != nil {
 			return "", err
@@ -338,10 +336,6 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	}
 	return fmt.Sprintf("this node's copy is %s (reason %d): left as it is", state, reason), nil
 }
-
-// errTwoCopies: the stale copy here, resumed by libvirt after the
-// handover, is held paused for an operator, who destroys it.
-var errTwoCopies = errors.New("the guest runs on the target, and libvirt here had resumed its own copy by itself after handing it over (a libvirtd restart before Confirm): this copy is paused, stale, and kept for an operator to destroy (virsh destroy), not restarted")
 
 // recordedDomain is r's guest on this node; when it is not here (no
 // domain of its name, or another guest given the name since), absent says

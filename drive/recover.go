@@ -36,8 +36,12 @@ const (
 	// recoveredWait bounds the wait, once QEMU has completed, for libvirt
 	// to complete the migration on both nodes by itself.
 	recoveredWait = 2 * time.Minute
-	recoverPoll   = 200 * time.Millisecond
-	maxBackoff    = 5 * time.Second
+	// vanishedWait bounds the wait, once the guest is gone from here, for
+	// the target to say it runs whole there: a completed migration's two
+	// ends settle within moments of each other.
+	vanishedWait = 45 * time.Second
+	recoverPoll  = 200 * time.Millisecond
+	maxBackoff   = 5 * time.Second
 	// overdueBackoff spaces the attempts of an overdue recovery: the path
 	// back is found within it, and an operator's recover tries at once.
 	overdueBackoff = 15 * time.Second
@@ -116,6 +120,7 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 		r.releaseOrig()
 	}
 	if resp, ok := r.settle(); ok {
+		r.endStaleSource()
 		return resp, nil
 	}
 	switch {
@@ -189,8 +194,9 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 	}
 	resp, err := r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, proxy.ControlRequest{Op: proxy.OpRecover, Migration: r.tid, Domain: r.req.Domain})
 	var ce *proxy.ControlError
-	if errors.As(err, &ce) && (ce.Reason == "unknown_op" || ce.Reason == "incoming_disabled") {
-		// A target that cannot resume it never will.
+	if errors.As(err, &ce) && (ce.Reason == "unknown_op" || ce.Reason == "incoming_disabled" || ce.Reason == proxy.ReasonGuestGone) {
+		// A target that cannot resume it never will: an older ferryd, or
+		// one whose copy of the guest is gone (its node rebooted).
 		r.final = err
 	}
 	if err != nil {
@@ -311,9 +317,11 @@ func (r *recovery) moving(ctx context.Context, first libvirtx.MigrationStatus) b
 	return err == nil && (next.Status != first.Status || next.RAM.Transferred > first.RAM.Transferred)
 }
 
-// errSourceGone: libvirt here has no domain of the guest any more. It
-// removes a transient guest once its migration completes, but also one
-// destroyed: only the target can tell which.
+// errSourceGone: libvirt here no longer runs the guest: no domain of it
+// (libvirt removes a transient guest once its migration completes, but
+// also one destroyed), or one shut off for another reason than a
+// completed migration (a persistent guest destroyed, crashed). Only the
+// target can tell which.
 var errSourceGone = errors.New("the guest is gone from this node's libvirt")
 
 // sourceInfo is QEMU's migration state here, asked on the recovery's own
@@ -336,10 +344,29 @@ func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, er
 	if serr == nil && state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffMigrated) {
 		return libvirtx.MigrationStatus{Status: libvirtx.QEMUMigrationCompleted}, nil
 	}
-	if libvirtx.IsNoDomain(serr) {
+	if libvirtx.IsNoDomain(serr) || serr == nil && state == libvirtx.StateShutoff {
 		return libvirtx.MigrationStatus{}, errSourceGone
 	}
 	return libvirtx.MigrationStatus{}, fmt.Errorf("asking the source's QEMU: %w", err)
+}
+
+// endStaleSource destroys this node's copy of a guest the target runs
+// whole while QEMU here still holds a paused post-copy (the target's QEMU
+// had every page when the streams broke): it never completes by itself,
+// and is what Confirm would have stopped.
+func (r *recovery) endStaleSource() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := r.sourceInfo(ctx)
+	if err != nil || info.Status != libvirtx.QEMUMigrationPostCopyPaused && info.Status != libvirtx.QEMUMigrationPostCopyRecover &&
+		info.Status != libvirtx.QEMUMigrationPostCopyRecoverSet {
+		return
+	}
+	if err := r.conn.Destroy(ctx, r.dom); err != nil {
+		r.log.Error("the target runs the guest whole; this node's stale post-copy copy could not be destroyed: destroy it by hand", zap.Error(err))
+		return
+	}
+	r.log.Warn("the target runs the guest whole: this node's stale post-copy copy, which QEMU held paused, was destroyed", zap.String("qemu", info.Status))
 }
 
 // settle asks the target what became of the guest. After QEMU here has
@@ -354,6 +381,9 @@ func (r *recovery) settle() (proxy.ControlResponse, bool) {
 	}
 	completed := err == nil && info.Status == libvirtx.QEMUMigrationCompleted
 	give := time.Now().Add(recoveredWait)
+	if r.vanished {
+		give = time.Now().Add(vanishedWait)
+	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, recoverAskTimeout)
 		resp, err := r.s.proxy.ControlTo(actx, r.req.Target, r.owner, proxy.ControlRequest{Op: proxy.OpRecovered, Migration: r.tid, Domain: r.req.Domain})
@@ -365,9 +395,17 @@ func (r *recovery) settle() (proxy.ControlResponse, bool) {
 		if !completed && !r.vanished {
 			return resp, false
 		}
-		if r.vanished && time.Now().After(give) {
-			r.log.Error("the guest vanished from this node's libvirt during the recovery, and the target does not say it runs whole there", zap.Error(err), zap.String("outcome", resp.Outcome))
+		if r.vanished && time.Now().After(give) && err == nil && resp.Outcome != "" {
+			// The target's own word that it does not run the guest whole;
+			// one it cannot give (unreachable, unsettled) is asked again.
+			r.log.Error("the guest vanished from this node's libvirt during the recovery, and the target says it does not run it whole", zap.String("outcome", resp.Outcome))
 			return resp, false
+		}
+		if r.vanished && time.Now().After(give) {
+			if !r.sleep(min(time.Since(give)/4+time.Second, overdueBackoff)) {
+				return resp, false
+			}
+			continue
 		}
 		if time.Now().After(give) {
 			// QEMU here has handed the guest over and stopped: it cannot

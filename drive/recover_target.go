@@ -2,7 +2,6 @@ package drive
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -90,15 +89,20 @@ func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error
 		return err
 	}
 	dom, err := c.LookupDomain(ctx, m.Domain)
-	if err == nil && !sameInstance(m.Instance, dom) {
-		err = errors.New("another domain has the name now")
-	}
-	if err != nil {
+	switch {
+	case libvirtx.IsNoDomain(err):
+		return fmt.Errorf("%w: libvirt has no domain %s", proxy.ErrGuestGone, m.Domain)
+	case err == nil && !sameInstance(m.Instance, dom):
+		return fmt.Errorf("%w: another domain has the name %s now", proxy.ErrGuestGone, m.Domain)
+	case err != nil:
 		return fmt.Errorf("the migration's guest is not here: %w", PeerError(err))
 	}
 	state, reason, err := c.DomainState(ctx, dom)
 	if err != nil {
 		return PeerError(err)
+	}
+	if state == libvirtx.StateShutoff {
+		return fmt.Errorf("%w: the guest is shut off here (reason %d)", proxy.ErrGuestGone, reason)
 	}
 	if !libvirtx.InPostCopy(state, reason) {
 		return fmt.Errorf("the guest is %s (reason %d) here, not in post-copy", state, reason)

@@ -83,6 +83,21 @@ func (ds *registry) end(key string) {
 	}
 }
 
+// releaseHolds lets go of what key's drive holds (its slot, its quiet)
+// while the key stays taken: a migration settled from its record, or a
+// post-copy waiting for its path back, moves no data.
+func (ds *registry) releaseHolds(key string) {
+	ds.mu.Lock()
+	var release []func()
+	if st, ok := ds.running[key]; ok {
+		release, st.release = st.release, nil
+	}
+	ds.mu.Unlock()
+	for _, r := range release {
+		r()
+	}
+}
+
 // hold keeps release until key's drive ends.
 func (ds *registry) hold(key string, release func()) {
 	ds.mu.Lock()

@@ -347,13 +347,15 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	go func() {
 		defer s.running.end(drive)
 		defer own.Close()
-		// A migration left unsettled keeps its record, and is settled
-		// from it as a restarted ferryd would, once this one is let go.
 		switch s.drive(req, rec, own, dom, src, info, o, flags, params, prep.Cookie, deadline) {
 		case driveSettled:
 			s.forgetDrive(id)
 		case driveUnsettled:
-			go s.settleUnsettled(id)
+			// Settled from its record, as a restarted ferryd would, with
+			// the domain still held, so no other migration of it starts
+			// meanwhile; its slot goes to others.
+			s.running.releaseHolds(drive)
+			s.settleUnsettled(id)
 		}
 	}()
 	msg := "migration started through the Ferry proxy"
@@ -421,7 +423,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	info api.ProxyInfo, o *Owner, flags libvirt.DomainMigrateFlags, params []libvirt.TypedParam, cookie []byte, deadline time.Duration) driveEnd {
 	id, tid := rec.ID, rec.TargetID
 	settled := true
-	keepStreams := false
+	keepStreams, givenUp := false, false
 	log := s.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))
 	defer s.restoreSpeed(log, conn, dom, rec, o, driveKey(conn.Socket(), req.Domain))
 	start := time.Now()
@@ -472,7 +474,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	// them. Only the proxy that prepared the migration may finish it.
 	var ferr, cerr error
 	targetPersisted := false
-	if perr == nil && flags&libvirt.MigratePostcopy == 0 {
+	if perr == nil && !o.MayBePostCopy() {
 		if faults.Inject(faults.PauseBeforeFinish) {
 			log.Warn("fault injected: pausing before the finish", zap.Duration("for", pauseBeforeFinish))
 			time.Sleep(pauseBeforeFinish)
@@ -511,7 +513,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	} else {
 		// The guest is paused here, whole, and may run there: only the
 		// target's word decides which copy lives.
-		fin, outcome := s.settleFinish(log, req, tid, src, performCookie, conn, dom, flags&libvirt.MigratePostcopy != 0)
+		fin, outcome := s.settleFinish(log, req, tid, src, performCookie, conn, dom, flags&libvirt.MigratePostcopy != 0, o.MayBePostCopy())
 		if fin.Reason == resolvedByOperator {
 			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
 		}
@@ -548,7 +550,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 				ferr = err
 				if errors.Is(err, errGivenUp) {
 					s.keepForRecover(log, rec)
-					settled = false
+					givenUp = true
 				}
 			}
 		}
@@ -592,29 +594,35 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		// record now, and forget it once done.
 		return driveDefinitionLater
 	}
-	if !settled {
+	switch {
+	case givenUp:
+		return driveGivenUp
+	case !settled:
 		return driveUnsettled
 	}
 	return driveSettled
 }
 
 // How a drive ended, for its record: forgotten, kept by the definition's
-// retries, or kept to be settled from.
+// retries, kept to be settled from, or kept for ferryctl recover.
 type driveEnd int
 
 const (
 	driveSettled driveEnd = iota
 	driveDefinitionLater
 	driveUnsettled
+	driveGivenUp
 )
 
 // jobStillHeld says whether this node's libvirt still holds the pre-copy
 // migration's job, done with Perform and waiting for Confirm. libvirt ties
-// that job to the connection that performed it: once that closed (a
-// libvirtd restarted), libvirt has dropped the job, and a libvirtd
-// restarted resumes the guest here by itself (libvirt 11 does). Handing
-// the guest to the target then would make two copies, so the migration
-// ends here instead, as one whose Perform failed.
+// that job to the connection that performed it: when that connection
+// closes (a libvirtd stopping closes them all), its close callback ends the
+// job as cancelled (CONFIRM3_CANCELLED), and a libvirtd started again
+// resumes the guest here by itself, as "migration canceled". Handing the
+// guest to the target then would make two copies, so the migration ends
+// here instead, as one whose Perform failed. (A libvirtd killed outright
+// runs no callback: its job stays PERFORM3_DONE and the guest paused.)
 func jobStillHeld(conn *libvirtx.Conn) error {
 	select {
 	case <-conn.Done():

@@ -47,19 +47,13 @@ func (s *Source) applyUntilDone(ctx context.Context, log *zap.Logger, r drivenRe
 	}
 }
 
-// settleUnsettled settles, in the background, a migration whose drive
-// ended with its record kept, once the drive's own hold on the guest is
-// gone; a recovery an operator gave up stays as it is.
+// settleUnsettled settles a migration whose drive ended with its record
+// kept; the caller holds its key.
 func (s *Source) settleUnsettled(id string) {
 	r, ok := s.recordedDrive(id)
 	if !ok || r.GivenUp {
 		return
 	}
-	key := driveKey(r.Socket, r.Domain)
-	for wait := 100 * time.Millisecond; !s.running.start(key); wait = min(2*wait, 5*time.Second) {
-		time.Sleep(wait)
-	}
-	defer s.running.end(key)
 	s.settleAfterRestart(context.Background(), r, "the migration's drive ended unsettled")
 }
 

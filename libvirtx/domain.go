@@ -112,11 +112,6 @@ func (c *Conn) Resume(ctx context.Context, dom libvirt.Domain) error {
 	return do(ctx, c, "resume domain", func(l *libvirt.Libvirt) error { return l.DomainResume(dom) })
 }
 
-// Suspend pauses a domain's vCPUs (libvirt's reason: paused by a user).
-func (c *Conn) Suspend(ctx context.Context, dom libvirt.Domain) error {
-	return do(ctx, c, "suspend domain", func(l *libvirt.Libvirt) error { return l.DomainSuspend(dom) })
-}
-
 // Destroy stops a domain at once, as pulling its plug would.
 func (c *Conn) Destroy(ctx context.Context, dom libvirt.Domain) error {
 	return do(ctx, c, "destroy domain", func(l *libvirt.Libvirt) error { return l.DomainDestroy(dom) })

@@ -168,7 +168,6 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	17:           func(w *xdrWalk) { w.take(8, "max memory") },                                                   // domain get max memory
 	23:           func(w *xdrWalk) { w.domain() },                                                                // domain lookup by name
 	28:           func(*xdrWalk) {},                                                                              // domain resume
-	34:           func(*xdrWalk) {},                                                                              // domain suspend
 	29:           func(*xdrWalk) {},                                                                              // domain set autostart
 	66:           func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },         // auth list
 	70:           func(w *xdrWalk) { w.take(4, "complete") },                                                     // auth polkit, go-libvirt's own call

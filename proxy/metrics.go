@@ -34,6 +34,10 @@ const (
 	reasonNoIdentity      = "no_node_identity"
 	reasonInvalidIdentity = "invalid_node_identity"
 	reasonWrongPeer       = "wrong_peer"
+	// ReasonGuestGone: the post-copy a recovery names no longer has its
+	// guest here (the node rebooted, the copy destroyed): it can never be
+	// resumed.
+	ReasonGuestGone = "guest_gone"
 	// ReasonUnknownMigration: the migration a stream or a finish names was
 	// never prepared on this node, or by another peer.
 	ReasonUnknownMigration = "unknown_migration"
@@ -60,7 +64,7 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
 	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, ReasonRestarted, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
-	"invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy, reasonDirectNotAllowed, reasonDirectUnavailable}
+	ReasonGuestGone, "invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy, reasonDirectNotAllowed, reasonDirectUnavailable}
 
 // Metrics are the vectors the proxy counts into. Package metrics declares
 // them (every series ferryd exports is named, described and labelled

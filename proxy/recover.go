@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -31,6 +32,10 @@ type IncomingRecoverer interface {
 	// split, or an error while libvirt's job still runs.
 	Recovered(ctx context.Context, m IncomingMigration) (string, bool, error)
 }
+
+// ErrGuestGone: an IncomingRecoverer's word that the migration's guest is
+// no longer here, so that no attempt can ever resume it.
+var ErrGuestGone = errors.New("the migration's guest is no longer on this node")
 
 // TargetMonitorPath is where the target QEMU of a post-copy migration
 // creates Ferry's own QMP monitor on this node, beside the migration's
@@ -175,6 +180,10 @@ func (p *Proxy) recover(raw net.Conn, req ControlRequest, peer Peer) ControlResp
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
 	status, err := rc.Recover(ctx, in, m.Targets[KindMemory])
+	if errors.Is(err, ErrGuestGone) {
+		p.Unregister(rid, "the guest is gone")
+		return p.refusePeer(raw, peer.Node, req, ReasonGuestGone, "recovery: "+err.Error())
+	}
 	if err != nil {
 		p.Unregister(rid, "recovery not armed")
 		p.log.Warn("a post-copy recovery could not be armed", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.Error(err))

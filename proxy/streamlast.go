@@ -29,26 +29,31 @@ func (c *Counters) moved() uint64 {
 	return n
 }
 
-// openConns is how many of e's streams are open.
-func (r *registry) openConns(e *entry) int {
+// openConns is how many of e's streams are open, and whether e has ended.
+func (r *registry) openConns(e *entry) (int, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(e.conns)
+	return len(e.conns), e.ended != ""
 }
 
 // unregisterOnceStill ends id once its streams have stopped moving.
 func (p *Proxy) unregisterOnceStill(e *entry, id, why string) {
-	last, since := e.counters.moved(), time.Now()
-	var check func()
-	check = func() {
-		if n := e.counters.moved(); n != last {
-			last, since = n, time.Now()
+	still, check := stillFor, streamCheck
+	go func() {
+		last, since := e.counters.moved(), time.Now()
+		for {
+			time.Sleep(check)
+			if n := e.counters.moved(); n != last {
+				last, since = n, time.Now()
+			}
+			open, ended := p.reg.openConns(e)
+			if ended {
+				return
+			}
+			if open == 0 || time.Since(since) >= still {
+				p.Unregister(id, why+"; its streams stopped")
+				return
+			}
 		}
-		if p.reg.openConns(e) == 0 || time.Since(since) >= stillFor {
-			p.Unregister(id, why+"; its streams stopped")
-			return
-		}
-		p.reg.addTimer(e, streamCheck, check)
-	}
-	p.reg.addTimer(e, streamCheck, check)
+	}()
 }

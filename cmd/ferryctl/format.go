@@ -326,7 +326,11 @@ func recoveryString(j api.Job, now time.Time) string {
 			s = fmt.Sprintf("paused on both nodes, OVERDUE since %s; tried on until resumed or given up; %s",
 				rc.Until.Local().Format("15:04:05"), s)
 		}
-		s += " (ferryctl recover / give-up)"
+		if j.Role == api.RoleSource {
+			s += " (ferryctl recover / give-up)"
+		} else {
+			s += " (ferryctl recover on the source; give-up here ends this node's job)"
+		}
 	}
 	if rc.LastError != "" {
 		s += "; last: " + rc.LastError
