@@ -247,7 +247,11 @@ func TestAGivenUpPostCopyRecoveryStartsAgainOnRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bed.RestoreLink()
-	waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j api.Job) bool { return j.Phase == api.PhasePostCopyPaused })
+	// The tracker shows the pause as libvirt reports it; the driver's
+	// recovery, which give-up speaks to, starts when the finish sees it.
+	waitJob(t, "a", name, "a recovery attempt", 2*time.Minute, func(j api.Job) bool {
+		return j.Phase == api.PhasePostCopyPaused && j.Recovery != nil && j.Recovery.Attempts >= 1
+	})
 	var msg api.MessageResponse
 	ctlJSON(t, "a", &msg, "give-up", name)
 	src := waitJob(t, "a", name, "PostCopyFailed", time.Minute, func(j api.Job) bool { return j.Phase == api.PhasePostCopyFailed })
