@@ -171,12 +171,7 @@ func TestATargetKilledBeforeTheFinishOverAnOldDefinitionLeavesTheGuestOnItsSourc
 			return nil
 		})
 	})
-	withFaults(t, "a", faults.PauseBeforeFinish)
-	before := verifiedSoFar(t, name)
-	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
-	waitFor(t, "a's migration held between its Perform and the finish", 2*time.Minute, func() bool {
-		return ferrydLogLine("a", `"domain":"`+name+`"`, "fault injected: pausing before the finish")
-	})
+	before, done := migrationHeldBeforeFinish(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := bed.CrashFerryd(ctx, "b"); err != nil {
@@ -217,12 +212,7 @@ func TestASourceLibvirtdRestartBeforeTheFinishKeepsTheGuestOnItsSource(t *testin
 		}
 		return err
 	})
-	withFaults(t, "a", faults.PauseBeforeFinish)
-	before := verifiedSoFar(t, name)
-	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
-	waitFor(t, "a's migration held between its Perform and the finish", 2*time.Minute, func() bool {
-		return ferrydLogLine("a", `"domain":"`+name+`"`, "fault injected: pausing before the finish")
-	})
+	before, done := migrationHeldBeforeFinish(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := bed.RestartLibvirtd(ctx, "a"); err != nil {
@@ -255,4 +245,19 @@ func TestASourceLibvirtdRestartBeforeTheFinishKeepsTheGuestOnItsSource(t *testin
 	bootLibvirtd(t, "a")
 	oneQEMU(t, name)
 	onlyOn(t, name, "a", "b")
+}
+
+// migrationHeldBeforeFinish starts a driven migration of name from a to
+// b that a's ferryd holds between Perform and the finish (a fault), and
+// returns once it is held: the guest's memory checks so far, and the
+// migration's end.
+func migrationHeldBeforeFinish(t *testing.T, name string) (int, <-chan error) {
+	t.Helper()
+	withFaults(t, "a", faults.PauseBeforeFinish)
+	before := verifiedSoFar(t, name)
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry"})
+	waitFor(t, "a's migration held between its Perform and the finish", 2*time.Minute, func() bool {
+		return ferrydLogLine("a", `"domain":"`+name+`"`, "fault injected: pausing before the finish")
+	})
+	return before, done
 }

@@ -270,16 +270,13 @@ func everFired(t *testing.T, window time.Duration, matcher string) []map[string]
 
 func domainUUID(t *testing.T, node, name string) string {
 	t.Helper()
-	l, err := bed.Libvirt(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Disconnect()
-	d, err := l.DomainLookupByName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return libvirtx.UUIDString(d.UUID)
+	var uuid string
+	withLibvirt(t, node, func(l *libvirt.Libvirt) error {
+		d, err := l.DomainLookupByName(name)
+		uuid = libvirtx.UUIDString(d.UUID)
+		return err
+	})
+	return uuid
 }
 
 // histogramSeries is a histogram's _sum and _count on one node.
