@@ -98,13 +98,7 @@ func oneQEMU(t *testing.T, name string) {
 func TestATargetThatCannotKeepTheDefinitionNeverRunsTheGuest(t *testing.T) {
 	const name = "rocfg"
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
-	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
-		dom, err := l.DomainLookupByName(name)
-		if err == nil {
-			err = l.DomainSetAutostart(dom, 1)
-		}
-		return err
-	})
+	autostartOn(t, "a", name)
 	restore, err := bed.ReadOnlyLibvirtConfig("b")
 	if err != nil {
 		t.Fatal(err)
@@ -205,13 +199,7 @@ func TestATargetKilledBeforeTheFinishOverAnOldDefinitionLeavesTheGuestOnItsSourc
 func TestASourceLibvirtdRestartBeforeTheFinishKeepsTheGuestOnItsSource(t *testing.T) {
 	const name = "srcfin"
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
-	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
-		dom, err := l.DomainLookupByName(name)
-		if err == nil {
-			err = l.DomainSetAutostart(dom, 1)
-		}
-		return err
-	})
+	autostartOn(t, "a", name)
 	before, done := migrationHeldBeforeFinish(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -260,4 +248,16 @@ func migrationHeldBeforeFinish(t *testing.T, name string) (int, <-chan error) {
 		return ferrydLogLine("a", `"domain":"`+name+`"`, "fault injected: pausing before the finish")
 	})
 	return before, done
+}
+
+// autostartOn turns the guest's autostart on, on node.
+func autostartOn(t *testing.T, node, name string) {
+	t.Helper()
+	withLibvirt(t, node, func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(name)
+		if err == nil {
+			err = l.DomainSetAutostart(dom, 1)
+		}
+		return err
+	})
 }

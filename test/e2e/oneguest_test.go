@@ -211,11 +211,9 @@ func TestPersistentDomainMovesItsDefinition(t *testing.T) {
 	const name = "persist"
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
 	const pendingKiB = 320 << 10
+	autostartOn(t, "a", name)
 	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
 		dom, err := l.DomainLookupByName(name)
-		if err == nil {
-			err = l.DomainSetAutostart(dom, 1)
-		}
 		if err == nil {
 			err = l.DomainSetMemoryFlags(dom, pendingKiB, uint32(libvirt.DomainMemConfig|libvirt.DomainMemMaximum))
 		}
