@@ -84,6 +84,8 @@ func serveHostile(c net.Conn, listings *atomic.Int32) {
 			body = be(0)
 		case 157: // lib version
 			body = be(0, 11003000)
+		case 60: // supports feature (keepalive): no
+			body = be(0)
 		case 316: // event callback registered
 			body = be(1)
 		case 344: // all domain stats: 2^31-1 records, none sent
