@@ -156,21 +156,30 @@ func (c *framedConn) writeControl(p []byte) error {
 	if c.wbroken {
 		return net.ErrClosed
 	}
+	// A peer that stops reading never holds a keepalive answer, nor the
+	// lock, for longer than this.
+	c.Conn.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
 	_, err := c.Conn.Write(p)
+	c.Conn.SetWriteDeadline(time.Time{})
 	if err != nil {
 		c.wbroken = true
 	}
 	return err
 }
 
-// Close wakes a keepalive write waiting for a packet boundary that will
-// not come.
+// controlWriteTimeout bounds one keepalive packet's write.
+const controlWriteTimeout = 5 * time.Second
+
+// Close closes the socket first, which fails a write blocked on a peer
+// that stopped reading (it holds wmu), then wakes a keepalive write
+// waiting for a packet boundary that will not come.
 func (c *framedConn) Close() error {
+	err := c.Conn.Close()
 	c.wmu.Lock()
 	c.wbroken = true
 	c.boundary.Broadcast()
 	c.wmu.Unlock()
-	return c.Conn.Close()
+	return err
 }
 
 func (c *framedConn) refuse(err error) error {
