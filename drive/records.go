@@ -320,7 +320,7 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning:
 		// Never destroy a copy that runs: the target's word and this
 		// node disagree, which an operator must see.
-		return "", errors.New("the guest runs both here and on the target: left for an operator")
+		return "", errLeftForOperator
 	case outcome == proxy.OutcomeRunning && pausedByMigration:
 		if err := c.Destroy(ctx, dom); err != nil {
 			return "", err
@@ -336,6 +336,10 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	}
 	return fmt.Sprintf("this node's copy is %s (reason %d): left as it is", state, reason), nil
 }
+
+// errLeftForOperator: the target's word and this node disagree in a way
+// no retry changes (the guest runs on both): an operator decides.
+var errLeftForOperator = errors.New("the guest runs both here and on the target: left for an operator (ferryctl resolve, or destroy the copy that must go)")
 
 // recordedDomain is r's guest on this node; when it is not here (no
 // domain of its name, or another guest given the name since), absent says

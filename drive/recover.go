@@ -293,17 +293,32 @@ func (r *recovery) releaseOrig() {
 // here): libvirt's word that a post-copy failed is not QEMU's, whose
 // stream goes on without libvirtd.
 func closeOnceQEMUStops(info func(context.Context) (libvirtx.MigrationStatus, error), src *proxy.SourceMigration, why string) {
+	var failing time.Time
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		st, err := info(ctx)
 		cancel()
-		if err == nil && st.Status != libvirtx.QEMUMigrationPostCopyActive || errors.Is(err, errSourceGone) {
+		switch {
+		case err == nil && st.Status != libvirtx.QEMUMigrationPostCopyActive, errors.Is(err, errSourceGone):
 			src.Close(why)
+			return
+		case err == nil:
+			failing = time.Time{}
+		case failing.IsZero():
+			failing = time.Now()
+		case time.Since(failing) > unaskableFor:
+			// Nobody answers for the guest (its libvirt gone with its
+			// pod): its streams are let go, not kept forever.
+			src.Close(why + "; the guest's libvirt has not answered for " + unaskableFor.String())
 			return
 		}
 		time.Sleep(2 * time.Second)
 	}
 }
+
+// unaskableFor is how long libvirt may not answer for a guest before its
+// post-copy streams are let go.
+const unaskableFor = 10 * time.Minute
 
 // moving says whether QEMU's post-copy stream makes progress over
 // stallWait.
@@ -330,8 +345,10 @@ var errSourceGone = errors.New("the guest is gone from this node's libvirt")
 // completed.
 func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, error) {
 	info, err := r.conn.QEMUMigrationInfo(ctx, r.dom)
+	asked := r.conn
 	if err != nil {
 		if c, cerr := r.s.cfg.Conns.Conn(r.socket); cerr == nil && c != r.conn {
+			asked = c
 			if info, err = c.QEMUMigrationInfo(ctx, r.dom); err == nil {
 				r.conn = c
 			}
@@ -340,7 +357,9 @@ func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, er
 	if err == nil {
 		return info, nil
 	}
-	state, reason, serr := r.conn.DomainState(ctx, r.dom)
+	// Asked where the last question went: the recovery's own connection
+	// may be closed (the drive that made it has ended).
+	state, reason, serr := asked.DomainState(ctx, r.dom)
 	if serr == nil && state == libvirtx.StateShutoff && reason == int32(libvirt.DomainShutoffMigrated) {
 		return libvirtx.MigrationStatus{Status: libvirtx.QEMUMigrationCompleted}, nil
 	}

@@ -2,6 +2,7 @@ package drive
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,6 +33,10 @@ func (s *Source) applyUntilDone(ctx context.Context, log *zap.Logger, r drivenRe
 		}
 		if err == nil {
 			return what, true
+		}
+		if errors.Is(err, errLeftForOperator) {
+			log.Error("the target's word cannot be applied to this node's copy: left for an operator; the record stays", zap.String("outcome", outcome), zap.Error(err))
+			return "", false
 		}
 		if tries%12 == 0 {
 			log.Error("cannot apply the target's word to this node's copy yet; trying again", zap.String("outcome", outcome), zap.Int("tries", tries), zap.Error(err))

@@ -39,7 +39,31 @@ func uidOfElement(md string) string {
 	if xml.Unmarshal([]byte(md), &k) != nil {
 		return ""
 	}
-	return strings.TrimSpace(k.UID)
+	uid := strings.TrimSpace(k.UID)
+	if !canonicalUID(uid) {
+		// Kubernetes UIDs are UUIDs: anything else (a pod's libvirt can
+		// write what it likes) never reaches a metric label or a mark.
+		return ""
+	}
+	return uid
+}
+
+// canonicalUID says whether s is a UUID in its 36-byte text form.
+func canonicalUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if r != '-' {
+				return false
+			}
+		case !('0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F'):
+			return false
+		}
+	}
+	return true
 }
 
 // KubeVirtSocketGlob is where KubeVirt's virt-launcher pods put their

@@ -3,6 +3,7 @@ package libvirtx
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -61,10 +62,20 @@ func TestProcessCPUSecondsAndV1Paths(t *testing.T) {
 
 // As libvirt 11.3 answers virDomainGetMetadata for KubeVirt's namespace.
 func TestKubeVirtUIDFromTheMetadataElement(t *testing.T) {
-	if got := uidOfElement("<kubevirt>\n  <uid>1234-uid</uid>\n</kubevirt>"); got != "1234-uid" {
+	const uid = "9f2b6c1e-4d3a-4b7e-8c5f-1a2b3c4d5e6f"
+	if got := uidOfElement("<kubevirt>\n  <uid>" + uid + "</uid>\n</kubevirt>"); got != uid {
 		t.Fatalf("uid %q", got)
 	}
 	if got := uidOfElement("<kubevirt/>"); got != "" {
 		t.Fatalf("uid %q from an element without one", got)
+	}
+}
+
+// A pod's libvirt writes what it likes: only a UUID is taken for a UID.
+func TestAKubeVirtUIDThatIsNoUUIDIsNotTaken(t *testing.T) {
+	for _, bad := range []string{"1234-uid", strings.Repeat("a", 3<<20), "9f2b6c1e-4d3a-4b7e-8c5f-1a2b3c4d5e6", "9f2b6c1e_4d3a-4b7e-8c5f-1a2b3c4d5e6f", "9f2b6c1e-4d3a-4b7e-8c5f-1a2b3c4d5e6g"} {
+		if got := uidOfElement("<kubevirt><uid>" + bad + "</uid></kubevirt>"); got != "" {
+			t.Errorf("uid %.40q taken", got)
+		}
 	}
 }

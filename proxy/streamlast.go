@@ -41,6 +41,9 @@ func (p *Proxy) unregisterOnceStill(e *entry, id, why string) {
 	still, check := stillFor, streamCheck
 	go func() {
 		last, since := e.counters.moved(), time.Now()
+		// Bounded as a recovery is: a peer that trickles bytes keeps the
+		// migration's slot no longer.
+		end := time.Now().Add(maxRecoverSeconds * time.Second)
 		for {
 			time.Sleep(check)
 			if n := e.counters.moved(); n != last {
@@ -50,7 +53,7 @@ func (p *Proxy) unregisterOnceStill(e *entry, id, why string) {
 			if ended {
 				return
 			}
-			if open == 0 || time.Since(since) >= still {
+			if open == 0 || time.Since(since) >= still || time.Now().After(end) {
 				p.Unregister(id, why+"; its streams stopped")
 				return
 			}
