@@ -58,25 +58,39 @@ func heldInPostCopy(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (libv
 // post-copy (on socket, if named); false when there is none to start, or
 // its guest is no longer held here.
 func (s *Source) rearm(socket, domain string) bool {
-	var found []drivenRecord
-	for _, r := range s.recordedDrives() {
-		if r.GivenUp && r.Domain == domain && (socket == "" || r.Socket == socket) {
-			found = append(found, r)
-		}
-	}
-	if len(found) != 1 || s.proxy == nil || !s.recovers(found[0]) {
+	if s.proxy == nil {
 		return false
 	}
-	r := found[0]
+	// Only a record whose guest is still held counts: one left by a
+	// guest destroyed since (its pod gone) must not make the name
+	// ambiguous.
+	var r drivenRecord
+	var dom libvirt.Domain
+	found := 0
+	for _, rec := range s.recordedDrives() {
+		if !rec.GivenUp || rec.Domain != domain || socket != "" && rec.Socket != socket || !s.recovers(rec) {
+			continue
+		}
+		c, err := s.cfg.Conns.Conn(rec.Socket)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, held := heldInPostCopy(ctx, c, rec)
+		cancel()
+		if held {
+			r, dom, found = rec, d, found+1
+		}
+	}
+	if found != 1 {
+		return false
+	}
 	c, err := s.cfg.Conns.Conn(r.Socket)
 	if err != nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	dom, held := heldInPostCopy(ctx, c, r)
-	cancel()
 	key := driveKey(r.Socket, r.Domain)
-	if !held || !s.running.start(key) {
+	if !s.running.start(key) {
 		return false
 	}
 	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
