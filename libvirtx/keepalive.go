@@ -229,8 +229,8 @@ func (k *keepAlive) write() {
 // run pings after each interval of silence, each PING given an interval
 // to be answered, and once the silence reaches Interval*Count cuts the
 // connection or leaves it to be reported; PINGs already sent are answered
-// when a stopped daemon goes on, which ends the silence. Any packet from the daemon (an answer, an event, its own
-// PING) starts the count again.
+// when a stopped daemon goes on, which ends the silence. Any packet from
+// the daemon (an answer, an event, its own PING) starts the count again.
 func (k *keepAlive) run(gone <-chan struct{}) {
 	defer k.end()
 	tick := time.NewTicker(max(k.cfg.Interval/5, time.Millisecond))

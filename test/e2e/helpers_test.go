@@ -215,3 +215,13 @@ func domainState(t *testing.T, node, name string) (int32, int32) {
 	}
 	return st, rs
 }
+
+// hasEvent says whether the job recorded an event of kind.
+func hasEvent(j api.Job, kind string) bool {
+	for _, e := range j.Events {
+		if e.Kind == kind {
+			return true
+		}
+	}
+	return false
+}

@@ -129,13 +129,3 @@ func TestKeepAliveWithTheBedsLibvirtd(t *testing.T) {
 		t.Fatalf("a call once libvirtd went on: %v", err)
 	}
 }
-
-// hasEvent says whether the job recorded an event of kind.
-func hasEvent(j api.Job, kind string) bool {
-	for _, e := range j.Events {
-		if e.Kind == kind {
-			return true
-		}
-	}
-	return false
-}

@@ -58,17 +58,7 @@ func breakable(t *testing.T, g testbed.GuestSpec) pcRun {
 // nodes (a resume can follow within a second: the event stays).
 func pausedOnBoth(t *testing.T, name string, within time.Duration) {
 	t.Helper()
-	paused := func(j api.Job) bool {
-		if j.Recovery == nil {
-			return false
-		}
-		for _, e := range j.Events {
-			if e.Kind == "postcopy-paused" {
-				return true
-			}
-		}
-		return false
-	}
+	paused := func(j api.Job) bool { return j.Recovery != nil && hasEvent(j, "postcopy-paused") }
 	src := waitJob(t, "a", name, "PostCopyPaused", within, paused)
 	waitJob(t, "b", name, "PostCopyPaused", within, paused)
 	if time.Until(src.Recovery.Until) < 3*time.Minute {
