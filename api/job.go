@@ -210,6 +210,10 @@ type ProxyInfo struct {
 	// listening (its ferryd is down), or a proxy there that never heard of
 	// it (its ferryd restarted).
 	TargetLost string `json:"targetLost,omitempty"`
+	// Ended says the driver has ended the migration: Bytes, the rates and
+	// Errors are final. libvirt's job may end a moment before, and the
+	// job shows its phase from then.
+	Ended bool `json:"ended,omitempty"`
 }
 
 // VMIInfo is a KubeVirt VirtualMachineInstance as it bears on a migration.

@@ -39,7 +39,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux.HandleFunc("GET /v1/proxy", d.proxyStatus)
 	mux.Handle("GET /metrics", d.metricsHandler())
 	mux.HandleFunc("GET /healthz", d.healthz)
-	mux.HandleFunc("GET /readyz", d.readyz)
+	mux.HandleFunc("GET /readyz", d.readyz(true))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/evacuations, /v1/domains/{name}/check, /v1/jobs/{domain}/abort, /v1/jobs/{domain}/postcopy, /v1/jobs/{domain}/resolve, /v1/jobs/{domain}/recover and /v1/jobs/{domain}/give-up", r.Method, r.URL.Path))
@@ -54,9 +54,15 @@ func (d *Daemon) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", d.scrape)
 	mux.HandleFunc("GET /healthz", d.healthz)
-	mux.HandleFunc("GET /readyz", d.readyz)
+	mux.HandleFunc("GET /readyz", d.readyz(false))
 	return mux
 }
+
+// readyzSockets and readyzAtOnce bound what /readyz costs (see readyz).
+const (
+	readyzSockets = 16
+	readyzAtOnce  = 4
+)
 
 func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte("ok\n"))
@@ -65,34 +71,68 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 // readyz is ready once ferryd is serving and has looked for its libvirt
 // sockets. A libvirt that is down does not make ferryd unready: its metrics
 // (ferry_libvirt_up = 0) must still be scraped for the alert to fire; the
-// body says which sockets are down.
-func (d *Daemon) readyz(w http.ResponseWriter, _ *http.Request) {
-	if !d.Pool.Started() {
-		http.Error(w, "starting: libvirt sockets not scanned yet", http.StatusServiceUnavailable)
-		return
+// body says how many sockets are down, and on the debug socket (named)
+// which.
+//
+// The metrics port, which every pod may reach, names none: a launcher's
+// socket path carries its pod's UID, and its error is the pod's libvirt's
+// text. Even named, at most readyzSockets are, and readyzAtOnce bodies
+// are built at once.
+func (d *Daemon) readyz(named bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if !d.Pool.Started() {
+			http.Error(w, "starting: libvirt sockets not scanned yet", http.StatusServiceUnavailable)
+			return
+		}
+		select {
+		case d.readyzSlots <- struct{}{}:
+			defer func() { <-d.readyzSlots }()
+		default:
+			// Ready all the same: whoever floods the port must not make
+			// the kubelet's probe fail.
+			w.Write([]byte("ok (details withheld: too many readiness checks at once)\n"))
+			return
+		}
+		var b strings.Builder
+		if !d.Pool.Ready() {
+			d.writeDownSockets(&b, named)
+		}
+		// A node without VMs matches nothing too, so this is said, not failed.
+		if g, ok := d.Pool.GlobStatus(); ok && g.Empty {
+			fmt.Fprintf(&b, "the libvirt socket glob %s has matched nothing for %s: no VMs here, or a wrong --kubelet-pods-dir or mount\n",
+				g.Glob, time.Since(g.Since).Round(time.Second))
+		}
+		if b.Len() == 0 {
+			w.Write([]byte("ok\n"))
+			return
+		}
+		w.Write([]byte("ok, but " + b.String()))
 	}
-	var b strings.Builder
-	if !d.Pool.Ready() {
-		for _, s := range d.Pool.Status() {
-			if s.Up {
-				continue
-			}
-			if b.Len() == 0 {
+}
+
+// writeDownSockets says how many libvirt sockets are not connected, and
+// when named, which (at most readyzSockets) and why.
+func (d *Daemon) writeDownSockets(b *strings.Builder, named bool) {
+	all := d.Pool.Status()
+	down := 0
+	for _, s := range all {
+		if s.Up {
+			continue
+		}
+		if down++; named && down <= readyzSockets {
+			if down == 1 {
 				b.WriteString("not every libvirt socket is connected:\n")
 			}
-			fmt.Fprintf(&b, "  %s: %s\n", s.Socket, s.LastError)
+			fmt.Fprintf(b, "  %s: %s\n", s.Socket, s.LastError)
 		}
 	}
-	// A node without VMs matches nothing too, so this is said, not failed.
-	if g, ok := d.Pool.GlobStatus(); ok && g.Empty {
-		fmt.Fprintf(&b, "the libvirt socket glob %s has matched nothing for %s: no VMs here, or a wrong --kubelet-pods-dir or mount\n",
-			g.Glob, time.Since(g.Since).Round(time.Second))
+	switch {
+	case down == 0:
+	case !named:
+		fmt.Fprintf(b, "%d of %d libvirt sockets are not connected (ferryctl domains, on the node, names them)\n", down, len(all))
+	case down > readyzSockets:
+		fmt.Fprintf(b, "  and %d more (ferryctl domains lists them all)\n", down-readyzSockets)
 	}
-	if b.Len() == 0 {
-		w.Write([]byte("ok\n"))
-		return
-	}
-	w.Write([]byte("ok, but " + b.String()))
 }
 
 func (d *Daemon) getJobs(w http.ResponseWriter, r *http.Request) {
@@ -163,13 +203,33 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 	abortHandler(func(ctx context.Context, socket, domain string, force bool) (api.AbortResult, error) {
 		o, err := d.owner(socket, domain)
-		switch {
-		case err != nil:
+		if err != nil {
 			return api.AbortResult{}, err
-		case o != nil:
-			return o.Abort(ctx, migration.AbortByOperator, "", force)
 		}
-		return d.Tracker.Abort(ctx, migration.Target{Socket: socket, Domain: domain}, force, migration.AbortByOperator, "", onLibvirt(d.Pool, abortJob))
+		if err := d.Tracker.Unambiguous(socket, domain); err != nil {
+			return api.AbortResult{}, err
+		}
+		if force && d.source != nil {
+			// Marked before libvirt pauses it: the driver, seeing the
+			// split, must know it is the operator's.
+			on := socket
+			if o != nil {
+				on = o.Socket()
+			}
+			undo := d.source.PauseByOperator(on, domain)
+			defer func() {
+				if err != nil {
+					undo()
+				}
+			}()
+		}
+		var res api.AbortResult
+		if o != nil {
+			res, err = o.Abort(ctx, migration.AbortByOperator, "", force)
+		} else {
+			res, err = d.Tracker.Abort(ctx, migration.Target{Socket: socket, Domain: domain}, force, migration.AbortByOperator, "", onLibvirt(d.Pool, abortJob))
+		}
+		return res, err
 	}, d.log)(w, r)
 }
 
@@ -248,6 +308,10 @@ func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) recovery(word string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		domain, socket := r.PathValue("domain"), socketParam(r)
+		if err := d.Tracker.Unambiguous(socket, domain); err != nil {
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		}
 		var msg string
 		switch {
 		case d.source != nil && d.source.Recovery(socket, domain, word):

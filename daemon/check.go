@@ -79,54 +79,71 @@ func (d *Daemon) check(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkDomain reads what the live domain holds that keeps it on this
-// node, with each local disk's storage and, unless quick, its size.
+// node, with each local disk's storage and, unless quick, its size (as
+// far as libvirt answers it in time).
 func (d *Daemon) checkDomain(ctx context.Context, socket, name string, quick bool) (api.CheckResponse, error) {
+	resp, _, err := d.inspectDomain(ctx, socket, name, quick)
+	return resp, err
+}
+
+// inspectDomain is checkDomain that also names the disk whose size the
+// domain's libvirt left unanswered in time ("" if none): a plan does not
+// take such a domain as measured.
+func (d *Daemon) inspectDomain(ctx context.Context, socket, name string, quick bool) (resp api.CheckResponse, unsized string, err error) {
 	socket, dom, err := d.Tracker.DomainRef(socket, name)
 	if err != nil {
-		return api.CheckResponse{}, err
+		return api.CheckResponse{}, "", err
 	}
 	conn, err := d.Pool.Conn(socket)
 	if err != nil {
-		return api.CheckResponse{}, fmt.Errorf("%w: %v", migration.ErrNoLibvirt, err)
+		return api.CheckResponse{}, "", fmt.Errorf("%w: %v", migration.ErrNoLibvirt, err)
 	}
 	xml, err := conn.DomainXML(ctx, dom)
 	if err != nil {
-		return api.CheckResponse{}, err
+		return api.CheckResponse{}, "", err
 	}
 	var def libvirtxml.Domain
 	if err := def.Unmarshal(xml); err != nil {
-		return api.CheckResponse{}, fmt.Errorf("the live XML of %s: %w", name, err)
+		return api.CheckResponse{}, "", fmt.Errorf("the live XML of %s: %w", name, err)
 	}
 	blockers := preflight.Reasons(&def)
-	disks := map[string]preflight.Disk{}
-	for _, disk := range preflight.LocalDisks(&def) {
-		disks[disk.Target] = disk
-	}
-	root := d.storageRoot(conn, name)
-	for i := range blockers {
-		b := &blockers[i]
-		if b.Code != preflight.CodeLocalDisk {
-			continue
-		}
-		if !quick {
-			if size, err := conn.BlockSize(ctx, dom, b.Device); err == nil {
-				b.SizeBytes = size.Capacity
-			}
-		}
-		if !disks[b.Device].Uncopied {
-			judgeStorage(ctx, b, root)
+	if slices.Contains(d.cfg.LibvirtSockets, socket) && !blocked(blockers) {
+		// A guest of the node's own libvirt may be moved by Ferry (a
+		// launcher's is KubeVirt's to move), unless it cannot move at all.
+		for _, what := range libvirtx.RefusedFeatures(xml) {
+			blockers = append(blockers, preflight.FerryTargetRefuses(what))
 		}
 	}
+	if !quick {
+		unsized = askSizes(ctx, conn, dom, blockers)
+	}
+	d.judgeLocalDisks(ctx, conn, name, &def, blockers)
 	// What blocks first, as preflight orders it; a disk judged since may
 	// have moved.
 	slices.SortStableFunc(blockers, func(a, b api.Blocker) int { return severityRank(a.Severity) - severityRank(b.Severity) })
-	resp := api.CheckResponse{Node: d.cfg.NodeName, Domain: name, Migratable: true, Blockers: blockers}
+	resp = api.CheckResponse{Node: d.cfg.NodeName, Domain: name, Migratable: true, Blockers: blockers}
 	for _, b := range resp.Blockers {
 		if b.Severity == api.SeverityBlocks {
 			resp.Migratable = false
 		}
 	}
-	return resp, nil
+	return resp, unsized, nil
+}
+
+// judgeLocalDisks settles the storage of each local disk a migration
+// would have to copy.
+func (d *Daemon) judgeLocalDisks(ctx context.Context, conn *libvirtx.Conn, name string, def *libvirtxml.Domain, blockers []api.Blocker) {
+	disks := map[string]preflight.Disk{}
+	for _, disk := range preflight.LocalDisks(def) {
+		disks[disk.Target] = disk
+	}
+	root := d.storageRoot(conn, name)
+	for i := range blockers {
+		b := &blockers[i]
+		if b.Code == preflight.CodeLocalDisk && !disks[b.Device].Uncopied {
+			judgeStorage(ctx, b, root)
+		}
+	}
 }
 
 // storageRoot is where the domain's disk paths resolve: this host's root,
@@ -284,4 +301,9 @@ func (d *Daemon) annotateMigratable(ctx context.Context, doms []api.Domain) {
 		}()
 	}
 	wg.Wait()
+}
+
+// blocked says whether any of blockers keeps the domain here.
+func blocked(blockers []api.Blocker) bool {
+	return slices.ContainsFunc(blockers, func(b api.Blocker) bool { return b.Severity == api.SeverityBlocks })
 }

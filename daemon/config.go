@@ -91,6 +91,14 @@ type Config struct {
 	// means none: a peer's XML names no local file unless the operator
 	// chose where.
 	MigrationAllowedPaths []string
+	// MigrationAllowedConsoleDirs are the directories, of console files
+	// only, where an incoming migration's file chardevs and chardev logs
+	// may be; none by default, when they are refused.
+	MigrationAllowedConsoleDirs []string
+	// MigrationAdoptDefined lets an incoming migration take over a guest
+	// this node holds defined and shut off, which is refused by default:
+	// a peer would run its own memory on that guest's disks.
+	MigrationAdoptDefined bool
 	// MigrationAllowedBridges are the host bridges an incoming migration's
 	// interfaces may join; none unless the operator names some.
 	MigrationAllowedBridges []string
@@ -176,6 +184,16 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--migration-allowed-path %q is not a clean absolute path", p))
 		}
 	}
+	for _, p := range c.MigrationAllowedConsoleDirs {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			errs = append(errs, fmt.Errorf("--migration-allowed-console-dir %q is not a clean absolute path below /", p))
+		}
+		for _, a := range c.MigrationAllowedPaths {
+			if within(p, a) || within(a, p) {
+				errs = append(errs, fmt.Errorf("--migration-allowed-console-dir %q overlaps --migration-allowed-path %q: a console dir must hold no guest's disk, which a file chardev would truncate", p, a))
+			}
+		}
+	}
 	if c.PostCopyRecoveryTimeout < 0 || c.PostCopyRecoveryTimeout > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--postcopy-recovery-timeout %v is outside 0 (declare a broken post-copy lost at once) to 24h (when a pause past it alerts): a guest paused on missing pages is an outage", c.PostCopyRecoveryTimeout))
 	}
@@ -202,4 +220,9 @@ func ParsePeers(list []string) (map[string]string, error) {
 		peers[node] = addr
 	}
 	return peers, nil
+}
+
+// within says whether path p is dir or under it (clean absolute paths).
+func within(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }

@@ -36,11 +36,13 @@ type Daemon struct {
 	// listChecks bounds the domain checks the domain list makes at once,
 	// across requests.
 	listChecks chan struct{}
-	Tracker    *migration.Tracker
-	Pool       *libvirtx.Pool
-	Proxy      *proxy.Proxy
-	reg        *prometheus.Registry
-	scrape     *metrics.Handler
+	// readyzSlots bounds the /readyz bodies built at once.
+	readyzSlots chan struct{}
+	Tracker     *migration.Tracker
+	Pool        *libvirtx.Pool
+	Proxy       *proxy.Proxy
+	reg         *prometheus.Registry
+	scrape      *metrics.Handler
 	// source drives migrations from this node; nil without the proxy.
 	source *drive.Source
 	target *drive.Target
@@ -98,7 +100,8 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		log.Info("no libvirt socket configured: watching "+why,
 			zap.String("glob", cfg.LibvirtGlob), zap.Strings("sockets", cfg.LibvirtSockets))
 	}
-	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{}, listChecks: make(chan struct{}, listChecksAtOnce)}
+	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{}, listChecks: make(chan struct{}, listChecksAtOnce),
+		readyzSlots: make(chan struct{}, readyzAtOnce)}
 	d.reg = prometheus.NewRegistry()
 	times := metrics.NewTimes(cfg.NodeName, d.reg)
 	d.Tracker = migration.NewTracker(migration.Config{
@@ -155,8 +158,12 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	if cfg.ProxyListen != "" {
 		var in proxy.Incoming
 		if len(cfg.LibvirtSockets) > 0 {
-			d.target = drive.NewTarget(d.Tracker, d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
+			d.target = drive.NewTarget(d.Tracker, d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedConsoleDirs, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
 				cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
+			if cfg.MigrationAdoptDefined {
+				d.target.AdoptDefinedGuests()
+			}
+			d.target.KeepStateIn(cfg.StateDir)
 			in = d.target
 		}
 		group, err := qemuGroup(cfg, d.Pool)
@@ -171,7 +178,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 			return nil, err
 		}
 		d.Proxy = p
-		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Conns: d.Pool, Proxy: p, Policy: cfg.Policy,
+		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Conns: d.Pool, Proxy: p, Policy: cfg.Policy, NodeSockets: cfg.LibvirtSockets,
 			AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
 			PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
 			LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, DirectPeers: cfg.DirectPeers, QEMUTLSDir: cfg.QEMUTLSDir, Log: log.Named("drive")})
@@ -313,7 +320,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.source.SettleRecorded(poolCtx)
 	}
 	if d.target != nil {
-		d.target.HoldRecorded(d.Proxy.HeldIncoming())
+		d.target.HoldRecorded(poolCtx, d.Proxy.HeldIncoming())
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)

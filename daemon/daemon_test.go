@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -125,6 +126,21 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 	}
 }
 
+// A console dir that is, holds or lies in an allowed path would let a
+// file chardev truncate a guest's disk.
+func TestAConsoleDirOverlappingTheAllowedPathsIsRefused(t *testing.T) {
+	for _, c := range [][2]string{{"/var/lib/libvirt/images", "/var/lib/libvirt/images"}, {"/var/lib/libvirt", "/var/lib/libvirt/images/consoles"}, {"/var/lib/libvirt/images", "/var/lib/libvirt"}, {"/", "/run/consoles"}} {
+		err := (&Config{MigrationAllowedPaths: []string{c[0]}, MigrationAllowedConsoleDirs: []string{c[1]}}).Validate()
+		if err == nil || !strings.Contains(err.Error(), "--migration-allowed-console-dir \""+c[1]+"\" overlaps") {
+			t.Errorf("path %s, console dir %s: %v", c[0], c[1], err)
+		}
+	}
+	err := (&Config{MigrationAllowedPaths: []string{"/var/lib/libvirt/images"}, MigrationAllowedConsoleDirs: []string{"/var/log/libvirt/consoles"}}).Validate()
+	if err != nil && strings.Contains(err.Error(), "console-dir") {
+		t.Errorf("apart: %v", err)
+	}
+}
+
 // Whoever reaches the debug socket must not send a guest's memory to an
 // address of their choosing: a migration names the node whose certificate
 // the target must hold, unless ferryd was told to take bare addresses.
@@ -225,5 +241,36 @@ func TestEmptyGlobIsReported(t *testing.T) {
 	n, err := testutil.GatherAndCount(d.reg, "ferry_libvirt_socket_glob_matches")
 	if err != nil || n != 1 {
 		t.Errorf("ferry_libvirt_socket_glob_matches: %d series, err %v", n, err)
+	}
+}
+
+// /readyz on the metrics port, which every pod reaches, says how many
+// sockets are down and names none (a launcher's path carries its pod's
+// UID); on the debug socket it names a bounded number of them.
+func TestReadyzNamesDownSocketsOnlyOnTheDebugSocket(t *testing.T) {
+	var socks []string
+	d, _ := startDaemonWith(t, func(c *Config) {
+		for i := range 3 * readyzSockets {
+			socks = append(socks, filepath.Join(filepath.Dir(c.DebugSocket), fmt.Sprintf("down-%d", i)))
+		}
+		c.LibvirtSockets = socks
+	})
+	get := func(h http.Handler) string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		return rec.Body.String()
+	}
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if body = get(d.apiHandler()); strings.Contains(body, "more") {
+			break
+		}
+	}
+	if n := strings.Count(body, "\n  /"); n != readyzSockets || !strings.Contains(body, fmt.Sprintf("and %d more", 2*readyzSockets)) {
+		t.Fatalf("/readyz on the debug socket named %d of %d down sockets: %q", n, 3*readyzSockets, body)
+	}
+	metrics := get(d.metricsHandler())
+	if strings.Contains(metrics, "down-") || !strings.Contains(metrics, fmt.Sprintf("%d of %d libvirt sockets are not connected", 3*readyzSockets, 3*readyzSockets)) {
+		t.Fatalf("/readyz on the metrics port: %q; want a count and no socket named", metrics)
 	}
 }

@@ -125,8 +125,78 @@ func (d *Daemon) reportVMI(j api.Job) {
 	default:
 		return
 	}
+	if m.Kind == kubevirt.KindIrrecoverable && j.Role == api.RoleTarget {
+		// libvirt calls a target's post-copy failed when a migration API
+		// call fails (its libvirtd restarted), though QEMU's stream may go
+		// on and libvirt complete it by itself; the failed job holds the
+		// domain, so QEMU cannot be asked through libvirt. The source asks
+		// its QEMU and marks at once; the target marks only a guest still
+		// split after a grace (the source's node may be gone).
+		time.AfterFunc(targetMarkGrace, func() { d.markIfStillSplit(j, m) })
+		return
+	}
+	d.report(m)
+}
+
+// targetMarkGrace is how long a target waits before it marks a VMI whose
+// post-copy libvirt called failed: libvirt completes one whose QEMU
+// stream went on within seconds of QEMU.
+const targetMarkGrace = 30 * time.Second
+
+// splitRecheck is how often a guest past its grace is looked at again
+// while libvirt shows it in post-copy.
+const splitRecheck = 2 * time.Second
+
+// markIfStillSplit reports m unless the target's copy of j's guest now
+// runs whole: libvirt completed the post-copy by itself. One libvirt shows
+// in post-copy again (a restarted libvirtd takes QEMU's stream back as
+// unattended) is looked at again until it completes or fails; one in
+// post-copy because its source resumes it through this node's proxy is
+// not libvirt's doing, and is marked: the mark comes off if the resume
+// completes.
+func (d *Daemon) markIfStillSplit(j api.Job, m kubevirt.Mark) {
+	for give := time.Now().Add(24 * time.Hour); ; time.Sleep(splitRecheck) {
+		state, reason, found := d.domainState(j.Socket, j.Domain)
+		switch {
+		case found && state == "running" && !strings.HasPrefix(reason, "post-copy"):
+			d.log.Warn("not marking the VMI: libvirt called the post-copy failed, and then completed it", zap.String("vmi", j.Namespace+"/"+j.Name),
+				zap.String("domain", j.Domain), zap.String("reason", reason))
+			return
+		case found && reason == "post-copy" && !d.resumedThroughProxy(j.IncomingID) && time.Now().Before(give):
+			continue
+		}
+		d.report(m)
+		return
+	}
+}
+
+// resumedThroughProxy says whether this node's proxy relays the streams
+// of a resume of incoming migration id.
+func (d *Daemon) resumedThroughProxy(id string) bool {
+	if d.Proxy == nil || id == "" {
+		return false
+	}
+	for _, m := range d.Proxy.Registered() {
+		if m.RecoveryOf == id {
+			return true
+		}
+	}
+	return false
+}
+
+// domainState is the tracker's last view of a domain's state and reason.
+func (d *Daemon) domainState(socket, domain string) (state, reason string, found bool) {
+	for _, dom := range d.Tracker.Domains() {
+		if dom.Socket == socket && dom.Name == domain {
+			return dom.State, dom.Reason, true
+		}
+	}
+	return "", "", false
+}
+
+func (d *Daemon) report(m kubevirt.Mark) {
 	if err := d.reporter.Report(m); err != nil {
-		d.log.Error("VMI mark", zap.String("vmi", j.Namespace+"/"+j.Name), zap.Error(err))
+		d.log.Error("VMI mark", zap.String("vmi", m.Namespace+"/"+m.Name), zap.Error(err))
 	}
 }
 

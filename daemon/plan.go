@@ -8,11 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
-	"github.com/ferry-vm/ferry/internal/peertext"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/metrics"
 	"github.com/ferry-vm/ferry/migration"
@@ -124,30 +122,7 @@ func (d *Daemon) buildPlan(ctx context.Context, req api.PlanRequest) (api.Plan, 
 			Error: fmt.Sprintf("%s (%s): only a running guest is live-migrated; resume it or move it by hand", dom.State, dom.Reason)})
 	}
 	kc := d.readKubeVirtContext(ctx)
-	entries := make([]api.PlanEntry, len(doms))
-	// Measured a few at a time, as the meter does.
-	sem := make(chan struct{}, max(d.cfg.DirtyRate.Concurrent, 1))
-	var wg sync.WaitGroup
-	for i, dom := range doms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			entries[i] = d.planEntry(ctx, kc, dom, path, limits)
-		}()
-	}
-	waited := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(waited)
-	}()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		return api.Plan{}, fmt.Errorf("planning did not end within its time: %w", ctx.Err())
-	}
-	entries = append(entries, stopped...)
+	entries := append(d.planEntries(ctx, kc, doms, path, limits), stopped...)
 	plan.Order(entries, req.Targets)
 	p.PredictedSeconds = plan.Schedule(entries, req.Parallel)
 	for _, e := range entries {
@@ -177,7 +152,7 @@ func (d *Daemon) slotUse() []metrics.SlotUse {
 	var out []metrics.SlotUse
 	if d.source != nil {
 		st := d.source.SlotStatus()
-		out = append(out, metrics.SlotUse{Direction: "outbound", Max: st.Max, Used: st.Used, Queued: st.Queued})
+		out = append(out, metrics.SlotUse{Direction: "outbound", Max: st.Max, Used: st.Used, Queued: st.Queued, Hung: st.Hung})
 	}
 	if d.Proxy != nil {
 		max, used := d.Proxy.InboundSlots()
@@ -190,19 +165,19 @@ func (d *Daemon) slotUse() []metrics.SlotUse {
 // advice, made with what KubeVirt will apply (kc: the cluster's
 // configuration), not with this node's policy.
 func (d *Daemon) planEntry(ctx context.Context, kc *kubeVirtContext, dom api.Domain, path plan.Path, limits plan.Limits) api.PlanEntry {
-	e := api.PlanEntry{Domain: dom.Name, Socket: dom.Socket, State: "planned", Mover: api.MoverFerry}
-	if c, err := d.Pool.Conn(dom.Socket); err == nil && c.Matched() {
-		// A launcher's domain is KubeVirt's to move, and its socket a
-		// pod's: Ferry never drives it, whatever it reports.
-		e.Mover = api.MoverKubeVirt
-	}
-	check, err := d.checkDomain(ctx, dom.Socket, dom.Name, false)
+	e := d.newEntry(dom)
+	check, unsized, err := d.inspectDomain(ctx, dom.Socket, dom.Name, false)
 	if err != nil {
-		// A launcher's libvirt is a pod's: its words are quoted, and bounded.
-		e.Error = peertext.Quote(err.Error(), maxEntryError)
+		e.Error = d.entryError(ctx, dom, "its live XML", err)
 		return e
 	}
-	e.Migratable, e.Blockers = check.Migratable, check.Blockers
+	e.Blockers = check.Blockers
+	if unsized != "" {
+		// What it holds is half known: it is not taken to move.
+		e.Error = d.notAnswered(dom, fmt.Sprintf("block info (the size) of disk %q", unsized))
+		return e
+	}
+	e.Migratable = check.Migratable
 	if e.Mover == api.MoverKubeVirt && kc != nil {
 		l, cap, err := d.kubeVirtAdvice(ctx, kc, dom, &e)
 		if err != nil {
@@ -222,7 +197,7 @@ func (d *Daemon) planEntry(ctx context.Context, kc *kubeVirtContext, dom api.Dom
 		return e
 	}
 	if _, err := d.meter.Measure(ctx, dom.Socket, dom.Name, d.cfg.DirtyRate.Period); err != nil {
-		e.Error = peertext.Quote(err.Error(), maxEntryError)
+		e.Error = d.entryError(ctx, dom, "the dirty-rate measurement", err)
 		return e
 	}
 	one := []api.Domain{dom}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,7 +68,7 @@ func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 		return err
 	}
 	testsock.Serve(t, proxy.TargetSocketPath(d.cfg.ProxySocketDir, "m1", proxy.KindMemory), testsock.Echo)
-	sm, err := src.OpenSource("m1", target, []proxy.Kind{proxy.KindMemory})
+	sm, err := src.OpenSource("m1", target, []proxy.Kind{proxy.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,19 +18,26 @@ func TestVMIUIDsAreReadOncePerGuest(t *testing.T) {
 		{Socket: "/s", Name: "plain", UUID: "u2"},
 		{Socket: "/t", Name: "ns_other", Namespace: "ns", VMI: "other", UUID: "u3"},
 	}
-	reads := map[string]int{}
+	reads := map[string]int{} // read between rounds, when no read runs
+	var mu sync.Mutex         // the reads of a round run side by side
 	failing := true
 	u := newVMIUIDs(func() []api.Domain { return doms }, func(_ context.Context, socket, domain, uuid string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		reads[domain+"/"+uuid]++
 		if domain == "ns_other" && failing {
-			return "", errors.New("libvirt hung")
+			return "", errors.New("libvirt said no")
 		}
 		return "vmi-" + uuid, nil
 	})
 	now := time.Now()
 	ctx := context.Background()
-	u.refresh(ctx, now)
-	u.refresh(ctx, now.Add(uidEvery))
+	refresh := func(at time.Time) {
+		u.refresh(ctx, at)
+		u.held.Wait()
+	}
+	refresh(now)
+	refresh(now.Add(u.pace.every))
 	if reads["ns_vm/u1"] != 1 || reads["plain/u2"] != 0 || reads["ns_other/u3"] != 1 {
 		t.Fatalf("reads %v: want ns_vm once, plain never, ns_other once until its retry", reads)
 	}
@@ -40,12 +48,12 @@ func TestVMIUIDsAreReadOncePerGuest(t *testing.T) {
 		t.Errorf("a failed read gave %q", got)
 	}
 	failing = false
-	u.refresh(ctx, now.Add(uidRetryAfter))
+	refresh(now.Add(u.pace.retry))
 	if got := u.get("/t", "ns_other", "u3"); got != "vmi-u3" || reads["ns_other/u3"] != 2 {
 		t.Errorf("after the retry: %q, %d reads", got, reads["ns_other/u3"])
 	}
 	doms[0].UUID = "u4"
-	u.refresh(ctx, now.Add(uidRetryAfter+uidEvery))
+	refresh(now.Add(u.pace.retry + u.pace.every))
 	if u.get("/s", "ns_vm", "u1") != "" || u.get("/s", "ns_vm", "u4") != "vmi-u4" {
 		t.Errorf("a guest started again under the name keeps the old UID: %v", u.known)
 	}

@@ -8,21 +8,15 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-vm/ferry/internal/testenv"
 )
 
 // promtool is installed by `testbed prepare` (make prepare), which make
-// test runs before the end-to-end suite; there FERRY_REQUIRE_PROMTOOL makes
-// its absence a failure rather than a skip.
+// test runs before the end-to-end suite.
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("FERRY_REQUIRE_PROMTOOL") != "" {
-			t.Fatalf("promtool not found (run make prepare): %v", err)
-		}
-		t.Skip("promtool not installed (make prepare installs it)")
-	}
-	return p
+	return testenv.Tool(t, "promtool", "make prepare installs it")
 }
 
 // ruleDir writes the extracted rules and a copy of the unit tests side by side.

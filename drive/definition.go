@@ -80,9 +80,14 @@ func settleDefinition(ctx context.Context, c *libvirtx.Conn, rec drivenRecord, t
 		}
 		return "the definition here was removed: the guest is defined on the target", nil
 	case state == libvirtx.StateShutoff:
-		return "the definition here stays, autostart off: the target did not say it keeps one", nil
+		return definitionKept, nil
 	case libvirtx.InPostCopy(state, reason), state == libvirtx.StatePaused && reason == libvirtx.PausedMigration:
 		return "the guest is held here by its migration: its autostart stays off", nil
+	case targetPersisted:
+		// The target runs the guest and keeps its definition, and a copy
+		// is left here (an operator paused it): a boot here must not
+		// start another.
+		return "a copy is left here beside the target's: its autostart stays off, for an operator", nil
 	case rec.Autostart:
 		if err := c.SetAutostart(ctx, dom, true); err != nil {
 			return "", err
@@ -114,8 +119,31 @@ func (s *Source) settleDefinitionOnce(ctx context.Context, rec drivenRecord, tar
 	if err != nil {
 		return "", fmt.Errorf("this node's libvirt is not connected: %w", err)
 	}
-	return settleDefinition(ctx, c, rec, targetPersisted)
+	what, err := settleDefinition(ctx, c, rec, targetPersisted)
+	if err == nil && what == definitionKept {
+		// Its guest may come back onto it from where it went.
+		if err := s.noteKept(ctx, c, rec); err != nil {
+			return "", fmt.Errorf("noting the definition kept here for its guest: %w", err)
+		}
+	}
+	return what, err
 }
+
+func (s *Source) noteKept(ctx context.Context, c *libvirtx.Conn, rec drivenRecord) error {
+	dom, err := c.LookupDomain(ctx, rec.Domain)
+	if err != nil {
+		return err
+	}
+	hash, err := definitionHash(ctx, c, dom)
+	if err != nil {
+		return err
+	}
+	return noteKept(s.cfg.StateDir, rec, hash)
+}
+
+// definitionKept is settleDefinition's word for a definition that stays,
+// shut off, for a guest its target runs without one.
+const definitionKept = "the definition here stays, autostart off: the target did not say it keeps one"
 
 // settleDefinitionLater retries until the definition is settled, then
 // forgets the record.

@@ -26,7 +26,10 @@ type Source struct {
 
 // SourceConfig is what a Source depends on.
 type SourceConfig struct {
-	Tracker *migration.Tracker
+	// NodeSockets are the node's own libvirt sockets (not a pod's): one
+	// missing is a libvirtd stopped for a while, never a guest gone.
+	NodeSockets []string
+	Tracker     *migration.Tracker
 	// Conns are this node's connections to its libvirt sockets (the
 	// pool's); the migration's own steps run on a connection of their own.
 	Conns Conns

@@ -61,6 +61,7 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 			Migration: tid, Domain: req.Domain, Cookie: cookie, Cancelled: cancelled})
 		cancel()
 		if outcome := settledOutcome(resp, err); outcome != "" {
+			s.running.settled(driveKey(socket, req.Domain))
 			if inDoubt {
 				log.Warn("the migration's outcome is settled", zap.String("outcome", outcome), zap.Int("attempts", attempt))
 			}
@@ -168,4 +169,94 @@ func targetLost(ferr error) string {
 		return "its ferryd restarted since the prepare, and with it the connection its libvirt held the incoming guest by"
 	}
 	return ""
+}
+
+// tellTargetKept tells the target of a migration an operator settled by
+// keeping this node's copy (ferryctl resolve --keep source) to drop its
+// own, once it can be reached: the operator decided without its word. A
+// target that answers it already ran the guest proves the operator's
+// premise wrong: two copies run, and this node's, resumed only on that
+// premise, is paused (kept whole, not destroyed) for an operator.
+func (s *Source) tellTargetKept(log *zap.Logger, r drivenRecord) {
+	for wait, give := 5*time.Second, time.Now().Add(tellTargetFor); time.Now().Before(give); wait = min(2*wait, time.Minute) {
+		ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpFinish, Migration: r.TargetID, Domain: r.Domain, Cancelled: true})
+		cancel()
+		var ce *proxy.ControlError
+		switch outcome := settledOutcome(resp, err); {
+		case errors.As(err, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
+			// Its record went with its copy: dropped at its prepare's time.
+			log.Warn("the target no longer knows the migration the operator settled: nothing of it is left there")
+		case outcome == "":
+			time.Sleep(wait)
+			continue
+		case outcome == proxy.OutcomeRunning:
+			s.pauseSecondCopy(log, r, outcome)
+		default:
+			// A split the operator settled in pre-copy cannot be: the
+			// guest never ran there; nothing here is touched on it.
+			log.Warn("the target answered the operator's keep-source", zap.String("outcome", outcome))
+		}
+		return
+	}
+	log.Error("the target could not be told that the operator kept this node's copy", zap.Duration("tried", tellTargetFor))
+}
+
+// tellTargetFor bounds how long a target is told of an operator's decision.
+const tellTargetFor = 24 * time.Hour
+
+// pauseSecondCopy pauses this node's copy of r's guest, which an operator
+// resumed though the target's copy is running (outcome) too.
+func (s *Source) pauseSecondCopy(log *zap.Logger, r drivenRecord, outcome string) {
+	log = log.With(zap.String("targetSays", outcome))
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			time.Sleep(5 * time.Second)
+		}
+		c, err := s.cfg.Conns.Conn(r.Socket)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+		dom, why, err := recordedDomain(ctx, c, r)
+		if err == nil && why == "" {
+			err = pauseAndKeepDown(ctx, c, dom)
+		}
+		cancel()
+		switch {
+		case why != "":
+			log.Error("the operator kept this node's copy, and the target runs the guest too; this node's is gone", zap.String("here", why))
+			return
+		case err == nil:
+			log.Error("the operator kept this node's copy, but the target runs the guest too: two copies ran; this node's is paused, whole, for an operator (destroy the copy that must not run; see docs/operations.md, FerryGuestRunningOnTwoNodes)")
+			return
+		}
+		log.Warn("cannot pause this node's copy, which runs beside the target's", zap.Error(err))
+	}
+	log.Error("the operator kept this node's copy, the target runs the guest too, and this node's could not be paused: the guest runs on two nodes")
+}
+
+// pauseAndKeepDown pauses dom and turns its autostart off, so that neither
+// a boot of this node nor a resume on the migration's behalf starts it:
+// libvirt's suspend of a copy already paused does nothing, so the state is
+// read back until it is paused by a user's word.
+func pauseAndKeepDown(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain) error {
+	if err := c.Suspend(ctx, dom); err != nil {
+		return err
+	}
+	st, reason, err := c.DomainState(ctx, dom)
+	switch {
+	case err != nil:
+		return err
+	case st != libvirtx.StatePaused || reason != int32(libvirt.DomainPausedUser):
+		return fmt.Errorf("the copy is %s (reason %d) after the suspend, not paused by it", st, reason)
+	}
+	persistent, err := c.Persistent(ctx, dom)
+	if err == nil && persistent {
+		err = c.SetAutostart(ctx, dom, false)
+	}
+	if err != nil {
+		return fmt.Errorf("paused, but its autostart may still be on: %w", err)
+	}
+	return nil
 }

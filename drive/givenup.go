@@ -2,6 +2,10 @@ package drive
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"slices"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -29,11 +33,13 @@ func (s *Source) keepForRecover(log *zap.Logger, r drivenRecord) {
 // destroyed the copies meanwhile).
 func (s *Source) keepGivenUp(ctx context.Context, r drivenRecord) {
 	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID))
-	if time.Since(r.Started) > drivenKeep {
-		s.setDriveAside(r.ID, "expired")
+	c, gone := s.waitConnWhileThere(ctx, r.Socket, socketGoneFor)
+	if gone {
+		// A pod's libvirt, deleted with its pod: the guest went with it.
+		log.Warn("forgetting a given-up post-copy recovery: its libvirt's socket is gone", zap.String("socket", r.Socket), zap.Duration("for", socketGoneFor))
+		s.forgetDrive(r.ID)
 		return
 	}
-	c := s.waitConn(ctx, r.Socket)
 	if c == nil {
 		return
 	}
@@ -110,4 +116,41 @@ func (s *Source) rearm(socket, domain string) bool {
 		s.recoverAfterRestart(log, r, c, dom, info, "an operator started a given-up post-copy recovery again")
 	}()
 	return true
+}
+
+// socketGoneFor is how long a libvirt socket must be missing before what
+// Ferry kept for a guest behind it goes: longer than libvirtd's restart.
+const socketGoneFor = 10 * time.Minute
+
+// waitConnWhileThere waits for this node's connection to socket, checking
+// each second, until ctx ends; with gone set, also until the socket's file
+// has stayed missing that long: then it says so.
+func (s *Source) waitConnWhileThere(ctx context.Context, socket string, gone time.Duration) (*libvirtx.Conn, bool) {
+	var missing time.Time
+	for {
+		if c, err := s.cfg.Conns.Conn(socket); err == nil {
+			return c, false
+		}
+		switch {
+		case gone <= 0: // waited for however long it is missing
+		case socketThere(socket) || slices.Contains(s.cfg.NodeSockets, socket):
+			missing = time.Time{}
+		case missing.IsZero():
+			missing = time.Now()
+		case time.Since(missing) >= gone:
+			return nil, true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// socketThere says whether socket's file may exist (only "no such file"
+// says it does not).
+func socketThere(socket string) bool {
+	_, err := os.Stat(socket)
+	return !errors.Is(err, fs.ErrNotExist)
 }

@@ -153,13 +153,9 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 	// SettleRecorded marked it driven for a recovery; settled any other
 	// way, the mark goes, or a later migration of the name would inherit it.
 	defer s.tracker.Undrive(r.Socket, r.Domain)
-	if time.Since(r.Started) > drivenKeep {
-		// The target keeps its answers this long: past it, nobody can
-		// settle the migration but an operator.
-		log.Error("a driven migration's record is too old to settle with the target; set aside for an operator", zap.Time("started", r.Started))
-		s.setDriveAside(r.ID, "expired")
-		return
-	}
+	// However old the record: the target keeps its answer until thousands
+	// of migrations later, and one it no longer knows leaves the guest to
+	// an operator (ferryctl resolve), never to a clock.
 	log.Warn("settling a migration from its record", zap.String("why", why))
 	c := s.waitConn(ctx, r.Socket)
 	if c == nil {
@@ -188,7 +184,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 	}
 	var outcome string
 	var last error
-	persisted := false
+	persisted, keptByOperator := false, false
 	for attempt := 1; outcome == ""; attempt++ {
 		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpFinish,
 			Migration: r.TargetID, Domain: r.Domain, Cancelled: true})
@@ -206,12 +202,16 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 			return
 		case outcome = <-s.running.decisions(driveKey(r.Socket, r.Domain)):
 			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
+			keptByOperator = outcome == proxy.OutcomeStopped
 		case <-time.After(5 * time.Second):
 		}
 	}
-	what, ok := s.applyUntilDone(ctx, log, r, outcome)
+	what, outcome, ok := s.applyUntilDone(ctx, log, r, outcome)
 	if !ok {
 		return
+	}
+	if keptByOperator {
+		go s.tellTargetKept(log, r)
 	}
 	info := api.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
 	phase, reason := api.PhaseFailed, why+"; the target dropped its copy: "+what
@@ -280,6 +280,7 @@ func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirt
 	if err != nil {
 		failure = why + ", and " + err.Error()
 	}
+	info.Ended = true
 	s.tracker.DriveEnded(r.Domain, dom, r.Socket, r.Started, info, failure)
 	if errors.Is(err, errGivenUp) {
 		s.keepForRecover(log, r)
@@ -339,7 +340,7 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 
 // errLeftForOperator: the target's word and this node disagree in a way
 // no retry changes (the guest runs on both): an operator decides.
-var errLeftForOperator = errors.New("the guest runs both here and on the target: left for an operator (ferryctl resolve, or destroy the copy that must go)")
+var errLeftForOperator = errors.New("the guest runs both here and on the target: left for an operator (ferryctl resolve --keep source|target, or destroy the copy that must not run)")
 
 // recordedDomain is r's guest on this node; when it is not here (no
 // domain of its name, or another guest given the name since), absent says
@@ -357,27 +358,9 @@ func recordedDomain(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (dom 
 	return dom, "", nil
 }
 
-// drivenKeep is how long a record may wait to be settled: the target keeps
-// its answers as long.
-const drivenKeep = 7 * 24 * time.Hour
-
-// setDriveAside renames a record that will not be settled, for an operator.
-func (s *Source) setDriveAside(id, why string) {
-	if p, ok := s.drivenPath(id); ok {
-		os.Rename(p, p+"."+why)
-	}
-}
-
-// waitConn waits for this node's connection to socket; nil once ctx ends.
+// waitConn waits for this node's connection to socket, however long its
+// file is missing; nil once ctx ends.
 func (s *Source) waitConn(ctx context.Context, socket string) *libvirtx.Conn {
-	for {
-		if c, err := s.cfg.Conns.Conn(socket); err == nil {
-			return c
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
-		}
-	}
+	c, _ := s.waitConnWhileThere(ctx, socket, 0)
+	return c
 }

@@ -71,11 +71,17 @@ type recovery struct {
 	// vanished: libvirt here no longer has the guest, which is a
 	// completion only if the target runs it whole.
 	vanished bool
+	// thereCompleted: the target answered a recovery that its QEMU had
+	// completed: libvirt there completes its job by itself, soon.
+	thereCompleted bool
 }
 
 // errGivenUp: an operator gave the recovery up; the record of the
 // migration stays while the guest is held, for ferryctl recover.
 var errGivenUp = errors.New("post-copy broke, and an operator gave up its recovery (ferryctl give-up): the guest's memory stays split between the two nodes")
+
+// errPausedByOperator: the split was an operator's own forced abort.
+var errPausedByOperator = errors.New("post-copy paused by an operator (ferryctl abort --force): the guest's memory stays split between the two nodes until ferryctl recover resumes it")
 
 // errStreamAlive: QEMU's stream still moves; nothing to resume.
 var errStreamAlive = errors.New("QEMU's post-copy stream still moves: not resumed, as it has not broken")
@@ -92,6 +98,13 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 	s.tracker.DrivePaused(r.socket, req.Domain, r.until)
 	log.Warn("post-copy broke: the guest stays paused on both nodes while the migration is resumed", zap.Time("until", r.until))
 	for attempt := 1; !r.gaveUp && r.final == nil; attempt++ {
+		if s.running.operatorPaused(key) {
+			// An operator's forced abort paused a resumed stream: not
+			// resumed again behind their back (ferryctl recover does).
+			log.Warn("post-copy paused by an operator's forced abort: its recovery waits for ferryctl recover")
+			r.gaveUp = true
+			break
+		}
 		done, resumed, err := r.attempt(attempt)
 		if done {
 			break
@@ -109,6 +122,9 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 		if !r.overdue && !time.Now().Before(r.until) {
 			r.overdue = true
 			s.tracker.DriveRecoveryOverdue(r.socket, req.Domain)
+			// Its path back may be gone for days: its outbound slot goes
+			// to migrations that move (a resumed one needs none).
+			s.running.releaseHolds(driveKey(r.socket, req.Domain))
 			log.Error("post-copy not resumed within --postcopy-recovery-timeout: overdue; the guest stays paused on both nodes and Ferry goes on trying until it resumes or an operator gives up (ferryctl give-up)",
 				zap.Duration("timeout", s.cfg.PostCopyRecoveryTimeout), zap.Int("attempts", attempt))
 		}
@@ -203,12 +219,18 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 		return false, false, fmt.Errorf("asking the target for a fresh stream: %w", err)
 	}
 	if resp.Outcome == proxy.OutcomeRunning {
+		r.thereCompleted = true
 		return true, false, nil
 	}
 	if proxy.ValidID(resp.Migration) != nil {
 		return false, false, fmt.Errorf("the target answered the recovery with no valid stream id %q", resp.Migration)
 	}
-	src, err := r.s.proxy.OpenSource(resp.Migration, r.req.Target, []proxy.Kind{proxy.KindMemory})
+	kinds := []proxy.Kind{proxy.KindMemory}
+	qemu, err := sourceQEMU(r.conn.Socket(), r.dom.Name, kinds)
+	if err != nil {
+		return false, false, err
+	}
+	src, err := r.s.proxy.OpenSource(resp.Migration, r.req.Target, kinds, qemu, daemonPID(r.conn))
 	if err != nil {
 		return false, false, err
 	}
@@ -398,7 +420,10 @@ func (r *recovery) settle() (proxy.ControlResponse, bool) {
 	if errors.Is(err, errSourceGone) {
 		r.vanished = true
 	}
-	completed := err == nil && info.Status == libvirtx.QEMUMigrationCompleted
+	// Either QEMU's completion is asked after until the target's libvirt
+	// has caught up: the source's QEMU, holding its copy paused, never
+	// says completed when the target's did first.
+	completed := err == nil && info.Status == libvirtx.QEMUMigrationCompleted || r.thereCompleted
 	give := time.Now().Add(recoveredWait)
 	if r.vanished {
 		give = time.Now().Add(vanishedWait)

@@ -112,14 +112,41 @@ func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error
 
 // HoldRecorded has the tracker pause, not fail, the broken post-copy of
 // each incoming migration a previous ferryd left held here: its source
-// resumes it.
-func (in *Target) HoldRecorded(held []proxy.IncomingMigration) {
-	if in.recoverFor <= 0 {
+// resumes it. It is told before libvirt can be asked (before the tracker
+// first looks); once libvirt answers, the records whose guest is no
+// longer held (resumed, or destroyed by an operator since) are
+// forgotten.
+func (in *Target) HoldRecorded(ctx context.Context, held []proxy.IncomingMigration) {
+	if in.recoverFor <= 0 || len(held) == 0 {
 		return
 	}
 	for _, m := range held {
 		in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
 		in.tracker.IncomingRecoverable(in.socket, m.Domain, m.ID, in.recoverFor)
+	}
+	go in.forgetUnheld(ctx, held)
+}
+
+// forgetUnheld forgets the expectations of those of held whose guest
+// libvirt no longer holds in post-copy here.
+func (in *Target) forgetUnheld(ctx context.Context, held []proxy.IncomingMigration) {
+	for {
+		c, err := in.conn()
+		if err == nil {
+			for _, m := range held {
+				actx, cancel := context.WithTimeout(ctx, cancelTimeout)
+				if _, ok := heldHere(actx, c, m); !ok {
+					in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
+				}
+				cancel()
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 	}
 }
 

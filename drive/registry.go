@@ -26,6 +26,12 @@ type driveState struct {
 	// try now, or give up; recovering says one is under way.
 	nudge      chan string
 	recovering bool
+	// operatorPause: an operator's forced abort in post-copy is under
+	// way or made; the split it makes is theirs to resume.
+	operatorPause bool
+	// hung: this node's libvirtd does not answer the migration's own
+	// connection (its keepalive hears nothing).
+	hung bool
 	// id is the migration's ID on this node; owner and driven are set
 	// while its Perform runs.
 	id     string
@@ -172,6 +178,52 @@ func (ds *registry) decisions(key string) <-chan string {
 	return nil
 }
 
+// setHung marks key's migration as waiting on a libvirtd that does not
+// answer, or answering again.
+func (ds *registry) setHung(key string, on bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.hung = on
+	}
+}
+
+// hungCount is how many migrations wait on a libvirtd that does not
+// answer.
+func (ds *registry) hungCount() int {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	n := 0
+	for _, st := range ds.running {
+		if st.hung {
+			n++
+		}
+	}
+	return n
+}
+
+// inDoubt says whether key's migration is in doubt.
+func (ds *registry) inDoubt(key string) bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	st, ok := ds.running[key]
+	return ok && st.inDoubt
+}
+
+// settled ends key's doubt: the target has spoken, and a decision an
+// operator queued before it is dropped, never applied later.
+func (ds *registry) settled(key string) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st, ok := ds.running[key]; ok {
+		st.inDoubt = false
+		select {
+		case <-st.decide:
+		default:
+		}
+	}
+}
+
 // doubt marks key's migration in doubt: from now an operator may decide it.
 func (ds *registry) doubt(key string) {
 	ds.mu.Lock()
@@ -258,6 +310,39 @@ func (ds *registry) nudge(socket, domain, word string) bool {
 	default:
 	}
 	return true
+}
+
+// markOperatorPause marks (or, on false, unmarks) the migration of domain
+// as paused by an operator's forced abort; false when none runs.
+func (ds *registry) markOperatorPause(socket, domain string, on bool) bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	for k, st := range ds.running {
+		if s, d, _ := strings.Cut(k, "\x00"); d == domain && (socket == "" || s == socket) {
+			st.operatorPause = on
+			return true
+		}
+	}
+	return false
+}
+
+// operatorPaused says an operator's forced abort paused key's migration.
+func (ds *registry) operatorPaused(key string) bool {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	st, ok := ds.running[key]
+	return ok && st.operatorPause
+}
+
+// PauseByOperator marks the driven migration of domain (on socket, if
+// named) as about to be paused by an operator's forced abort, before the
+// abort is sent: the split it makes is then not resumed by Ferry but by
+// ferryctl recover. undo takes the mark back when the abort failed.
+func (s *Source) PauseByOperator(socket, domain string) (undo func()) {
+	if !s.running.markOperatorPause(socket, domain, true) {
+		return func() {}
+	}
+	return func() { s.running.markOperatorPause(socket, domain, false) }
 }
 
 // Recovery hands an operator's word (NudgeNow, NudgeGiveUp) to the

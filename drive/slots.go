@@ -86,8 +86,10 @@ func (s *slots) handOn() {
 }
 
 // SlotStatus is the node's outbound slots: in use, their number and the
-// requests waiting for one.
-type SlotStatus struct{ Used, Max, Queued int }
+// requests waiting for one; Hung counts the migrations that wait on a
+// libvirtd that does not answer (their slot stays theirs: libvirt may yet
+// go on).
+type SlotStatus struct{ Used, Max, Queued, Hung int }
 
 func (s *slots) status() SlotStatus {
 	s.mu.Lock()
@@ -96,4 +98,8 @@ func (s *slots) status() SlotStatus {
 }
 
 // SlotStatus is the node's outbound slots now.
-func (s *Source) SlotStatus() SlotStatus { return s.slots.status() }
+func (s *Source) SlotStatus() SlotStatus {
+	st := s.slots.status()
+	st.Hung = s.running.hungCount()
+	return st
+}

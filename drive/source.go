@@ -306,7 +306,13 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 			return MigrateResponse{}, err
 		}
 	}
-	src, err := s.proxy.OpenSource(tid, req.Target, kinds)
+	qemu, err := sourceQEMU(conn.Socket(), req.Domain, kinds)
+	if err != nil {
+		s.cancelTarget(req, tid, prep.Owner, err)
+		s.running.end(drive)
+		return MigrateResponse{}, err
+	}
+	src, err := s.proxy.OpenSource(tid, req.Target, kinds, qemu, daemonPID(conn))
 	if err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
 		s.running.end(drive)
@@ -540,7 +546,14 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 				cerr = nil
 			}
 		}
-		if outcome == proxy.OutcomeSplit && flags&libvirt.MigratePostcopy != 0 && fin.Reason != resolvedByOperator && s.cfg.PostCopyRecoveryTimeout > 0 {
+		split := outcome == proxy.OutcomeSplit && flags&libvirt.MigratePostcopy != 0 && fin.Reason != resolvedByOperator
+		if split && s.running.operatorPaused(driveKey(conn.Socket(), req.Domain)) {
+			// The operator paused it (ferryctl abort --force): resuming
+			// it behind their back would undo what they asked for.
+			ferr = errPausedByOperator
+			s.keepForRecover(log, rec)
+			givenUp = true
+		} else if split && s.cfg.PostCopyRecoveryTimeout > 0 {
 			// The Confirm above left libvirt's job here without an owner,
 			// which is what lets libvirt complete a resumed migration by
 			// itself on both nodes.
@@ -553,6 +566,11 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 					givenUp = true
 				}
 			}
+		}
+		if fin.Reason == resolvedByOperator && outcome == proxy.OutcomeStopped {
+			// Once this node's copy runs again: a pause before the resume
+			// would be undone by it.
+			go s.tellTargetKept(log, rec)
 		}
 		targetPersisted = !cancelled && fin.Persisted
 		keepStreams = cancelled && flags&libvirt.MigratePostcopy != 0
@@ -578,6 +596,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	info.Bytes = src.Counters.Snapshot()
 	info.WireBytesPerSecond = src.Counters.WireBytesPerSecond()
 	info.Errors = src.Errors()
+	info.Ended = true
 	if perr != nil {
 		info.TargetLost = targetLost(ferr)
 	}
@@ -589,15 +608,17 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
 	}
 	s.tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
+	if givenUp {
+		// Held in post-copy on both nodes: its record is ferryctl
+		// recover's, and its definition is settled when the guest is.
+		return driveGivenUp
+	}
 	if rec.Flags&uint32(libvirt.MigratePersistDest) != 0 && settled && !s.settleDefinitionNow(log, rec, targetPersisted) {
 		// One definition, where the guest runs: its retries have the
 		// record now, and forget it once done.
 		return driveDefinitionLater
 	}
-	switch {
-	case givenUp:
-		return driveGivenUp
-	case !settled:
+	if !settled {
 		return driveUnsettled
 	}
 	return driveSettled
@@ -692,3 +713,25 @@ const (
 	EventLinkDown = "linkDown"
 	EventLinkUp   = "linkUp"
 )
+
+// daemonPID is the libvirt daemon's process at the other end of conn, the
+// other process let into a migration's sockets; 0 if the kernel cannot
+// say (a root daemon is let in anyway).
+func daemonPID(conn *libvirtx.Conn) int {
+	pid, _ := conn.DaemonPID()
+	return pid
+}
+
+// sourceQEMU is the process ID of domain's QEMU, the one process besides
+// libvirtd let into the migration's sockets; none is needed when QEMU's
+// stream goes straight to the target (no socket here).
+func sourceQEMU(socket, domain string, kinds []proxy.Kind) (int, error) {
+	if len(kinds) == 0 {
+		return 0, nil
+	}
+	pid, err := libvirtx.QEMUPID(socket, domain)
+	if err != nil {
+		return 0, fmt.Errorf("naming the QEMU of %s, the one process let into its migration sockets: %w", domain, err)
+	}
+	return pid, nil
+}

@@ -40,6 +40,11 @@ type Target struct {
 	// recoverFor bounds how long this node holds a broken post-copy for
 	// its source to resume it.
 	recoverFor time.Duration
+	// adoptDefined lets a migration in take over a shut-off definition
+	// of its name (see refuseDefinedHere).
+	adoptDefined bool
+	// stateDir holds the definitions kept for guests that left (kept.go).
+	stateDir string
 
 	// own holds each prepared migration's libvirt connection, by id: the
 	// target QEMU lives until its Finish or until the connection that
@@ -55,6 +60,11 @@ type Target struct {
 	definitions map[string]string
 	// trials end the Trial of each dry run's guest, by id.
 	trials map[string]func()
+	// admitted are the guests coming here, by migration id, whose memory
+	// the next ones are admitted against (see admission.go); memory is
+	// what tells the node's memory, /proc's when nil.
+	admitted map[string]incomingGuest
+	memory   memorySource
 }
 
 // NewTarget builds the target side on the libvirt at socket, taking what
@@ -91,6 +101,16 @@ func (in *Target) ownConn(id string) (*libvirtx.Conn, error) {
 	return in.conn()
 }
 
+// liveConn is migration id's own connection while it is open, and the
+// pool's once it closed.
+func (in *Target) liveConn(id string) (*libvirtx.Conn, error) {
+	c, err := in.ownConn(id)
+	if err == nil && isClosed(c.Done()) {
+		return in.conn()
+	}
+	return c, err
+}
+
 // release closes migration id's own connection once its target QEMU no
 // longer depends on it.
 func (in *Target) release(id string) {
@@ -98,6 +118,7 @@ func (in *Target) release(id string) {
 	in.mu.Lock()
 	c := in.own[id]
 	delete(in.own, id)
+	delete(in.admitted, id)
 	in.mu.Unlock()
 	if c != nil {
 		c.Close()
@@ -154,9 +175,21 @@ func (in *Target) conn() (*libvirtx.Conn, error) {
 
 // Check refuses flags and XML a prepare may not ask for, before the
 // proxy registers anything for it.
-func (in *Target) Check(m proxy.IncomingMigration, domXML string) error {
-	_, _, err := in.check(m, domXML)
-	return err
+func (in *Target) Check(m proxy.IncomingMigration, domXML string) (*proxy.CheckedXML, error) {
+	live, config, err := in.check(m, domXML)
+	if err != nil {
+		return nil, err
+	}
+	return &proxy.CheckedXML{Live: live, Config: config}, nil
+}
+
+// checked is the proxy's check of m's XML where it ran one (in the peer's
+// turn), else a check now.
+func (in *Target) checked(m proxy.IncomingMigration, domXML string) (live, config string, err error) {
+	if c := m.Checked; c != nil {
+		return c.Live, c.Config, nil
+	}
+	return in.check(m, domXML)
 }
 
 // check returns the XML to give libvirt, the checked domain, never the
@@ -251,7 +284,7 @@ func (in *Target) PrepareDirect(ctx context.Context, m proxy.IncomingMigration, 
 func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) (libvirtx.Prepared, error) {
 	var none libvirtx.Prepared
 	flags := libvirtFlags(m)
-	domXML, config, err := in.check(m, domXML)
+	domXML, config, err := in.checked(m, domXML)
 	if err != nil {
 		return none, err
 	}
@@ -259,6 +292,18 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	if err != nil {
 		return none, err
 	}
+	if err := takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
+		return none, err
+	}
+	if err := in.admit(m.ID, m.Domain, domXML); err != nil {
+		return none, err
+	}
+	admitted := false
+	defer func() {
+		if !admitted {
+			in.unadmit(m.ID)
+		}
+	}()
 	c, err := pooled.Another(ctx)
 	if err != nil {
 		return none, PeerError(err)
@@ -272,6 +317,15 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	}
 	if active {
 		return none, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
+	}
+	uuid, err := libvirtx.DomainUUID(domXML)
+	if err != nil {
+		c.Close()
+		return none, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+	}
+	if err := in.refuseDefinedHere(ctx, c, m, uuid); err != nil {
+		c.Close()
+		return none, err
 	}
 	if m.DryRun {
 		// The guest a dry run starts is no migration, until well after
@@ -356,6 +410,8 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	}
 	in.own[m.ID] = c
 	in.mu.Unlock()
+	admitted = true
+	in.prepared(m.ID)
 	return prepared, nil
 }
 
@@ -419,6 +475,10 @@ func (in *Target) Finish(ctx context.Context, m proxy.IncomingMigration, cookie 
 	if !cancelled {
 		in.forgetDefinition(m.ID)
 	}
+	if err == nil && !cancelled {
+		// Back on the definition kept for it, if that is where it came.
+		forgetKept(in.stateDir, instanceUUID(m.Instance))
+	}
 	return ck, PeerError(err)
 }
 
@@ -455,6 +515,12 @@ func (in *Target) Instance(ctx context.Context, m proxy.IncomingMigration) (stri
 		return "", err
 	}
 	return fmt.Sprintf("%d/%s", dom.ID, libvirtx.UUIDString(dom.UUID)), nil
+}
+
+// instanceUUID is the UUID an instance names.
+func instanceUUID(instance string) string {
+	_, uuid, _ := strings.Cut(instance, "/")
+	return uuid
 }
 
 // sameInstance says whether dom is the guest instance names; a domain
@@ -533,12 +599,20 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 // migration's streams, and a cancel would kill the only copy that runs.
 func (in *Target) Held(ctx context.Context, m proxy.IncomingMigration) (string, bool) {
 	// The migration's own connection: the pool's may be cut (one missed
-	// ping) exactly when this is asked. What cannot be told keeps the
-	// guest: a cancel or a drop is never undone.
-	c, err := in.ownConn(m.ID)
+	// ping) exactly when this is asked. Once the own one is closed (its
+	// libvirtd restarted) the pool's, which reconnects, is asked instead.
+	// What cannot be told keeps the guest: a cancel or a drop is never
+	// undone.
+	c, err := in.liveConn(m.ID)
 	if err != nil {
 		return "this node's libvirt cannot be asked whether the guest runs here in post-copy", true
 	}
+	return heldHere(ctx, c, m)
+}
+
+// heldHere says whether c's libvirt holds m's guest in post-copy, or
+// cannot tell (held, to be safe).
+func heldHere(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration) (string, bool) {
 	dom, err := c.LookupDomain(ctx, m.Domain)
 	if libvirtx.IsNoDomain(err) || err == nil && !sameInstance(m.Instance, dom) {
 		return "", false
@@ -692,13 +766,34 @@ func countCPUList(list string) (uint, bool) {
 }
 
 // NodePolicy is what this node lets an incoming domain bring: the
-// operator's paths, bridges and networks, and no more memory or vCPUs
-// than the node itself has.
-func NodePolicy(paths, bridges, networks []string) libvirtx.IncomingPolicy {
-	pol := libvirtx.IncomingPolicy{AllowedPaths: paths, AllowedBridges: bridges, AllowedNetworks: networks, MaxVCPUs: onlineCPUs()}
+// operator's paths, console dirs, bridges and networks, and no more memory
+// or vCPUs than the node itself has.
+func NodePolicy(paths, consoleDirs, bridges, networks []string) libvirtx.IncomingPolicy {
+	pol := libvirtx.IncomingPolicy{AllowedPaths: paths, ConsoleDirs: consoleDirs, AllowedBridges: bridges, AllowedNetworks: networks, MaxVCPUs: onlineCPUs()}
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
 		pol.MaxMemoryKiB = uint64(si.Totalram) * uint64(si.Unit) / 1024
 	}
 	return pol
 }
+
+// QEMU is the process ID of the QEMU this node's libvirt runs for domain,
+// from libvirt's own pid file (see libvirtx.QEMUPID).
+func (in *Target) QEMU(domain string) (int, error) {
+	return libvirtx.QEMUPID(in.socket, domain)
+}
+
+// The proxy finds what a target can do beyond Incoming by type assertion:
+// a signature drifted apart would silently switch one off (IncomingHolder
+// is the rule never to drop a guest running here in post-copy), so each is
+// asserted where it is implemented.
+var (
+	_ proxy.Incoming          = (*Target)(nil)
+	_ proxy.IncomingOutcome   = (*Target)(nil)
+	_ proxy.IncomingHolder    = (*Target)(nil)
+	_ proxy.IncomingPersister = (*Target)(nil)
+	_ proxy.IncomingChecker   = (*Target)(nil)
+	_ proxy.IncomingDirect    = (*Target)(nil)
+	_ proxy.IncomingCPU       = (*Target)(nil)
+	_ proxy.IncomingRecoverer = (*Target)(nil)
+)

@@ -21,7 +21,7 @@ const CPUHostOnly = "host (needs an identical CPU)"
 // guest that names no CPU model gets QEMU's default for its machine, which
 // any host of the same QEMU offers.
 func (in *Target) CompareCPU(ctx context.Context, m proxy.IncomingMigration, domXML string) (string, error) {
-	canon, _, err := in.check(m, domXML)
+	canon, _, err := in.checked(m, domXML)
 	if err != nil {
 		return "", err
 	}

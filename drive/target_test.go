@@ -78,3 +78,19 @@ func TestCPUListIsCounted(t *testing.T) {
 		}
 	}
 }
+
+// The proxy checks a peer's XML in the peer's turn and hands the result to
+// Prepare, which does not check it again outside that turn (a second
+// check let one peer hold both of the node's checks at once).
+func TestPrepareTakesTheCheckMadeInThePeersTurn(t *testing.T) {
+	in := &Target{}
+	m := proxy.IncomingMigration{Domain: "vm", Checked: &proxy.CheckedXML{Live: "<domain>checked</domain>", Config: "<domain>kept</domain>"}}
+	live, config, err := in.checked(m, "<not even XML")
+	if err != nil || live != m.Checked.Live || config != m.Checked.Config {
+		t.Fatalf("checked: %q, %q, %v; want the proxy's check", live, config, err)
+	}
+	m.Checked = nil
+	if _, _, err := in.checked(m, "<not even XML"); err == nil {
+		t.Fatal("without the proxy's check, the XML was taken unchecked")
+	}
+}

@@ -3,6 +3,7 @@ package libvirtx
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -15,9 +16,10 @@ type result[T any] struct {
 
 // call runs fn within the connection's call timeout. go-libvirt cannot
 // cancel a call, so on timeout fn keeps running until libvirt answers or the
-// socket closes. Its result therefore comes back only through a channel the
-// abandoned goroutine owns: were fn to write variables of its caller, a late
-// answer would write them after the caller had returned them.
+// socket closes (how long that may be is bounded in unanswered.go). Its
+// result therefore comes back only through a channel the abandoned
+// goroutine owns: were fn to write variables of its caller, a late answer
+// would write them after the caller had returned them.
 func call[T any](ctx context.Context, c *Conn, op string, fn func(*libvirt.Libvirt) (T, error)) (T, error) {
 	return callWithin(ctx, c, op, c.timeout, fn, nil)
 }
@@ -33,35 +35,50 @@ func do(ctx context.Context, c *Conn, op string, fn func(*libvirt.Libvirt) error
 // (a subscription, a running job) can still be released.
 func callWithin[T any](ctx context.Context, c *Conn, op string, timeout time.Duration,
 	fn func(*libvirt.Libvirt) (T, error), late func(T, error)) (T, error) {
+	var zero T
+	if err := c.admit(); err != nil {
+		return zero, &CallError{Op: op, Socket: c.socket, Err: err}
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res := make(chan result[T], 1)
+	var state atomic.Int32
 	go func() {
 		v, err := fn(c.l)
+		c.answered(&state)
 		res <- result[T]{v, err}
 	}()
 	select {
 	case r := <-res:
-		if r.err != nil {
-			if refused := c.dialer.refusal(); refused != nil {
-				// go-libvirt says only that the call was interrupted.
-				r.err = refused
-			}
-			return r.v, &CallError{Op: op, Socket: c.socket, Err: r.err}
-		}
-		return r.v, nil
+		return outcome(c, op, r)
 	case <-ctx.Done():
-		if late != nil {
-			go func() {
-				r := <-res
-				late(r.v, r.err)
-			}()
-		}
-		err := ctx.Err()
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = ErrTimeout
-		}
-		var zero T
-		return zero, &CallError{Op: op, Socket: c.socket, Err: err}
 	}
+	if !c.abandon(&state, op) {
+		// Answered as the wait ended: the answer is the caller's, and
+		// late, which would not run, is not needed.
+		return outcome(c, op, <-res)
+	}
+	if late != nil {
+		go func() {
+			r := <-res
+			late(r.v, r.err)
+		}()
+	}
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = ErrTimeout
+	}
+	return zero, &CallError{Op: op, Socket: c.socket, Err: err}
+}
+
+// outcome is an answered call's result as its caller gets it.
+func outcome[T any](c *Conn, op string, r result[T]) (T, error) {
+	if r.err == nil {
+		return r.v, nil
+	}
+	if refused := c.dialer.refusal(); refused != nil {
+		// go-libvirt says only that the call was interrupted.
+		r.err = refused
+	}
+	return r.v, &CallError{Op: op, Socket: c.socket, Err: r.err}
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/ferry-vm/ferry/internal/peercred"
 	"github.com/ferry-vm/ferry/internal/unixsock"
 )
 
@@ -30,6 +32,13 @@ type Conn struct {
 	dialer  *unixDialer
 	keep    KeepAlive
 	ka      *keepAlive // nil when the daemon has no keepalive
+	// cutHung: a connection on which maxUnanswered calls wait is cut, not
+	// waited on: the pool's connections to a pod's socket (see
+	// unanswered.go).
+	cutHung bool
+	// unanswered counts calls given up on and not yet answered (see
+	// unanswered.go).
+	unanswered atomic.Int32
 }
 
 // unixDialer keeps the connection it made so Ferry can cut a connection
@@ -73,10 +82,21 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 		return nil, err
 	}
 	f := newFramedConn(c)
+	f.socket = d.path
+	if d.socketOnly {
+		f.limit = maxLauncherPacket
+	}
 	d.mu.Lock()
 	d.framed = f
 	d.mu.Unlock()
 	return f, nil
+}
+
+// cutFor cuts the connection and keeps why, for every caller to see.
+func (d *unixDialer) cutFor(err error) {
+	if f := d.conn(); f != nil {
+		f.cutFor(err)
+	}
 }
 
 func (d *unixDialer) cut() {
@@ -108,7 +128,8 @@ func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnl
 	if callTimeout <= 0 {
 		callTimeout = DefaultCallTimeout
 	}
-	c := &Conn{socket: path, timeout: callTimeout, keep: keep, dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly}}
+	c := &Conn{socket: path, timeout: callTimeout, keep: keep, cutHung: on == CutOnSilence && socketOnly,
+		dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly}}
 	c.l = libvirt.NewWithDialer(c.dialer)
 	// The dialer already picked the socket; the daemon must be asked for its
 	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a
@@ -191,4 +212,20 @@ func IsNoDomain(err error) bool {
 		return le.Code == uint32(libvirt.ErrNoDomain)
 	}
 	return false
+}
+
+// DaemonPID is the process ID of the libvirt daemon at the other end of
+// this connection (in ferryd's PID namespace), as the kernel recorded it:
+// the daemon that runs QEMU when ferryd dials its own socket (libvirtd's,
+// virtqemud's), not when it dials virtproxyd, which only forwards.
+func (c *Conn) DaemonPID() (int, error) {
+	f := c.dialer.conn()
+	if f == nil {
+		return 0, errors.New("not connected")
+	}
+	cred, err := peercred.Of(f.Conn)
+	if err != nil {
+		return 0, err
+	}
+	return int(cred.Pid), nil
 }

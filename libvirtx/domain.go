@@ -112,6 +112,11 @@ func (c *Conn) Resume(ctx context.Context, dom libvirt.Domain) error {
 	return do(ctx, c, "resume domain", func(l *libvirt.Libvirt) error { return l.DomainResume(dom) })
 }
 
+// Suspend pauses a running domain's vCPUs; its QEMU and memory stay.
+func (c *Conn) Suspend(ctx context.Context, dom libvirt.Domain) error {
+	return do(ctx, c, "suspend domain", func(l *libvirt.Libvirt) error { return l.DomainSuspend(dom) })
+}
+
 // Destroy stops a domain at once, as pulling its plug would.
 func (c *Conn) Destroy(ctx context.Context, dom libvirt.Domain) error {
 	return do(ctx, c, "destroy domain", func(l *libvirt.Libvirt) error { return l.DomainDestroy(dom) })

@@ -19,6 +19,22 @@ const (
 	maxPacket = 32 << 20
 )
 
+// maxLauncherPacket bounds a packet from a socket the glob matched. A
+// launcher's libvirt runs one VM, and the largest answers Ferry asks of it
+// are that VM's: its XML (tens of KiB, a few hundred with hundreds of
+// devices), a migration cookie carrying it, one domain's stats (at most
+// xdrDirtyRateStatsMax parameters, about 100 KiB), job stats (64
+// parameters), a QMP answer to query-migrate; the host's capabilities are
+// under 1 MiB on the largest hosts. Any pod can serve a libvirt there, and
+// one answering each listing with libvirt's 32 MiB cost ferryd over 100
+// MiB per listing (the packet buffered here, copied by go-libvirt,
+// decoded) before a domain was counted.
+const maxLauncherPacket = 4 << 20
+
+// errLauncherPacket marks a packet refused for its size on a launcher's
+// socket.
+var errLauncherPacket = errors.New("over what a launcher's libvirt, one VM's, ever sends: not a launcher")
+
 // framedConn reads whole packets and checks each before go-libvirt sees
 // it. go-libvirt allocates length-28 bytes unchecked, and then whatever
 // each array and string inside claims, so a socket that is not libvirtd
@@ -28,6 +44,8 @@ const (
 // never subscribed to is skipped.
 type framedConn struct {
 	net.Conn
+	socket string // named in refusals
+	limit  uint32 // the largest packet taken, at most maxPacket
 	packet []byte // the checked packet being handed on, length word included
 	off    int
 	err    error
@@ -51,7 +69,7 @@ type framedConn struct {
 }
 
 func newFramedConn(c net.Conn) *framedConn {
-	f := &framedConn{Conn: c}
+	f := &framedConn{Conn: c, limit: maxPacket}
 	f.boundary = sync.NewCond(&f.wmu)
 	f.markHeard()
 	return f
@@ -98,8 +116,8 @@ func (c *framedConn) next() error {
 		return err
 	}
 	n := binary.BigEndian.Uint32(lenBuf[:])
-	if n < minPacket || n > maxPacket {
-		return c.refuse(fmt.Errorf("libvirt packet length %d outside [%d, %d]: not libvirtd", n, minPacket, maxPacket))
+	if err := c.checkLength(n); err != nil {
+		return c.refuse(err)
 	}
 	if cap(c.packet) < int(n) || cap(c.packet) > 1<<20 && int(n) <= 1<<20 {
 		// Keep a small buffer between large packets, not the largest seen.
@@ -126,6 +144,18 @@ func (c *framedConn) next() error {
 		c.packet = c.packet[:0]
 	case err != nil:
 		return c.refuse(fmt.Errorf("libvirt packet refused: %w: not libvirtd, or not as it answers", err))
+	}
+	return nil
+}
+
+// checkLength refuses a packet by its length word, before a byte more of
+// it is read or a buffer made for it.
+func (c *framedConn) checkLength(n uint32) error {
+	if n < minPacket || n > maxPacket {
+		return fmt.Errorf("libvirt packet length %d outside [%d, %d]: not libvirtd", n, minPacket, maxPacket)
+	}
+	if n > c.limit {
+		return fmt.Errorf("libvirt packet of %d bytes from %s, over %d: %w", n, c.socket, c.limit, errLauncherPacket)
 	}
 	return nil
 }

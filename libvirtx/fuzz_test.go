@@ -3,6 +3,7 @@ package libvirtx
 import (
 	"context"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,10 +34,18 @@ func FuzzIncomingXML(f *testing.F) {
 	f.Add(guestXML("vm", "", `<interface type='bridge'><source bridge='br0'/></interface><graphics type='vnc' listen='127.0.0.1'/>`))
 	f.Add(guestXML("vm", "", `<disk type='network' device='disk'><source protocol='nbd' name='x'/><target dev='vdb'/></disk>`))
 	f.Add(`<domain type='kvm'><name>vm</name><memory unit='TiB'>4</memory><vcpu>4096</vcpu></domain>`)
+	f.Add(guestXML("vm", "", `<serial type='file'><source path='/run/consoles/vm.log'/><log file='/run/consoles/vm-log.log'/><target port='1'/></serial>`))
+	f.Add(strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader><nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/images/vm_VARS.fd</nvram>", 1))
+	f.Add(guestXML("vm", "", `<graphics type='vnc'><listen type='socket'/></graphics><disk type='file' device='cdrom'><source file='/var/lib/libvirt/images/x.iso'/><readonly/><target dev='sda'/></disk>`))
+	f.Add(strings.Replace(guestXML("vm", "", ""), "<metadata>", "<metadata><f:x xmlns:f='urn:f'"+strings.Repeat(" a=''", 100)+"/>", 1))
 	f.Fuzz(func(t *testing.T, x string) {
 		canon, err := CanonicalIncomingXML(x, "vm", policyForTest)
 		if err != nil {
 			return
+		}
+		// Whose files they are is asked of every domain accepted.
+		if _, err := FilesOf(canon); err != nil {
+			t.Fatalf("accepted, and its files cannot be listed: %v\n%s", err, canon)
 		}
 		again, err := CanonicalIncomingXML(canon, "vm", policyForTest)
 		if err != nil {

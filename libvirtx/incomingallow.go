@@ -22,6 +22,10 @@ type IncomingPolicy struct {
 	// AllowedPaths are the directories local files may be in; a path is
 	// resolved beneath them without following links.
 	AllowedPaths []string
+	// ConsoleDirs are the directories, of console files only, where a
+	// file chardev or a chardev's log may be: QEMU creates or truncates
+	// it at Prepare, so one in AllowedPaths could be another guest's disk.
+	ConsoleDirs []string
 	// AllowedBridges are the host bridges an interface may join.
 	AllowedBridges []string
 	// AllowedNetworks are the node's libvirt networks an interface may
@@ -49,8 +53,10 @@ var allowedTypes = map[string][]string{
 	// direct, ethernet, UDP, multicast and socket NICs are host sockets
 	// and devices.
 	"interface": {"network", "bridge"},
-	"serial":    {"pty", "file", "null"},
-	"console":   {"pty", "file", "null"},
+	// A file back-end is a host file QEMU opens for writing at Prepare,
+	// a dry run's too: it is checked against the console dirs.
+	"serial":  {"pty", "file", "null"},
+	"console": {"pty", "file", "null"},
 	// spicevmc goes to the SPICE client, over the display's own
 	// connection; a unix channel is a guest agent's, in libvirt's directory.
 	"channel":  {"pty", "file", "null", "unix", "spicevmc"},
@@ -135,6 +141,11 @@ func allowElement(t xml.StartElement, parent, device, deviceType string, pol Inc
 		if addr, ok := attr("listen"); ok && name == "graphics" && !loopback(addr) {
 			return refuse("<graphics listen='%s'>: a migrated guest's display listens on loopback only", addr)
 		}
+		// QEMU unlinks whatever is at a display socket's path before it
+		// binds, at Prepare: libvirt places the socket itself.
+		if path, ok := attr("socket"); ok {
+			return refuse("<graphics socket='%s'>: a display's socket is libvirt's to place", path)
+		}
 		if name == "listen" {
 			switch typ {
 			case "address":
@@ -168,6 +179,34 @@ func loopback(addr string) bool {
 }
 
 // checkSizes bounds the guest by what the node can hold.
+// GuestMemoryKiB is a domain's memory as libvirt sizes it: <memory>, or
+// the sum of its NUMA cells where that says more (libvirt takes the sum).
+func GuestMemoryKiB(d *libvirtxml.Domain) (uint64, error) {
+	var size uint64
+	if m := d.Memory; m != nil {
+		kib, err := memoryKiB(m.Value, m.Unit)
+		if err != nil {
+			return 0, err
+		}
+		size = kib
+	}
+	if d.CPU != nil && d.CPU.Numa != nil {
+		var sum uint64
+		for _, c := range d.CPU.Numa.Cell {
+			kib, err := memoryKiB(c.Memory, c.Unit)
+			if err != nil {
+				return 0, err
+			}
+			if sum+kib < sum {
+				return 0, fmt.Errorf("the NUMA cells' memory overflows")
+			}
+			sum += kib
+		}
+		size = max(size, sum)
+	}
+	return size, nil
+}
+
 func checkSizes(d *libvirtxml.Domain, pol IncomingPolicy) error {
 	if pol.MaxMemoryKiB > 0 {
 		type size struct {
@@ -190,9 +229,43 @@ func checkSizes(d *libvirtxml.Domain, pol IncomingPolicy) error {
 				return refuse("<%s unit='%s'>%d</%s>: more than this node's %d KiB", m.what, m.unit, m.v, m.what, pol.MaxMemoryKiB)
 			}
 		}
+		if kib, err := GuestMemoryKiB(d); err != nil || kib > pol.MaxMemoryKiB {
+			return refuse("the guest's NUMA cells together have more memory than this node's %d KiB", pol.MaxMemoryKiB)
+		}
 	}
 	if pol.MaxVCPUs > 0 && d.VCPU != nil && d.VCPU.Value > pol.MaxVCPUs {
 		return refuse("<vcpu>%d</vcpu>: more than this node's %d CPUs", d.VCPU.Value, pol.MaxVCPUs)
+	}
+	return checkHostShares(d, pol)
+}
+
+// sharesPerVCPU is the CPU weight a guest may state per vCPU: libvirt's
+// default for a whole host CPU (cgroup v2's weight 100).
+const sharesPerVCPU = 1024
+
+// checkHostShares bounds what of the host's threads and CPU time a guest
+// states for itself: each I/O thread and NUMA cell is the host's to run,
+// and CPU shares above a vCPU's weight put the guest ahead of its
+// neighbours. (Quotas and periods only hold the guest back.)
+func checkHostShares(d *libvirtxml.Domain, pol IncomingPolicy) error {
+	vcpus := uint(1)
+	if d.VCPU != nil && d.VCPU.Value > 0 {
+		vcpus = d.VCPU.Value
+	}
+	if pol.MaxVCPUs > 0 {
+		n := d.IOThreads
+		if d.IOThreadIDs != nil {
+			n = max(n, uint(len(d.IOThreadIDs.IOThreads)))
+		}
+		if n > pol.MaxVCPUs {
+			return refuse("<iothreads>%d</iothreads>: more I/O threads than this node's %d CPUs", n, pol.MaxVCPUs)
+		}
+		if d.CPU != nil && d.CPU.Numa != nil && uint(len(d.CPU.Numa.Cell)) > pol.MaxVCPUs {
+			return refuse("%d NUMA cells: more than this node's %d CPUs", len(d.CPU.Numa.Cell), pol.MaxVCPUs)
+		}
+	}
+	if t := d.CPUTune; t != nil && t.Shares != nil && t.Shares.Value > sharesPerVCPU*vcpus {
+		return refuse("<cputune><shares>%d</shares>: more than %d per vCPU would weigh the guest above its neighbours", t.Shares.Value, sharesPerVCPU)
 	}
 	return nil
 }
@@ -240,6 +313,9 @@ func blockDeviceLink(root, path string) bool {
 }
 
 // memoryKiB converts a libvirt memory size to KiB.
+// MemoryKiB is a libvirt memory size in KiB.
+func MemoryKiB(v uint, unit string) (uint64, error) { return memoryKiB(v, unit) }
+
 func memoryKiB(v uint, unit string) (uint64, error) {
 	mult := map[string]uint64{"": 1 << 10, "b": 1, "bytes": 1, "KB": 1000, "k": 1 << 10, "KiB": 1 << 10,
 		"MB": 1000 * 1000, "M": 1 << 20, "MiB": 1 << 20, "GB": 1000 * 1000 * 1000, "G": 1 << 30, "GiB": 1 << 30,

@@ -3,6 +3,7 @@ package libvirtx
 import (
 	"encoding/xml"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -14,39 +15,82 @@ import (
 // way (units, defaults); names must all survive. <metadata> is free-form
 // and kept as it is.
 func lostInRemarshal(orig, canon string) error {
-	have, err := xmlNames(canon)
+	var names pathNames
+	have, err := names.of(canon)
 	if err != nil {
 		return refuse("its canonical form does not parse: %v", err)
 	}
-	want, err := xmlNames(orig)
+	want, err := names.of(orig)
 	if err != nil {
 		return refuse("it does not parse: %v", err)
 	}
-	for _, n := range want.order {
-		if !have.set[n] {
-			return refuse("%s would be lost: it is not among what this node's libvirt is given (libvirtxml does not model it), so the target would run another configuration", n)
+	for _, id := range want.order {
+		if !have.set[id] {
+			return refuse("%s would be lost: it is not among what this node's libvirt is given (libvirtxml does not model it), so the target would run another configuration", names.String(id))
 		}
 	}
 	return nil
 }
 
-type nameSet struct {
-	set   map[string]bool
-	order []string
+// pathNames interns element paths and attributes as (parent, name)
+// pairs: a path is kept once and never spelled out, so a document costs
+// what its tags do, however deep they nest.
+type pathNames struct {
+	nodes []pathNode
+	index map[pathNode]int
 }
 
-// xmlNames lists each element path and attribute of a document, outside
-// <metadata>, as <a/b> and <a/b @c>.
-func xmlNames(doc string) (nameSet, error) {
-	s := nameSet{set: map[string]bool{}}
-	add := func(n string) {
-		if !s.set[n] {
-			s.set[n] = true
-			s.order = append(s.order, n)
+// pathNode is an element (name) or an attribute ("@" name) under parent,
+// -1 at the root.
+type pathNode struct {
+	parent int
+	name   string
+}
+
+// nameSet is a document's paths, in document order without repeats.
+type nameSet struct {
+	set   map[int]bool
+	order []int
+}
+
+func (n *pathNames) id(parent int, name string) int {
+	k := pathNode{parent, name}
+	if id, ok := n.index[k]; ok {
+		return id
+	}
+	if n.index == nil {
+		n.index = map[pathNode]int{}
+	}
+	n.nodes = append(n.nodes, k)
+	n.index[k] = len(n.nodes) - 1
+	return len(n.nodes) - 1
+}
+
+// String spells path id out, as <a/b> or <a/b @c>.
+func (n *pathNames) String(id int) string {
+	var parts []string
+	attr := ""
+	if name := n.nodes[id].name; strings.HasPrefix(name, "@") {
+		attr, id = " "+name, n.nodes[id].parent
+	}
+	for ; id >= 0; id = n.nodes[id].parent {
+		parts = append(parts, n.nodes[id].name)
+	}
+	slices.Reverse(parts)
+	return "<" + strings.Join(parts, "/") + attr + ">"
+}
+
+// of lists each element path and attribute of doc, outside <metadata>.
+func (n *pathNames) of(doc string) (nameSet, error) {
+	s := nameSet{set: map[int]bool{}}
+	add := func(id int) {
+		if !s.set[id] {
+			s.set[id] = true
+			s.order = append(s.order, id)
 		}
 	}
 	dec := xml.NewDecoder(strings.NewReader(doc))
-	var path []string
+	path := []int{}
 	metadata := 0
 	for {
 		tok, err := dec.Token()
@@ -58,18 +102,23 @@ func xmlNames(doc string) (nameSet, error) {
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
-			path = append(path, t.Name.Local)
-			if metadata > 0 || (t.Name.Local == "metadata" && len(path) == 2) {
+			if metadata > 0 || (t.Name.Local == "metadata" && len(path) == 1) {
 				metadata++
+				path = append(path, -1)
 				continue
 			}
-			p := strings.Join(path, "/")
-			add("<" + p + ">")
+			parent := -1
+			if len(path) > 0 {
+				parent = path[len(path)-1]
+			}
+			id := n.id(parent, t.Name.Local)
+			path = append(path, id)
+			add(id)
 			for _, a := range t.Attr {
 				if a.Name.Space == "xmlns" || a.Name.Local == "xmlns" {
 					continue
 				}
-				add("<" + p + " @" + a.Name.Local + ">")
+				add(n.id(id, "@"+a.Name.Local))
 			}
 		case xml.EndElement:
 			path = path[:len(path)-1]

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	"libvirt.org/go/libvirtxml"
 )
 
@@ -24,8 +26,29 @@ import (
 
 const qemuNamespace = "http://libvirt.org/schemas/domain/qemu/1.0"
 
-// maxDomainTags bounds the work a peer's XML can cost.
-const maxDomainTags = 20000
+// xmlChecks bounds the peers' XML checks running at once on the node,
+// however many peers send them: each costs CPU and, at the caps below,
+// tens of MiB.
+var xmlChecks = make(chan struct{}, 2)
+
+// maxDomainTags and maxDomainAttrs bound the work a peer's XML can cost:
+// the parser allocates some 1.5 KiB per attribute, so 2 MiB of them cost
+// 350 MiB. A real domain has a few hundred of each, a large one a few
+// thousand.
+const (
+	maxDomainTags  = 20000
+	maxDomainAttrs = 10000
+)
+
+// maxDomainDepth and maxXMLName bound how deep a peer's XML nests and how
+// long its names are: a domain nests some ten deep (KubeVirt's metadata
+// a few more), and libvirt's names are short words. Work that follows
+// an element's path costs its depth, so thousands of nested tags under
+// the tag cap would cost their square.
+const (
+	maxDomainDepth = 64
+	maxXMLName     = 128
+)
 
 // emulatorPath matches the QEMU binaries distributions install; the
 // emulator is run as is, so a peer cannot name any other program.
@@ -33,6 +56,13 @@ var emulatorPath = regexp.MustCompile(`^/usr/(bin|libexec)/(qemu-system-[a-z0-9_
 
 // rngDevices are the host entropy sources an RNG backend may read.
 var rngDevices = []string{"/dev/urandom", "/dev/random", "/dev/hwrng"}
+
+// firmwareDirs are where distributions install guest firmware: root's,
+// read by every guest, written by none. A read-only loader comes from
+// here or an allowed path, an NVRAM template (libvirt copies it into the
+// guest's NVRAM) only from here, and a writable loader never: QEMU writes
+// it, so it is the guest's own file, in an allowed path.
+var firmwareDirs = []string{"/usr/share/OVMF", "/usr/share/AAVMF", "/usr/share/edk2", "/usr/share/qemu", "/usr/share/seabios"}
 
 // XMLRefusal says why a domain XML was refused, naming the element.
 type XMLRefusal struct{ Msg string }
@@ -54,10 +84,19 @@ func CheckIncomingXML(domXML, name string, pol IncomingPolicy) error {
 // bytes differently (of a repeated element, Go keeps the last and libvirt
 // the first); the re-marshalled XML holds only what was checked.
 func CanonicalIncomingXML(domXML, name string, pol IncomingPolicy) (string, error) {
+	xmlChecks <- struct{}{}
+	defer func() { <-xmlChecks }()
 	// Parsing and sweeping cost time per element: 2 MiB of <rng/> took
 	// 1.5 s of CPU. A real domain has a few hundred.
 	if n := strings.Count(domXML, "<"); n > maxDomainTags {
 		return "", refuse("it has %d tags, more than any domain's %d", n, maxDomainTags)
+	}
+	// Every attribute has its '=', and text seldom has many.
+	if n := strings.Count(domXML, "="); n > maxDomainAttrs {
+		return "", refuse("it has %d attributes, more than any domain's %d", n, maxDomainAttrs)
+	}
+	if err := boundedNesting(domXML); err != nil {
+		return "", err
 	}
 	d, err := checkIncomingXML(domXML, name, pol)
 	if err != nil {
@@ -79,7 +118,7 @@ func CanonicalIncomingXML(domXML, name string, pol IncomingPolicy) (string, erro
 }
 
 func checkIncomingXML(domXML, name string, pol IncomingPolicy) (*libvirtxml.Domain, error) {
-	d, err := checkDomain(domXML, name, pol.AllowedPaths)
+	d, err := checkDomain(domXML, name, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +136,7 @@ func checkIncomingXML(domXML, name string, pol IncomingPolicy) (*libvirtxml.Doma
 	return d, nil
 }
 
-func checkDomain(domXML, name string, allowed []string) (*libvirtxml.Domain, error) {
+func checkDomain(domXML, name string, pol IncomingPolicy) (*libvirtxml.Domain, error) {
 	var d libvirtxml.Domain
 	if err := d.Unmarshal(domXML); err != nil {
 		return nil, refuse("it does not parse: %v", err)
@@ -118,18 +157,28 @@ func checkDomain(domXML, name string, allowed []string) (*libvirtxml.Domain, err
 			return nil, refuse("<seclabel type='%s' model='%s'>: the target chooses its QEMU's security label", s.Type, s.Model)
 		}
 	}
-	pc := pathCheck{allowed: allowed}
+	if strings.HasPrefix(d.OnCrash, "coredump") {
+		return nil, refuse("<on_crash>%s</on_crash>: a guest's memory is not dumped to the target's disk at a peer's word", d.OnCrash)
+	}
+	pc := pathCheck{allowed: pol.AllowedPaths, consoles: pol.ConsoleDirs}
 	if os := d.OS; os != nil {
 		pc.file("<os><kernel>", os.Kernel)
 		pc.file("<os><initrd>", os.Initrd)
 		pc.file("<os><dtb>", os.DTB)
 		pc.file("<os><shim>", os.Shim)
-		if os.Loader != nil {
-			pc.file("<os><loader>", os.Loader.Path)
+		if l := os.Loader; l != nil {
+			if l.Readonly == "yes" || l.Type == "rom" || l.Path == "" {
+				pc.firmware("<os><loader>", l.Path, true)
+			} else {
+				// QEMU writes a writable pflash, and libvirt hands it to
+				// QEMU's user: a guest's own file, never the firmware
+				// every guest boots from.
+				pc.file("<os><loader readonly='no'>", l.Path)
+			}
 		}
 		if os.NVRam != nil {
 			pc.file("<os><nvram>", os.NVRam.NVRam)
-			pc.file("<os><nvram template>", os.NVRam.Template)
+			pc.firmware("<os><nvram template>", os.NVRam.Template, false)
 			pc.diskSource("<os><nvram><source>", os.NVRam.Source)
 		}
 		if os.ACPI != nil {
@@ -210,8 +259,9 @@ func checkDevices(pc *pathCheck, devs *libvirtxml.DomainDeviceList) {
 
 // pathCheck keeps the first refusal.
 type pathCheck struct {
-	allowed []string
-	err     error
+	allowed  []string
+	consoles []string
+	err      error
 }
 
 func (pc *pathCheck) fail(err error) {
@@ -229,6 +279,73 @@ func (pc *pathCheck) file(what, path string) {
 	if err := allowedPath(path, pc.allowed); err != nil {
 		pc.fail(refuse("%s %q: %v", what, path, err))
 	}
+}
+
+// firmwareFile says why path is not a firmware image, or nil. The
+// firmware directories are the distribution's, root's: their links are
+// its own (Debian's OVMF_CODE_4M.ms.fd is one) and are followed, but what
+// they lead to must be a regular file of root's in a firmware directory
+// that no one else may write.
+func firmwareFile(path string) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || !underAny(path, firmwareDirs) {
+		return fmt.Errorf("not under a firmware directory (%s)", strings.Join(firmwareDirs, ", "))
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing there to open: QEMU fails to start
+	}
+	if err != nil {
+		return err
+	}
+	if !underAny(real, firmwareDirs) {
+		return fmt.Errorf("leads to %s, outside the firmware directories", real)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(real, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != 0 || st.Mode&0o022 != 0 {
+		return fmt.Errorf("%s is not a regular file of root's that only root may write", real)
+	}
+	return nil
+}
+
+func underAny(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// console refuses a file chardev or log outside the console dirs: QEMU
+// creates or truncates it at Prepare, a dry run's too, so anywhere else a
+// peer could name another guest's disk.
+func (pc *pathCheck) console(what, path string) {
+	if path == "" {
+		return
+	}
+	if len(pc.consoles) == 0 {
+		pc.fail(refuse("%s %q: this node takes no file chardevs (--migration-allowed-console-dir): QEMU would create or truncate it at Prepare", what, path))
+		return
+	}
+	if err := allowedPath(path, pc.consoles); err != nil {
+		pc.fail(refuse("%s %q: %v: QEMU creates or truncates it at Prepare, so only a console dir may hold it", what, path, err))
+	}
+}
+
+// firmware refuses a firmware path outside firmwareDirs, or, where
+// orAllowed, outside them and the allowed paths.
+func (pc *pathCheck) firmware(what, path string, orAllowed bool) {
+	if path == "" || firmwareFile(path) == nil {
+		return
+	}
+	if orAllowed {
+		pc.file(what, path)
+		return
+	}
+	pc.fail(refuse("%s %q: %v", what, path, firmwareFile(path)))
 }
 
 func (pc *pathCheck) diskSource(what string, src *libvirtxml.DomainDiskSource) {
@@ -258,14 +375,14 @@ func (pc *pathCheck) diskSource(what string, src *libvirtxml.DomainDiskSource) {
 
 func (pc *pathCheck) chardev(what string, src *libvirtxml.DomainChardevSource, log *libvirtxml.DomainChardevLog) {
 	if log != nil {
-		pc.file(what+" <log file>", log.File)
+		pc.console(what+" <log file>", log.File)
 	}
 	if src == nil {
 		return
 	}
 	switch {
 	case src.File != nil:
-		pc.file(what+" <source path> (file)", src.File.Path)
+		pc.console(what+" <source path> (file)", src.File.Path)
 	case src.Dev != nil:
 		pc.file(what+" <source path> (host device)", src.Dev.Path)
 	case src.Pipe != nil:
@@ -309,7 +426,9 @@ func allowedPath(path string, allowed []string) error {
 // that is an absolute path outside the allowed prefixes, save the few
 // places where a path is not a file libvirt opens here.
 func sweepXML(domXML string, pol IncomingPolicy) error {
-	allowed := pol.AllowedPaths
+	// The typed checks hold each path to its own place (a disk in the
+	// allowed paths, a console file in a console dir); the sweep to any.
+	allowed := append(slices.Clip(pol.AllowedPaths), pol.ConsoleDirs...)
 	dec := xml.NewDecoder(strings.NewReader(domXML))
 	type elem struct {
 		name  string
@@ -379,6 +498,9 @@ func sweepXML(domXML string, pol IncomingPolicy) error {
 					return refuse("<%s %s='%s'>: a relative path", t.Name.Local, a.Name.Local, a.Value)
 				}
 				if strings.HasPrefix(a.Value, "/") && !pty {
+					if t.Name.Local == "nvram" && a.Name.Local == "template" && firmwareFile(a.Value) == nil {
+						continue // checked as firmware above
+					}
 					if err := allowedPath(a.Value, allowed); err != nil {
 						return refuse("<%s %s='%s'>: %v", t.Name.Local, a.Name.Local, a.Value, err)
 					}
@@ -407,18 +529,23 @@ func sweepXML(domXML string, pol IncomingPolicy) error {
 			if relativePath(text) {
 				return refuse("<%s>%s</%s>: a relative path", cur.name, text, cur.name)
 			}
+			if cur.name == "backend" && cur.device == "rng" && attr(cur, "model") == "random" && text != "" {
+				// libvirt opens a name that is no path relative to its own
+				// working directory.
+				if !slices.Contains(rngDevices, text) {
+					return refuse("<rng><backend model='random'> %q is not one of %s", text, strings.Join(rngDevices, ", "))
+				}
+				continue
+			}
 			if !strings.HasPrefix(text, "/") {
 				continue
 			}
 			switch cur.name {
 			case "emulator": // checked against the QEMU binaries
 				continue
-			case "backend":
-				if attr(cur, "model") == "random" {
-					if !slices.Contains(rngDevices, text) {
-						return refuse("<rng><backend model='random'> %q is not one of %s", text, strings.Join(rngDevices, ", "))
-					}
-					continue
+			case "loader":
+				if firmwareFile(text) == nil {
+					continue // checked as firmware above
 				}
 			}
 			if err := allowedPath(text, allowed); err != nil {
@@ -438,4 +565,49 @@ func DomainUUID(domXML string) (string, error) {
 		return "", refuse("it names no UUID")
 	}
 	return strings.ToLower(d.UUID), nil
+}
+
+// boundedNesting refuses XML nested deeper, or with longer names, than
+// any domain's, reading its tags alone.
+func boundedNesting(doc string) error {
+	dec := xml.NewDecoder(strings.NewReader(doc))
+	depth := 0
+	for {
+		tok, err := dec.RawToken()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return refuse("it does not parse: %v", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth++; depth > maxDomainDepth {
+				return refuse("it nests deeper than any domain's %d elements", maxDomainDepth)
+			}
+			if long := longName(t); long != "" {
+				return refuse("a name is longer than any of libvirt's %d bytes: %.40q...", maxXMLName, long)
+			}
+		case xml.EndElement:
+			depth--
+		}
+	}
+}
+
+// longName is the first name of t, or of its attributes, over maxXMLName.
+func longName(t xml.StartElement) string {
+	for _, n := range append([]xml.Name{t.Name}, attrNames(t.Attr)...) {
+		if len(n.Space)+len(n.Local) > maxXMLName {
+			return n.Space + ":" + n.Local
+		}
+	}
+	return ""
+}
+
+func attrNames(attrs []xml.Attr) []xml.Name {
+	out := make([]xml.Name, len(attrs))
+	for i, a := range attrs {
+		out[i] = a.Name
+	}
+	return out
 }

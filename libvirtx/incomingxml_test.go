@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferry-vm/ferry/internal/testenv"
 )
 
 // guestXML is a domain as libvirt's Begin gives it, with devices spliced in.
@@ -45,13 +47,15 @@ func guestXML(name, extraTop, devices string) string {
 
 var allowedForTest = []string{"/var/lib/libvirt/images", "/var/lib/kubelet/pods"}
 
-var policyForTest = IncomingPolicy{AllowedPaths: allowedForTest, AllowedBridges: []string{"br0"}, AllowedNetworks: []string{"default"}, MaxMemoryKiB: 64 << 20, MaxVCPUs: 64}
+var policyForTest = IncomingPolicy{AllowedPaths: allowedForTest, ConsoleDirs: []string{"/run/consoles"}, AllowedBridges: []string{"br0"}, AllowedNetworks: []string{"default"}, MaxMemoryKiB: 64 << 20, MaxVCPUs: 64}
 
 func TestIncomingXMLAcceptsOrdinaryGuests(t *testing.T) {
 	for name, x := range map[string]string{
 		"plain":             guestXML("vm", "", ""),
 		"kubevirt volumes":  guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/kubelet/pods/1234/volumes/kubernetes.io~empty-dir/disk.img'/><target dev='vdb'/></disk>`),
-		"file serial":       guestXML("vm", "", `<serial type='file'><source path='/var/lib/libvirt/images/console.log'/><target port='1'/></serial>`),
+		"pty serial":        guestXML("vm", "", `<serial type='pty'><target port='1'/></serial>`),
+		"console file":      guestXML("vm", "", `<serial type='file'><source path='/run/consoles/vm.log'/><target port='1'/></serial><console type='pty'><log file='/run/consoles/vm-console.log'/><target type='virtio'/></console>`),
+		"uefi":              strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader><nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/images/vm_VARS.fd</nvram>", 1),
 		"libvirt network":   guestXML("vm", "", `<interface type='network'><source network='default'/><model type='virtio'/></interface>`),
 		"raw disk":          guestXML("vm", "", `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/var/lib/libvirt/images/d.img'/><target dev='vdb'/></disk>`),
 		"stated chain":      guestXML("vm", "", `<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='/var/lib/libvirt/images/top.qcow2'/><backingStore type='file'><format type='qcow2'/><source file='/var/lib/libvirt/images/base.qcow2'/><backingStore/></backingStore><target dev='vdb'/></disk>`),
@@ -88,6 +92,13 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"console to a host tty", guestXML("vm", "", `<console type='dev'><source path='/dev/tty1'/><target type='virtio'/></console>`), "vm", "<console>"},
 		{"channel socket", guestXML("vm", "", `<channel type='unix'><source mode='bind' path='/run/libvirt/libvirt-sock'/><target type='virtio' name='x'/></channel>`), "vm", "<channel>"},
 		{"chardev log", guestXML("vm", "", `<serial type='pty'><log file='/etc/passwd' append='on'/><target port='1'/></serial>`), "vm", "<log file>"},
+		{"chardev log on another guest's image", guestXML("vm", "", `<serial type='pty'><log file='/var/lib/libvirt/images/other.qcow2'/><target port='1'/></serial>`), "vm", "<log file>"},
+		{"file serial on another guest's image", guestXML("vm", "", `<serial type='file'><source path='/var/lib/libvirt/images/other.qcow2'/><target port='1'/></serial>`), "vm", "<serial> <source path> (file) \"/var/lib/libvirt/images/other.qcow2\": not under an allowed path (/run/consoles)"},
+		{"file channel", guestXML("vm", "", `<channel type='file'><source path='/var/lib/libvirt/images/other.qcow2'/><target type='virtio' name='x'/></channel>`), "vm", "<channel> <source path> (file)"},
+		{"writable loader on the firmware every guest boots", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><loader readonly='no' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>", 1), "vm", "<os><loader readonly='no'> \"/usr/share/OVMF/OVMF_CODE_4M.fd\": not under an allowed path"},
+		{"loader writable by default", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><loader type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>", 1), "vm", "<loader readonly='no'>"},
+		{"nvram template from another guest", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><nvram template='/var/lib/libvirt/images/other_VARS.fd'>/var/lib/libvirt/images/vm_VARS.fd</nvram>", 1), "vm", "<os><nvram template>"},
+		{"rng by a relative name", strings.Replace(guestXML("vm", "", ""), "/dev/urandom", "hwrng", 1), "vm", "<rng>"},
 		{"kernel", strings.Replace(guestXML("vm", "", ""), "/var/lib/libvirt/images/vmlinuz", "/boot/vmlinuz", 1), "vm", "<os><kernel>"},
 		{"initrd", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><initrd>/boot/initrd.img</initrd>", 1), "vm", "<os><initrd>"},
 		{"loader", strings.Replace(guestXML("vm", "", ""), "</kernel>", "</kernel><loader readonly='yes' type='pflash'>/usr/share/evil.fd</loader>", 1), "vm", "<os><loader>"},
@@ -98,6 +109,8 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"unconfined", strings.Replace(guestXML("vm", "", ""), "<seclabel type='none' model='none'/>", "<seclabel type='none'/>", 1), "vm", "<seclabel"},
 		{"rng from a host file", strings.Replace(guestXML("vm", "", ""), "/dev/urandom", "/dev/sda", 1), "vm", "<rng>"},
 		{"graphics socket", guestXML("vm", "", `<graphics type='vnc'><listen type='socket' socket='/etc/vnc.sock'/></graphics>`), "vm", "/etc/vnc.sock"},
+		{"display socket on another guest's disk", guestXML("vm", "", `<graphics type='vnc' socket='/var/lib/libvirt/images/other.qcow2'><listen type='socket' socket='/var/lib/libvirt/images/other.qcow2'/></graphics>`), "vm", "a display's socket is libvirt's to place"},
+		{"display socket by its listen", guestXML("vm", "", `<graphics type='spice'><listen type='socket' socket='/var/lib/libvirt/images/other.qcow2'/></graphics>`), "vm", "a display's socket is libvirt's to place"},
 		{"audio file", guestXML("vm", "", `<audio id='1' type='file' path='/etc/x.wav'/>`), "vm", "<audio type='file'>"},
 		{"relative kernel first of two", strings.Replace(guestXML("vm", "", ""), "<kernel>", "<kernel>boot/vmlinuz</kernel><kernel>", 1), "vm", "relative path"},
 		{"fw_cfg file", guestXML("vm", `<sysinfo type='fwcfg'><entry name='opt/x' file='etc/shadow'/></sysinfo>`, ""), "vm", "<sysinfo>"},
@@ -118,6 +131,16 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"iothreadsched", guestXML("vm", `<cputune><iothreadsched iothreads='1' scheduler='fifo' priority='1'/></cputune>`, ""), "vm", "<iothreadsched>"},
 		{"emulatorsched", guestXML("vm", `<cputune><emulatorsched scheduler='fifo' priority='1'/></cputune>`, ""), "vm", "<emulatorsched>"},
 		{"locked memory", guestXML("vm", `<memoryBacking><locked/></memoryBacking>`, ""), "vm", "<locked/>"},
+		{"NUMA cells past the node", guestXML("vm", `<cpu><numa><cell id='0' cpus='0' memory='40' unit='TiB'/></numa></cpu>`, ""), "vm", "NUMA cells"},
+		{"huge pages", guestXML("vm", `<memoryBacking><hugepages><page size='1' unit='G'/></hugepages></memoryBacking>`, ""), "vm", "<hugepages>"},
+		{"cache allocation", guestXML("vm", `<cputune><cachetune vcpus='0'><cache id='0' level='3' type='both' size='3' unit='MiB'/></cachetune></cputune>`, ""), "vm", "<cachetune>"},
+		{"memory bandwidth", guestXML("vm", `<cputune><memorytune vcpus='0'><node id='0' bandwidth='60'/></memorytune></cputune>`, ""), "vm", "<memorytune>"},
+		{"vcpu pins", guestXML("vm", `<cputune><vcpupin vcpu='0' cpuset='1'/></cputune>`, ""), "vm", "<vcpupin>"},
+		{"vcpu cpuset", strings.Replace(guestXML("vm", "", ""), "<memory unit=", "<vcpu placement='static' cpuset='1-3'>2</vcpu><memory unit=", 1), "vm", "<vcpu cpuset='1-3'>"},
+		{"numatune", guestXML("vm", `<numatune><memory mode='strict' nodeset='1'/></numatune>`, ""), "vm", "<numatune>"},
+		{"emulator pins", guestXML("vm", `<cputune><emulatorpin cpuset='1'/></cputune>`, ""), "vm", "<emulatorpin>"},
+		{"watchdog dump", guestXML("vm", "", `<watchdog model='i6300esb' action='dump'/>`), "vm", "<watchdog action='dump'>"},
+		{"core dump on crash", strings.Replace(guestXML("vm", "", ""), "<memory unit=", "<on_crash>coredump-destroy</on_crash><memory unit=", 1), "vm", "<on_crash>coredump-destroy"},
 		{"baselabel", strings.Replace(guestXML("vm", "", ""), "<seclabel type='none' model='none'/>", "<seclabel type='dynamic' model='selinux'><baselabel>system_u:system_r:unconfined_t:s0</baselabel></seclabel>", 1), "vm", "<baselabel>"},
 		{"device seclabel", guestXML("vm", "", `<disk type='file' device='disk'><source file='/var/lib/libvirt/images/d.img'><seclabel model='dac' relabel='no'/></source><target dev='vdb'/></disk>`), "vm", "<seclabel>"},
 		{"tpm", guestXML("vm", "", `<tpm model='tpm-tis'><backend type='passthrough'><device path='/dev/tpm0'/></backend></tpm>`), "vm", "<tpm>"},
@@ -136,7 +159,7 @@ func TestIncomingXMLRefusesHostileGuests(t *testing.T) {
 		{"ovs port", guestXML("vm", "", `<interface type='bridge'><source bridge='br0'/><virtualport type='openvswitch'><parameters interfaceid='09b11c53-8b5c-4eeb-8f00-d84eaa0aaa4f'/></virtualport></interface>`), "vm", "<virtualport>"},
 		{"egd rng", strings.Replace(guestXML("vm", "", ""), "<backend model='random'>/dev/urandom</backend>", "<backend model='egd' type='tcp'><source mode='connect' host='127.0.0.1' service='2379'/></backend>", 1), "vm", "<rng><backend model='egd'>"},
 		{"nbd to loopback", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='nbd' name='x'><host name='127.0.0.1' port='10809'/></source><target dev='vdb'/></disk>`), "vm", "<disk type='network'>"},
-		{"iscsi", guestXML("vm", "", `<disk type='network' device='lun'><source protocol='iscsi' name='iqn.2013-07.com.example:iscsi-nopool/1'><host name='10.0.0.9' port='3260'/><initiator><iqn name='iqn.2013-07.com.example:client'/></initiator></source><target dev='sdb'/></disk>`), "vm", "<disk type='network'>"},
+		{"iscsi", guestXML("vm", "", `<disk type='network' device='disk'><source protocol='iscsi' name='iqn.2013-07.com.example:iscsi-nopool/1'><host name='10.0.0.9' port='3260'/><initiator><iqn name='iqn.2013-07.com.example:client'/></initiator></source><target dev='sdb'/></disk>`), "vm", "<disk type='network'>"},
 		{"http disk", guestXML("vm", "", `<disk type='network' device='cdrom'><source protocol='http' name='/latest/meta-data'><host name='169.254.169.254' port='80'/></source><target dev='sdc'/></disk>`), "vm", "<disk type='network'>"},
 		{"host smbios", strings.Replace(guestXML("vm", "", ""), "</os>", "<smbios mode='host'/></os>", 1), "vm", "<smbios mode='host'>"},
 		{"smartcard from host", guestXML("vm", "", `<smartcard mode='host'/>`), "vm", "<devices><smartcard>"},
@@ -261,9 +284,7 @@ func TestIncomingXMLAcceptsASpiceGuestOnLVM(t *testing.T) {
 	}
 	// A block device node stands for a logical volume; its link is what
 	// LVM makes. Made under /dev, where only root writes.
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to make a block device node under /dev (make test runs as root)")
-	}
+	testenv.Root(t, "make a block device node under /dev")
 	vg, err := os.MkdirTemp("/dev", "ferry-vg-")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/internal/testenv"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
@@ -55,9 +56,7 @@ func TestDialReachesALauncherSocketPastTheUnixLimit(t *testing.T) {
 // A launcher's virtqemud runs as 107 in session mode and accepts only
 // qemu:///session; a root daemon is asked for qemu:///system.
 func TestDialAsksASessionDaemonForTheSessionURI(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give a socket to uid 107, as a virt-launcher's is (make test runs as root)")
-	}
+	testenv.Root(t, "give a socket to uid 107, as a virt-launcher's is")
 	for _, tc := range []struct {
 		uid  int
 		want string

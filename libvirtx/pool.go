@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"go.uber.org/zap"
 )
@@ -372,7 +374,7 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 		}
 		if err != nil {
 			p.setStatus(socket, func(s *SocketStatus) {
-				s.LastError = err.Error()
+				s.LastError = clipError(err)
 				if !hung(err) {
 					// Refused or gone: down, not hung.
 					s.UnresponsiveSince = time.Time{}
@@ -469,7 +471,7 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 	p.setStatus(socket, func(s *SocketStatus) {
 		s.Up, s.Since = false, time.Now()
 		if reason != nil {
-			s.LastError = reason.Error()
+			s.LastError = clipError(reason)
 		}
 		if hung(reason) {
 			s.UnresponsiveSince = c.LastHeard()
@@ -528,4 +530,23 @@ func versionString(v uint64) string {
 		return ""
 	}
 	return fmt.Sprintf("%d.%d.%d", v/1000000, v/1000%1000, v%1000)
+}
+
+// maxKeptError bounds a libvirt error kept per socket: a pod's libvirt
+// chooses its errors' text, up to 4 MiB each.
+const maxKeptError = 512
+
+// clipError is err's text as kept and shown: printable, and at most
+// maxKeptError bytes of it.
+func clipError(err error) string {
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return ' '
+	}, strings.ToValidUTF8(err.Error(), ""))
+	if len(s) > maxKeptError {
+		s = strings.ToValidUTF8(s[:maxKeptError], "") + "…"
+	}
+	return s
 }

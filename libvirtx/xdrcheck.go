@@ -168,6 +168,7 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	17:           func(w *xdrWalk) { w.take(8, "max memory") },                                                   // domain get max memory
 	23:           func(w *xdrWalk) { w.domain() },                                                                // domain lookup by name
 	28:           func(*xdrWalk) {},                                                                              // domain resume
+	34:           func(*xdrWalk) {},                                                                              // domain suspend
 	29:           func(*xdrWalk) {},                                                                              // domain set autostart
 	66:           func(w *xdrWalk) { w.take(4*w.count(xdrAuthTypesMax, 4, "auth types"), "auth types") },         // auth list
 	70:           func(w *xdrWalk) { w.take(4, "complete") },                                                     // auth polkit, go-libvirt's own call
@@ -189,7 +190,14 @@ var replyLayouts = map[uint32]func(*xdrWalk){
 	306:          func(w *xdrWalk) { w.domain(); w.bytes(xdrCookieMax, "cookie") },                               // finish3
 	307:          func(*xdrWalk) {},                                                                              // confirm3
 	316:          func(w *xdrWalk) { w.take(4, "callback ID") },                                                  // event callback register any
-	317:          func(*xdrWalk) {},                                                                              // event callback deregister any
+	273: func(w *xdrWalk) { // connect list all domains
+		n := w.count(xdrDomainListMax, xdrMinNonnullDomain, "domains")
+		for i := 0; i < n && w.err == nil; i++ {
+			w.domain()
+		}
+		w.take(4, "count")
+	},
+	317: func(*xdrWalk) {}, // event callback deregister any
 	344: func(w *xdrWalk) { // connect get all domain stats
 		n := w.count(xdrDomainListMax, xdrMinNonnullDomain+4, "domain stats records")
 		per := xdrStateStatsMax

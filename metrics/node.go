@@ -35,6 +35,9 @@ var (
 	defSlotsUsed = define(Def{Name: "ferry_migration_slots_used", Type: Gauge, Area: AreaNode,
 		Help:   "Slots taken now by migrations Ferry drives, by direction.",
 		Labels: []string{"node", "direction"}})
+	defSlotsHung = define(Def{Name: "ferry_migration_slots_hung", Type: Gauge, Area: AreaNode,
+		Help:   "Migrations Ferry drives out of this node that wait on its libvirtd, which does not answer their connection (libvirt keepalive): they keep their slot, since libvirt may yet go on.",
+		Labels: []string{"node"}})
 	defQueued = define(Def{Name: "ferry_migration_queued", Type: Gauge, Area: AreaNode,
 		Help:   "Migrations Ferry drives that wait for an outbound slot of this node.",
 		Labels: []string{"node"}})
@@ -62,6 +65,7 @@ var (
 	descDirtyRate        = defDirtyRate.Desc()
 	descSlots            = defSlots.Desc()
 	descSlotsUsed        = defSlotsUsed.Desc()
+	descSlotsHung        = defSlotsHung.Desc()
 	descQueued           = defQueued.Desc()
 	descEvacuation       = defEvacuation.Desc()
 	descMarksPending     = defMarksPending.Desc()
@@ -108,8 +112,8 @@ type Collector struct {
 // many migrations wait for one (outbound only: an inbound one waits on its
 // source).
 type SlotUse struct {
-	Direction         string
-	Max, Used, Queued int
+	Direction               string
+	Max, Used, Queued, Hung int
 }
 
 // DomainKey names a domain by its libvirt socket and name.
@@ -142,7 +146,7 @@ func (c *Collector) Node() prometheus.Collector { return nodeCollector{c} }
 type nodeCollector struct{ c *Collector }
 
 func (n nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTotals, descRecoveryAttempts, descLibvirtUp, descGlobMatches, descAttention, descBuild, descMarksPending, descMarksDone, descDirtyRate, descSlots, descSlotsUsed, descQueued, descEvacuation} {
+	for _, d := range []*prometheus.Desc{descTotals, descRecoveryAttempts, descLibvirtUp, descGlobMatches, descAttention, descBuild, descMarksPending, descMarksDone, descDirtyRate, descSlots, descSlotsUsed, descSlotsHung, descQueued, descEvacuation} {
 		ch <- d
 	}
 	ch <- descActive
@@ -197,6 +201,7 @@ func (c *Collector) collectNode(ch chan<- prometheus.Metric, snap migration.Snap
 			g(descSlotsUsed, float64(u.Used), c.node, u.Direction)
 			if u.Direction == "outbound" {
 				g(descQueued, float64(u.Queued), c.node)
+				g(descSlotsHung, float64(u.Hung), c.node)
 			}
 		}
 	}

@@ -50,6 +50,16 @@ func (t *Tracker) AmbiguousBeside(socket, domain string) error {
 	return nil
 }
 
+// Unambiguous refuses a domain name more than one socket serves, naming
+// them, unless the request names its socket: for words that may reach
+// either side of a migration (recover, give-up), which no one job's
+// lookup would weigh together.
+func (t *Tracker) Unambiguous(socket, domain string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.unambiguous(socket, domain)
+}
+
 // unambiguous refuses a domain name more than one socket serves, naming
 // them, unless the request names its socket. t.mu is held.
 func (t *Tracker) unambiguous(socket, domain string) error {

@@ -43,6 +43,12 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 	check("domain", err)
 	_, err = f.tr.StartPostCopy(context.Background(), Target{Domain: dom.Name}, "by a test", reach(&on))
 	check("post-copy", err)
+	// recover and give-up may reach either side's state: the name alone
+	// must not pick one.
+	check("recover or give-up", f.tr.Unambiguous("", dom.Name))
+	if err := f.tr.Unambiguous(pod, dom.Name); err != nil {
+		t.Errorf("named with its socket: %v", err)
+	}
 	if on != (Acting{}) {
 		t.Errorf("an ambiguous request made the call: %+v", on)
 	}

@@ -30,6 +30,7 @@ const (
 	CodeCPUHost                = "cpu_host"
 	CodeVsock                  = "vsock"
 	CodeLocalDisk              = "local_disk"
+	CodeFerryTargetRefuses     = "ferry_target_refuses"
 )
 
 // severities gives each code its one severity, so a code means the same
@@ -56,6 +57,7 @@ var severities = map[string]api.Severity{
 	CodeCPUHost:                api.SeverityWarns,
 	CodeVsock:                  api.SeverityWarns,
 	CodeLocalDisk:              api.SeverityWarns,
+	CodeFerryTargetRefuses:     api.SeverityWarns,
 }
 
 // Severity is the severity every Blocker of code has; "" for a code this
@@ -70,4 +72,10 @@ func blocker(code, device, path, format string, args ...any) api.Blocker {
 		Device:   device,
 		Path:     path,
 	}
+}
+
+// FerryTargetRefuses is the warning that no Ferry target takes what names
+// (see package libvirtx's RefusedFeatures).
+func FerryTargetRefuses(what string) api.Blocker {
+	return blocker(CodeFerryTargetRefuses, "", "", "a Ferry target refuses this guest: %s", what)
 }

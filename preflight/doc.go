@@ -80,6 +80,14 @@
 //     so their sizes can be asked of libvirt. Network disks (rbd, iscsi,
 //     nbd, gluster) and empty drives are not reported, nor is a disk both
 //     read-only and shareable.
+//   - ferry_target_refuses (warns): the guest has what no Ferry target
+//     takes through its proxy, whatever its options (huge pages, pins to
+//     host CPUs or NUMA nodes, cache allocation, SCSI pass-through,
+//     persistent reservations...): it moves only by other means (libvirt's
+//     own migration, KubeVirt's). Reported by ferryd for its node's own
+//     libvirt only, never for a KubeVirt launcher's guests, which KubeVirt
+//     moves, nor for a guest something here already blocks. Device is
+//     empty; the message names what.
 //
 // Not reported: host-model and custom CPUs (the live XML names a model
 // the target is checked against), <memoryBacking><access mode='shared'>

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -76,7 +77,7 @@ func TestFinishBoundToTheTLSPeer(t *testing.T) {
 func TestRepeatedFinishGetsTheSameAnswer(t *testing.T) {
 	src, dst := startNode(t, nil), startNode(t, nil)
 	prepare(t, src, dst, "again", 0, false)
-	sm, err := src.p.OpenSource("again", dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource("again", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestRepeatedFinishGetsTheSameAnswer(t *testing.T) {
 func TestUnregisterCutsAHeldFinish(t *testing.T) {
 	src, dst := startNode(t, nil), startNode(t, nil)
 	prepare(t, src, dst, "held", 0, false)
-	sm, err := src.p.OpenSource("held", dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource("held", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

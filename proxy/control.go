@@ -195,6 +195,7 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reason, err.Error()))
 		return
 	}
+	peer = p.plainPeer(peer, raw)
 	busy := fmt.Sprintf("more than %d control connections at once", MaxControlConns)
 	if reserved {
 		release, ok := p.takeReserve(peer, raw)
@@ -255,12 +256,16 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 		c.SetReadDeadline(time.Time{})
 		// Read: what is served next is bounded by its own caps (a prepare
 		// by MaxIncoming, a finish by its migration), and a finish must not
-		// wait behind the peer's prepares.
-		releaseSlot()
+		// wait behind the peer's prepares. A prepare keeps the slot until
+		// its XML is checked: a peer's requests read and waiting to be
+		// checked stay within its share.
+		if req.Op != OpPrepare {
+			releaseSlot()
+		}
 		if reserved && req.Op != OpFinish && req.Op != OpCancel {
 			resp = p.refuseControl(raw, req, reasonTooManyControls, busy+" (the rest are kept for finishes)")
 		} else {
-			resp = p.control(raw, c, req, peer)
+			resp = p.control(raw, c, req, peer, releaseSlot)
 		}
 	}
 	p.answer(c, req, resp)
@@ -280,7 +285,10 @@ func (p *Proxy) answer(c net.Conn, req ControlRequest, resp ControlResponse) {
 	}
 }
 
-func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
+// control serves one request; checked gives the peer's control slot back
+// once a prepare's XML is checked (see serveControl).
+func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer, checked func()) ControlResponse {
+	defer checked()
 	switch req.Op {
 	case OpPrepare, OpFinish, OpCancel, OpRecover, OpRecovered:
 	default:
@@ -297,7 +305,7 @@ func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	}
 	switch req.Op {
 	case OpPrepare:
-		return p.prepare(raw, c, req, peer)
+		return p.prepare(raw, c, req, peer, checked)
 	case OpFinish:
 		return p.finish(raw, c, req, peer)
 	case OpRecover:

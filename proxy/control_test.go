@@ -29,7 +29,7 @@ func TestControlRoundTrip(t *testing.T) {
 		t.Fatalf("Incoming prepared %+v with xml %q cookie %q; want vm, parallel 2, flags 1, %s", m, dst.in.xml[0], dst.in.cookies[0], wantURI)
 	}
 
-	sm, err := src.p.OpenSource("rt1", dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource("rt1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestRefusalsNeverNameLocalPaths(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	resp := bare.control(a, a, ControlRequest{Op: OpPrepare, Migration: "p9", Domain: "vm", XML: testXML}, Peer{})
+	resp := bare.control(a, a, ControlRequest{Op: OpPrepare, Migration: "p9", Domain: "vm", XML: testXML}, Peer{}, func() {})
 	if resp.Reason != reasonIncomingDisabled {
 		t.Fatalf("prepare on a node without Incoming: %+v", resp)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -56,38 +57,69 @@ func (g *gatedReader) release() {
 // startReading waits, until deadline, for a slot to read a large request
 // of the peer in; release gives it back, once.
 func (p *Proxy) startReading(peer Peer, raw net.Conn, deadline time.Time) (release func(), err error) {
-	key := peerKey(peer, raw)
+	release, perPeer := p.reading.take(peerKey(peer, raw), MaxReadingPerPeer, MaxReading, deadline)
+	switch {
+	case release != nil:
+		return release, nil
+	case perPeer:
+		return nil, fmt.Errorf("%w: this peer already has %d large requests being read; waited for one to end", errBusyReading, MaxReadingPerPeer)
+	}
+	return nil, fmt.Errorf("%w: %d large requests of all peers already being read; waited for one to end", errBusyReading, MaxReading)
+}
+
+// MaxCheckingPerPeer bounds one peer's domain XML checks under way: the
+// node runs two at once in all (see libvirtx), so one peer never holds
+// both while another waits.
+const MaxCheckingPerPeer = 1
+
+// startChecking waits, until deadline, for the peer's turn to have a
+// domain XML checked; release gives it back, once.
+func (p *Proxy) startChecking(peer Peer, raw net.Conn, deadline time.Time) (release func(), err error) {
+	if release, _ := p.checking.take(peerKey(peer, raw), MaxCheckingPerPeer, 0, deadline); release != nil {
+		return release, nil
+	}
+	return nil, fmt.Errorf("%w: this peer already has %d domain XML check(s) under way; waited for one to end", errBusyReading, MaxCheckingPerPeer)
+}
+
+// turns hands out the right to do something costly for a peer, a few at
+// a time per peer and in all, to whoever waits for one.
+type turns struct {
+	mu    sync.Mutex
+	inAll int
+	by    map[string]int
+}
+
+// take waits until deadline for one of perKey turns of key and of inAll
+// turns in all (0: no bound in all); release gives it back, once. A nil
+// release says none came, and perKeyBusy whether key's own share was what
+// was taken.
+func (t *turns) take(key string, perKey, inAll int, deadline time.Time) (release func(), perKeyBusy bool) {
 	for {
-		p.readingMu.Lock()
-		if p.readingBy == nil {
-			p.readingBy = map[string]int{}
+		t.mu.Lock()
+		if t.by == nil {
+			t.by = map[string]int{}
 		}
-		perPeer, inAll := p.readingBy[key] >= MaxReadingPerPeer, p.reading >= MaxReading
-		if !perPeer && !inAll {
-			p.reading++
-			p.readingBy[key]++
-			p.readingMu.Unlock()
-			done := false
-			return func() {
-				if done {
-					return
-				}
-				done = true
-				p.readingMu.Lock()
-				p.reading--
-				if p.readingBy[key]--; p.readingBy[key] <= 0 {
-					delete(p.readingBy, key)
-				}
-				p.readingMu.Unlock()
-			}, nil
+		perKeyBusy = t.by[key] >= perKey
+		if !perKeyBusy && (inAll == 0 || t.inAll < inAll) {
+			t.inAll++
+			t.by[key]++
+			t.mu.Unlock()
+			var once sync.Once
+			return func() { once.Do(func() { t.give(key) }) }, false
 		}
-		p.readingMu.Unlock()
+		t.mu.Unlock()
 		if time.Now().After(deadline) {
-			if perPeer {
-				return nil, fmt.Errorf("%w: this peer already has %d large requests being read; waited for one to end", errBusyReading, MaxReadingPerPeer)
-			}
-			return nil, fmt.Errorf("%w: %d large requests of all peers already being read; waited for one to end", errBusyReading, MaxReading)
+			return nil, perKeyBusy
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (t *turns) give(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.inAll--
+	if t.by[key]--; t.by[key] <= 0 {
+		delete(t.by, key)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -85,7 +86,7 @@ func TestDirectPrepareIsTakenOnlyFromListedPeers(t *testing.T) {
 // one asked to start once the shutdown began is not let out.
 func TestShutdownWaitsForAndCutsADirectPerform(t *testing.T) {
 	n := startNode(t, nil)
-	src, err := n.p.OpenSource("m-direct", "10.0.0.2:9475", nil)
+	src, err := n.p.OpenSource("m-direct", "10.0.0.2:9475", nil, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestShutdownWaitsForAndCutsADirectPerform(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "m-direct") {
 		t.Fatalf("shutdown: %v, want the direct migration reported cut", err)
 	}
-	late, err := n.p.OpenSource("m-late", "10.0.0.2:9475", nil)
+	late, err := n.p.OpenSource("m-late", "10.0.0.2:9475", nil, os.Getpid(), 0)
 	if err == nil && late.PerformDirect(func() {}) {
 		t.Fatal("a direct Perform was let out during the shutdown")
 	}

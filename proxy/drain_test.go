@@ -98,7 +98,7 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 			dst := startNodeWith(t, Config{Node: "node-b", TLS: dstFiles})
 			other := startNodeWith(t, Config{Node: "node-c", TLS: otherFiles})
 			prepare(t, src, dst, "m1", 2, false)
-			sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory})
+			sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +106,7 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 			// Prepared and given sockets, but not started when the
 			// shutdown begins: new migrations, to be refused.
 			prepareAs(t, src, dst, "m4", "vm4", 0, false)
-			notStarted, err := src.p.OpenSource("m5", dst.addr, []Kind{KindMemory})
+			notStarted, err := src.p.OpenSource("m5", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +140,7 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 			waitMetric(t, func() bool { return refusedOn(dst) == dstBefore+2 })
 
 			srcBefore := refusedOn(src)
-			if _, err := src.p.OpenSource("m3", dst.addr, []Kind{KindMemory}); !errors.Is(err, ErrShuttingDown) || !strings.Contains(err.Error(), "ferryd on node-a is shutting down") {
+			if _, err := src.p.OpenSource("m3", dst.addr, []Kind{KindMemory}, os.Getpid(), 0); !errors.Is(err, ErrShuttingDown) || !strings.Contains(err.Error(), "ferryd on node-a is shutting down") {
 				t.Fatalf("outgoing migration during the shutdown: %v, want ErrShuttingDown naming node-a", err)
 			}
 			late, err := net.Dial("unix", notStarted.Paths[KindMemory])
@@ -203,7 +203,7 @@ func TestShutdownCutsAndReportsWhatOutlivesTheGrace(t *testing.T) {
 			}
 			src, dst := startNodeWith(t, srcCfg), startNodeWith(t, dstCfg)
 			prepare(t, src, dst, "m9", 2, false)
-			sm, err := src.p.OpenSource("m9", dst.addr, []Kind{KindMemory})
+			sm, err := src.p.OpenSource("m9", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +47,40 @@ type fakeIncoming struct {
 	outcome func(IncomingMigration) (string, error)
 	// hold says the guest runs here in post-copy (see Held).
 	hold bool
+	// qemuPID, when set, is the target QEMU's pid; otherwise this
+	// process's, which listens for the fake QEMU.
+	qemuPID int
+	// qemu, when set, starts the target QEMU listening at path (another
+	// process) in place of this process's echo, and names its pid.
+	qemu func(path string) int
+	// monitorHeld: another client holds the QEMU monitor Prepare makes,
+	// so it greets no one else.
+	monitorHeld bool
+}
+
+// serveMonitor stands in for a QEMU's monitor: one client at a time,
+// greeted at once; none while held.
+func serveMonitor(ln net.Listener, held bool) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if !held {
+			c.Write([]byte(`{"QMP": {"version": {}, "capabilities": []}}` + "\n"))
+		}
+		io.Copy(io.Discard, c)
+		c.Close()
+	}
+}
+
+func (f *fakeIncoming) QEMU(string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.qemuPID != 0 {
+		return f.qemuPID, nil
+	}
+	return os.Getpid(), nil
 }
 
 func (f *fakeIncoming) Held(context.Context, IncomingMigration) (string, bool) {
@@ -80,8 +116,20 @@ func (f *fakeIncoming) Prepare(_ context.Context, m IncomingMigration, xml strin
 	if f.prepareErr != nil {
 		return nil, f.prepareErr
 	}
+	if m.MonitorPath != "" {
+		ln, err := net.Listen("unix", m.MonitorPath)
+		if err != nil {
+			return nil, err
+		}
+		f.listeners[m.ID] = append(f.listeners[m.ID], ln)
+		go serveMonitor(ln, f.monitorHeld)
+	}
 	for _, uri := range []string{m.MemoryURI, m.DiskURI} {
 		if uri == "" {
+			continue
+		}
+		if f.qemu != nil {
+			f.qemuPID = f.qemu(strings.TrimPrefix(uri, "unix://"))
 			continue
 		}
 		ln, err := net.Listen("unix", strings.TrimPrefix(uri, "unix://"))

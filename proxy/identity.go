@@ -107,19 +107,39 @@ type Peer struct {
 	Pod string
 	// Cert is the SHA-256 of the peer's certificate, or "" without TLS.
 	Cert string
+	// Plain, for a peer seen without TLS on this node's proxy port, is
+	// its address (see plainPeer); "" otherwise.
+	Plain string
 }
 
 // owner is what binds a prepared migration to the peer that prepared it:
 // its node when its certificate names one, which a renewed certificate
-// keeps; else the certificate itself; nothing without TLS.
+// keeps; else the certificate itself; without TLS, its address.
 func (p Peer) owner() string {
 	switch {
 	case p.Node != "":
 		return NodeOwner(p.Node)
 	case p.Cert != "":
 		return "cert:" + p.Cert
+	case p.Plain != "":
+		return "plain:" + p.Plain
 	}
 	return ""
+}
+
+// plainPeer is a peer that reached the proxy port over plain TCP, known
+// by the one thing that shows: its address. A migration it prepared is
+// finished, cancelled and streamed only from there: a target's ids show
+// in its /proc/net/unix, and anyone on the target node could otherwise
+// cancel one, or feed its QEMU, by the id. On the source node, which
+// shares the address, no socket is named by the target's id (see
+// OpenSource).
+func (p *Proxy) plainPeer(peer Peer, raw net.Conn) Peer {
+	if p.tls != nil {
+		return peer
+	}
+	peer.Plain = remoteAddr(raw).String()
+	return peer
 }
 
 // String names the peer for logs and refusals.
@@ -224,4 +244,11 @@ func (p *Proxy) checkPeer(c net.Conn) (Peer, string, error) {
 		return peer, reasonNoIdentity, fmt.Errorf("this node requires peers' certificates to name their node (a URI SAN %s)", NodeIdentityURI(p.tls.files.PeerName, "NODE"))
 	}
 	return peer, "", nil
+}
+
+// ownerMatches says whether what a migration was bound to (have) is the
+// peer asking (want). A record an earlier ferryd made over plain TCP
+// bound it to nothing: any plain peer matches it, as it did then.
+func ownerMatches(have, want string) bool {
+	return have == want || have == "" && strings.HasPrefix(want, "plain:")
 }

@@ -30,6 +30,10 @@ type Incoming interface {
 	// Cancel tells libvirt a prepared migration will not happen, so it
 	// kills the target QEMU.
 	Cancel(ctx context.Context, m IncomingMigration) error
+	// QEMU is the process ID, in ferryd's PID namespace, of the QEMU
+	// libvirt runs for domain here, as libvirt's own pid file has it: the
+	// one process the proxy hands that domain's streams to.
+	QEMU(domain string) (int, error)
 }
 
 // IncomingOutcome is an Incoming that can say whether a migration's
@@ -59,7 +63,15 @@ type IncomingPersister interface {
 // IncomingChecker is an Incoming that can check a prepare's request
 // before anything is registered for it; Prepare checks again.
 type IncomingChecker interface {
-	Check(m IncomingMigration, domainXML string) error
+	Check(m IncomingMigration, domainXML string) (*CheckedXML, error)
+}
+
+// CheckedXML is what a check made of a peer's XML: the domain to give
+// libvirt and the definition to keep, re-marshalled from what was
+// checked. The proxy hands it to the same migration's Prepare, so that
+// the work is done once, in the peer's turn.
+type CheckedXML struct {
+	Live, Config string
 }
 
 // IncomingMigration is one migration the target prepares, as Incoming
@@ -97,6 +109,9 @@ type IncomingMigration struct {
 	// crosses this proxy.
 	Direct        bool
 	ListenAddress string
+	// Checked is the check of the request's XML, handed to Prepare (and
+	// a dry run's CPU comparison) only; nil where none ran.
+	Checked *CheckedXML
 }
 
 // IncomingDirect is an Incoming that prepares direct migrations: Prepare,
@@ -149,7 +164,7 @@ func (p *Proxy) newIncoming(id, domain string, parallel int, postCopy, disk bool
 	return m
 }
 
-func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
+func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked func()) ControlResponse {
 	refuse := p.refusePeer
 	if req.DryRun {
 		// A dry run's "no" is its answer, not a refusal of the peer.
@@ -196,11 +211,23 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
 		in.RecoverFor = time.Duration(min(req.RecoverSeconds, maxRecoverSeconds) * float64(time.Second))
 	}
+	// The check's result goes to this migration's Prepare alone, never
+	// into what the registry keeps and copies.
+	var checkedXML *CheckedXML
 	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
-		if err := ck.Check(in, req.XML); err != nil {
+		turn, err := p.startChecking(peer, raw, time.Now().Add(p.cfg.PrepareTimeout))
+		if err != nil {
+			checked()
+			return refuse(raw, peer.Node, req, reasonTooManyReading, "prepare: "+err.Error())
+		}
+		checkedXML, err = ck.Check(in, req.XML)
+		turn()
+		checked()
+		if err != nil {
 			return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
 		}
 	}
+	checked()
 	if err := p.reg.add(m, &in, peer.owner()); err != nil {
 		return refuse(raw, peer.Node, req, refusalReason(err, reasonMalformedRequest), err.Error())
 	}
@@ -217,9 +244,11 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()
 	var cpu string
+	pin := in
+	pin.Checked = checkedXML
 	if ic, ok := p.cfg.Incoming.(IncomingCPU); ok && req.DryRun {
 		var err error
-		if cpu, err = ic.CompareCPU(ctx, in, req.XML); err != nil {
+		if cpu, err = ic.CompareCPU(ctx, pin, req.XML); err != nil {
 			p.Unregister(m.ID, "dry run: cpu")
 			return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "cpu: "+err.Error())
 		}
@@ -229,19 +258,29 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer) ControlR
 	var uri string
 	var err error
 	if in.Direct {
-		cookie, uri, err = p.cfg.Incoming.(IncomingDirect).PrepareDirect(ctx, in, req.XML, req.Cookie)
+		cookie, uri, err = p.cfg.Incoming.(IncomingDirect).PrepareDirect(ctx, pin, req.XML, req.Cookie)
 	} else {
-		cookie, err = p.cfg.Incoming.Prepare(ctx, in, req.XML, req.Cookie)
+		cookie, err = p.cfg.Incoming.Prepare(ctx, pin, req.XML, req.Cookie)
 	}
 	if err != nil {
 		p.Unregister(m.ID, "prepare failed")
 		os.Remove(in.MonitorPath)
+		p.dropMonitor(m.ID) // moved already by the watch
 		return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
 	}
 	if req.DryRun {
 		return p.endDryRun(in, cpu, time.Since(start))
 	}
 	p.hideMonitor(in)
+	p.hideTargets(in)
+	if err := p.monitorIsOurs(in); err != nil {
+		p.log.Error("an incoming post-copy migration is refused: its recovery monitor is not ferryd's", zap.String("migration", m.ID),
+			zap.String("domain", m.Domain), zap.Error(err))
+		p.cancelLibvirt(in, "its recovery monitor is not ferryd's")
+		p.Unregister(m.ID, "prepare failed")
+		p.dropMonitor(m.ID)
+		return refuse(raw, peer.Node, req, reasonPrepareFailed, "prepare: this node's QEMU for the guest cannot be resumed by Ferry (see its log)")
+	}
 	e, err := p.reg.setState(m.ID, m.Domain, statePreparing, statePrepared)
 	if err != nil {
 		// Cut meanwhile (the node is shutting down): libvirt must not
@@ -487,7 +526,7 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 		if err != nil {
 			p.log.Warn("unreadable migration outcome record", zap.Error(err))
 		}
-		if ok && r.Owner == owner && r.Domain == req.Domain {
+		if ok && ownerMatches(r.Owner, owner) && r.Domain == req.Domain {
 			if r.Result != nil {
 				return *r.Result, true
 			}

@@ -57,7 +57,7 @@ func TestThousandBrokenConnectionsLeaveNothingBehind(t *testing.T) {
 			}(n)
 		}
 	}()
-	sm, err := src.p.OpenSource("leak", dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource("leak", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

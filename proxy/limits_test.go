@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -42,6 +43,12 @@ func holdControls(t *testing.T, to string, from net.IP, n int) {
 
 func controlFrom(t *testing.T, to string, from net.IP) ControlResponse {
 	t.Helper()
+	return controlRequestFrom(t, to, from, `{"op":"cancel","migration":"x","domain":"vm"}`)
+}
+
+// controlRequestFrom sends one control request from address from.
+func controlRequestFrom(t *testing.T, to string, from net.IP, req string) ControlResponse {
+	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
 	c, err := d.Dial("tcp", to)
 	if err != nil {
@@ -50,7 +57,7 @@ func controlFrom(t *testing.T, to string, from net.IP) ControlResponse {
 	defer c.Close()
 	hb, _ := Header{Kind: KindControl}.Encode()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	c.Write(append(hb, `{"op":"cancel","migration":"x","domain":"vm"}`...))
+	c.Write(append(hb, req...))
 	var resp ControlResponse
 	json.NewDecoder(c).Decode(&resp)
 	return resp
@@ -122,9 +129,9 @@ func TestHalfOpenConnectionsAreBounded(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	for deadline := time.Now().Add(5 * time.Second); dst.p.opening.Load() != 0; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); dst.p.openingCount() != 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still counted as opening after all closed", dst.p.opening.Load())
+			t.Fatalf("%d connections still counted as opening after all closed", dst.p.openingCount())
 		}
 	}
 }
@@ -163,8 +170,8 @@ func TestRequestsAreReadAFewAtATimePerPeer(t *testing.T) {
 	} else {
 		r()
 	}
-	if p.reading != MaxReadingPerPeer-1 {
-		t.Errorf("%d requests counted as being read, want %d", p.reading, MaxReadingPerPeer-1)
+	if p.reading.inAll != MaxReadingPerPeer-1 {
+		t.Errorf("%d requests counted as being read, want %d", p.reading.inAll, MaxReadingPerPeer-1)
 	}
 }
 
@@ -221,7 +228,7 @@ func TestHeldFinishesLeaveThePeerItsControlConnections(t *testing.T) {
 	for i := range n {
 		id, dom := fmt.Sprintf("held%d", i), fmt.Sprintf("vm%d", i)
 		prepareAs(t, src, dst, id, dom, 0, false)
-		sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory})
+		sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +337,7 @@ func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *test
 	if !errors.As(err, &ce) || ce.Reason != reasonTooManyControls || !strings.Contains(err.Error(), "kept for finishes") {
 		t.Fatalf("a prepare on a kept connection: %v, want %s", err, reasonTooManyControls)
 	}
-	sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

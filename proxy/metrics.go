@@ -48,6 +48,12 @@ const (
 	// ReasonInboundBusy: this node takes as many incoming migrations as
 	// its inbound slots allow; the source waits its turn and asks again.
 	ReasonInboundBusy = "inbound_slots_busy"
+	// ReasonNoMemory: the guest does not fit the memory this node has
+	// available beside the guests already coming here.
+	ReasonNoMemory = "insufficient_memory"
+	// ReasonDefinedHere: this node holds the guest defined and shut off,
+	// and does not adopt such definitions.
+	ReasonDefinedHere = "domain_defined_here"
 	// reasonDirectNotAllowed: a prepare asked for the direct path from a
 	// peer this node does not take it from, or for what it does not
 	// carry; reasonDirectUnavailable: this node cannot serve it (its
@@ -64,7 +70,8 @@ var rejectReasons = []string{"malformed_header", "unsupported_version", "header_
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
 	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, ReasonRestarted, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
-	ReasonGuestGone, "invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy, reasonDirectNotAllowed, reasonDirectUnavailable}
+	ReasonGuestGone, "invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy, reasonDirectNotAllowed, reasonDirectUnavailable,
+	ReasonNoMemory, ReasonDefinedHere}
 
 // Metrics are the vectors the proxy counts into. Package metrics declares
 // them (every series ferryd exports is named, described and labelled

@@ -52,10 +52,6 @@ type outcomeRecord struct {
 	Result    *ControlResponse `json:"result,omitempty"`
 }
 
-// outcomeKeep is how long a record outlives its prepare: a source settles
-// a migration within minutes, or an operator within days.
-const outcomeKeep = 7 * 24 * time.Hour
-
 // maxOutcomeFile bounds what is read back of one record.
 const maxOutcomeFile = 1 << 20
 
@@ -103,8 +99,8 @@ func (s *outcomeStore) save(r outcomeRecord) error {
 	return atomicfile.Write(p, b)
 }
 
-// recent reads the records prepared within age.
-func (s *outcomeStore) recent(age time.Duration) []outcomeRecord {
+// all reads every record kept.
+func (s *outcomeStore) all() []outcomeRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	entries, _ := os.ReadDir(s.dir)
@@ -114,11 +110,6 @@ func (s *outcomeStore) recent(age time.Duration) []outcomeRecord {
 		if !ok || ValidID(id) != nil {
 			continue
 		}
-		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) > age {
-			continue
-		}
-		// By the file's time: a record is written again with its finish's
-		// answer, which is when a post-copy split.
 		if r, err := s.read(filepath.Join(s.dir, e.Name()), id); err == nil {
 			out = append(out, r)
 		}
@@ -151,16 +142,28 @@ func (s *outcomeStore) recovered(id string, resp ControlResponse) error {
 }
 
 // maxOutcomeRecords bounds the directory: past it the oldest records go,
-// pruned as each new migration is recorded.
+// pruned as each new migration is recorded. Never by age: a clock stepped
+// forward (a bad RTC corrected) would drop at once every answer a source
+// still has to hear; thousands of migrations later, none is waiting.
 const maxOutcomeRecords = 4096
 
-// trim drops the oldest records beyond maxOutcomeRecords and those past
-// outcomeKeep; held with s.mu.
+// trimBatch is how many records a trim makes room for: reading a full
+// store's records is paid once per batch of saves, not at each.
+const trimBatch = 256
+
+// trim drops the oldest records beyond maxOutcomeRecords, those of a split
+// or a finish under way (a guest a recovery may still resume) last; held
+// with s.mu.
 func (s *outcomeStore) trim() {
 	entries, _ := os.ReadDir(s.dir)
+	if len(entries) < maxOutcomeRecords {
+		// Only a full directory is read record by record.
+		return
+	}
 	type rec struct {
 		name string
 		at   time.Time
+		held bool
 	}
 	var recs []rec
 	for _, e := range entries {
@@ -168,16 +171,24 @@ func (s *outcomeStore) trim() {
 		if !ok || ValidID(id) != nil {
 			continue
 		}
-		if fi, err := e.Info(); err == nil {
-			recs = append(recs, rec{e.Name(), fi.ModTime()})
+		fi, err := e.Info()
+		if err != nil {
+			continue
 		}
+		r, err := s.read(filepath.Join(s.dir, e.Name()), id)
+		held := err == nil && (r.Finishing && r.Result == nil || r.Result != nil && r.Result.Outcome == OutcomeSplit)
+		recs = append(recs, rec{e.Name(), fi.ModTime(), held})
 	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].at.Before(recs[j].at) })
-	for i, r := range recs {
-		if len(recs)-i < maxOutcomeRecords && time.Since(r.at) <= outcomeKeep {
-			break
+	sort.SliceStable(recs, func(i, j int) bool {
+		if recs[i].held != recs[j].held {
+			return !recs[i].held
 		}
-		os.Remove(filepath.Join(s.dir, r.name))
+		return recs[i].at.Before(recs[j].at)
+	})
+	// Down by a batch: the next saves list the directory only.
+	for over := len(recs) - (maxOutcomeRecords - trimBatch); over > 0; over-- {
+		os.Remove(filepath.Join(s.dir, recs[0].name))
+		recs = recs[1:]
 	}
 }
 

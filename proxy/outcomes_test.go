@@ -15,7 +15,7 @@ import (
 func relayed(t *testing.T, src, dst *node, id string) {
 	t.Helper()
 	prepare(t, src, dst, id, 0, false)
-	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestAPostCopyFinishGoesOnWithoutItsGuardRecord(t *testing.T) {
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true}); err != nil {
 		t.Fatal(err)
 	}
-	sm, err := src.p.OpenSource("pc", dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource("pc", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,16 +25,19 @@ func TestLocalPeerMustBeOfQEMUsGroup(t *testing.T) {
 	}
 	defer c.Close()
 	p := &Proxy{group: -1}
-	if err := p.checkLocalPeer(c, "the memory socket of migration m1", false); err != nil {
+	if err := p.checkLocalPeer(c, "the memory socket of migration m1"); err != nil {
 		t.Fatalf("no group known: %v", err)
 	}
 	p.group = 64055
-	err = p.checkLocalPeer(c, "the memory socket of migration m1", false)
+	err = p.checkLocalPeer(c, "the memory socket of migration m1")
 	if err == nil || !strings.Contains(err.Error(), "not a QEMU of group 64055") {
 		t.Fatalf("a root peer passed as QEMU: %v", err)
 	}
 	// libvirtd, as root, connects the source's main channel for QEMU.
-	if err := p.checkLocalPeer(c, "the memory socket of migration m1", true); err != nil {
+	if err := checkPeerPID(c, []int{1}, true, "the memory socket of migration m1"); err != nil {
 		t.Fatalf("a root peer on a source socket: %v", err)
+	}
+	if err := checkPeerPID(c, []int{1}, false, "the memory socket of migration m1"); err == nil || !strings.Contains(err.Error(), "not the guest's QEMU (pid 1)") {
+		t.Fatalf("pid %d passed as the guest's QEMU, pid 1: %v", os.Getpid(), err)
 	}
 }

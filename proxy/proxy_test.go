@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +41,10 @@ func startNodeWith(t *testing.T, cfg Config) *node {
 // have the target take the source's label as the id, so they can name it.
 func startNodeIDs(t *testing.T, cfg Config, newID func(string) string) *node {
 	t.Helper()
-	dir := t.TempDir()
+	dir := cfg.SocketDir
+	if dir == "" {
+		dir = shortTempDir(t)
+	}
 	in := newFakeIncoming()
 	if cfg.Incoming == nil {
 		cfg.Incoming = in
@@ -120,7 +124,7 @@ func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
 			dst := startNode(t, dstFiles)
 			const id = "m1"
 			prepare(t, src, dst, id, 3, true)
-			sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory, KindDisk})
+			sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory, KindDisk}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +243,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	})
 	t.Run("still serving a prepared migration", func(t *testing.T) {
 		prepare(t, src, dst, "ok1", 0, false)
-		sm, err := src.p.OpenSource("ok1", dst.addr, []Kind{KindMemory})
+		sm, err := src.p.OpenSource("ok1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,4 +281,17 @@ func waitMetric(t *testing.T, ok func() bool) {
 		}
 	}
 	t.Fatal("refusal was not counted")
+}
+
+// shortTempDir is a directory for sockets, removed when the test ends:
+// t.TempDir's are named after the test and leave a socket path little
+// room within its 107 bytes.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

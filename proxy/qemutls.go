@@ -42,10 +42,10 @@ func (p *Proxy) CheckQEMUTLS(dir, host string) error {
 		return errors.New("the direct path needs the proxy's mutual TLS: its CA is what QEMU's certificates must come from")
 	}
 	_, roots := p.tls.current()
-	return checkQEMUTLS(dir, host, roots, time.Now())
+	return checkQEMUTLS(dir, host, p.tls.files.PeerName, roots, time.Now())
 }
 
-func checkQEMUTLS(dir, host string, roots *x509.CertPool, now time.Time) error {
+func checkQEMUTLS(dir, host, peerName string, roots *x509.CertPool, now time.Time) error {
 	caPEM, err := os.ReadFile(filepath.Join(dir, qemuCA))
 	if err != nil {
 		return fmt.Errorf("QEMU's migration TLS directory: %w", err)
@@ -101,6 +101,9 @@ func checkQEMUTLS(dir, host string, roots *x509.CertPool, now time.Time) error {
 		if _, err := leaf.Verify(opts); err != nil {
 			return fmt.Errorf("QEMU's migration TLS certificate %s does not verify against %s (to a self-signed root there), which QEMU checks peers with: %w", certPath, qemuCA, err)
 		}
+		if err := notAFerryPeer(leaf, peerName); err != nil {
+			return fmt.Errorf("QEMU's migration TLS certificate %s %v: every QEMU of the node reads its key, so any of them could speak to peers' proxies as this node; issue QEMU's certificates without Ferry's peer name or identity", certPath, err)
+		}
 		if err := qemuTakesKeyUsage(leaf); err != nil {
 			return fmt.Errorf("QEMU's migration TLS certificate %s: %w", certPath, err)
 		}
@@ -109,6 +112,18 @@ func checkQEMUTLS(dir, host string, roots *x509.CertPool, now time.Time) error {
 				return fmt.Errorf("QEMU's migration TLS certificate %s does not name %s, the address the source's QEMU connects to: %w", certPath, host, err)
 			}
 		}
+	}
+	return nil
+}
+
+// notAFerryPeer refuses a certificate a proxy would take from a peer: one
+// valid for the peer name, or naming a node or pod as Ferry's identity.
+func notAFerryPeer(c *x509.Certificate, peerName string) error {
+	if peerName != "" && c.VerifyHostname(peerName) == nil {
+		return fmt.Errorf("would pass as a Ferry peer (it is valid for %q)", peerName)
+	}
+	if id, err := identityOfCert(c, peerName); err == nil && !id.none() {
+		return fmt.Errorf("would pass as a Ferry peer (it names %s)", id)
 	}
 	return nil
 }

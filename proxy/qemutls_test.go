@@ -68,8 +68,16 @@ func TestQEMUTLSDirectoryIsCheckedAsQEMUReadsIt(t *testing.T) {
 		{"key of another certificate", "", "server-cert.pem", func(dir string) {
 			copyFile(filepath.Join(dir, qemuClientKey), filepath.Join(dir, qemuServerKey))
 		}},
-		{"critical key usage without encipherment", "", "key encipherment", func(dir string) {
+		{"a Ferry peer's certificate", "", "would pass as a Ferry peer", func(dir string) {
 			files, err := ferry.Issue(t.TempDir(), "ferry")
+			if err != nil {
+				t.Fatal(err)
+			}
+			copyFile(files.Cert, filepath.Join(dir, qemuClientCert))
+			copyFile(files.Key, filepath.Join(dir, qemuClientKey))
+		}},
+		{"critical key usage without encipherment", "", "key encipherment", func(dir string) {
+			files, err := ferry.Issue(t.TempDir(), "qemu-client")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +96,7 @@ func TestQEMUTLSDirectoryIsCheckedAsQEMUReadsIt(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := good()
 			c.spoil(dir)
-			err := checkQEMUTLS(dir, c.host, roots, time.Now())
+			err := checkQEMUTLS(dir, c.host, "ferry", roots, time.Now())
 			switch {
 			case c.says == "" && err != nil:
 				t.Fatalf("refused: %v", err)

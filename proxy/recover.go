@@ -76,7 +76,7 @@ func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigrati
 		return in, resp.Outcome == OutcomeSplit
 	}
 	r, ok, err := p.outcomes.load(req.Migration)
-	if err != nil || !ok || r.Owner != owner || r.Domain != req.Domain {
+	if err != nil || !ok || !ownerMatches(r.Owner, owner) || r.Domain != req.Domain {
 		return IncomingMigration{}, false
 	}
 	in := IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
@@ -100,13 +100,31 @@ func (p *Proxy) splitIncoming(req ControlRequest, owner string) (IncomingMigrati
 
 // HeldIncoming lists the incoming migrations this node's records say a
 // broken post-copy may hold here: split, or finishing when the ferryd
-// before this one stopped.
+// before this one stopped; of each domain only its latest migration.
+// However old: a recovery waits for its operator as long as it takes.
+// The caller asks libvirt which are still held.
 func (p *Proxy) HeldIncoming() []IncomingMigration {
 	if p.outcomes == nil {
 		return nil
 	}
+	// A split whose QEMU still listens on its monitor is the live one,
+	// whatever the clock said when each record was written.
+	listening := listeningUnixSockets()
+	rank := func(r outcomeRecord) int {
+		if listening[TargetMonitorPath(p.cfg.SocketDir, r.ID)] {
+			return 1
+		}
+		return 0
+	}
+	latest := map[string]outcomeRecord{}
+	for _, r := range p.outcomes.all() {
+		l, ok := latest[r.Domain]
+		if !ok || rank(r) > rank(l) || rank(r) == rank(l) && r.Prepared.After(l.Prepared) {
+			latest[r.Domain] = r
+		}
+	}
 	var out []IncomingMigration
-	for _, r := range p.outcomes.recent(heldRecordAge) {
+	for _, r := range latest {
 		if r.Result != nil && r.Result.Outcome == OutcomeSplit || r.Result == nil && r.Finishing {
 			out = append(out, IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
 				MonitorPath: HiddenMonitorPath(p.cfg.SocketDir, r.ID)})
@@ -114,10 +132,6 @@ func (p *Proxy) HeldIncoming() []IncomingMigration {
 	}
 	return out
 }
-
-// heldRecordAge bounds the records HeldIncoming reads: a split older than
-// that was resumed, or declared lost, long ago.
-const heldRecordAge = time.Hour
 
 // recoveryOf finds the post-copy req names, prepared here by peer, and
 // whether it is split; or the refusal to answer.
@@ -218,7 +232,7 @@ func (p *Proxy) recovered(raw net.Conn, req ControlRequest, peer Peer) ControlRe
 			return resp
 		}
 		if p.outcomes != nil {
-			if r, ok, _ := p.outcomes.load(req.Migration); ok && r.Owner == owner && r.Result != nil && r.Result.Outcome == OutcomeRunning {
+			if r, ok, _ := p.outcomes.load(req.Migration); ok && ownerMatches(r.Owner, owner) && r.Result != nil && r.Result.Outcome == OutcomeRunning {
 				return *r.Result
 			}
 		}

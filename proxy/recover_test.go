@@ -63,7 +63,7 @@ func splitPostCopy(t *testing.T, src *node, dir, id string) (*node, *recoveringI
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300}); err != nil {
 		t.Fatal(err)
 	}
-	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRecoveryOpensAFreshStreamEachAttempt(t *testing.T) {
 		if err != nil || ValidID(resp.Migration) != nil {
 			t.Fatalf("recover answered %+v, %v", resp, err)
 		}
-		sm, err := src.p.OpenSource(resp.Migration, dst.addr, []Kind{KindMemory})
+		sm, err := src.p.OpenSource(resp.Migration, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

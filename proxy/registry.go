@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,7 +203,7 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 	if in != nil && live >= MaxIncoming {
 		return &regError{reasonTooManyIncoming, fmt.Sprintf("%d incoming migrations are prepared and not ended, the most this node takes at once", live)}
 	}
-	if counted && owner != "" && mine >= MaxIncomingPerPeer {
+	if counted && owner != "" && !strings.HasPrefix(owner, "plain:") && mine >= MaxIncomingPerPeer {
 		// One peer, however its migrations stall, leaves the rest of the
 		// node's incoming migrations to the others.
 		return &regError{reasonTooManyIncoming, fmt.Sprintf("this peer has %d incoming migrations prepared and not ended here, the most one peer may", mine)}
@@ -231,7 +232,7 @@ func (r *registry) claim(id, domain, owner string, checkOwner bool, from, to str
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	switch {
-	case !ok || (checkOwner && e.owner != owner):
+	case !ok || (checkOwner && !ownerMatches(e.owner, owner)):
 		return nil, &regError{ReasonUnknownMigration, fmt.Sprintf("migration %s is not known on this node", id)}
 	case e.ended != "":
 		return nil, &regError{"expired_migration", fmt.Sprintf("migration %s has ended (%s)", id, e.ended)}
@@ -250,7 +251,7 @@ func (r *registry) finishedResult(id, domain, owner string) (ControlResponse, bo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
-	if !ok || e.owner != owner || e.m.Domain != domain || e.result == nil {
+	if !ok || !ownerMatches(e.owner, owner) || e.m.Domain != domain || e.result == nil {
 		return ControlResponse{}, false
 	}
 	return *e.result, true
@@ -262,7 +263,7 @@ func (r *registry) notStarted(id, domain, owner string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
-	return ok && e.ended == "" && e.owner == owner && e.m.Domain == domain && !e.started
+	return ok && e.ended == "" && ownerMatches(e.owner, owner) && e.m.Domain == domain && !e.started
 }
 
 // setStopFinish records how to cut a running finish; false if the
@@ -303,7 +304,7 @@ func (r *registry) finishing(id, domain, owner string, cut func()) (*entry, bool
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
-	if !ok || e.ended != "" || e.owner != owner || e.m.Domain != domain || e.m.State != stateFinishing || e.result != nil {
+	if !ok || e.ended != "" || !ownerMatches(e.owner, owner) || e.m.Domain != domain || e.m.State != stateFinishing || e.result != nil {
 		return nil, false
 	}
 	if e.cutWaiter != nil {
@@ -326,7 +327,7 @@ func (r *registry) lookup(h Header, owner string, now time.Time) (string, *entry
 		return "", nil, ReasonUnknownMigration, fmt.Sprintf("migration %s is not prepared on this node", h.ID)
 	case e.ended != "":
 		return "", nil, "expired_migration", fmt.Sprintf("migration %s has ended (%s)", h.ID, e.ended)
-	case e.owner != "" && e.owner != owner:
+	case !ownerMatches(e.owner, owner) && e.owner != "":
 		return "", nil, reasonWrongPeer, fmt.Sprintf("a %s stream of migration %s, which another peer prepared", h.Kind, h.ID)
 	case r.closing != "" && !e.started:
 		return "", nil, reasonShuttingDown, fmt.Sprintf("%s: migration %s had not started and is not let in", r.closing, h.ID)
@@ -424,7 +425,7 @@ func (r *registry) stillFinishing(id, domain, owner string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
-	return ok && e.ended == "" && e.owner == owner && e.m.Domain == domain && e.m.State == stateFinishing && e.result == nil
+	return ok && e.ended == "" && ownerMatches(e.owner, owner) && e.m.Domain == domain && e.m.State == stateFinishing && e.result == nil
 }
 
 // live is migration id while it has not ended.
@@ -464,7 +465,7 @@ func (r *registry) answeredIncoming(id, domain, owner string) (IncomingMigration
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
-	if !ok || e.in == nil || e.owner != owner || e.m.Domain != domain || e.result == nil {
+	if !ok || e.in == nil || !ownerMatches(e.owner, owner) || e.m.Domain != domain || e.result == nil {
 		return IncomingMigration{}, ControlResponse{}, false
 	}
 	in := *e.in
@@ -478,7 +479,7 @@ func (r *registry) finishingIncoming(id, domain, owner string) (IncomingMigratio
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
-	if !ok || e.ended != "" || e.in == nil || e.owner != owner || e.m.Domain != domain || e.m.State != stateFinishing || e.result != nil {
+	if !ok || e.ended != "" || e.in == nil || !ownerMatches(e.owner, owner) || e.m.Domain != domain || e.m.State != stateFinishing || e.result != nil {
 		return IncomingMigration{}, false
 	}
 	in := *e.in
@@ -508,7 +509,7 @@ func (r *registry) endedIncoming(id, domain, owner string) (IncomingMigration, b
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
-	if !ok || e.ended == "" || e.in == nil || e.owner != owner || e.m.Domain != domain {
+	if !ok || e.ended == "" || e.in == nil || !ownerMatches(e.owner, owner) || e.m.Domain != domain {
 		return IncomingMigration{}, false
 	}
 	in := *e.in

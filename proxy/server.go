@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -162,17 +161,22 @@ type Proxy struct {
 	// reserveBy counts, by peer, the connections past MaxControlConns
 	// kept for the finishes of its prepared migrations.
 	reserveBy map[string]int
-	// opening counts connections still in their TLS handshake or header:
-	// each holds a goroutine until the header deadline. Per address too,
-	// so one address cannot take every slot from the peers.
-	opening    atomic.Int32
-	openingMu  sync.Mutex
-	openingBy  map[netip.Addr]int
-	openingLog logLimit
-	// reading counts control requests being read, in all and by peer.
-	readingMu sync.Mutex
-	reading   int
-	readingBy map[string]int
+	// Connections still in their TLS handshake or header each hold a
+	// goroutine until the header deadline: they are counted by where they
+	// come from and by room (see opening.go).
+	openingMu sync.Mutex
+	openingBy map[openingKey][]*openingConn
+	// openingRooms are the connections opening, oldest first: from
+	// ephemeral ports, and from reserved ones (see openingKey).
+	openingRooms [2][]*openingConn
+	openingLog   logLimit
+	portsLog     logLimit
+	// noReservedPorts: this process may not bind a reserved port to dial
+	// its peers from (see dialTCP).
+	noReservedPorts atomic.Bool
+	// reading are the turns to read a large control request, and checking
+	// to have its domain XML checked.
+	reading, checking turns
 
 	groupMu sync.Mutex
 	group   int // QEMU's group once the socket dir is given to it, else -1
@@ -205,14 +209,15 @@ func New(cfg Config) (*Proxy, error) {
 	if err := makeSocketDir(cfg.SocketDir); err != nil {
 		return nil, fmt.Errorf("proxy socket dir %s: %w", cfg.SocketDir, err)
 	}
-	removeStaleSockets(cfg.SocketDir, 10*time.Second, p.log)
+	// The monitors' directory first: the sweep moves monitors into it.
 	if err := makeMonitorDir(cfg.SocketDir); err != nil {
 		return nil, fmt.Errorf("proxy QEMU monitor dir: %w", err)
 	}
+	removeStaleSockets(cfg.SocketDir, 10*time.Second, p.log)
 	if err := monitorPathFits(cfg.SocketDir); err != nil {
 		p.log.Warn("post-copy migrations this node receives cannot be resumed", zap.Error(err))
 	}
-	removeStaleMonitors(cfg.SocketDir, p.log)
+	removeStaleMonitors(cfg.SocketDir, 0, p.log)
 	if cfg.OutcomeDir != "" {
 		s, err := openOutcomes(cfg.OutcomeDir)
 		if err != nil {
@@ -236,6 +241,10 @@ func (p *Proxy) Listen() (net.Addr, error) {
 	p.mu.Lock()
 	p.ln = ln
 	p.mu.Unlock()
+	if n := unprivilegedPortStart(); n < 1024 {
+		p.log.Warn("any local user here may bind ports from net.ipv4.ip_unprivileged_port_start up: a peer cannot tell this ferryd's connections from theirs by its reserved source port",
+			zap.Int("ipUnprivilegedPortStart", n))
+	}
 	return ln.Addr(), nil
 }
 
@@ -267,6 +276,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		}
 	}()
 	go p.janitor(ctx)
+	go p.watchMonitors(ctx)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -299,16 +309,14 @@ func (p *Proxy) reject(c net.Conn, reason, detail string) {
 
 // handle serves one inbound connection: TLS, header, then control or relay.
 func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
-	release, why := p.open(raw)
+	counted, release, why := p.open(raw)
 	if why != "" {
 		// Thousands of half-sent headers would each hold a goroutine
 		// and buffers for the whole header timeout.
 		p.metrics.reject(reasonTooManyOpening)
 		if p.openingLog.Allow() {
-			p.log.Warn("proxy refused a connection", zap.String("reason", reasonTooManyOpening), zap.String("detail", why), zap.String("peer", raw.RemoteAddr().String()))
+			p.log.Warn("proxy closed a connection for room", zap.String("reason", reasonTooManyOpening), zap.String("detail", why), zap.String("peer", raw.RemoteAddr().String()))
 		}
-		raw.Close()
-		return
 	}
 	opened := false
 	defer func() {
@@ -316,10 +324,10 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 			release()
 		}
 	}()
-	c := raw
+	c := counted
 	c.SetDeadline(time.Now().Add(p.cfg.HeaderTimeout))
 	if p.tls != nil {
-		tc := tls.Server(&wire{Conn: raw}, p.tls.serverConfig())
+		tc := tls.Server(&wire{Conn: counted}, p.tls.serverConfig())
 		hctx, cancel := context.WithTimeout(ctx, p.cfg.HeaderTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
@@ -333,6 +341,11 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	h, err := ReadHeader(c)
 	opened = true
 	release()
+	if p.tls == nil {
+		// Past its header a plain stream is relayed by splice, which
+		// takes the socket itself, not the counting around it.
+		c = raw
+	}
 	if err != nil {
 		reason := "malformed_header"
 		var ne net.Error
@@ -365,6 +378,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		c.Close()
 		return
 	}
+	peer = p.plainPeer(peer, raw)
 	target, e, reason, detail := p.reg.lookup(h, peer.owner(), time.Now())
 	if reason != "" {
 		if reason == reasonWrongPeer {
@@ -380,20 +394,12 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		return
 	}
 	start := time.Now()
-	local, err := net.DialTimeout("unix", target, p.cfg.DialTimeout)
+	local, reason, err := p.dialTargetQEMU(e, target, h)
 	if err != nil {
 		p.reg.release(e, h.Kind)
-		p.reject(raw, "dial_failed", fmt.Sprintf("cannot reach the %s socket of migration %s: %v", h.Kind, h.ID, err))
-		// The dial error names the socket; the peer hears only that the
+		// The error names the socket; the peer hears only that the
 		// target QEMU is not listening.
-		writeStatus(c, fmt.Sprintf("the target QEMU of migration %s does not take its %s stream", h.ID, h.Kind))
-		c.Close()
-		return
-	}
-	if err := p.checkLocalPeer(local, fmt.Sprintf("the %s socket of migration %s", h.Kind, h.ID), false); err != nil {
-		local.Close()
-		p.reg.release(e, h.Kind)
-		p.reject(raw, "local_peer_not_qemu", err.Error())
+		p.reject(raw, reason, err.Error())
 		writeStatus(c, fmt.Sprintf("the target QEMU of migration %s does not take its %s stream", h.ID, h.Kind))
 		c.Close()
 		return
@@ -449,6 +455,7 @@ func (p *Proxy) janitor(ctx context.Context) {
 			return
 		case <-t.C:
 			removeStaleSockets(p.cfg.SocketDir, time.Minute, p.log)
+			removeStaleMonitors(p.cfg.SocketDir, time.Minute, p.log)
 		}
 	}
 }

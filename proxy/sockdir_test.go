@@ -8,14 +8,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ferry-vm/ferry/internal/testenv"
 )
 
 // The socket dir and the source sockets go to QEMU's group, and nobody
 // else: what the kernel says of the files, as a non-root QEMU meets them.
 func TestSocketsGoToQEMUsGroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testenv.Root(t, "chown the socket dir to QEMU's group")
 	const gid = 64055
 	// Not t.TempDir(): its parent is root-only.
 	root, err := os.MkdirTemp("", "sockdir")
@@ -39,7 +39,7 @@ func TestSocketsGoToQEMUsGroup(t *testing.T) {
 		t.Fatalf("socket dir %v before QEMU's group is known, want root-only", fi.Mode())
 	}
 	for _, id := range []string{"m-one", "m-two"} {
-		s, err := p.OpenSource(id, "127.0.0.1:1", []Kind{KindMemory})
+		s, err := p.OpenSource(id, "127.0.0.1:1", []Kind{KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestSocketsRefusedWhenQEMUsGroupIsUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.OpenSource("m-x", "127.0.0.1:1", []Kind{KindMemory}); err == nil {
+	if _, err := p.OpenSource("m-x", "127.0.0.1:1", []Kind{KindMemory}, os.Getpid(), 0); err == nil {
 		t.Fatal("source sockets opened with no group QEMU could use")
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != monitorDirName {
@@ -129,5 +129,22 @@ func TestSocketDirMustBeFerrydsOwn(t *testing.T) {
 	}
 	if err := makeSocketDir(filepath.Join(base, "fresh")); err != nil {
 		t.Errorf("a fresh socket dir: %v", err)
+	}
+}
+
+// A socket dir whose hidden target sockets would not fit a unix address
+// is refused at start, not found out at every migration's dial: the
+// target socket's hidden path is longer than the monitor's.
+func TestASocketDirTooLongForItsHiddenSocketsIsRefused(t *testing.T) {
+	short := "/run/ferry/migrationproxy"
+	if err := monitorPathFits(short); err != nil {
+		t.Errorf("%s: %v", short, err)
+	}
+	long := "/" + strings.Repeat("d", maxSocketPath-len(HiddenMonitorPath("", newMigrationID()))-2)
+	if len(HiddenMonitorPath(long, newMigrationID())) > maxSocketPath {
+		t.Fatalf("the test's dir is too long even for a monitor")
+	}
+	if err := monitorPathFits(long); err == nil || !strings.Contains(err.Error(), "target QEMU's migration socket") {
+		t.Errorf("%d-byte socket dir: %v; want it refused for the target socket's hidden path", len(long), err)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,10 +23,13 @@ type SourceMigration struct {
 	Paths    map[Kind]string
 	Counters *Counters
 
-	p         *Proxy
-	listeners map[Kind]net.Listener
-	mu        sync.Mutex
-	conns     map[net.Conn]struct{}
+	p *Proxy
+	// qemu and daemon are the guest's QEMU and its libvirt daemon, the
+	// non-root processes let connect.
+	qemu, daemon int
+	listeners    map[Kind]net.Listener
+	mu           sync.Mutex
+	conns        map[net.Conn]struct{}
 	// open counts the relays open per stream; started says one was, so
 	// once the node is shutting down this is a migration in flight to let
 	// finish, not a new one.
@@ -60,8 +65,13 @@ func (s *SourceMigration) targetNode() string {
 	return s.node
 }
 
-// OpenSource creates the source-side sockets of a migration.
-func (p *Proxy) OpenSource(id, target string, kinds []Kind) (*SourceMigration, error) {
+// OpenSource creates the source-side sockets of a migration whose guest
+// runs in QEMU process qemu, under the libvirt daemon process daemon (0 if
+// unknown): only those two, or a root process, may connect to them (a
+// daemon connects QEMU's main channel itself and hands QEMU the
+// descriptor, and a session daemon is no root). A sibling QEMU of the
+// same uid that connects first is refused, never relayed.
+func (p *Proxy) OpenSource(id, target string, kinds []Kind, qemu, daemon int) (*SourceMigration, error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
@@ -72,10 +82,14 @@ func (p *Proxy) OpenSource(id, target string, kinds []Kind) (*SourceMigration, e
 	if err != nil {
 		return nil, fmt.Errorf("source sockets: %w", err)
 	}
-	s := &SourceMigration{ID: id, Target: target, Paths: map[Kind]string{}, Counters: &Counters{},
+	s := &SourceMigration{ID: id, Target: target, Paths: map[Kind]string{}, Counters: &Counters{}, qemu: qemu, daemon: daemon,
 		p: p, listeners: map[Kind]net.Listener{}, conns: map[net.Conn]struct{}{}}
+	// Named by an id of this node's own, never the target's: the names
+	// show in /proc/net/unix, and the target's id is what a peer is
+	// known by over plain TCP.
+	local := localSourceName()
 	for _, k := range kinds {
-		path := SocketPath(p.cfg.SocketDir, id, k)
+		path := SocketPath(p.cfg.SocketDir, local, k)
 		os.Remove(path) // a stale socket of a crashed run; the id is fresh
 		ln, err := net.Listen("unix", path)
 		if err != nil {
@@ -119,7 +133,7 @@ func (s *SourceMigration) accept(k Kind, ln net.Listener) {
 		if err != nil {
 			return
 		}
-		if err := s.p.checkLocalPeer(c, fmt.Sprintf("the %s socket of migration %s", k, s.ID), true); err != nil {
+		if err := checkPeerPID(c, []int{s.qemu, s.daemon}, true, fmt.Sprintf("the %s socket of migration %s", k, s.ID)); err != nil {
 			s.p.log.Warn("refused a connection to a source socket", zap.Error(err))
 			s.p.metrics.reject("local_peer_not_qemu")
 			c.Close()
@@ -184,8 +198,7 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
-	d := net.Dialer{KeepAlive: p.cfg.KeepAlive, Control: p.tcpOptions}
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := p.dialTCP(ctx, addr)
 	if err != nil {
 		return nil, Peer{}, fmt.Errorf("dial target proxy %s: %w", addr, err)
 	}
@@ -353,4 +366,17 @@ func (s *SourceMigration) Close(why string) {
 		delete(s.p.sources, s.ID)
 	}
 	s.p.mu.Unlock()
+}
+
+// sourceNonce and sourceSeq name source sockets: unique while this ferryd
+// runs, and apart from a previous run's, which a crash may have left.
+var (
+	sourceNonce = rand.Uint32() & 0xffff
+	sourceSeq   atomic.Uint64
+)
+
+// localSourceName names a migration's source sockets, short enough for
+// a socket path.
+func localSourceName() string {
+	return fmt.Sprintf("s%04x-%d", sourceNonce, sourceSeq.Add(1))
 }

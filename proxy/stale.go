@@ -26,13 +26,14 @@ func removeStaleSockets(dir string, minAge time.Duration, log *zap.Logger) {
 	listening := listeningUnixSockets()
 	for _, e := range ents {
 		path := filepath.Join(dir, e.Name())
-		if strings.HasSuffix(e.Name(), "-qmp.sock") {
-			// A QEMU monitor never stays in QEMU's reach (a guest restored
-			// from a live XML that names it makes it again).
-			hideStrayMonitor(dir, path, log)
+		if qemuListens(e.Name()) {
+			// What a QEMU listens on never stays in every QEMU's reach
+			// (a guest restored from a live XML that names its monitor
+			// makes it again).
+			hideQEMUSocket(dir, path, log)
 			continue
 		}
-		if !strings.HasSuffix(e.Name(), "-source.sock") && !strings.HasSuffix(e.Name(), "-target.sock") {
+		if !strings.HasSuffix(e.Name(), "-source.sock") {
 			continue
 		}
 		if listening[path] {
@@ -58,11 +59,35 @@ func listeningUnixSockets() map[string]bool {
 	sc := bufio.NewScanner(f)
 	sc.Scan() // header
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		// Num RefCount Protocol Flags Type St Inode Path; flag 0x10000 is __SO_ACCEPTCON.
-		if len(fields) >= 8 && fields[3] == "00010000" {
-			out[fields[7]] = true
+		// Num RefCount Protocol Flags Type St Inode Path; flag 0x10000 is
+		// __SO_ACCEPTCON. The path is the rest of the line: it may hold
+		// spaces.
+		line := sc.Text()
+		fields := strings.Fields(line)
+		if len(fields) < 8 || fields[3] != "00010000" {
+			continue
+		}
+		if path, ok := afterFields(line, 7); ok {
+			out[path] = true
 		}
 	}
 	return out
+}
+
+// afterFields is what follows the first n space-separated fields of line,
+// less the one space before it.
+func afterFields(line string, n int) (string, bool) {
+	i := 0
+	for k := 0; k < n; k++ {
+		for i < len(line) && line[i] == ' ' {
+			i++
+		}
+		for i < len(line) && line[i] != ' ' {
+			i++
+		}
+	}
+	if i >= len(line)-1 {
+		return "", false
+	}
+	return line[i+1:], true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -25,7 +26,7 @@ func TestAPostCopyWhoseFinishFailsKeepsItsStreamWhileItMoves(t *testing.T) {
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true}); err != nil {
 		t.Fatal(err)
 	}
-	sm, err := src.p.OpenSource("pc", dst.addr, []Kind{KindMemory})
+	sm, err := src.p.OpenSource("pc", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

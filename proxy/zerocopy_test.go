@@ -12,11 +12,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/internal/neighbour"
 )
 
 // TestMain lets the test binary double as a bare target proxy in its own
 // process, so its system calls can be counted apart from the test's.
 func TestMain(m *testing.M) {
+	neighbour.Main()
 	if dir := os.Getenv("FERRY_PROXY_CHILD"); dir != "" {
 		childProxy(dir)
 		return

@@ -44,7 +44,7 @@ func abort(ctx context.Context, g *globals, name string, force bool) error {
 		return err
 	}
 	if !g.structured() {
-		fmt.Fprintf(g.out, "%s: %s\n", name, res.Message)
+		fmt.Fprintf(g.out, "%s: %s\n", clean(name), clean(res.Message))
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -58,7 +58,7 @@ func abort(ctx context.Context, g *globals, name string, force bool) error {
 					return err
 				}
 			} else {
-				fmt.Fprintf(g.out, "abort %s\n%s\n", j.AbortStatus, summaryLine(j))
+				fmt.Fprintf(g.out, "abort %s\n%s\n", clean(string(j.AbortStatus)), summaryLine(j))
 			}
 			if j.AbortStatus != api.AbortSucceeded {
 				return failedJob{j.Phase}

@@ -78,7 +78,7 @@ func printCheck(w io.Writer, r api.CheckResponse) {
 	if !r.Migratable {
 		verdict = "cannot be migrated"
 	}
-	fmt.Fprintf(w, "%s on node %s %s\n", r.Domain, r.Node, verdict)
+	fmt.Fprintf(w, "%s on node %s %s\n", clean(r.Domain), clean(r.Node), verdict)
 	if len(r.Blockers) > 0 {
 		tw := table(w)
 		fmt.Fprintln(tw, "  SEVERITY\tCODE\tDEVICE\tWHY")
@@ -87,7 +87,7 @@ func printCheck(w io.Writer, r api.CheckResponse) {
 			if b.SizeBytes > 0 {
 				dev += " (" + units.IEC(b.SizeBytes) + ")"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", strings.ToUpper(string(b.Severity)), b.Code, dash(dev), b.Message)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", clean(strings.ToUpper(string(b.Severity))), clean(b.Code), dash(clean(dev)), clean(b.Message))
 		}
 		tw.Flush()
 	}
@@ -100,9 +100,9 @@ func printCheck(w io.Writer, r api.CheckResponse) {
 			to += ", direct path"
 		}
 		if d.OK {
-			fmt.Fprintf(w, "dry run to %s: the target would take it (CPU %s), in %dms\n", to, d.CPU, d.DurationMs)
+			fmt.Fprintf(w, "dry run to %s: the target would take it (CPU %s), in %dms\n", clean(to), clean(d.CPU), d.DurationMs)
 		} else {
-			fmt.Fprintf(w, "dry run to %s: refused at %s, in %dms: %s\n", to, d.Step, d.DurationMs, d.Error)
+			fmt.Fprintf(w, "dry run to %s: refused at %s, in %dms: %s\n", clean(to), clean(d.Step), d.DurationMs, clean(d.Error))
 		}
 	}
 }

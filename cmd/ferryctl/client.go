@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -111,7 +112,9 @@ func (c *client) request(ctx context.Context, method, path string, q url.Values,
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return nil, &apiError{code: resp.StatusCode, msg: e.Error}
 		}
-		return nil, &apiError{code: resp.StatusCode, msg: string(body)}
+		// Trimmed: the newline a plain-text error ends with would be
+		// printed escaped.
+		return nil, &apiError{code: resp.StatusCode, msg: strings.TrimSpace(string(body))}
 	}
 	return resp, nil
 }

@@ -7,11 +7,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ferry-vm/ferry/internal/testenv"
 )
 
 // The bash script completes commands, -o formats and, asking the real
 // ferryd, domain names, when run by bash itself.
 func TestBashCompletion(t *testing.T) {
+	testenv.File(t, bashCompletion, "the bash-completion package; make prepare installs it")
 	sock, tr, lv := ferryd(t)
 	migrating(t, tr, lv, "vm-alpha", 100<<20)
 	bin := ferryctlBinary(t)
@@ -22,9 +25,6 @@ func TestBashCompletion(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ferryctl.bash")
 	if err := os.WriteFile(file, script, 0o644); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(bashCompletion); err != nil {
-		t.Fatalf("ferryctl's bash completion needs the bash-completion package (make prepare installs it): %v", err)
 	}
 	if out, err := exec.Command("bash", "-n", file).CombinedOutput(); err != nil {
 		t.Fatalf("bash -n: %v\n%s", err, out)
@@ -79,10 +79,7 @@ func shellQuote(words []string) string {
 }
 
 func TestZshCompletion(t *testing.T) {
-	zsh, err := exec.LookPath("zsh")
-	if err != nil {
-		t.Fatalf("zsh is not installed (make prepare installs it): %v", err)
-	}
+	zsh := testenv.Tool(t, "zsh", "make prepare installs it")
 	code, script, stderr := ctl("completion", "zsh")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)

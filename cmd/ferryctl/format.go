@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
@@ -83,7 +83,7 @@ func printJobs(w io.Writer, jobs []api.Job, wide bool) {
 	}
 	fmt.Fprintln(tw, head)
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s", oneLine(j.Domain), j.Role, j.Phase, j.Mode, j.Iteration,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s", clean(j.Domain), j.Role, j.Phase, j.Mode, j.Iteration,
 			j.ProgressPercent, units.IEC(j.DataRemainingBytes), rate(j.DirtyRateBytesPerSecond), rate(j.TransferRateBytesPerSecond),
 			j.Convergence, etaString(j.EtaSeconds), since(j.StartTime))
 		if wide {
@@ -91,30 +91,16 @@ func printJobs(w io.Writer, jobs []api.Job, wide bool) {
 			if j.Namespace != "" {
 				vmi = j.Namespace + "/" + j.Name
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s", vmi, j.Socket, dash(j.UUID), dash(j.FailureKind()), dash(oneLine(j.FailureReason)))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s", clean(vmi), clean(j.Socket), dash(clean(j.UUID)), dash(clean(j.FailureKind())), dash(clean(j.FailureReason)))
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }
 
-func oneLine(s string) string { return clean(strings.ReplaceAll(s, "\n", " ")) }
-
-// clean drops control characters from text that comes from libvirt, a
-// peer or a guest's domain name, so it cannot move the terminal's cursor
-// or forge lines; newlines the caller put in stay.
-func clean(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
-			return r
-		}
-		return '?'
-	}, strings.ToValidUTF8(s, "?"))
-}
-
 func printJob(w io.Writer, j api.Job) {
 	tw := table(w)
-	kv := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, oneLine(fmt.Sprintf(f, a...))) }
+	kv := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", clean(k), clean(fmt.Sprintf(f, a...))) }
 	kv("Domain", "%s (%s)", j.Domain, j.UUID)
 	if j.Namespace != "" && j.VMI == nil {
 		kv("VMI", "%s/%s (not known to the API server, or no API configured)", j.Namespace, j.Name)
@@ -202,7 +188,7 @@ func printJob(w io.Writer, j api.Job) {
 	if len(j.Events) > 0 {
 		fmt.Fprintln(w, "\nEvents:")
 		for _, e := range j.Events {
-			fmt.Fprintf(w, "  %s  %-12s %s\n", e.Time.Format("15:04:05.000"), e.Kind, e.Detail)
+			fmt.Fprintf(w, "  %s  %-12s %s\n", e.Time.Format("15:04:05.000"), clean(e.Kind), clean(e.Detail))
 		}
 	}
 }
@@ -231,10 +217,10 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 			state = fmt.Sprintf("HUNG: nothing from libvirt for %s (since %s): %s", time.Since(s.UnresponsiveSince).Round(time.Second),
 				s.UnresponsiveSince.Local().Format("15:04:05"), s.LastError)
 		}
-		fmt.Fprintf(w, "libvirt %s (%s) %s\n", oneLine(s.Socket), dash(s.LibvirtVersion), oneLine(state))
+		fmt.Fprintf(w, "libvirt %s (%s) %s\n", clean(s.Socket), dash(clean(s.LibvirtVersion)), clean(state))
 	}
 	if len(doms) == 0 {
-		fmt.Fprintf(w, "no running domains on node %s\n", node)
+		fmt.Fprintf(w, "no running domains on node %s\n", clean(node))
 		return
 	}
 	tw := table(w)
@@ -248,13 +234,13 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 		if d.JobPhase != "" {
 			job = fmt.Sprintf("%s %s", d.JobRole, d.JobPhase)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", oneLine(d.Name), d.State, d.Reason, migratable(d), job, dash(oneLine(d.Attention)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", clean(d.Name), clean(d.State), clean(d.Reason), clean(migratable(d)), clean(job), dash(clean(d.Attention)))
 		if wide {
 			vmi := "-"
 			if d.Namespace != "" {
 				vmi = d.Namespace + "/" + d.VMI
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%s", vmi, d.Socket, dash(d.UUID))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s", clean(vmi), clean(d.Socket), dash(clean(d.UUID)))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -264,7 +250,7 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 // progressLine renders one job as a single line with a progress bar.
 func progressLine(j api.Job, width int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-20s %-6s ", trunc(oneLine(j.Domain), 20), j.Role)
+	fmt.Fprintf(&b, "%-20s %-6s ", trunc(clean(j.Domain), 20), j.Role)
 	if j.Role == api.RoleTarget {
 		fmt.Fprintf(&b, "%-14s %s (statistics are on the source)", j.Mode, j.Phase)
 		return b.String()
@@ -297,9 +283,9 @@ func summaryLine(j api.Job) string {
 	if j.EndTime != nil {
 		d = j.EndTime.Sub(j.StartTime).Round(time.Millisecond).String()
 	}
-	s := fmt.Sprintf("%s %s: %s after %s", oneLine(j.Domain), j.Role, j.Phase, d)
+	s := fmt.Sprintf("%s %s: %s after %s", clean(j.Domain), j.Role, j.Phase, d)
 	if j.PeerNode != "" {
-		s += ", peer node " + j.PeerNode
+		s += ", peer node " + clean(j.PeerNode)
 	}
 	if j.Role == api.RoleSource {
 		s += fmt.Sprintf(", %d iterations, %s sent, mode %s, %d post-copy requests", j.Iteration, units.IEC(j.DataProcessedBytes), j.Mode, j.PostCopyRequests)
@@ -308,7 +294,7 @@ func summaryLine(j api.Job) string {
 		}
 	}
 	if j.FailureReason != "" {
-		s += "\n  reason: " + oneLine(j.FailureReason)
+		s += "\n  reason: " + clean(j.FailureReason)
 	}
 	return s
 }
@@ -338,11 +324,13 @@ func recoveryString(j api.Job, now time.Time) string {
 	return s
 }
 
+// trunc counts runes, not bytes: a cut through a rune would print
+// invalid UTF-8.
 func trunc(s string, n int) string {
-	if len(s) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	return string([]rune(s)[:n-1]) + "…"
 }
 
 // inCgroup names the cgroup the throttled figures are of, when any.

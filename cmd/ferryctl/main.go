@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &fe), errors.As(err, &nm):
 		return exitFailed
 	case errors.As(err, &un):
-		fmt.Fprintln(stderr, "ferryctl:", err)
+		fmt.Fprintln(stderr, "ferryctl:", clean(err.Error()))
 		return exitUnreachable
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
@@ -109,10 +109,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c, _, err := root.Find(args); err == nil {
 			path = c.CommandPath()
 		}
-		fmt.Fprintf(stderr, "ferryctl: %s\nRun '%s --help' for usage.\n", ue, path)
+		fmt.Fprintf(stderr, "ferryctl: %s\nRun '%s --help' for usage.\n", clean(string(ue)), clean(path))
 		return exitUsage
 	default:
-		fmt.Fprintln(stderr, "ferryctl:", err)
+		// ferryd's errors carry libvirt's and a peer's words.
+		fmt.Fprintln(stderr, "ferryctl:", clean(err.Error()))
 		return exitFailed
 	}
 }

@@ -49,7 +49,7 @@ func migrateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if !g.structured() {
-				fmt.Fprintf(g.out, "%s: %s (migration %s)\n", name, resp.Message, resp.MigrationID)
+				fmt.Fprintf(g.out, "%s: %s (migration %s)\n", clean(name), clean(resp.Message), clean(resp.MigrationID))
 			}
 			if !wait {
 				if g.structured() {
@@ -107,7 +107,7 @@ func postCopyCmd(g *globals) *cobra.Command {
 			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/postcopy", g.domainQuery(), &res); err != nil {
 				return err
 			}
-			return emit(g, res, func(bool) { fmt.Fprintf(g.out, "%s: %s\n", args[0], res.Message) })
+			return emit(g, res, func(bool) { fmt.Fprintf(g.out, "%s: %s\n", clean(args[0]), clean(res.Message)) })
 		}),
 	}
 }
@@ -123,7 +123,7 @@ func withQueueNotices(ctx context.Context, w io.Writer, name string) context.Con
 			return fmt.Errorf("ferryd sent more than %d informational answers", maxQueueNotices)
 		}
 		if msg := h.Get(api.QueueHeader); msg != "" {
-			fmt.Fprintf(w, "%s: %s\n", name, oneLine(msg))
+			fmt.Fprintf(w, "%s: %s\n", clean(name), clean(msg))
 		}
 		return nil
 	}})

@@ -76,7 +76,7 @@ func splitNodes(s string) []string {
 // printPlan prints a plan, and with ev the evacuation's account of it.
 func printPlan(w io.Writer, p api.Plan, ev *api.Evacuation, wide bool) {
 	fmt.Fprintf(w, "node %s: %d domains, %d cannot move; %d at once over %s/s (%s); setup %.1fs (%s); max downtime %dms, post-copy %s\n",
-		p.Node, len(p.Entries), p.CannotMove, p.Parallel, units.IEC(p.BandwidthBytesPerSecond), p.BandwidthFrom, p.SetupSeconds, p.SetupFrom,
+		clean(p.Node), len(p.Entries), p.CannotMove, p.Parallel, units.IEC(p.BandwidthBytesPerSecond), clean(p.BandwidthFrom), p.SetupSeconds, clean(p.SetupFrom),
 		p.MaxDowntimeMs, allowed(p.AllowPostCopy))
 	tw := table(w)
 	head := "ORDER\tDOMAIN\tTARGET\tSTRATEGY\tMEMORY\tDIRTY/s\tPASSES\tPREDICTED"
@@ -109,16 +109,16 @@ func printPlan(w io.Writer, p api.Plan, ev *api.Evacuation, wide bool) {
 				why = pr.Reason
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", e.Order, e.Domain, target, strategy, mem, dirty, passes, predicted)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", e.Order, clean(e.Domain), clean(target), clean(strategy), mem, dirty, passes, predicted)
 		if ev != nil {
 			real := "-"
 			if e.RealSeconds > 0 {
 				real = fmt.Sprintf("%.1fs", e.RealSeconds)
 			}
-			fmt.Fprintf(tw, "\t%s\t%s", dash(e.State), real)
+			fmt.Fprintf(tw, "\t%s\t%s", dash(clean(e.State)), real)
 		}
 		if wide {
-			fmt.Fprintf(tw, "\t%.1f-%.1fs\t%s", e.StartSeconds, e.EndSeconds, why)
+			fmt.Fprintf(tw, "\t%.1f-%.1fs\t%s", e.StartSeconds, e.EndSeconds, clean(why))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -126,11 +126,11 @@ func printPlan(w io.Writer, p api.Plan, ev *api.Evacuation, wide bool) {
 	fmt.Fprintf(w, "predicted evacuation: %.1fs\n", p.PredictedSeconds)
 	for _, e := range p.Entries {
 		if b := e.DrainBlock; b != nil {
-			fmt.Fprintf(w, "%s would block a drain: KubeVirt refuses its eviction (%s, %s): %s\n", e.Domain, b.EvictionStrategy, b.Reason, b.Message)
+			fmt.Fprintf(w, "%s would block a drain: KubeVirt refuses its eviction (%s, %s): %s\n", clean(e.Domain), clean(b.EvictionStrategy), clean(b.Reason), clean(b.Message))
 		}
 		if k := e.KubeVirt; k != nil && wide {
-			fmt.Fprintf(w, "%s: KubeVirt applies %s%s: post-copy %s, workload disruption %s, max downtime %dms, bandwidth %s/s, %ds/GiB\n", e.Domain, k.Source,
-				policyOf(k.Policy), allowed(k.AllowPostCopy), allowed(k.AllowWorkloadDisruption), k.MaxDowntimeMs, units.IEC(k.BandwidthBytesPerSecond), k.CompletionTimeoutPerGiB)
+			fmt.Fprintf(w, "%s: KubeVirt applies %s%s: post-copy %s, workload disruption %s, max downtime %dms, bandwidth %s/s, %ds/GiB\n", clean(e.Domain), clean(k.Source),
+				clean(policyOf(k.Policy)), allowed(k.AllowPostCopy), allowed(k.AllowWorkloadDisruption), k.MaxDowntimeMs, units.IEC(k.BandwidthBytesPerSecond), k.CompletionTimeoutPerGiB)
 		}
 	}
 	if ev != nil && !ev.Running {
@@ -139,7 +139,7 @@ func printPlan(w io.Writer, p api.Plan, ev *api.Evacuation, wide bool) {
 	}
 	for _, e := range p.Entries {
 		if e.Error != "" && e.State == "failed" {
-			fmt.Fprintf(w, "%s: %s\n", e.Domain, e.Error)
+			fmt.Fprintf(w, "%s: %s\n", clean(e.Domain), clean(e.Error))
 		}
 	}
 }
@@ -190,7 +190,7 @@ func evacuateCmd(g *globals) *cobra.Command {
 					for _, e := range ev.Entries {
 						if seen[e.Domain] != e.State {
 							seen[e.Domain] = e.State
-							fmt.Fprintf(g.out, "%s %s: %s%s\n", time.Now().Format("15:04:05"), e.Domain, e.State, realOf(e))
+							fmt.Fprintf(g.out, "%s %s: %s%s\n", time.Now().Format("15:04:05"), clean(e.Domain), clean(e.State), realOf(e))
 						}
 					}
 				}
@@ -226,7 +226,7 @@ func realOf(e api.PlanEntry) string {
 		s += fmt.Sprintf(" (predicted %.1fs)", e.Prediction.Seconds)
 	}
 	if e.Error != "" {
-		s += ": " + e.Error
+		s += ": " + clean(e.Error)
 	}
 	return s
 }

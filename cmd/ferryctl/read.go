@@ -85,7 +85,11 @@ func completeDomains(g *globals) cobra.CompletionFunc {
 		}
 		names := make([]cobra.Completion, 0, len(resp.Domains))
 		for _, d := range resp.Domains {
-			names = append(names, cobra.CompletionWithDesc(d.Name, d.State))
+			// A name that needs escaping could not be typed as offered,
+			// and the shell would print it raw.
+			if clean(d.Name) == d.Name {
+				names = append(names, cobra.CompletionWithDesc(d.Name, clean(d.State)))
+			}
 		}
 		return names, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -115,7 +119,7 @@ func printProxy(g *globals, resp api.ProxyResponse) {
 	if !resp.TLS {
 		mode = "plain TCP with splice (trusted migration network)"
 	}
-	fmt.Fprintf(g.out, "migration proxy: %s, sockets in %s\n", mode, resp.SocketDir)
+	fmt.Fprintf(g.out, "migration proxy: %s, sockets in %s\n", mode, clean(resp.SocketDir))
 	if len(resp.Registered) == 0 {
 		fmt.Fprintln(g.out, "no incoming migrations prepared")
 		return
@@ -125,10 +129,10 @@ func printProxy(g *globals, resp api.ProxyResponse) {
 	for _, m := range resp.Registered {
 		streams := make([]string, 0, len(m.Targets))
 		for k := range m.Targets {
-			streams = append(streams, fmt.Sprintf("%s(%d)", k, m.Limits[k]))
+			streams = append(streams, fmt.Sprintf("%s(%d)", clean(k), m.Limits[k]))
 		}
 		sort.Strings(streams)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Domain, m.State, strings.Join(streams, ","), dash(m.PeerNode), m.Expires.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clean(m.ID), clean(m.Domain), clean(m.State), strings.Join(streams, ","), dash(clean(m.PeerNode)), m.Expires.Format(time.RFC3339))
 	}
 	tw.Flush()
 }

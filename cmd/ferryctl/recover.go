@@ -44,7 +44,7 @@ func recoveryCmd(g *globals, verb, use, short, long string) *cobra.Command {
 			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/"+verb, g.domainQuery(), &res); err != nil {
 				return err
 			}
-			return emit(g, res, func(bool) { fmt.Fprintln(g.out, res.Message) })
+			return emit(g, res, func(bool) { fmt.Fprintln(g.out, clean(res.Message)) })
 		}),
 	}
 }

@@ -34,7 +34,7 @@ func resolveCmd(g *globals) *cobra.Command {
 			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/resolve", q, &res); err != nil {
 				return err
 			}
-			return emit(g, res, func(bool) { fmt.Fprintln(g.out, res.Message) })
+			return emit(g, res, func(bool) { fmt.Fprintln(g.out, clean(res.Message)) })
 		}),
 	}
 	c.Flags().StringVar(&keep, "keep", "", "which copy to keep: source or target (required)")

@@ -79,7 +79,7 @@ func watchJobs(ctx context.Context, g *globals, name string, ended func() *api.J
 
 	tty := isTerminal(g.out)
 	if name != "" && !g.structured() {
-		fmt.Fprintf(g.out, "watching migrations of %s (Ctrl-C to stop)\n", name)
+		fmt.Fprintf(g.out, "watching migrations of %s (Ctrl-C to stop)\n", clean(name))
 	}
 	if ended != nil {
 		if j := ended(); j != nil {

@@ -91,6 +91,13 @@ func TestFlagsNameTheirEnvironment(t *testing.T) {
 			t.Errorf("a flag's default is read from %s, which no flag's help names (as \"env %s\")", k, k)
 		}
 	}
+	// Every flag but --version has one, so a DaemonSet sets any of them
+	// the same way.
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "version" && !envInUsage.MatchString(f.Usage) {
+			t.Errorf("--%s names no environment variable", f.Name)
+		}
+	})
 	// run reads these itself, after parsing.
 	for _, k := range []string{"FERRY_LIBVIRT_SOCKETS", "FERRY_MIGRATION_ALLOWED_BRIDGES", "FERRY_MIGRATION_ALLOWED_NETWORKS", "FERRY_MIGRATION_ALLOWED_PATHS", "FERRY_KUBELET_ROOT"} {
 		if !named[k] {
@@ -101,12 +108,12 @@ func TestFlagsNameTheirEnvironment(t *testing.T) {
 
 // The FlagSet ferryd parses reads its defaults from the environment given.
 func TestFlagsDefaultsFromTheEnvironment(t *testing.T) {
-	env := map[string]string{"NODE_NAME": "n1", "FERRY_SAMPLE_INTERVAL": "3s", "FERRY_PROXY_TLS": "false"}
+	env := map[string]string{"NODE_NAME": "n1", "FERRY_SAMPLE_INTERVAL": "3s", "FERRY_PROXY_TLS": "false", "FERRY_OUTBOUND_MIGRATIONS": "7", "FERRY_MAX_DOWNTIME_MS": "450"}
 	fs, o := newFlags(func(k string) string { return env[k] }, "host")
 	if err := fs.Parse([]string{"--metrics-addr", ":1"}); err != nil {
 		t.Fatal(err)
 	}
-	if o.cfg.NodeName != "n1" || o.cfg.SampleInterval.String() != "3s" || o.cfg.ProxyTLS || o.cfg.MetricsAddr != ":1" {
+	if o.cfg.NodeName != "n1" || o.cfg.SampleInterval.String() != "3s" || o.cfg.ProxyTLS || o.cfg.MetricsAddr != ":1" || o.cfg.OutboundSlots != 7 || o.cfg.Policy.MaxDowntimeMs != 450 {
 		t.Fatalf("config %+v", o.cfg)
 	}
 	fs, o = newFlags(func(string) string { return "" }, "host")

@@ -42,13 +42,13 @@ func main() {
 // options are ferryd's command line: the daemon's Config, and what is
 // checked or converted before the Config takes it.
 type options struct {
-	cfg                                 daemon.Config
-	sockets, allowed, bridges, networks stringList
-	peers, directPeers                  stringList
-	mode, logLevel, kubeletRoot         string
-	policyMode, policyScope             string
-	showVer                             bool
-	grace                               time.Duration
+	cfg                                           daemon.Config
+	sockets, allowed, consoles, bridges, networks stringList
+	peers, directPeers                            stringList
+	mode, logLevel, kubeletRoot                   string
+	policyMode, policyScope                       string
+	showVer                                       bool
+	grace                                         time.Duration
 }
 
 // newFlags declares ferryd's flags, their defaults read through getenv and
@@ -70,7 +70,7 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", e.str("FERRY_METRICS_ADDR", ":9474"), "address serving /metrics, /healthz and /readyz; empty disables them (env FERRY_METRICS_ADDR)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", e.duration("FERRY_SAMPLE_INTERVAL", time.Second), "how often job statistics are sampled (also sampled at once on each migration iteration) (env FERRY_SAMPLE_INTERVAL)")
 	fs.DurationVar(&cfg.CallTimeout, "libvirt-timeout", e.duration("FERRY_LIBVIRT_TIMEOUT", 5*time.Second), "deadline of each libvirt call; a daemon that misses it is treated as hung (env FERRY_LIBVIRT_TIMEOUT)")
-	fs.IntVar(&cfg.HistorySize, "history-size", 256, "finished jobs kept in memory")
+	fs.IntVar(&cfg.HistorySize, "history-size", e.int("FERRY_HISTORY_SIZE", 256), "finished jobs kept in memory (env FERRY_HISTORY_SIZE)")
 	fs.StringVar(&cfg.ProxyListen, "proxy-listen", e.str("FERRY_PROXY_LISTEN", ""), "migration proxy port, HOST:PORT or :PORT to listen on the migration network's address, e.g. :9475; empty (the default) leaves the proxy off, and ferryd only observes; with --proxy-tls, ferryd does not start without its --proxy-tls-* certificates, naming the missing file (env FERRY_PROXY_LISTEN)")
 	fs.BoolVar(&cfg.ProxyTLS, "proxy-tls", e.bool("FERRY_PROXY_TLS", true), "mutual TLS between nodes' proxies; false relays plain TCP with zero-copy splice, for a trusted migration network only (env FERRY_PROXY_TLS)")
 	fs.StringVar(&cfg.ProxyTLSCert, "proxy-tls-cert", e.str("FERRY_PROXY_TLS_CERT", "/etc/ferry/tls/tls.crt"), "this node's proxy certificate (PEM), reloaded when it changes (env FERRY_PROXY_TLS_CERT)")
@@ -90,7 +90,9 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	fs.DurationVar(&cfg.PostCopyRecoveryTimeout, "postcopy-recovery-timeout", e.duration("FERRY_POSTCOPY_RECOVERY_TIMEOUT", drive.DefaultPostCopyRecoveryTimeout), "how long a post-copy migration Ferry drives whose streams broke may stay paused on both nodes, resumed over fresh streams (the path back: the link, the peer's proxy, a restarted ferryd), before it is overdue and alerts (FerryPostCopyRecoveryOverdue); Ferry goes on trying after that until it resumes or an operator gives up (ferryctl give-up); 0 to 24h; 0 resumes nothing: a broken post-copy is declared lost at once, and its targets then give their QEMU no monitor of Ferry's (on a target: the most it waits before showing overdue; the source decides whether to resume it) (env FERRY_POSTCOPY_RECOVERY_TIMEOUT)")
 	fs.Var(&o.networks, "migration-allowed-network", "libvirt network of this node an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_NETWORKS, comma-separated); default none: a network can pass host devices or macvtap a host NIC, so none is taken unless named")
 	fs.Var(&o.bridges, "migration-allowed-bridge", "host bridge an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_BRIDGES, comma-separated); default none: a migrated guest's NICs use libvirt networks only")
-	fs.Var(&o.allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, consoles...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
+	fs.Var(&o.allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, nvram...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
+	fs.Var(&o.consoles, "migration-allowed-console-dir", "directory of guests' console and chardev log files only, the one place an incoming migration's file serial, console, channel or chardev <log> may write (QEMU creates or truncates it at Prepare); repeatable (env FERRY_MIGRATION_ALLOWED_CONSOLE_DIRS, comma-separated); default none: file chardevs are refused")
+	fs.BoolVar(&cfg.MigrationAdoptDefined, "migration-adopt-defined", e.bool("FERRY_MIGRATION_ADOPT_DEFINED", false), "let an incoming migration take over a guest this node holds defined and shut off (its definition is replaced by the peer's); default refused: a peer that knows a shut-off guest's name and UUID would run its own memory on that guest's disks. For guests left defined here by virsh migrate --persistent without --undefinesource, or defined on every node (env FERRY_MIGRATION_ADOPT_DEFINED)")
 	fs.StringVar(&cfg.NodeIP, "node-ip", e.str("NODE_IP", ""), "this node's IP for the proxy when the migration interface has no address (env NODE_IP)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", e.str("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes (env KUBECONFIG)")
 	fs.StringVar(&cfg.StateDir, "state-dir", e.str("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, and the migrations Ferry drives, their prepares and recorded post-copy failures are kept, across restarts (env FERRY_STATE_DIR)")
@@ -98,21 +100,21 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	pd := policy.Defaults()
 	fs.StringVar(&o.policyMode, "policy", e.str("FERRY_POLICY", string(pd.Mode)), "convergence policy: observe (verdicts only), advise (decide and show, change nothing) or act (steer: raise the downtime to a switch-over within --max-downtime-ms, post-copy if allowed, else abort) (env FERRY_POLICY)")
 	fs.StringVar(&o.policyScope, "policy-scope", e.str("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all (env FERRY_POLICY_SCOPE)")
-	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", pd.MaxDowntimeMs, "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs)")
+	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", e.uint64("FERRY_MAX_DOWNTIME_MS", pd.MaxDowntimeMs), "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs) (env FERRY_MAX_DOWNTIME_MS)")
 	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", e.bool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (under --policy act, migrations Ferry drives are then started with post-copy enabled) (env FERRY_ALLOW_POSTCOPY)")
 	fs.BoolVar(&cfg.Policy.AllowAutoConverge, "allow-auto-converge", e.bool("FERRY_ALLOW_AUTO_CONVERGE", false), "start the migrations Ferry drives with QEMU's auto-converge (it throttles the guest's vCPUs until pre-copy converges); the policy waits while the throttle is still rising (env FERRY_ALLOW_AUTO_CONVERGE)")
-	fs.Uint64Var(&cfg.Policy.BandwidthPerMigrationMiBs, "bandwidth-per-migration-mibs", 0, "pre-copy bandwidth cap in MiB/s for the migrations Ferry drives that name none (0: none)")
-	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", pd.CompletionTimeoutPerGiB, "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none")
+	fs.Uint64Var(&cfg.Policy.BandwidthPerMigrationMiBs, "bandwidth-per-migration-mibs", e.uint64("FERRY_BANDWIDTH_PER_MIGRATION_MIBS", 0), "pre-copy bandwidth cap in MiB/s for the migrations Ferry drives that name none (0: none) (env FERRY_BANDWIDTH_PER_MIGRATION_MIBS)")
+	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", e.uint64("FERRY_COMPLETION_TIMEOUT_PER_GIB", pd.CompletionTimeoutPerGiB), "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none (env FERRY_COMPLETION_TIMEOUT_PER_GIB)")
 	fs.Var(&o.peers, "peer", "another node Ferry may migrate to by name, NODE=HOST:PORT (its proxy's address), as ferryctl evacuate --to and plan --to name them; repeatable (env FERRY_PEERS, comma-separated)")
-	fs.IntVar(&cfg.LinkBandwidthMiBs, "migration-bandwidth-mibs", 0, "the migration link's bandwidth in MiB/s, which the migrations Ferry drives share (the one nearest its switch-over gets the most); 0: not shared out, and plans learn it from the last migrations")
-	fs.IntVar(&cfg.OutboundSlots, "outbound-migrations", drive.DefaultOutboundSlots, "migrations Ferry drives out of this node at once; more wait their turn")
-	fs.IntVar(&cfg.InboundSlots, "inbound-migrations", drive.DefaultInboundSlots, "migrations Ferry drives into this node at once; a source asking for more waits its turn")
+	fs.IntVar(&cfg.LinkBandwidthMiBs, "migration-bandwidth-mibs", e.int("FERRY_MIGRATION_BANDWIDTH_MIBS", 0), "the migration link's bandwidth in MiB/s, which the migrations Ferry drives share (the one nearest its switch-over gets the most); 0: not shared out, and plans learn it from the last migrations (env FERRY_MIGRATION_BANDWIDTH_MIBS)")
+	fs.IntVar(&cfg.OutboundSlots, "outbound-migrations", e.int("FERRY_OUTBOUND_MIGRATIONS", drive.DefaultOutboundSlots), "migrations Ferry drives out of this node at once; more wait their turn (env FERRY_OUTBOUND_MIGRATIONS)")
+	fs.IntVar(&cfg.InboundSlots, "inbound-migrations", e.int("FERRY_INBOUND_MIGRATIONS", drive.DefaultInboundSlots), "migrations Ferry drives into this node at once; a source asking for more waits its turn (env FERRY_INBOUND_MIGRATIONS)")
 	fs.Var(&o.directPeers, "direct-peers", "nodes this node migrates to and from on the direct path (ferryctl migrate --data-path direct): QEMU straight to QEMU under QEMU's own TLS, no relay; both nodes must list each other, and the certificates in --qemu-tls-dir must come from the proxy's CA; for trusted migration networks on plain libvirt hosts (see docs/proxy.md); repeatable (env FERRY_DIRECT_PEERS, comma-separated)")
 	fs.StringVar(&cfg.QEMUConf, "qemu-conf", e.str("FERRY_QEMU_CONF", "/etc/libvirt/qemu.conf"), "libvirt's qemu.conf, read with --direct-peers for the directory of QEMU's migration certificates and whether QEMU checks a source's (env FERRY_QEMU_CONF)")
 	fs.StringVar(&cfg.QEMUTLSDir, "qemu-tls-dir", e.str("FERRY_QEMU_TLS_DIR", ""), "that directory as ferryd sees it, where not at the path qemu.conf gives: ca-cert.pem and the server and client pairs QEMU uses on the direct path, checked at start and before every direct migration (env FERRY_QEMU_TLS_DIR)")
 	fs.DurationVar(&cfg.DirtyRate.Period, "dirty-rate-period", e.duration("FERRY_DIRTY_RATE_PERIOD", 5*time.Minute), "how often each running domain's dirty rate is measured by QEMU (virDomainStartDirtyRateCalc), never while it migrates; the plans and checks predict from it; 0 turns measuring off (env FERRY_DIRTY_RATE_PERIOD)")
 	fs.DurationVar(&cfg.DirtyRate.Sample, "dirty-rate-sample", e.duration("FERRY_DIRTY_RATE_SAMPLE", time.Second), "how long one measurement watches the guest, 1s to 60s (env FERRY_DIRTY_RATE_SAMPLE)")
-	fs.IntVar(&cfg.DirtyRate.Concurrent, "dirty-rate-concurrent", 4, "domains measured at once, at most")
+	fs.IntVar(&cfg.DirtyRate.Concurrent, "dirty-rate-concurrent", e.int("FERRY_DIRTY_RATE_CONCURRENT", 4), "domains measured at once, at most (env FERRY_DIRTY_RATE_CONCURRENT)")
 	fs.StringVar(&o.logLevel, "log-level", e.str("FERRY_LOG_LEVEL", "info"), "level of ferryd's JSON logs: debug, info, warn or error (env FERRY_LOG_LEVEL)")
 	fs.BoolVar(&o.showVer, "version", false, "print the version and exit")
 	return fs, o
@@ -160,6 +162,7 @@ func run(args []string) int {
 	cfg.MigrationAllowedBridges = listOrEnv(o.bridges, "FERRY_MIGRATION_ALLOWED_BRIDGES")
 	cfg.MigrationAllowedNetworks = listOrEnv(o.networks, "FERRY_MIGRATION_ALLOWED_NETWORKS")
 	cfg.MigrationAllowedPaths = listOrEnv(o.allowed, "FERRY_MIGRATION_ALLOWED_PATHS")
+	cfg.MigrationAllowedConsoleDirs = listOrEnv(o.consoles, "FERRY_MIGRATION_ALLOWED_CONSOLE_DIRS")
 	m, err := strconv.ParseUint(o.mode, 8, 32)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ferryd: --debug-socket-mode %q is not an octal mode like 0600\n", o.mode)
@@ -252,6 +255,32 @@ func (e envReader) duration(key string, def time.Duration) time.Duration {
 		os.Exit(2)
 	}
 	return d
+}
+
+func (e envReader) int(key string, def int) int {
+	v := e(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: environment %s=%q is not a whole number\n", key, v)
+		os.Exit(2)
+	}
+	return n
+}
+
+func (e envReader) uint64(key string, def uint64) uint64 {
+	v := e(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferryd: environment %s=%q is not a whole number of 0 or more\n", key, v)
+		os.Exit(2)
+	}
+	return n
 }
 
 func hostname() string {

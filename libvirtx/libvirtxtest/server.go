@@ -42,6 +42,7 @@ type Server struct {
 	conns    []*conn // open ones
 	calls    []call
 	answer   AnswerFunc
+	ignore   func(proc uint32) bool
 	lastCB   int32
 	// The domains by name, and every identity a name has had, so that an
 	// event can still name a domain that is gone.
@@ -136,6 +137,16 @@ func (s *Server) Answer(f AnswerFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.answer = f
+}
+
+// Ignore has the fake read the calls f picks and never answer them, as a
+// daemon whose workers never return, while it goes on answering what f
+// does not pick and keepalive PINGs (nil: none). No goroutine waits on an
+// ignored call, in the fake or anywhere.
+func (s *Server) Ignore(f func(proc uint32) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ignore = f
 }
 
 // Calls returns the arguments of every call of the remote program's
@@ -237,8 +248,11 @@ func (s *Server) serve(c *conn) {
 		}
 		s.mu.Lock()
 		s.calls = append(s.calls, call{prog, proc, args})
-		answer := s.answer
+		answer, ignore := s.answer, s.ignore
 		s.mu.Unlock()
+		if ignore != nil && prog == remoteProgram && ignore(proc) {
+			continue
+		}
 		go func() {
 			var reply []byte
 			var lerr *libvirt.Error
@@ -253,7 +267,8 @@ func (s *Server) serve(c *conn) {
 			if lerr != nil {
 				status, reply = statusError, ErrorBody(*lerr)
 			}
-			c.write(packet(prog, proc, typeReply, serial, status, reply))
+			// Header and body apart: a large reply is sent, not copied.
+			c.write(header(prog, proc, typeReply, serial, status, len(reply)), reply)
 		}()
 	}
 }
@@ -266,15 +281,25 @@ func (s *Server) drop(c *conn) {
 	s.conns = slices.DeleteFunc(s.conns, func(o *conn) bool { return o == c })
 }
 
-func (c *conn) write(b []byte) {
+// write sends the parts of one packet, none of another between them.
+func (c *conn) write(parts ...[]byte) {
 	c.s.waitThawed()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.Write(b)
+	for _, b := range parts {
+		if _, err := c.Write(b); err != nil {
+			return
+		}
+	}
 }
 
 // packet frames a body: its length word, then the header.
 func packet(prog, proc, typ, serial, status uint32, body []byte) []byte {
-	x := new(XDR).U32(uint32(headerSize+len(body)), prog, 1, proc, typ, serial, status)
-	return append(x.Bytes(), body...)
+	return append(header(prog, proc, typ, serial, status, len(body)), body...)
+}
+
+// header is what precedes a body of n bytes: its length word, then the
+// header proper.
+func header(prog, proc, typ, serial, status uint32, n int) []byte {
+	return new(XDR).U32(uint32(headerSize+n), prog, 1, proc, typ, serial, status).Bytes()
 }

@@ -59,6 +59,10 @@ func TestCheckFindsWhatKeepsEachGuestHere(t *testing.T) {
 		{name: "chk-shm", devices: `<shmem name='ferry-check'><model type='ivshmem-plain'/><size unit='M'>4</size></shmem>`,
 			code: "shared_memory", severity: api.SeverityBlocks, step: api.DryRunBegin, words: "ivshmem"},
 		{name: "chk-cpu", cpu: `<cpu mode='maximum' migratable='on'/>`, code: "cpu_host", severity: api.SeverityWarns},
+		// This node's libvirt moves it; a Ferry target never takes it,
+		// and the check says so before the target does.
+		{name: "chk-pinned", cpu: `<cputune><vcpupin vcpu='0' cpuset='0'/></cputune>`,
+			code: "ferry_target_refuses", severity: api.SeverityWarns, step: api.DryRunPrepare, words: "<vcpupin>"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -23,7 +23,7 @@ func TestZstdCompressionThroughTheProxy(t *testing.T) {
 	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 16, Parallel: 2, Compression: "zstd"}); err != nil {
 		t.Fatalf("the migration failed: %v", err)
 	}
-	j := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	j := waitJob(t, "a", name, "Completed", 30*time.Second, drivenCompleted)
 	if j.Proxy == nil || j.Proxy.Compression != "zstd" {
 		t.Fatalf("the job does not say zstd: %+v", j.Proxy)
 	}

@@ -144,27 +144,9 @@ func TestATargetThatCannotKeepTheDefinitionNeverRunsTheGuest(t *testing.T) {
 func TestATargetKilledBeforeTheFinishOverAnOldDefinitionLeavesTheGuestOnItsSource(t *testing.T) {
 	const name = "olddef"
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
-	var config string
-	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
-		dom, err := l.DomainLookupByName(name)
-		if err == nil {
-			config, err = l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive|libvirt.DomainXMLMigratable)
-		}
-		return err
-	})
-	withLibvirt(t, "b", func(l *libvirt.Libvirt) error {
-		_, err := l.DomainDefineXML(config)
-		return err
-	})
-	t.Cleanup(func() {
-		withLibvirt(t, "b", func(l *libvirt.Libvirt) error {
-			if dom, err := l.DomainLookupByName(name); err == nil {
-				l.DomainDestroy(dom)
-				return l.DomainUndefine(dom)
-			}
-			return nil
-		})
-	})
+	definedOnB(t, name)
+	// An operator's definition on every node: b is let adopt it.
+	adoptDefinedOn(t, "b")
 	before, done := migrationHeldBeforeFinish(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -259,5 +241,50 @@ func autostartOn(t *testing.T, node, name string) {
 			err = l.DomainSetAutostart(dom, 1)
 		}
 		return err
+	})
+}
+
+// adoptDefinedOn restarts node's ferryd letting migrations in take over
+// a shut-off definition, until the test ends.
+func adoptDefinedOn(t *testing.T, node string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.SetNodeFerrydArgs(ctx, node, "--migration-adopt-defined"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := bed.SetNodeFerrydArgs(ctx, node); err != nil {
+			t.Errorf("restoring %s's ferryd: %v", node, err)
+		}
+	})
+}
+
+// definedOnB defines on node b, shut off, the definition a holds of
+// guest name, until the test ends.
+func definedOnB(t *testing.T, name string) {
+	t.Helper()
+	var config string
+	withLibvirt(t, "a", func(l *libvirt.Libvirt) error {
+		dom, err := l.DomainLookupByName(name)
+		if err == nil {
+			config, err = l.DomainGetXMLDesc(dom, libvirt.DomainXMLInactive|libvirt.DomainXMLMigratable)
+		}
+		return err
+	})
+	withLibvirt(t, "b", func(l *libvirt.Libvirt) error {
+		_, err := l.DomainDefineXML(config)
+		return err
+	})
+	t.Cleanup(func() {
+		withLibvirt(t, "b", func(l *libvirt.Libvirt) error {
+			if dom, err := l.DomainLookupByName(name); err == nil {
+				l.DomainDestroy(dom)
+				return l.DomainUndefine(dom)
+			}
+			return nil
+		})
 	})
 }

@@ -72,7 +72,7 @@ func TestDirectPathMigratesWithQEMUsTLS(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the direct migration failed: %v", err)
 	}
-	j := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	j := waitJob(t, "a", name, "Completed", 30*time.Second, drivenCompleted)
 	if j.Proxy == nil || j.Proxy.DataPath != "direct" || !strings.HasPrefix(j.Proxy.DirectURI, "tcp://"+bHost+":") {
 		t.Fatalf("the job does not say it went direct to b: %+v", j.Proxy)
 	}
@@ -203,7 +203,7 @@ func TestADirectMigrationTheSourceNeverStartsIsDropped(t *testing.T) {
 	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 16, DataPath: "direct"}); err != nil {
 		t.Fatalf("a direct migration longer than b's wait: %v", err)
 	}
-	j := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	j := waitJob(t, "a", name, "Completed", 30*time.Second, drivenCompleted)
 	if took := j.EndTime.Sub(j.StartTime); took < 5*time.Second {
 		t.Errorf("the direct migration took %v: too short to show b's 3 s wait passing while QEMU received", took)
 	} else {

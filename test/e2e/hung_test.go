@@ -48,6 +48,11 @@ func TestHungSourceLibvirtdIsAlertedAndTheGuestEndsOnOneNode(t *testing.T) {
 	waitJob(t, "a", name, "the job telling libvirt hangs", 30*time.Second, func(j api.Job) bool {
 		return hasEvent(j, drive.EventLibvirtHung)
 	})
+	// Its slot's state: held, by a migration waiting on a hung libvirtd.
+	waitFor(t, "node a's slots showing the migration's slot waits on a hung libvirtd", 10*time.Second, func() bool {
+		v, ok := ferryOn("a").metric("ferry_migration_slots_hung")
+		return ok && v == 1
+	})
 
 	if err := <-frozen; err != nil {
 		t.Fatal(err)
@@ -67,6 +72,9 @@ func TestHungSourceLibvirtdIsAlertedAndTheGuestEndsOnOneNode(t *testing.T) {
 		v, ok := ferryOn("a").metric("ferry_libvirt_unresponsive_seconds")
 		return ok && v == 0
 	})
+	if v, ok := ferryOn("a").metric("ferry_migration_slots_hung"); !ok || v != 0 {
+		t.Errorf("node a's hung slots after the migration: %v (shown %v), want 0", v, ok)
+	}
 	waitFor(t, "FerryLibvirtHung resolved", 30*time.Second, func() bool {
 		s, err := alerts("FerryLibvirtHung", "firing", "node=a")
 		return err == nil && len(s) == 0

@@ -12,16 +12,17 @@ import (
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
-// libvirt on the target reports the post-copy failed and its ferryd marks
-// the VMI irrecoverable, as it does for a migration nobody resumes; then
-// the migration completes after all (here the source resumes it). Nobody
-// must give up on a guest that runs: the mark comes off, with an Event.
+// libvirt on the target reports the post-copy failed and, the guest still
+// split past its grace, its ferryd marks the VMI irrecoverable, as it does
+// for a migration nobody resumes; then the migration completes after all
+// (here the source resumes it once the link is back). Nobody must give up
+// on a guest that runs: the mark comes off, with an Event.
 func TestAVMIMarkedIrrecoverableLosesTheMarkWhenItsPostCopyCompletes(t *testing.T) {
 	kubeUp(t)
 	const name = "pcback"
 	uid := createVMI(t, name)
-	// The target declares the failure at once, as for KubeVirt's own
-	// migrations; the source, driving it, resumes it.
+	// The target declares the failure, as for KubeVirt's own migrations;
+	// the source, driving it, resumes it.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := bed.SetNodeFerrydArgs(ctx, "b", "--postcopy-recovery-timeout", "0"); err != nil {
@@ -33,13 +34,25 @@ func TestAVMIMarkedIrrecoverableLosesTheMarkWhenItsPostCopyCompletes(t *testing.
 		bed.SetNodeFerrydArgs(ctx, "b")
 	})
 	r := breakable(t, testbed.GuestSpec{Name: "default_" + name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 4, VMIUID: uid, Verify: true})
+	// Broken at once on both nodes (a cut link alone leaves the target's
+	// QEMU waiting on its stream), and kept from being resumed past the
+	// target's grace for a mark.
 	if err := bed.ResetMigration(); err != nil {
 		t.Fatalf("reset-migration: %v", err)
 	}
-	waitFor(t, "the VMI marked irrecoverable by the target", 30*time.Second, func() bool {
+	if err := bed.CutLink(); err != nil {
+		t.Fatal(err)
+	}
+	defer bed.RestoreLink()
+	cut := time.Now()
+	at := waitFor(t, "the VMI marked irrecoverable by the target", time.Minute, func() bool {
 		ok, _ := marked(t, getVMI(t, name))
 		return ok
 	})
+	t.Logf("marked by the target %v after the cut", at.Sub(cut).Round(time.Second))
+	if err := bed.RestoreLink(); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-r.done:
 		if err != nil {

@@ -55,7 +55,7 @@ func TestPostCopyPreemptThroughTheProxy(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the migration failed: %v", err)
 	}
-	src := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	src := waitJob(t, "a", name, "Completed", 30*time.Second, drivenCompleted)
 	if src.Mode != api.ModePostCopy {
 		t.Fatalf("the migration completed in %s, not post-copy", src.Mode)
 	}

@@ -57,7 +57,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "a", To: "b", Parallel: 4}); err != nil {
 				t.Fatalf("pre-copy with --parallel 4: %v", err)
 			}
-			src := waitJob(t, "a", g, "Completed", 15*time.Second, completed)
+			src := waitJob(t, "a", g, "Completed", 15*time.Second, drivenCompleted)
 			checkProxied(t, src, tls, 4)
 			sent := src.Proxy.Bytes["memory"]["toTarget"]
 			diff := math.Abs(float64(sent)-float64(src.DataProcessedBytes)) / float64(src.DataProcessedBytes)
@@ -86,7 +86,7 @@ func TestMigrationsThroughFerrysProxy(t *testing.T) {
 			if err := bed.Migrate(ctx, testbed.MigrateSpec{Name: g, From: "b", To: "a", TargetNode: targetNode, PostCopyAfter: 2 * time.Second, BandwidthMiBs: 64}); err != nil {
 				t.Fatalf("post-copy: %v", err)
 			}
-			back := waitJob(t, "b", g, "Completed", 15*time.Second, completed)
+			back := waitJob(t, "b", g, "Completed", 15*time.Second, drivenCompleted)
 			checkProxied(t, back, tls, 1)
 			if back.Mode != api.ModePostCopy {
 				t.Errorf("mode %s: the migration finished before the switch to post-copy", back.Mode)

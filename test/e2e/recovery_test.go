@@ -182,6 +182,10 @@ func TestPostCopyCutPastTheRecoveryTimeoutAlertsAndResumes(t *testing.T) {
 	defer bed.RestoreLink()
 	src := waitJob(t, "a", name, "PostCopyPaused", 90*time.Second, func(j api.Job) bool { return j.Phase == api.PhasePostCopyPaused })
 	deadline := src.Recovery.Until
+	outbound := func() float64 { return metricSum("a", "ferry_migration_slots_used", `direction="outbound"`) }
+	if v := outbound(); v < 1 {
+		t.Errorf("the paused migration holds %v outbound slots on its source, want its one", v)
+	}
 	for _, n := range []string{"a", "b"} {
 		// The alert's series: its deadline, on each node.
 		waitFor(t, "node "+n+"'s recovery deadline series", 30*time.Second, func() bool {
@@ -202,6 +206,7 @@ func TestPostCopyCutPastTheRecoveryTimeoutAlertsAndResumes(t *testing.T) {
 			t.Errorf("node %s's deadline series is not past: the alert would not fire", n)
 		}
 	}
+	waitFor(t, "the overdue migration's outbound slot going to others", 30*time.Second, func() bool { return outbound() == 0 })
 	t.Logf("overdue on the source %v and the target %v after the deadline; %d attempts so far",
 		time.Since(deadline).Round(time.Second), dst.UpdateTime.Sub(deadline).Round(time.Second), src.Recovery.Attempts)
 	bed.RestoreLink()

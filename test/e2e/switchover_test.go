@@ -86,7 +86,7 @@ func TestQEMUHoldsTheSwitchoverBandwidthTheWireShowed(t *testing.T) {
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0, Fill: "zero"})
 	before := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: capMiBs, Deadline: deadline})
 	err := <-before
-	j0 := waitJob(t, "a", name, "ended", 30*time.Second, func(j api.Job) bool { return j.EndTime != nil })
+	j0 := waitJob(t, "a", name, "ended", 30*time.Second, func(j api.Job) bool { return j.EndTime != nil && j.Proxy != nil && j.Proxy.Ended })
 	down0 := "none"
 	if j0.Phase == api.PhaseCompleted {
 		down0 = targetDowntime(t, name).String()
@@ -118,7 +118,7 @@ func TestQEMUHoldsTheSwitchoverBandwidthTheWireShowed(t *testing.T) {
 	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: "zeros-warm", From: "a", To: "b", Via: "ferry", BandwidthMiBs: capMiBs}); err != nil {
 		t.Fatalf("the warm-up migration failed: %v", err)
 	}
-	w := waitJob(t, "a", "zeros-warm", "Completed", 30*time.Second, completed)
+	w := waitJob(t, "a", "zeros-warm", "Completed", 30*time.Second, drivenCompleted)
 	if w.Proxy == nil || w.Proxy.WireBytesPerSecond == 0 {
 		t.Fatalf("the source proxy measured no wire rate: %+v", w.Proxy)
 	}
@@ -133,7 +133,7 @@ func TestQEMUHoldsTheSwitchoverBandwidthTheWireShowed(t *testing.T) {
 	if err := <-after; err != nil {
 		t.Fatalf("told the wire's rate, the migration still failed: %v", err)
 	}
-	j := waitJob(t, "a", name, "Completed", 30*time.Second, func(x api.Job) bool { return completed(x) && !x.StartTime.Before(start.Add(-time.Second)) })
+	j := waitJob(t, "a", name, "Completed", 30*time.Second, func(x api.Job) bool { return drivenCompleted(x) && !x.StartTime.Before(start.Add(-time.Second)) })
 	if j.Proxy == nil || j.Proxy.SwitchoverBandwidthMiBs<<20 != told {
 		t.Fatalf("QEMU holds %s/s for its switch-over, the job says %+v", fmtMiB(told), j.Proxy)
 	}

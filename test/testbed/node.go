@@ -255,7 +255,7 @@ func (b *Bed) startFerryd(node string) (proc, error) {
 		// The guests' kernel and initrd, and their console files in a
 		// directory of their own: the only local files their XML names.
 		"--migration-allowed-path", imagesInNode,
-		"--migration-allowed-path", consolesInNode,
+		"--migration-allowed-console-dir", consolesInNode,
 	)
 	if !b.plainProxy() {
 		// The direct path is open between the two nodes; a migration

@@ -29,6 +29,9 @@ import (
 
 const goalMiB = 128
 
+// checksGoalMiB is what a peer's hostile XML checks may cost at most.
+const checksGoalMiB = 256
+
 func main() {
 	controls := flag.Int("controls", 64, "control connections a peer holds, each sending 4 MiB of a request it never ends")
 	halfOpen := flag.Int("half-open", 2000, "connections that begin a header and never end it, from 63 loopback addresses")
@@ -44,6 +47,7 @@ type phase struct {
 	name    string
 	peakMiB float64
 	note    string
+	goalMiB float64
 }
 
 func run(controls, halfOpen int, hold time.Duration) error {
@@ -114,7 +118,7 @@ func run(controls, halfOpen int, hold time.Duration) error {
 		if err := <-errc; err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		phases = append(phases, phase{name, peak, note})
+		phases = append(phases, phase{name, peak, note, goalMiB})
 		time.Sleep(time.Second) // let the connections go
 		return nil
 	}
@@ -133,18 +137,25 @@ func run(controls, halfOpen int, hold time.Duration) error {
 		func(stop <-chan struct{}) error { return holdControls(addr, peers, controls, stop) }); err != nil {
 		return err
 	}
+	for _, x := range hostileXMLs() {
+		if err := measure(fmt.Sprintf("%d prepares of one peer at full rate: %s", controls, x.name), fmt.Sprintf("%d per peer read or checked, 2 checked at a time; goal %d MiB", proxy.MaxControlConnsPerPeer, checksGoalMiB),
+			func(stop <-chan struct{}) error { return sendChecks(addr, peer, controls, x.xml, stop) }); err != nil {
+			return err
+		}
+		phases[len(phases)-1].goalMiB = checksGoalMiB
+	}
 	if err := ping(addr, peer); err != nil {
 		return fmt.Errorf("after the loads, the peer's control request: %w", err)
 	}
 	rest := phases[0].peakMiB
-	fmt.Printf("ferryd resident memory under hostile connections (peak of 20 ms samples over %v; goal under %d MiB)\n\n", hold, goalMiB)
-	fmt.Printf("%-52s %10s %8s %6s  %s\n", "load", "peak MiB", "x rest", "goal", "")
+	fmt.Printf("ferryd resident memory under hostile connections (peak of 20 ms samples over %v; goal under %d MiB, %d for XML checks)\n\n", hold, goalMiB, checksGoalMiB)
+	fmt.Printf("%-62s %10s %8s %6s  %s\n", "load", "peak MiB", "x rest", "goal", "")
 	for _, p := range phases {
 		ok := "met"
-		if p.peakMiB >= goalMiB {
+		if p.peakMiB >= p.goalMiB {
 			ok = "MISSED"
 		}
-		fmt.Printf("%-52s %10.1f %8.2f %6s  %s\n", p.name, p.peakMiB, p.peakMiB/rest, ok, p.note)
+		fmt.Printf("%-62s %10.1f %8.2f %6s  %s\n", p.name, p.peakMiB, p.peakMiB/rest, ok, p.note)
 	}
 	fmt.Println("\nafter the loads a peer's control request is still answered")
 	return nil
@@ -287,4 +298,78 @@ func waitPort(addr string) error {
 		}
 	}
 	return fmt.Errorf("ferryd's proxy never listened on %s", addr)
+}
+
+type hostileXML struct {
+	name string
+	xml  string
+}
+
+// hostileXMLs are domain XMLs a peer may send to cost the target the most:
+// 2 MiB of attributes inside <metadata> (refused unparsed), and one just
+// under the tag and attribute caps (parsed and swept whole).
+func hostileXMLs() []hostileXML {
+	head := "<domain type='kvm'><name>vm</name><uuid>7c3a2c5e-2b36-4a7b-9d8e-0a4c1b2e3f40</uuid><metadata><f:x xmlns:f='urn:f'"
+	var attrs strings.Builder
+	for i := 0; attrs.Len() < proxy.MaxDomainXML-4096; i++ {
+		fmt.Fprintf(&attrs, " a%d=''", i)
+	}
+	var under strings.Builder
+	for i := 0; i < 9000; i++ {
+		fmt.Fprintf(&under, "<f:e a%d=''/>", i)
+	}
+	for i := 0; i < 10000; i++ {
+		under.WriteString("<f:t/>")
+	}
+	return []hostileXML{
+		{"2 MiB of attributes", head + attrs.String() + "/></metadata></domain>"},
+		{"just under the caps", head + ">" + under.String() + "</f:x></metadata></domain>"},
+	}
+}
+
+// sendChecks keeps n prepares of one peer carrying xml going, each sent
+// again as soon as it is answered, until stop.
+func sendChecks(addr string, id testpki.Files, n int, xml string, stop <-chan struct{}) error {
+	var answers sync.Map
+	cfg, err := clientConfig(id)
+	if err != nil {
+		return err
+	}
+	hb, _ := proxy.Header{Kind: proxy.KindControl}.Encode()
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := tls.Dial("tcp", addr, cfg)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				c.Write(hb)
+				json.NewEncoder(c).Encode(proxy.ControlRequest{Op: proxy.OpPrepare, Migration: fmt.Sprintf("h%d-%d", i, j), Domain: "vm", XML: xml})
+				var resp proxy.ControlResponse
+				json.NewDecoder(c).Decode(&resp)
+				c.Close()
+				answers.Store(resp.Reason+": "+resp.Error, true)
+			}
+		}()
+	}
+	<-stop
+	wg.Wait()
+	answers.Range(func(k, _ any) bool {
+		if s := k.(string); len(s) > 160 {
+			k = s[:160] + "..."
+		}
+		fmt.Printf("  answered: %s\n", k)
+		return true
+	})
+	return nil
 }

@@ -82,7 +82,8 @@ func ferrySourceMain(args []string) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Serve(context.Background()) }()
-	if _, err := p.OpenSource(benchMigration, *target, []proxy.Kind{proxy.KindMemory}); err != nil {
+	// The bench's "QEMU" runs as root, as every process here does.
+	if _, err := p.OpenSource(benchMigration, *target, []proxy.Kind{proxy.KindMemory}, 0, 0); err != nil {
 		return err
 	}
 	return <-errc

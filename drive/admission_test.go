@@ -1,0 +1,115 @@
+package drive
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+type fakeMemory struct {
+	avail    uint64
+	resident map[string]uint64
+}
+
+func (f *fakeMemory) availableKiB() (uint64, error)       { return f.avail, nil }
+func (f *fakeMemory) residentKiB(_, domain string) uint64 { return f.resident[domain] }
+
+func guestOfGiB(name string, gib int) string {
+	return fmt.Sprintf("<domain type='kvm'><name>%s</name><memory unit='GiB'>%d</memory></domain>", name, gib)
+}
+
+// Guests that each fit the node's total were all taken: two 6 GiB guests
+// coming into 10 GiB available would have the kernel kill one. What the
+// guests already coming have yet to fill is counted against what is
+// available, and given back when their migration ends.
+func TestIncomingGuestsAreAdmittedAgainstWhatIsAvailableAndTheirSum(t *testing.T) {
+	mem := &fakeMemory{avail: 10 << 20, resident: map[string]uint64{}}
+	in := &Target{memory: mem}
+	if err := in.admit("m1", "a", guestOfGiB("a", 6)); err != nil {
+		t.Fatalf("the first guest: %v", err)
+	}
+	mem.resident["a"], mem.avail = 1<<20, 9<<20
+	err := in.admit("m2", "b", guestOfGiB("b", 6))
+	var r *proxy.Refusal
+	if !errors.As(err, &r) || r.Reason != ReasonNoMemory || !strings.Contains(r.Msg, "already coming here need 5.0 GiB more") {
+		t.Fatalf("a second 6 GiB guest while the first has 5 GiB to fill of 9 available: %v", err)
+	}
+	if err := in.admit("m2", "b", guestOfGiB("b", 4)); err != nil {
+		t.Fatalf("a second 4 GiB guest while the first has 5 GiB to fill of 9 available: %v", err)
+	}
+	if err := in.admit("m3", "c", guestOfGiB("c", 1)); err == nil {
+		t.Fatal("a third guest admitted past the sum")
+	}
+	in.release("m1")
+	in.release("m2")
+	if err := in.admit("m3", "c", guestOfGiB("c", 1)); err != nil {
+		t.Fatalf("a guest once the others ended: %v", err)
+	}
+}
+
+// libvirt sizes a guest with no <memory> by its NUMA cells: so is it
+// admitted. A ballooned one is admitted for all of its memory: a peer
+// stated <currentMemory> 1 MiB beside 9 GiB, and eight such guests were
+// admitted into 10 GiB available, each free to fill its 9.
+func TestAGuestIsAdmittedByTheSizeLibvirtGivesIt(t *testing.T) {
+	for name, c := range map[string]struct {
+		xml string
+		kib uint64
+	}{
+		"NUMA cells only":   {"<domain><name>n</name><cpu><numa><cell id='0' cpus='0' memory='30' unit='GiB'/><cell id='1' cpus='1' memory='30' unit='GiB'/></numa></cpu></domain>", 60 << 20},
+		"cells past memory": {"<domain><name>n</name><memory unit='GiB'>1</memory><cpu><numa><cell id='0' cpus='0' memory='8' unit='GiB'/></numa></cpu></domain>", 8 << 20},
+		"ballooned":         {"<domain><name>b</name><memory unit='GiB'>16</memory><currentMemory unit='GiB'>4</currentMemory></domain>", 16 << 20},
+	} {
+		got, err := guestKiB(c.xml)
+		if err != nil || got != c.kib {
+			t.Errorf("%s: %d KiB (%v), want %d", name, got, err, c.kib)
+		}
+	}
+}
+
+// A guest still paused for its incoming migration, or in post-copy, is
+// coming; one that runs whole, or any other, has arrived or gone.
+func TestOnlyAGuestInItsMigrationIsStillComing(t *testing.T) {
+	for _, c := range []struct {
+		state, reason string
+		coming        bool
+	}{{"paused", "migration", true}, {"running", "post-copy", true}, {"running", "post-copy-failed", true}, {"running", "migrated", false}, {"paused", "user", false}, {"shutoff", "destroyed", false}} {
+		if got := stillComing(api.Domain{State: c.state, Reason: c.reason}); got != c.coming {
+			t.Errorf("%s/%s: coming %v, want %v", c.state, c.reason, got, c.coming)
+		}
+	}
+}
+
+// A guest counts as coming here until its Prepare has returned and the
+// tracker has had the time to see it, however slow the Prepare: one whose
+// Prepare ran past a minute was dropped from the sum while its QEMU filled.
+func TestAGuestCountsAsComingUntilItsPrepareIsSeen(t *testing.T) {
+	mem := &fakeMemory{avail: 10 << 20, resident: map[string]uint64{}}
+	in := &Target{memory: mem, tracker: migration.NewTracker(migration.Config{})}
+	if err := in.admit("slow", "slow", guestOfGiB("slow", 6)); err != nil {
+		t.Fatal(err)
+	}
+	in.mu.Lock()
+	in.forgetArrivedLocked()
+	_, kept := in.admitted["slow"]
+	in.mu.Unlock()
+	if !kept {
+		t.Fatal("a guest whose Prepare has not returned was forgotten")
+	}
+	in.prepared("slow")
+	in.mu.Lock()
+	g := in.admitted["slow"]
+	g.prepared = g.prepared.Add(-2 * trackerLag)
+	in.admitted["slow"] = g
+	in.forgetArrivedLocked()
+	_, kept = in.admitted["slow"]
+	in.mu.Unlock()
+	if kept {
+		t.Error("a guest prepared long ago that libvirt does not hold as coming is still counted")
+	}
+}

@@ -1,0 +1,39 @@
+package drive
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// takesNoOtherGuestsFiles refuses an incoming domain (its live XML and
+// its definition, both checked already) that names a file another domain
+// of this node uses, running or defined: a peer would have QEMU read
+// another guest's disk, or write into it (a chardev, an NVRAM, a
+// writable loader) at Prepare, a dry run's too. The allowlist says which
+// directories; this says whose file.
+func takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string) error {
+	uuid, err := libvirtx.DomainUUID(live)
+	if err != nil {
+		return &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+	}
+	others, err := c.OtherGuestsFiles(ctx, uuid)
+	if err != nil {
+		return PeerError(fmt.Errorf("listing this node's guests' files: %w", err))
+	}
+	for _, x := range []string{live, config} {
+		if x == "" {
+			continue
+		}
+		files, err := libvirtx.FilesOf(x)
+		if err != nil {
+			return &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+		}
+		if o, taken := libvirtx.TakenFrom(files, others); taken {
+			return &proxy.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("domain XML refused: %q is a file of domain %s on this node: a migrated guest brings only files of its own", o.File, o.Name)}
+		}
+	}
+	return nil
+}

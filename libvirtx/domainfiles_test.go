@@ -1,0 +1,117 @@
+package libvirtx
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// What another guest of the node owns may not be named by an incoming
+// one in any role; what it shares read-only (a backing image, a kernel)
+// may be shared, not taken as the incoming guest's own.
+func TestAnIncomingGuestTakesNoOtherGuestsFiles(t *testing.T) {
+	dir := t.TempDir()
+	disk, base := filepath.Join(dir, "other.qcow2"), filepath.Join(dir, "base.qcow2")
+	for _, p := range []string{disk, base} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each guest's own root disk besides.
+	other := strings.Replace(guestXML("other", "", `<disk type='file' device='disk'><source file='`+disk+`'/><backingStore type='file'><format type='qcow2'/><source file='`+base+`'/></backingStore><target dev='vdb'/></disk>`), "images/vm.qcow2", "images/other-root.qcow2", 1)
+	of, err := FilesOf(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := map[string]GuestFiles{"other": of}
+	mine := filepath.Join(dir, "mine.qcow2")
+	for name, c := range map[string]struct {
+		devices string
+		taken   string
+	}{
+		"its disk read-only":        {`<disk type='file' device='disk'><source file='` + disk + `'/><readonly/><target dev='vdc'/></disk>`, disk},
+		"its disk as shareable":     {`<disk type='file' device='disk'><source file='` + disk + `'/><shareable/><target dev='vdc'/></disk>`, disk},
+		"its disk as my backing":    {`<disk type='file' device='disk'><source file='` + mine + `'/><backingStore type='file'><format type='qcow2'/><source file='` + disk + `'/></backingStore><target dev='vdc'/></disk>`, disk},
+		"its base as my disk":       {`<disk type='file' device='disk'><source file='` + base + `'/><target dev='vdc'/></disk>`, base},
+		"its disk as my serial log": {`<serial type='pty'><log file='` + disk + `'/><target port='1'/></serial>`, disk},
+		"a base we share":           {`<disk type='file' device='disk'><source file='` + mine + `'/><backingStore type='file'><format type='qcow2'/><source file='` + base + `'/></backingStore><target dev='vdc'/></disk>`, ""},
+	} {
+		f, err := FilesOf(guestXML("vm", "", c.devices))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, taken := TakenFrom(f, others)
+		if c.taken == "" && taken {
+			t.Errorf("%s: refused as taking %s from %s", name, o.File, o.Name)
+		}
+		if c.taken != "" && (!taken || o.File != c.taken || o.Name != "other") {
+			t.Errorf("%s: %+v %v, want %s of other", name, o, taken, c.taken)
+		}
+	}
+	if f, _ := FilesOf(other); strings.Join(f.Own, ",") != "/var/lib/libvirt/images/other-root.qcow2,"+disk {
+		t.Errorf("other's own files: %v", f.Own)
+	}
+}
+
+// What guests share on purpose is no taking: an install ISO both read, a
+// cluster's quorum disk both mark shareable. Writing into either, or
+// taking a shareable disk as one's own, still is; and a guest that is
+// only defined keeps its disks: a template's image cannot tell itself
+// from a victim's, so it backs no incoming clone.
+func TestWhatGuestsShareOnPurposeIsNotTaken(t *testing.T) {
+	iso, quorum, golden := "/var/lib/libvirt/images/virtio-win.iso", "/var/lib/libvirt/images/quorum.raw", "/var/lib/libvirt/images/golden.qcow2"
+	devs := `<disk type='file' device='cdrom'><source file='` + iso + `'/><readonly/><target dev='sda' bus='sata'/></disk>
+	  <disk type='file' device='disk'><source file='` + quorum + `'/><shareable/><target dev='vdb'/></disk>`
+	member, err := FilesOf(strings.Replace(guestXML("node1", "", devs), "images/vm.qcow2", "images/node1.qcow2", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	template, err := FilesOf(strings.Replace(guestXML("template", "", ""), "images/vm.qcow2", "images/golden.qcow2", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := map[string]GuestFiles{"node1": member, "template": template}
+	for name, c := range map[string]struct {
+		devices string
+		taken   string
+	}{
+		"the same ISO, read-only":         {`<disk type='file' device='cdrom'><source file='` + iso + `'/><readonly/><target dev='sda' bus='sata'/></disk>`, ""},
+		"the quorum disk, shareable":      {`<disk type='file' device='disk'><source file='` + quorum + `'/><shareable/><target dev='vdb'/></disk>`, ""},
+		"the template's image as backing": {`<disk type='file' device='disk'><source file='/var/lib/libvirt/images/clone.qcow2'/><backingStore type='file'><format type='qcow2'/><source file='` + golden + `'/></backingStore><target dev='vdc'/></disk>`, golden},
+		"the ISO, written":                {`<disk type='file' device='disk'><source file='` + iso + `'/><target dev='vdc'/></disk>`, iso},
+		"the quorum disk, as its own":     {`<disk type='file' device='disk'><source file='` + quorum + `'/><target dev='vdc'/></disk>`, quorum},
+		"the template's image, written":   {`<disk type='file' device='disk'><source file='` + golden + `'/><target dev='vdc'/></disk>`, golden},
+	} {
+		f, err := FilesOf(strings.Replace(guestXML("vm", "", c.devices), "images/vm.qcow2", "images/vm-root.qcow2", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, taken := TakenFrom(f, others)
+		if taken != (c.taken != "") || taken && o.File != c.taken {
+			t.Errorf("%s: taken %v (%+v), want %q", name, taken, o, c.taken)
+		}
+	}
+}
+
+// What QEMU reads besides disks (a device tree, ACPI tables) and an
+// image's external data file are files of the guest too.
+func TestFilesOfNamesDeviceTreesTablesAndDataFiles(t *testing.T) {
+	x := strings.Replace(guestXML("vm", "", `<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='/var/lib/libvirt/images/d.qcow2'><dataStore type='file'><format type='raw'/><source file='/var/lib/libvirt/images/d.raw'/></dataStore></source><backingStore/><target dev='vdb'/></disk>`),
+		"</kernel>", "</kernel><dtb>/var/lib/libvirt/images/vm.dtb</dtb><acpi><table type='slic'>/var/lib/libvirt/images/slic.dat</table></acpi>", 1)
+	f, err := FilesOf(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, shared := strings.Join(f.Own, " "), strings.Join(f.Shared, " ")
+	for _, want := range []string{"d.raw", "d.qcow2"} {
+		if !strings.Contains(own, want) {
+			t.Errorf("own files %q lack %s", own, want)
+		}
+	}
+	for _, want := range []string{"vm.dtb", "slic.dat"} {
+		if !strings.Contains(shared, want) {
+			t.Errorf("shared files %q lack %s", shared, want)
+		}
+	}
+}
