@@ -285,6 +285,9 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		t.giveUp(best, failure, time.Now())
 	case best.view.Phase.Finished():
 		best.setProxy(&info)
+		if best.view.Phase == api.PhaseLost && failure == "" {
+			t.completedByDriver(best, time.Now())
+		}
 		if failure != "" && (best.view.Phase == api.PhaseFailed || (best.view.Phase == api.PhaseAborted && di.deadline)) {
 			best.view.FailureReason = failure
 		}
@@ -307,5 +310,21 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		// Nothing left for it to tell: a later migration of the name,
 		// one Ferry does not drive, must not inherit it.
 		delete(t.driven, jobKey{socket, domain})
+	}
+}
+
+// completedByDriver takes the driver's word for a driven job the tracker
+// could only call lost: the domain went while this node's monitoring
+// connection was cut (a libvirtd that froze, then went on) or before its
+// lifecycle event came, and the driver's own connection saw libvirt's
+// Confirm end the migration with the guest running on the target. The
+// caller holds t.mu and classifies the job after.
+func (t *Tracker) completedByDriver(j *job, at time.Time) {
+	t.addEvent(j, at, "driver", "libvirt's Confirm on the driver's own connection ended the migration, the guest running on the target; this node's monitoring connection had missed how it ended")
+	v := &j.view
+	v.Phase, v.FailureReason = api.PhaseCompleted, ""
+	v.ProgressPercent, v.DataRemainingBytes, v.MemoryRemainingBytes = 100, 0, 0
+	if j.counted {
+		t.recount(j)
 	}
 }

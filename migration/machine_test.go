@@ -264,3 +264,29 @@ func TestConcurrentInputs(t *testing.T) {
 		t.Fatalf("%d still in flight", n)
 	}
 }
+
+// The driver's own connection saw its Confirm end the migration, the guest
+// running on the target, while this node's monitoring connection missed
+// how (cut while libvirtd froze): the job is completed, and counted so.
+func TestADrivenSourceGoneUnseenIsCompletedOnTheDriversWord(t *testing.T) {
+	for _, failure := range []string{"", "the target did not finish it: EOF"} {
+		f := newFeed(t, "a")
+		f.tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+		f.stats(outgoing(2, 300))
+		f.list()
+		f.ended(notActive, noDomain, 0, 0, noDomain)
+		f.wantPhase(api.PhaseLost)
+		f.tr.DriveEnded(dom.Name, dom, sock, f.now.Add(-time.Minute), api.ProxyInfo{MigrationID: "m-1", Ended: true}, failure)
+		if failure != "" {
+			// A failure the driver saw says nothing of where the guest is.
+			f.wantPhase(api.PhaseLost)
+			f.wantTotal(api.RoleSource, "lost", 1)
+			continue
+		}
+		if j := f.wantPhase(api.PhaseCompleted); j.FailureReason != "" || j.ProgressPercent != 100 {
+			t.Fatalf("completed job says %q at %v%%", j.FailureReason, j.ProgressPercent)
+		}
+		f.wantTotal(api.RoleSource, "lost", 0)
+		f.wantTotal(api.RoleSource, "completed", 1)
+	}
+}

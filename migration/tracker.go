@@ -631,12 +631,17 @@ func (t *Tracker) classify(j *job, at time.Time) {
 		t.addEvent(j, at, "failure", fmt.Sprintf("%s/%s: %s", plane, class, strings.Join(evidence, "; ")))
 	}
 	if j.counted {
-		t.totals[j.countedAs]--
-		if t.totals[j.countedAs] == 0 {
-			delete(t.totals, j.countedAs)
-		}
-		t.count(j)
+		t.recount(j)
 	}
+}
+
+// recount moves a counted job to the totals its view says now.
+func (t *Tracker) recount(j *job) {
+	t.totals[j.countedAs]--
+	if t.totals[j.countedAs] == 0 {
+		delete(t.totals, j.countedAs)
+	}
+	t.count(j)
 }
 
 // count adds a finished job to the totals; the caller holds t.mu.
