@@ -18,9 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ferry-vm/ferry/daemon"
-	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/internal/version"
-	"github.com/ferry-vm/ferry/migration/policy"
 )
 
 // stringList is a repeatable flag.
@@ -87,7 +85,7 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	fs.StringVar(&cfg.QEMUGroup, "qemu-group", e.str("FERRY_QEMU_GROUP", ""), "group (name or gid) QEMU runs with, given the socket dir so QEMU can create and reach its migration sockets; default: ask the node's libvirt (its DAC base label, e.g. libvirt-qemu on Debian) (env FERRY_QEMU_GROUP)")
 	fs.StringVar(&cfg.MigrationInterface, "migration-interface", e.str("FERRY_MIGRATION_INTERFACE", "migration0"), "interface of the dedicated migration network; its first global unicast address is the proxy's, and its link going down is recorded on the jobs in flight (env FERRY_MIGRATION_INTERFACE)")
 	fs.BoolVar(&cfg.MigrationAllowAnyTarget, "migration-allow-any-target", e.bool("FERRY_MIGRATION_ALLOW_ANY_TARGET", false), "let a migration Ferry drives go to a proxy address without naming the target's node (targetNode, ferryctl migrate --to-node); a plain-TCP proxy (--proxy-tls=false), or certificates that name no node, need it (env FERRY_MIGRATION_ALLOW_ANY_TARGET)")
-	fs.DurationVar(&cfg.PostCopyRecoveryTimeout, "postcopy-recovery-timeout", e.duration("FERRY_POSTCOPY_RECOVERY_TIMEOUT", drive.DefaultPostCopyRecoveryTimeout), "how long a post-copy migration Ferry drives whose streams broke may stay paused on both nodes, resumed over fresh streams (the path back: the link, the peer's proxy, a restarted ferryd), before it is overdue and alerts (FerryPostCopyRecoveryOverdue); Ferry goes on trying after that until it resumes or an operator gives up (ferryctl give-up); 0 to 24h; 0 resumes nothing: a broken post-copy is declared lost at once, and its targets then give their QEMU no monitor of Ferry's (on a target: the most it waits before showing overdue; the source decides whether to resume it) (env FERRY_POSTCOPY_RECOVERY_TIMEOUT)")
+	fs.DurationVar(&cfg.PostCopyRecoveryTimeout, "postcopy-recovery-timeout", e.duration("FERRY_POSTCOPY_RECOVERY_TIMEOUT", daemon.DefaultPostCopyRecoveryTimeout), "how long a post-copy migration Ferry drives whose streams broke may stay paused on both nodes, resumed over fresh streams (the path back: the link, the peer's proxy, a restarted ferryd), before it is overdue and alerts (FerryPostCopyRecoveryOverdue); Ferry goes on trying after that until it resumes or an operator gives up (ferryctl give-up); 0 to 24h; 0 resumes nothing: a broken post-copy is declared lost at once, and its targets then give their QEMU no monitor of Ferry's (on a target: the most it waits before showing overdue; the source decides whether to resume it) (env FERRY_POSTCOPY_RECOVERY_TIMEOUT)")
 	fs.Var(&o.networks, "migration-allowed-network", "libvirt network of this node an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_NETWORKS, comma-separated); default none: a network can pass host devices or macvtap a host NIC, so none is taken unless named")
 	fs.Var(&o.bridges, "migration-allowed-bridge", "host bridge an incoming migration's interfaces may join; repeatable (env FERRY_MIGRATION_ALLOWED_BRIDGES, comma-separated); default none: a migrated guest's NICs use libvirt networks only")
 	fs.Var(&o.allowed, "migration-allowed-path", "directory under which an incoming migration's domain XML may name local files (disks, kernel, nvram...); repeatable (env FERRY_MIGRATION_ALLOWED_PATHS, comma-separated); default none: keep it as narrow as the guests' files")
@@ -97,7 +95,7 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", e.str("KUBECONFIG", ""), "kubeconfig of the API server for KubeVirt VMI reporting; empty uses the in-cluster service account if any, else runs without Kubernetes (env KUBECONFIG)")
 	fs.StringVar(&cfg.StateDir, "state-dir", e.str("FERRY_STATE_DIR", "/var/lib/ferry"), "where VMI marks wait for the API server, and the migrations Ferry drives, their prepares and recorded post-copy failures are kept, across restarts (env FERRY_STATE_DIR)")
 	fs.DurationVar(&o.grace, "shutdown-grace", e.duration("FERRY_SHUTDOWN_GRACE", daemon.DefaultShutdownGrace), "on SIGTERM, how long migrations in flight through the proxy may go on (new ones are refused) before they are cut; 0 cuts them at once; a pod's terminationGracePeriodSeconds must be larger by 20s or more (env FERRY_SHUTDOWN_GRACE)")
-	pd := policy.Defaults()
+	pd := daemon.PolicyDefaults()
 	fs.StringVar(&o.policyMode, "policy", e.str("FERRY_POLICY", string(pd.Mode)), "convergence policy: observe (verdicts only), advise (decide and show, change nothing) or act (steer: raise the downtime to a switch-over within --max-downtime-ms, post-copy if allowed, else abort) (env FERRY_POLICY)")
 	fs.StringVar(&o.policyScope, "policy-scope", e.str("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all (env FERRY_POLICY_SCOPE)")
 	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", e.uint64("FERRY_MAX_DOWNTIME_MS", pd.MaxDowntimeMs), "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs) (env FERRY_MAX_DOWNTIME_MS)")
@@ -107,8 +105,8 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", e.uint64("FERRY_COMPLETION_TIMEOUT_PER_GIB", pd.CompletionTimeoutPerGiB), "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none (env FERRY_COMPLETION_TIMEOUT_PER_GIB)")
 	fs.Var(&o.peers, "peer", "another node Ferry may migrate to by name, NODE=HOST:PORT (its proxy's address), as ferryctl evacuate --to and plan --to name them; repeatable (env FERRY_PEERS, comma-separated)")
 	fs.IntVar(&cfg.LinkBandwidthMiBs, "migration-bandwidth-mibs", e.int("FERRY_MIGRATION_BANDWIDTH_MIBS", 0), "the migration link's bandwidth in MiB/s, which the migrations Ferry drives share (the one nearest its switch-over gets the most); 0: not shared out, and plans learn it from the last migrations (env FERRY_MIGRATION_BANDWIDTH_MIBS)")
-	fs.IntVar(&cfg.OutboundSlots, "outbound-migrations", e.int("FERRY_OUTBOUND_MIGRATIONS", drive.DefaultOutboundSlots), "migrations Ferry drives out of this node at once; more wait their turn (env FERRY_OUTBOUND_MIGRATIONS)")
-	fs.IntVar(&cfg.InboundSlots, "inbound-migrations", e.int("FERRY_INBOUND_MIGRATIONS", drive.DefaultInboundSlots), "migrations Ferry drives into this node at once; a source asking for more waits its turn (env FERRY_INBOUND_MIGRATIONS)")
+	fs.IntVar(&cfg.OutboundSlots, "outbound-migrations", e.int("FERRY_OUTBOUND_MIGRATIONS", daemon.DefaultOutboundSlots), "migrations Ferry drives out of this node at once; more wait their turn (env FERRY_OUTBOUND_MIGRATIONS)")
+	fs.IntVar(&cfg.InboundSlots, "inbound-migrations", e.int("FERRY_INBOUND_MIGRATIONS", daemon.DefaultInboundSlots), "migrations Ferry drives into this node at once; a source asking for more waits its turn (env FERRY_INBOUND_MIGRATIONS)")
 	fs.Var(&o.directPeers, "direct-peers", "nodes this node migrates to and from on the direct path (ferryctl migrate --data-path direct): QEMU straight to QEMU under QEMU's own TLS, no relay; both nodes must list each other, and the certificates in --qemu-tls-dir must come from the proxy's CA; for trusted migration networks on plain libvirt hosts (see docs/proxy.md); repeatable (env FERRY_DIRECT_PEERS, comma-separated)")
 	fs.StringVar(&cfg.QEMUConf, "qemu-conf", e.str("FERRY_QEMU_CONF", "/etc/libvirt/qemu.conf"), "libvirt's qemu.conf, read with --direct-peers for the directory of QEMU's migration certificates and whether QEMU checks a source's (env FERRY_QEMU_CONF)")
 	fs.StringVar(&cfg.QEMUTLSDir, "qemu-tls-dir", e.str("FERRY_QEMU_TLS_DIR", ""), "that directory as ferryd sees it, where not at the path qemu.conf gives: ca-cert.pem and the server and client pairs QEMU uses on the direct path, checked at start and before every direct migration (env FERRY_QEMU_TLS_DIR)")
@@ -150,7 +148,7 @@ func run(args []string) int {
 		cfg.KubeletPodsDir = filepath.Join(kubeletRoot, "pods")
 		fmt.Fprintf(os.Stderr, "ferryd: %s is deprecated: use --kubelet-pods-dir %s\n", rootFrom, cfg.KubeletPodsDir)
 	}
-	cfg.Policy.Mode, cfg.Policy.Scope = policy.Mode(o.policyMode), policy.Scope(o.policyScope)
+	cfg.SetPolicy(o.policyMode, o.policyScope)
 	cfg.LibvirtSockets = listOrEnv(o.sockets, "FERRY_LIBVIRT_SOCKETS")
 	peers, err := daemon.ParsePeers(listOrEnv(o.peers, "FERRY_PEERS"))
 	if err != nil {
