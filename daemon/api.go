@@ -21,31 +21,17 @@ import (
 
 func (d *Daemon) apiHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/jobs", d.getJobs)
-	mux.HandleFunc("GET /v1/jobs/{domain}", d.getJob)
-	mux.HandleFunc("GET /v1/domains", d.getDomains)
-	mux.HandleFunc("GET /v1/domains/{name}/check", d.check)
-	mux.HandleFunc("POST /v1/domains/{name}/check", d.check)
-	mux.HandleFunc("GET /v1/plan", d.getPlan)
-	mux.HandleFunc("POST /v1/evacuations", d.startEvacuation)
-	mux.HandleFunc("GET /v1/evacuation", d.getEvacuation)
-	mux.HandleFunc("GET /v1/watch", d.watch)
-	mux.HandleFunc("POST /v1/jobs/{domain}/abort", d.abort)
-	mux.HandleFunc("POST /v1/jobs/{domain}/postcopy", d.postCopy)
-	mux.HandleFunc("POST /v1/jobs/{domain}/resolve", d.resolve)
-	mux.HandleFunc("POST /v1/jobs/{domain}/recover", d.recovery(drive.NudgeNow))
-	mux.HandleFunc("POST /v1/jobs/{domain}/give-up", d.recovery(drive.NudgeGiveUp))
-	mux.HandleFunc("POST /v1/migrations", d.migrate)
-	mux.HandleFunc("GET /v1/proxy", d.proxyStatus)
-	mux.Handle("GET /metrics", d.metricsHandler())
-	mux.HandleFunc("GET /healthz", d.healthz)
-	mux.HandleFunc("GET /readyz", d.readyz(true))
+	routes := debugRoutes()
+	for _, rt := range routes {
+		mux.Handle(rt.pattern, rt.handle(d))
+	}
+	posts, gets := pathsOf(routes, http.MethodPost, false), pathsOf(routes, http.MethodGet, true)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on /v1/migrations, /v1/evacuations, /v1/domains/{name}/check, /v1/jobs/{domain}/abort, /v1/jobs/{domain}/postcopy, /v1/jobs/{domain}/resolve, /v1/jobs/{domain}/recover and /v1/jobs/{domain}/give-up", r.Method, r.URL.Path))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: only GET, and POST on %s", r.Method, r.URL.Path, strings.Join(posts, ", ")))
 			return
 		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET /v1/jobs, /v1/jobs/{domain}, /v1/domains, /v1/watch, /metrics", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; try GET %s (docs/api.md lists every route)", r.Method, r.URL.Path, strings.Join(gets, ", ")))
 	})
 	return d.logRequests(mux)
 }
