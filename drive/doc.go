@@ -36,4 +36,11 @@
 //
 // A restarted ferryd finds its driven migrations in its state directory
 // and settles them with the target the same way.
+//
+// Files say their side, as KubeVirt's migration-source.go and
+// migration-target.go do: source*.go are the node the guest leaves (the
+// Source, its records, finish, recovery and settling), target*.go the node
+// it goes to (the Target, its admission, checks and recovery), owner.go
+// the one goroutine that acts on a running migration; the rest (requests,
+// slots, the registry, definitions and their notes) serve both.
 package drive

@@ -61,7 +61,7 @@ type Target struct {
 	// trials end the Trial of each dry run's guest, by id.
 	trials map[string]func()
 	// admitted are the guests coming here, by migration id, whose memory
-	// the next ones are admitted against (see admission.go); memory is
+	// the next ones are admitted against (see target_admission.go); memory is
 	// what tells the node's memory, /proc's when nil.
 	admitted map[string]incomingGuest
 	memory   memorySource
@@ -349,7 +349,7 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 		}
 	}()
 	// A post-copy guest gets a monitor of Ferry's own, the one way to
-	// resume its migration should the streams break (see recover.go).
+	// resume its migration should the streams break (see source_recover.go).
 	// Not in its persistent definition: it is for this migration only.
 	runXML := domXML
 	if m.PostCopy && m.MonitorPath != "" {
