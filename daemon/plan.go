@@ -105,7 +105,7 @@ func (d *Daemon) buildPlan(ctx context.Context, req api.PlanRequest) (api.Plan, 
 	path := d.learnPath(req, &p)
 	limits := plan.Limits{MaxDowntime: migration.DefaultMaxDowntime}
 	if d.cfg.Policy.Mode == policy.Act {
-		limits = plan.Limits{MaxDowntime: time.Duration(d.cfg.Policy.MaxDowntimeMs) * time.Millisecond, AllowPostCopy: d.cfg.Policy.AllowPostCopy}
+		limits = plan.Limits{MaxDowntime: d.cfg.Policy.MaxDowntime, AllowPostCopy: d.cfg.Policy.AllowPostCopy}
 	}
 	p.MaxDowntimeMs, p.AllowPostCopy = uint64(limits.MaxDowntime/time.Millisecond), limits.AllowPostCopy
 

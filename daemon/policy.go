@@ -140,12 +140,12 @@ func (s *steerer) consider(ctx context.Context, j api.Job) {
 		return
 	}
 	d := policy.Decide(settings, policy.Evidence{Job: full, PostCopyEnabled: dp.PostCopy, Deadline: dp.Deadline, DeadlineOwned: driven,
-		MaxDowntime: time.Duration(full.MaxDowntimeMs) * time.Millisecond}, m)
+		MaxDowntime: time.Duration(full.MaxDowntimeMs) * time.Millisecond}, m) // from the API's view of libvirt's
 	if d.Action == policy.None {
 		return
 	}
 	step := api.PolicyStep{Time: time.Now(), Iteration: d.Iteration, Action: string(d.Action), Trigger: d.Trigger,
-		MaxDowntimeMs: d.MaxDowntimeMs, Reason: d.Reason, Applied: mode == policy.Act}
+		MaxDowntimeMs: uint64(d.MaxDowntime / time.Millisecond), Reason: d.Reason, Applied: mode == policy.Act}
 	// Recorded before it is carried out: an abort ends the job at once,
 	// and the job's failure class is read from this step.
 	s.t.RecordPolicy(j.ID, string(mode), step)
@@ -160,7 +160,7 @@ func (s *steerer) consider(ctx context.Context, j api.Job) {
 	s.actions.WithLabelValues(s.name, string(d.Action), string(mode)).Inc()
 	s.log.Info("convergence policy", zap.String("domain", j.Domain), zap.String("job", j.ID), zap.String("mode", string(mode)),
 		zap.String("action", string(d.Action)), zap.Uint64("iteration", d.Iteration), zap.String("trigger", d.Trigger),
-		zap.Uint64("maxDowntimeMs", d.MaxDowntimeMs), zap.String("reason", d.Reason), zap.String("error", step.Error))
+		zap.Duration("maxDowntime", d.MaxDowntime), zap.String("reason", d.Reason), zap.String("error", step.Error))
 	s.mu.Lock()
 	first := mode == policy.Advise && !s.told[j.ID]
 	if first {

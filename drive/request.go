@@ -131,8 +131,8 @@ func migrationPolicy(node policy.Settings, req MigrateRequest) (policy.Settings,
 	}
 	// A request may only lower the node's cap: whoever may ask for a
 	// migration may not thereby allow a longer guest pause than the node.
-	if req.MaxDowntimeMs != 0 {
-		p.MaxDowntimeMs = min(p.MaxDowntimeMs, req.MaxDowntimeMs)
+	if req.MaxDowntimeMs != 0 && req.MaxDowntimeMs < uint64(p.MaxDowntime/time.Millisecond) {
+		p.MaxDowntime = time.Duration(req.MaxDowntimeMs) * time.Millisecond
 	}
 	// Asking for a migration with post-copy enabled allows it, as
 	// KubeVirt's allowPostCopy does.

@@ -113,7 +113,7 @@ func TestFlagsDefaultsFromTheEnvironment(t *testing.T) {
 	if err := fs.Parse([]string{"--metrics-addr", ":1"}); err != nil {
 		t.Fatal(err)
 	}
-	if o.cfg.NodeName != "n1" || o.cfg.SampleInterval.String() != "3s" || o.cfg.ProxyTLS || o.cfg.MetricsAddr != ":1" || o.cfg.OutboundSlots != 7 || o.cfg.Policy.MaxDowntimeMs != 450 {
+	if o.cfg.NodeName != "n1" || o.cfg.SampleInterval.String() != "3s" || o.cfg.ProxyTLS || o.cfg.MetricsAddr != ":1" || o.cfg.OutboundSlots != 7 || o.maxDowntimeMs != 450 {
 		t.Fatalf("config %+v", o.cfg)
 	}
 	fs, o = newFlags(func(string) string { return "" }, "host")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -45,8 +46,10 @@ type options struct {
 	peers, directPeers                            stringList
 	mode, logLevel, kubeletRoot                   string
 	policyMode, policyScope                       string
-	showVer                                       bool
-	grace                                         time.Duration
+	// maxDowntimeMs is --max-downtime-ms, made a duration once parsed.
+	maxDowntimeMs uint64
+	showVer       bool
+	grace         time.Duration
 }
 
 // newFlags declares ferryd's flags, their defaults read through getenv and
@@ -98,7 +101,7 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	pd := daemon.PolicyDefaults()
 	fs.StringVar(&o.policyMode, "policy", e.str("FERRY_POLICY", string(pd.Mode)), "convergence policy: observe (verdicts only), advise (decide and show, change nothing) or act (steer: raise the downtime to a switch-over within --max-downtime-ms, post-copy if allowed, else abort) (env FERRY_POLICY)")
 	fs.StringVar(&o.policyScope, "policy-scope", e.str("FERRY_POLICY_SCOPE", string(pd.Scope)), "migrations --policy=act may steer: driven (those Ferry drives; others are advised, their starter runs its own monitor) or all (env FERRY_POLICY_SCOPE)")
-	fs.Uint64Var(&cfg.Policy.MaxDowntimeMs, "max-downtime-ms", e.uint64("FERRY_MAX_DOWNTIME_MS", pd.MaxDowntimeMs), "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs) (env FERRY_MAX_DOWNTIME_MS)")
+	fs.Uint64Var(&o.maxDowntimeMs, "max-downtime-ms", e.uint64("FERRY_MAX_DOWNTIME_MS", uint64(pd.MaxDowntime/time.Millisecond)), "longest guest pause a policy switch-over may cost (KubeVirt's maxDowntimeMs) (env FERRY_MAX_DOWNTIME_MS)")
 	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", e.bool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (under --policy act, migrations Ferry drives are then started with post-copy enabled) (env FERRY_ALLOW_POSTCOPY)")
 	fs.BoolVar(&cfg.Policy.AllowAutoConverge, "allow-auto-converge", e.bool("FERRY_ALLOW_AUTO_CONVERGE", false), "start the migrations Ferry drives with QEMU's auto-converge (it throttles the guest's vCPUs until pre-copy converges); the policy waits while the throttle is still rising (env FERRY_ALLOW_AUTO_CONVERGE)")
 	fs.Uint64Var(&cfg.Policy.BandwidthPerMigrationMiBs, "bandwidth-per-migration-mibs", e.uint64("FERRY_BANDWIDTH_PER_MIGRATION_MIBS", 0), "pre-copy bandwidth cap in MiB/s for the migrations Ferry drives that name none (0: none) (env FERRY_BANDWIDTH_PER_MIGRATION_MIBS)")
@@ -149,6 +152,8 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "ferryd: %s is deprecated: use --kubelet-pods-dir %s\n", rootFrom, cfg.KubeletPodsDir)
 	}
 	cfg.SetPolicy(o.policyMode, o.policyScope)
+	// Past what a duration holds is past any limit: Validate says so.
+	cfg.Policy.MaxDowntime = time.Duration(min(o.maxDowntimeMs, math.MaxInt64/uint64(time.Millisecond))) * time.Millisecond
 	cfg.LibvirtSockets = listOrEnv(o.sockets, "FERRY_LIBVIRT_SOCKETS")
 	peers, err := daemon.ParsePeers(listOrEnv(o.peers, "FERRY_PEERS"))
 	if err != nil {

@@ -18,16 +18,11 @@ type Actuator interface {
 func Apply(ctx context.Context, a Actuator, d Decision) error {
 	switch d.Action {
 	case RaiseDowntime, SwitchOver:
-		return a.SetMaxDowntime(ctx, d.MaxDowntime())
+		return a.SetMaxDowntime(ctx, d.MaxDowntime)
 	case PostCopy:
 		return a.StartPostCopy(ctx)
 	case Abort:
 		return a.Abort(ctx, d.Reason)
 	}
 	return nil
-}
-
-// MaxDowntime is the downtime the decision sets, as libvirt takes it.
-func (d Decision) MaxDowntime() time.Duration {
-	return time.Duration(d.MaxDowntimeMs) * time.Millisecond
 }

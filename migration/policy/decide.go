@@ -29,14 +29,15 @@ const (
 // Decision is one step the policy takes (or, advising, would take), with
 // the figures it was taken on.
 type Decision struct {
-	Action    Action `json:"action"`
-	Iteration uint64 `json:"iteration"`
-	// MaxDowntimeMs is what to set libvirt's max downtime to.
-	MaxDowntimeMs uint64 `json:"maxDowntimeMs,omitempty"`
+	Action    Action
+	Iteration uint64
+	// MaxDowntime is what to set libvirt's max downtime to, in whole
+	// milliseconds as libvirt takes it.
+	MaxDowntime time.Duration
 	// Trigger is why the policy looked: stalled, diverging, deadline-near
 	// or deadline.
-	Trigger string `json:"trigger,omitempty"`
-	Reason  string `json:"reason"`
+	Trigger string
+	Reason  string
 }
 
 // Evidence is what a decision is made from: the tracker's record of the
@@ -113,7 +114,7 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 	if cur <= 0 {
 		cur = migration.DefaultMaxDowntime
 	}
-	limit := s.MaxDowntime()
+	limit := s.MaxDowntime
 	deadline := Deadline(s, j.DataTotalBytes)
 	if e.Deadline > 0 {
 		deadline = e.Deadline
@@ -165,7 +166,7 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 
 	if d.Trigger == "deadline-near" {
 		if next := rampStep(cur, limit); next > cur {
-			d.Action, d.MaxDowntimeMs = RaiseDowntime, ms(next)
+			d.Action, d.MaxDowntime = RaiseDowntime, wholeMs(next)
 			d.Reason = fmt.Sprintf("%s; ramp step %d: max downtime %v -> %v (cap %v)", figures, m.Raised+1, cur, next, limit)
 			m.Raised++
 		}
@@ -173,7 +174,7 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 	}
 
 	if fits && need > cur {
-		d.Action, d.MaxDowntimeMs = SwitchOver, ms(need)
+		d.Action, d.MaxDowntime = SwitchOver, wholeMs(need)
 		d.Reason = fmt.Sprintf("%s; a switch-over at the low point needs %v (cap %v), max downtime %v -> %v",
 			figures, need, limit, cur, need)
 		m.Raised++
@@ -183,7 +184,7 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 		// The downtime set last pass should have sufficed and QEMU went
 		// on: its own bandwidth reading is lower than ours. One more step.
 		next := min(limit, cur*2)
-		d.Action, d.MaxDowntimeMs = RaiseDowntime, ms(next)
+		d.Action, d.MaxDowntime = RaiseDowntime, wholeMs(next)
 		d.Reason = fmt.Sprintf("%s; max downtime %v did not bring the switch-over, %v -> %v (cap %v)", figures, cur, cur, next, limit)
 		m.Raised++
 		return d
@@ -198,7 +199,7 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 		// Just over the cap: the low point is one reading, and QEMU's own
 		// bandwidth may be higher than ours. One pass at the cap before
 		// giving up costs a pass, not the migration.
-		d.Action, d.MaxDowntimeMs = RaiseDowntime, ms(limit)
+		d.Action, d.MaxDowntime = RaiseDowntime, wholeMs(limit)
 		d.Reason = fmt.Sprintf("%s; a switch-over needs %v, just over the %v cap: one pass at the cap, max downtime %v -> %v",
 			figures, need, limit, cur, limit)
 		m.Raised++
@@ -279,6 +280,8 @@ func rampStep(cur, limit time.Duration) time.Duration {
 	return min(limit, next)
 }
 
-func ms(d time.Duration) uint64 {
-	return uint64((d + time.Millisecond - 1) / time.Millisecond)
+// wholeMs rounds d up to the whole milliseconds libvirt takes: a
+// switch-over's need is never set short.
+func wholeMs(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }

@@ -61,12 +61,15 @@ func replay(t *testing.T, s Settings, sr series, postCopyEnabled bool) []Decisio
 		if d.Action == None {
 			continue
 		}
-		t.Logf("pass %d: %s %dms (%s): %s", n, d.Action, d.MaxDowntimeMs, d.Trigger, d.Reason)
-		if d.MaxDowntimeMs > s.MaxDowntimeMs {
-			t.Fatalf("pass %d: max downtime %d ms over the %d ms cap", n, d.MaxDowntimeMs, s.MaxDowntimeMs)
+		t.Logf("pass %d: %s %v (%s): %s", n, d.Action, d.MaxDowntime, d.Trigger, d.Reason)
+		if d.MaxDowntime > s.MaxDowntime {
+			t.Fatalf("pass %d: max downtime %v over the %v cap", n, d.MaxDowntime, s.MaxDowntime)
 		}
-		if d.MaxDowntimeMs > 0 {
-			downtime = time.Duration(d.MaxDowntimeMs) * time.Millisecond
+		if d.MaxDowntime%time.Millisecond != 0 {
+			t.Fatalf("pass %d: max downtime %v is not whole milliseconds, as libvirt takes it", n, d.MaxDowntime)
+		}
+		if d.MaxDowntime > 0 {
+			downtime = d.MaxDowntime
 		}
 		out = append(out, d)
 	}
@@ -84,9 +87,9 @@ func verdicts(n, from int, v api.Verdict) []api.Verdict {
 	return out
 }
 
-func act(maxDowntimeMs uint64, postCopy bool) Settings {
+func act(maxDowntimeMs int, postCopy bool) Settings {
 	s := Defaults()
-	s.Mode, s.MaxDowntimeMs, s.AllowPostCopy = Act, maxDowntimeMs, postCopy
+	s.Mode, s.MaxDowntime, s.AllowPostCopy = Act, time.Duration(maxDowntimeMs)*time.Millisecond, postCopy
 	return s
 }
 
@@ -100,8 +103,8 @@ func TestStallJustAboveTheDefaultSwitchesOverAtTheLowPoint(t *testing.T) {
 		t.Fatalf("decisions %+v, want one switch-over at pass 5", ds)
 	}
 	// 37.2 MiB at 100 MiB/s with 10 % headroom.
-	if got := ds[0].MaxDowntimeMs; got < 405 || got > 415 {
-		t.Fatalf("max downtime %d ms, want what the low point needs (~409 ms)", got)
+	if got := ds[0].MaxDowntime; got < 405*time.Millisecond || got > 415*time.Millisecond {
+		t.Fatalf("max downtime %v, want what the low point needs (~409 ms)", got)
 	}
 	if !strings.Contains(ds[0].Reason, "low point 37.2 MiB") {
 		t.Fatalf("reason does not carry the low point: %s", ds[0].Reason)
@@ -151,12 +154,12 @@ func TestSlowMigrationNearTheBackstopRampsTheDowntime(t *testing.T) {
 	if len(ds) == 0 {
 		t.Fatal("no ramp step near the backstop")
 	}
-	last := uint64(300)
+	last := 300 * time.Millisecond
 	for _, d := range ds[:len(ds)-1] {
-		if d.Action != RaiseDowntime || d.MaxDowntimeMs <= last {
+		if d.Action != RaiseDowntime || d.MaxDowntime <= last {
 			t.Fatalf("ramp %+v: want rising raise-downtime steps", ds)
 		}
-		last = d.MaxDowntimeMs
+		last = d.MaxDowntime
 	}
 	// Past the backstop, at 200 MiB on 40 MiB/s, nothing fits the cap.
 	if end := ds[len(ds)-1]; end.Trigger != "deadline" || end.Action != Abort {
@@ -185,7 +188,7 @@ func TestSwitchOverThatDidNotLandRaisesOnce(t *testing.T) {
 	sr := series{starts: []float64{511.2, 201.0, 45.3, 37.2, 38.9, 37.9, 38.0}, dirty: 90, transfer: 100, qemuTransfer: 85,
 		verdicts: verdicts(7, 4, api.VerdictStalled), elapsedPerPass: 2 * time.Second}
 	ds := replay(t, act(1000, false), sr, false)
-	if len(ds) < 2 || ds[0].Action != SwitchOver || ds[1].Action != RaiseDowntime || ds[1].MaxDowntimeMs <= ds[0].MaxDowntimeMs {
+	if len(ds) < 2 || ds[0].Action != SwitchOver || ds[1].Action != RaiseDowntime || ds[1].MaxDowntime <= ds[0].MaxDowntime {
 		t.Fatalf("decisions %+v, want a switch-over then a higher step", ds)
 	}
 }
@@ -216,9 +219,9 @@ func TestSettings(t *testing.T) {
 	if err := Defaults().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	bad := Settings{Mode: "steer", Scope: "some", MaxDowntimeMs: 0}
+	bad := Settings{Mode: "steer", Scope: "some", MaxDowntime: 0}
 	err := bad.Validate()
-	for _, want := range []string{`mode "steer"`, `scope "some"`, "maxDowntimeMs 0"} {
+	for _, want := range []string{`mode "steer"`, `scope "some"`, "max downtime 0 ms"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate(%+v) = %v, want it to name %s", bad, err, want)
 		}
@@ -268,7 +271,7 @@ func TestJustOverTheCapGetsOnePassAtTheCap(t *testing.T) {
 	sr := series{starts: []float64{511.0, 60.2, 23.4, 23.6, 23.5, 23.7}, dirty: 40, transfer: 48,
 		verdicts: verdicts(6, 4, api.VerdictStalled), elapsedPerPass: time.Second}
 	ds := replay(t, act(500, false), sr, false)
-	if len(ds) != 1 || ds[0].Action != RaiseDowntime || ds[0].MaxDowntimeMs != 500 {
+	if len(ds) != 1 || ds[0].Action != RaiseDowntime || ds[0].MaxDowntime != 500*time.Millisecond {
 		t.Fatalf("decisions %+v, want one step to the 500 ms cap", ds)
 	}
 	sr.qemuTransfer = 44

@@ -36,29 +36,30 @@ const (
 	ScopeAll Scope = "all"
 )
 
-// Settings are named as KubeVirt's MigrationPolicy names them.
+// Settings are named as KubeVirt's MigrationPolicy names them; they are
+// no wire format (the API shows them as api types).
 type Settings struct {
-	Mode  Mode  `json:"mode"`
-	Scope Scope `json:"scope,omitempty"`
-	// MaxDowntimeMs caps the guest pause a switch-over may cost.
-	MaxDowntimeMs     uint64 `json:"maxDowntimeMs"`
-	AllowPostCopy     bool   `json:"allowPostCopy"`
-	AllowAutoConverge bool   `json:"allowAutoConverge"`
+	Mode  Mode
+	Scope Scope
+	// MaxDowntime caps the guest pause a switch-over may cost.
+	MaxDowntime       time.Duration
+	AllowPostCopy     bool
+	AllowAutoConverge bool
 	// BandwidthPerMigrationMiBs caps pre-copy (0: unlimited).
-	BandwidthPerMigrationMiBs uint64 `json:"bandwidthPerMigration,omitempty"`
+	BandwidthPerMigrationMiBs uint64
 	// CompletionTimeoutPerGiB is a backstop, in seconds per GiB of data
 	// to move: at it, post-copy if allowed, else abort.
-	CompletionTimeoutPerGiB uint64 `json:"completionTimeoutPerGiB"`
+	CompletionTimeoutPerGiB uint64
 }
 
 // Defaults: a downtime cap of 500 ms, where VDSM's and Nova's downtime
 // ramps end, and KubeVirt's 150 s/GiB backstop.
 func Defaults() Settings {
-	return Settings{Mode: Observe, Scope: ScopeDriven, MaxDowntimeMs: 500, CompletionTimeoutPerGiB: 150}
+	return Settings{Mode: Observe, Scope: ScopeDriven, MaxDowntime: 500 * time.Millisecond, CompletionTimeoutPerGiB: 150}
 }
 
-// QEMU's own limit on the allowed downtime (2,000 s).
-const maxDowntimeLimitMs = 2_000_000
+// QEMU's own limit on the allowed downtime.
+const maxDowntimeLimit = 2000 * time.Second
 
 // Validate names every field that is wrong.
 func (s Settings) Validate() error {
@@ -73,18 +74,13 @@ func (s Settings) Validate() error {
 	default:
 		errs = append(errs, fmt.Sprintf("scope %q (want driven or all)", s.Scope))
 	}
-	if s.MaxDowntimeMs < 1 || s.MaxDowntimeMs > maxDowntimeLimitMs {
-		errs = append(errs, fmt.Sprintf("maxDowntimeMs %d (want 1 to %d)", s.MaxDowntimeMs, maxDowntimeLimitMs))
+	if s.MaxDowntime < time.Millisecond || s.MaxDowntime > maxDowntimeLimit {
+		errs = append(errs, fmt.Sprintf("max downtime %d ms (want 1 to %d)", s.MaxDowntime/time.Millisecond, maxDowntimeLimit/time.Millisecond))
 	}
 	if len(errs) > 0 {
 		return errors.New("policy: bad " + strings.Join(errs, ", "))
 	}
 	return nil
-}
-
-// MaxDowntime is the cap as a duration.
-func (s Settings) MaxDowntime() time.Duration {
-	return time.Duration(s.MaxDowntimeMs) * time.Millisecond
 }
 
 // ModeFor is the mode that applies to one migration: Act only where the
