@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ferry-vm/ferry/api"
-	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration/policy"
 )
 
@@ -103,7 +102,7 @@ const (
 // never past maxDeadline, which the target's own bound on a migration
 // (a day) stays ahead of.
 func deadlineFor(req MigrateRequest, memBytes uint64) time.Duration {
-	d := min(libvirtx.MigrationDeadline(memBytes, req.BandwidthMiBs), maxDeadline)
+	d := min(policy.DrivenDeadline(memBytes, req.BandwidthMiBs), maxDeadline)
 	if d <= 0 {
 		d = maxDeadline // a size past what a Duration holds
 	}

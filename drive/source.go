@@ -443,7 +443,7 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	// Perform blocks until the migration ends, or in post-copy until the
 	// switch, while the tracker samples on the pool's connection and the
 	// owner acts on the job. At the deadline (KubeVirt's 150 s per GiB of
-	// guest memory, see MigrationDeadline) the owner switches to
+	// guest memory, see policy.DrivenDeadline) the owner switches to
 	// post-copy if the migration may, and aborts it if not, until libvirt
 	// takes the abort. Perform has no bound of its own: it would abort
 	// behind the owner's back. The target drops a migration not finished

@@ -9,36 +9,6 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 )
 
-// MigrationTimeoutPerGiB is how long a migration may run per GiB of guest
-// memory: KubeVirt's default completionTimeoutPerGiB. A migration that needs
-// longer is not converging (the guest dirties memory about as fast as it is
-// sent), and going on only prolongs the load on both hosts and the link.
-const MigrationTimeoutPerGiB = 150 * time.Second
-
-// MigrationTimeoutFloor is the least any migration is given: for a small
-// guest, connection setup, a target libvirtd probing QEMU's capabilities
-// from a cold cache (16 s on the test bed) and the final handshake weigh
-// more than its memory.
-const MigrationTimeoutFloor = 5 * time.Minute
-
-// cappedPasses is how many passes over all of memory a bandwidth-capped
-// migration is allowed at its cap: pre-copy's first pass sends everything
-// and later ones send what was dirtied meanwhile.
-const cappedPasses = 3
-
-// MigrationDeadline is how long the migration of a guest with memBytes of
-// memory may run. bandwidthMiBs is the migration's bandwidth cap in MiB/s,
-// 0 for none: a capped migration is not aborted for being as slow as it
-// was asked to be.
-func MigrationDeadline(memBytes uint64, bandwidthMiBs int) time.Duration {
-	d := time.Duration(float64(memBytes) / (1 << 30) * float64(MigrationTimeoutPerGiB))
-	if bandwidthMiBs > 0 {
-		secs := cappedPasses * float64(memBytes) / (float64(bandwidthMiBs) * (1 << 20))
-		d = max(d, time.Duration(secs*float64(time.Second)))
-	}
-	return max(d, MigrationTimeoutFloor)
-}
-
 // MemoryBytes is the guest's memory size (its maximum balloon, all the
 // memory QEMU holds for it), the most a migration has to send.
 func (c *Conn) MemoryBytes(ctx context.Context, dom libvirt.Domain) (uint64, error) {

@@ -13,26 +13,6 @@ import (
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
-func TestMigrationDeadline(t *testing.T) {
-	cases := []struct {
-		mem  uint64
-		bw   int
-		want time.Duration
-	}{
-		{0, 0, MigrationTimeoutFloor},
-		{1 << 30, 0, MigrationTimeoutFloor}, // 150 s is under the floor
-		{8 << 30, 0, 20 * time.Minute},
-		{8 << 30, 1000, 20 * time.Minute},                 // the cap is no constraint
-		{8 << 30, 8, time.Duration(3*1024) * time.Second}, // three passes at 8 MiB/s
-		{512 << 20, 0, MigrationTimeoutFloor},
-	}
-	for _, c := range cases {
-		if got := MigrationDeadline(c.mem, c.bw); got != c.want {
-			t.Errorf("MigrationDeadline(%d MiB, %d MiB/s) = %v, want %v", c.mem>>20, c.bw, got, c.want)
-		}
-	}
-}
-
 // migrateFake holds the migrate call until the job is aborted (answering it
 // as libvirt does then), or answers abort with refusal when it is set.
 func migrateFake(t *testing.T, refusal *libvirt.Error, after time.Duration) *libvirtxtest.Server {

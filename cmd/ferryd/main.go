@@ -48,8 +48,10 @@ type options struct {
 	policyMode, policyScope                       string
 	// maxDowntimeMs is --max-downtime-ms, made a duration once parsed.
 	maxDowntimeMs uint64
-	showVer       bool
-	grace         time.Duration
+	// completionPerGiBSecs is --completion-timeout-per-gib, likewise.
+	completionPerGiBSecs uint64
+	showVer              bool
+	grace                time.Duration
 }
 
 // newFlags declares ferryd's flags, their defaults read through getenv and
@@ -105,7 +107,7 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 	fs.BoolVar(&cfg.Policy.AllowPostCopy, "allow-postcopy", e.bool("FERRY_ALLOW_POSTCOPY", false), "let the policy switch a migration to post-copy (under --policy act, migrations Ferry drives are then started with post-copy enabled) (env FERRY_ALLOW_POSTCOPY)")
 	fs.BoolVar(&cfg.Policy.AllowAutoConverge, "allow-auto-converge", e.bool("FERRY_ALLOW_AUTO_CONVERGE", false), "start the migrations Ferry drives with QEMU's auto-converge (it throttles the guest's vCPUs until pre-copy converges); the policy waits while the throttle is still rising (env FERRY_ALLOW_AUTO_CONVERGE)")
 	fs.Uint64Var(&cfg.Policy.BandwidthPerMigrationMiBs, "bandwidth-per-migration-mibs", e.uint64("FERRY_BANDWIDTH_PER_MIGRATION_MIBS", 0), "pre-copy bandwidth cap in MiB/s for the migrations Ferry drives that name none (0: none) (env FERRY_BANDWIDTH_PER_MIGRATION_MIBS)")
-	fs.Uint64Var(&cfg.Policy.CompletionTimeoutPerGiB, "completion-timeout-per-gib", e.uint64("FERRY_COMPLETION_TIMEOUT_PER_GIB", pd.CompletionTimeoutPerGiB), "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none (env FERRY_COMPLETION_TIMEOUT_PER_GIB)")
+	fs.Uint64Var(&o.completionPerGiBSecs, "completion-timeout-per-gib", e.uint64("FERRY_COMPLETION_TIMEOUT_PER_GIB", uint64(pd.CompletionTimeoutPerGiB/time.Second)), "policy backstop in seconds per GiB of data, for migrations Ferry does not drive (those it drives have their own deadline): then post-copy if allowed, else abort; 0: none (env FERRY_COMPLETION_TIMEOUT_PER_GIB)")
 	fs.Var(&o.peers, "peer", "another node Ferry may migrate to by name, NODE=HOST:PORT (its proxy's address), as ferryctl evacuate --to and plan --to name them; repeatable (env FERRY_PEERS, comma-separated)")
 	fs.IntVar(&cfg.LinkBandwidthMiBs, "migration-bandwidth-mibs", e.int("FERRY_MIGRATION_BANDWIDTH_MIBS", 0), "the migration link's bandwidth in MiB/s, which the migrations Ferry drives share (the one nearest its switch-over gets the most); 0: not shared out, and plans learn it from the last migrations (env FERRY_MIGRATION_BANDWIDTH_MIBS)")
 	fs.IntVar(&cfg.OutboundSlots, "outbound-migrations", e.int("FERRY_OUTBOUND_MIGRATIONS", daemon.DefaultOutboundSlots), "migrations Ferry drives out of this node at once; more wait their turn (env FERRY_OUTBOUND_MIGRATIONS)")
@@ -154,6 +156,7 @@ func run(args []string) int {
 	cfg.SetPolicy(o.policyMode, o.policyScope)
 	// Past what a duration holds is past any limit: Validate says so.
 	cfg.Policy.MaxDowntime = time.Duration(min(o.maxDowntimeMs, math.MaxInt64/uint64(time.Millisecond))) * time.Millisecond
+	cfg.Policy.CompletionTimeoutPerGiB = time.Duration(min(o.completionPerGiBSecs, math.MaxInt64/uint64(time.Second))) * time.Second
 	cfg.LibvirtSockets = listOrEnv(o.sockets, "FERRY_LIBVIRT_SOCKETS")
 	peers, err := daemon.ParsePeers(listOrEnv(o.peers, "FERRY_PEERS"))
 	if err != nil {

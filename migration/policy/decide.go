@@ -226,15 +226,6 @@ func Decide(s Settings, e Evidence, m *Memory) Decision {
 	return d
 }
 
-// Deadline is the completion backstop for a migration of that much data.
-func Deadline(s Settings, dataBytes uint64) time.Duration {
-	if s.CompletionTimeoutPerGiB == 0 || dataBytes == 0 {
-		return 0
-	}
-	gib := float64(dataBytes) / (1 << 30)
-	return time.Duration(gib * float64(s.CompletionTimeoutPerGiB) * float64(time.Second))
-}
-
 // lowPoint is the least memory a recent pass (from the second on) started
 // with: the remaining data a switch-over would copy if QEMU stopped the
 // guest when a pass ends as low as one did before.

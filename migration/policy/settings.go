@@ -47,15 +47,15 @@ type Settings struct {
 	AllowAutoConverge bool
 	// BandwidthPerMigrationMiBs caps pre-copy (0: unlimited).
 	BandwidthPerMigrationMiBs uint64
-	// CompletionTimeoutPerGiB is a backstop, in seconds per GiB of data
-	// to move: at it, post-copy if allowed, else abort.
-	CompletionTimeoutPerGiB uint64
+	// CompletionTimeoutPerGiB is a backstop, for each GiB of data to
+	// move: at it, post-copy if allowed, else abort (0: none).
+	CompletionTimeoutPerGiB time.Duration
 }
 
 // Defaults: a downtime cap of 500 ms, where VDSM's and Nova's downtime
 // ramps end, and KubeVirt's 150 s/GiB backstop.
 func Defaults() Settings {
-	return Settings{Mode: Observe, Scope: ScopeDriven, MaxDowntime: 500 * time.Millisecond, CompletionTimeoutPerGiB: 150}
+	return Settings{Mode: Observe, Scope: ScopeDriven, MaxDowntime: 500 * time.Millisecond, CompletionTimeoutPerGiB: DefaultCompletionTimeoutPerGiB}
 }
 
 // QEMU's own limit on the allowed downtime.
