@@ -127,43 +127,16 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	if err := directFromPod(conn, req); err != nil {
 		return MigrateResponse{}, err
 	}
-	mem, err := conn.MemoryBytes(ctx, dom)
+	deadline, err := s.deadlineOf(ctx, conn, dom, req)
 	if err != nil {
-		return MigrateResponse{}, fmt.Errorf("reading the guest's memory size, which sets the migration's deadline: %w", err)
+		return MigrateResponse{}, err
 	}
-	// A migration the scheduler may hold at a trickle while another has
-	// the link is not aborted for that: its deadline counts passes at the
-	// trickle.
-	deadlineReq := req
-	if t := int(s.trickle(s.slots.max)); s.cfg.LinkBytesPerSecond > 0 && (req.BandwidthMiBs == 0 || req.BandwidthMiBs > t) {
-		deadlineReq.BandwidthMiBs = t
-	}
-	deadline := deadlineFor(deadlineReq, mem)
 	// The request's own cap (its own, or its policy's) bounds every share
 	// the scheduler gives it.
 	capMiBs := uint64(req.BandwidthMiBs)
-	// Keyed by socket too: a pod's domain of the same name must not
-	// block this one's migration.
-	drive := driveKey(conn.Socket(), req.Domain)
-	if s.tracker.InFlight(conn.Socket(), req.Domain) {
-		return MigrateResponse{}, fmt.Errorf("%w: %s is already migrating", ErrConflict, req.Domain)
-	}
-	if !s.running.start(drive) {
-		return MigrateResponse{}, fmt.Errorf("%w: Ferry is already driving a migration of %s", ErrConflict, req.Domain)
-	}
-	freeSlot, err := s.slots.acquire(ctx, func(ahead int) {
-		queueNotice(ctx, fmt.Sprintf("waiting for one of this node's %d outbound migration slots: %d ahead", s.slots.max, ahead))
-		s.log.Info("migration waits for an outbound slot", zap.String("domain", req.Domain), zap.Int("ahead", ahead))
-	})
+	drive, err := s.reserve(ctx, conn, req.Domain)
 	if err != nil {
-		s.running.end(drive)
 		return MigrateResponse{}, err
-	}
-	s.running.hold(drive, freeSlot)
-	if s.cfg.Quiet != nil {
-		// No dirty-rate measurement beside the migration: it would slow
-		// it, and read its copying as the guest's writing.
-		s.running.hold(drive, s.cfg.Quiet(ctx, conn.Socket(), req.Domain))
 	}
 	if req.BandwidthMiBs == 0 {
 		req.BandwidthMiBs = s.startingShare()
@@ -259,68 +232,21 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 			}
 		}
 	}()
-	// A target node named by the caller is checked on the certificate
-	// before the domain's XML is sent anywhere.
-	want := ""
-	if req.TargetNode != "" {
-		want = proxy.NodeOwner(req.TargetNode)
-	}
-	prep, err := s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
+	prep, err := s.prepareOnTarget(ctx, req, conn.Socket(), dom, id, begun, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Config: config, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: (deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
 		Direct: req.DataPath == DataPathDirect})
-	var busy *proxy.ControlError
-	if errors.As(err, &busy) && busy.Reason == proxy.ReasonInboundBusy {
-		// Not a failure: the caller asks again.
-		s.running.end(drive)
-		return MigrateResponse{}, fmt.Errorf("preparing the migration on the target: %w", err)
-	}
 	if err != nil {
 		s.running.end(drive)
-		var wp *proxy.WrongPeerError
-		if errors.As(err, &wp) {
-			err = fmt.Errorf("target proxy %s is %s, not node %s, which the migration asked for", wp.Addr, wp.Got, req.TargetNode)
-		}
-		err = fmt.Errorf("preparing the migration on the target: %w", err)
-		// No libvirt job ever started, so nothing else would record it: a
-		// failed job keeps the failure, its class and its count.
-		s.tracker.PrepareFailed(req.Domain, dom, conn.Socket(), begun,
-			api.ProxyInfo{MigrationID: id, Target: req.Target, TLS: s.proxy.TLS(), Parallel: req.Parallel}, err.Error())
 		return MigrateResponse{}, err
 	}
-	// The target's id, not ours, names the streams and the finish: the
-	// target chose it, and only the two nodes know it.
 	tid := prep.Migration
-	if proxy.ValidID(tid) != nil {
-		s.running.end(drive)
-		return MigrateResponse{}, fmt.Errorf("the target answered the prepare with no valid migration id %q", tid)
-	}
-	kinds := []proxy.Kind{proxy.KindMemory}
-	if req.DataPath == DataPathDirect {
-		// QEMU's stream goes straight to the target's QEMU: no socket
-		// here, but the same books (the target bound, the close).
-		kinds = nil
-		if prep.URI, err = directURI(prep.URI, req.Target); err != nil {
-			s.cancelTarget(req, tid, prep.Owner, err)
-			s.running.end(drive)
-			return MigrateResponse{}, err
-		}
-	}
-	qemu, err := sourceQEMU(conn.Socket(), req.Domain, kinds)
+	src, err := s.openStreams(req, conn, &prep)
 	if err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
 		s.running.end(drive)
 		return MigrateResponse{}, err
 	}
-	src, err := s.proxy.OpenSource(tid, req.Target, kinds, qemu, daemonPID(conn))
-	if err != nil {
-		s.cancelTarget(req, tid, prep.Owner, err)
-		s.running.end(drive)
-		return MigrateResponse{}, err
-	}
-	// The streams go to the node that prepared the migration, nowhere
-	// else the target's address might lead meanwhile.
-	src.BindTarget(prep.Owner)
 	info := api.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: s.proxy.TLS(), Parallel: req.Parallel}
 	info.CapMiBs = req.BandwidthMiBs
 	if req.Compression == CompressionZstd {
