@@ -42,17 +42,17 @@ type libvirtActs struct {
 }
 
 func (a libvirtActs) SetMaxDowntime(ctx context.Context, d time.Duration) error {
-	return a.t.SetMaxDowntime(ctx, migration.Target{ID: a.id}, d, onLibvirt(a.conns, func(ctx context.Context, c *libvirtx.Conn, on migration.Acting) error {
+	return a.t.SetMaxDowntime(ctx, migration.JobRef{ID: a.id}, d, onLibvirt(a.conns, func(ctx context.Context, c *libvirtx.Conn, on migration.Acting) error {
 		return c.SetMaxDowntime(ctx, on.Domain, d)
 	}))
 }
 
 func (a libvirtActs) StartPostCopy(ctx context.Context) error {
-	_, err := a.t.StartPostCopy(ctx, migration.Target{ID: a.id}, "by the convergence policy", onLibvirt(a.conns, startPostCopy))
+	_, err := a.t.StartPostCopy(ctx, migration.JobRef{ID: a.id}, "by the convergence policy", onLibvirt(a.conns, startPostCopy))
 	return err
 }
 
 func (a libvirtActs) Abort(ctx context.Context, why string) error {
-	_, err := a.t.Abort(ctx, migration.Target{ID: a.id}, false, migration.AbortByPolicy, why, onLibvirt(a.conns, abortJob))
+	_, err := a.t.Abort(ctx, migration.JobRef{ID: a.id}, false, migration.AbortByPolicy, why, onLibvirt(a.conns, abortJob))
 	return err
 }

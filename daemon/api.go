@@ -213,7 +213,7 @@ func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 		if o != nil {
 			res, err = o.Abort(ctx, migration.AbortByOperator, "", force)
 		} else {
-			res, err = d.Tracker.Abort(ctx, migration.Target{Socket: socket, Domain: domain}, force, migration.AbortByOperator, "", onLibvirt(d.Pool, abortJob))
+			res, err = d.Tracker.Abort(ctx, migration.JobRef{Socket: socket, Domain: domain}, force, migration.AbortByOperator, "", onLibvirt(d.Pool, abortJob))
 		}
 		return res, err
 	}, d.log)(w, r)
@@ -382,7 +382,7 @@ func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
 		j, err = o.StartPostCopy(ctx, "by an operator through Ferry")
 		cancel()
 	default:
-		j, err = d.Tracker.StartPostCopy(r.Context(), migration.Target{Socket: socketParam(r), Domain: r.PathValue("domain")}, "through Ferry", onLibvirt(d.Pool, startPostCopy))
+		j, err = d.Tracker.StartPostCopy(r.Context(), migration.JobRef{Socket: socketParam(r), Domain: r.PathValue("domain")}, "through Ferry", onLibvirt(d.Pool, startPostCopy))
 	}
 	switch {
 	case errors.Is(err, drive.ErrSwitchWaiting):

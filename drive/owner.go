@@ -62,9 +62,9 @@ type jobControl interface {
 
 // books records on the job what the owner does (a *migration.Tracker).
 type books interface {
-	Abort(ctx context.Context, tg migration.Target, force bool, by, why string, call migration.Act) (api.AbortResult, error)
-	SetMaxDowntime(ctx context.Context, tg migration.Target, d time.Duration, call migration.Act) error
-	StartPostCopy(ctx context.Context, tg migration.Target, by string, call migration.Act) (api.Job, error)
+	Abort(ctx context.Context, tg migration.JobRef, force bool, by, why string, call migration.Act) (api.AbortResult, error)
+	SetMaxDowntime(ctx context.Context, tg migration.JobRef, d time.Duration, call migration.Act) error
+	StartPostCopy(ctx context.Context, tg migration.JobRef, by string, call migration.Act) (api.Job, error)
 	NoteOn(socket, domain, kind, detail string)
 }
 
@@ -509,8 +509,8 @@ func (o *Owner) unrecorded(ctx context.Context, err error, what string, call mig
 }
 
 // target names the migration's job to the tracker.
-func (o *Owner) target() migration.Target {
-	return migration.Target{Socket: o.socket, Domain: o.domain}
+func (o *Owner) target() migration.JobRef {
+	return migration.JobRef{Socket: o.socket, Domain: o.domain}
 }
 
 // refuse answers r with err, and leaves the refusal on the job.

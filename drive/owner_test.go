@@ -110,18 +110,18 @@ type fakeBooks struct{ noJob bool }
 
 func (fakeBooks) NoteOn(_, _, _, _ string) {}
 
-func (b fakeBooks) Abort(ctx context.Context, _ migration.Target, _ bool, by, why string, call migration.Act) (api.AbortResult, error) {
+func (b fakeBooks) Abort(ctx context.Context, _ migration.JobRef, _ bool, by, why string, call migration.Act) (api.AbortResult, error) {
 	if b.noJob {
 		return api.AbortResult{}, migration.ErrNoJob
 	}
 	return api.AbortResult{Message: by + ": " + why}, call.Call(ctx, migration.Acting{})
 }
 
-func (fakeBooks) SetMaxDowntime(ctx context.Context, _ migration.Target, _ time.Duration, call migration.Act) error {
+func (fakeBooks) SetMaxDowntime(ctx context.Context, _ migration.JobRef, _ time.Duration, call migration.Act) error {
 	return call.Call(ctx, migration.Acting{})
 }
 
-func (fakeBooks) StartPostCopy(ctx context.Context, _ migration.Target, _ string, call migration.Act) (api.Job, error) {
+func (fakeBooks) StartPostCopy(ctx context.Context, _ migration.JobRef, _ string, call migration.Act) (api.Job, error) {
 	return api.Job{}, call.Call(ctx, migration.Acting{})
 }
 

@@ -32,7 +32,7 @@ var (
 // then Succeeded, or Failed if the call failed or the migration completed
 // first. by says who asked (AbortByOperator, ...), why becomes the
 // failure reason of a policy's or deadline's abort.
-func (t *Tracker) Abort(ctx context.Context, tg Target, force bool, by, why string, call Act) (api.AbortResult, error) {
+func (t *Tracker) Abort(ctx context.Context, tg JobRef, force bool, by, why string, call Act) (api.AbortResult, error) {
 	t.mu.Lock()
 	j, err := t.actOn(tg, "abort")
 	if err != nil {

@@ -43,13 +43,13 @@ func TestAnActThatCannotReachLibvirtLeavesNoRecord(t *testing.T) {
 	f.stats(outgoing(1, 300))
 	before, _ := tr.Job(dom.Name)
 	var called bool
-	if _, err := tr.Abort(context.Background(), Target{Domain: dom.Name}, false, AbortByOperator, "", unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
+	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
 		t.Errorf("abort: %v, want ErrNoLibvirt", err)
 	}
-	if _, err := tr.StartPostCopy(context.Background(), Target{Domain: dom.Name}, "by a test", unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
+	if _, err := tr.StartPostCopy(context.Background(), JobRef{Domain: dom.Name}, "by a test", unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
 		t.Errorf("post-copy: %v, want ErrNoLibvirt", err)
 	}
-	if err := tr.SetMaxDowntime(context.Background(), Target{Domain: dom.Name}, time.Second, unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
+	if err := tr.SetMaxDowntime(context.Background(), JobRef{Domain: dom.Name}, time.Second, unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
 		t.Errorf("max downtime: %v, want ErrNoLibvirt", err)
 	}
 	after, _ := tr.Job(dom.Name)
@@ -67,13 +67,13 @@ func TestAnActByIDTakesThatJobOnly(t *testing.T) {
 	f.stats(outgoing(1, 300))
 	j, _ := tr.Job(dom.Name)
 	var on Acting
-	if _, err := tr.Abort(context.Background(), Target{ID: j.ID}, false, AbortByPolicy, "stalled", reach(&on)); !errors.Is(err, errReached) || on.Domain.Name != dom.Name {
+	if _, err := tr.Abort(context.Background(), JobRef{ID: j.ID}, false, AbortByPolicy, "stalled", reach(&on)); !errors.Is(err, errReached) || on.Domain.Name != dom.Name {
 		t.Fatalf("abort by ID: %v, made on %+v", err, on)
 	}
 	if got, _ := tr.Job(dom.Name); got.AbortedBy != AbortByPolicy {
 		t.Errorf("abortedBy %q, want policy", got.AbortedBy)
 	}
-	if _, err := tr.Abort(context.Background(), Target{ID: j.ID + "0"}, false, AbortByPolicy, "stalled", reach(&on)); !errors.Is(err, ErrNoJob) {
+	if _, err := tr.Abort(context.Background(), JobRef{ID: j.ID + "0"}, false, AbortByPolicy, "stalled", reach(&on)); !errors.Is(err, ErrNoJob) {
 		t.Errorf("abort of another ID: %v, want ErrNoJob", err)
 	}
 }
@@ -85,7 +85,7 @@ func TestAbortInPostCopyRefusedWithoutForce(t *testing.T) {
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 
 	var on Acting
-	_, err := tr.Abort(context.Background(), Target{Domain: dom.Name}, false, AbortByOperator, "", reach(&on))
+	_, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", reach(&on))
 	if !errors.Is(err, ErrPostCopyNeedsForce) {
 		t.Fatalf("error %v, want ErrPostCopyNeedsForce", err)
 	}
@@ -105,7 +105,7 @@ func TestAbortInPostCopyRefusedWithoutForce(t *testing.T) {
 	if on != (Acting{}) {
 		t.Fatalf("a refused abort made the call: %+v", on)
 	}
-	if _, err := tr.Abort(context.Background(), Target{Domain: dom.Name}, true, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || !on.PostCopy {
+	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, true, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || !on.PostCopy {
 		t.Fatalf("forced abort: error %v, call %+v: want the call made, as a post-copy abort", err, on)
 	}
 	if j, _ := tr.Job(dom.Name); j.AbortStatus != api.AbortFailed {
@@ -118,7 +118,7 @@ func TestAbortInPreCopyNeedsNoForce(t *testing.T) {
 	tr := f.tr
 	f.stats(outgoing(1, 300))
 	var on Acting
-	if _, err := tr.Abort(context.Background(), Target{Domain: dom.Name}, false, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || on.PostCopy {
+	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || on.PostCopy {
 		t.Fatalf("pre-copy abort: error %v, call %+v: want the call made, as a pre-copy abort", err, on)
 	}
 }
@@ -130,7 +130,7 @@ func TestAnAbortOvertakenByAFailureIsNotTheOperators(t *testing.T) {
 	tr := f.tr
 	f.stats(outgoing(1, 300))
 	ok := Act{Call: func(context.Context, Acting) error { return nil }}
-	if _, err := tr.Abort(context.Background(), Target{Domain: dom.Name}, false, AbortByOperator, "", ok); err != nil {
+	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", ok); err != nil {
 		t.Fatal(err)
 	}
 	f.ended(libvirtx.JobStats{Type: libvirtx.JobFailed, Operation: libvirtx.OperationMigrationOut, ErrMsg: "Unable to write to socket: Connection reset by peer"},

@@ -16,10 +16,10 @@ import (
 // job, refuses what must not be done to it, and records the request and
 // its outcome as evidence on the job.
 
-// Target names the job an act is for: the source job of Domain (on
+// JobRef names the job an act is for: the source job of Domain (on
 // Socket, when named), or the in-flight job with ID, which is how the
 // policy acts on the very job it judged.
-type Target struct {
+type JobRef struct {
 	Socket, Domain string
 	ID             string
 }
@@ -53,7 +53,7 @@ func (t *Tracker) reach(j *job, action string, a Act) (Acting, error) {
 }
 
 // actOn finds the source job an act is for; the caller holds t.mu.
-func (t *Tracker) actOn(tg Target, action string) (*job, error) {
+func (t *Tracker) actOn(tg JobRef, action string) (*job, error) {
 	if tg.ID != "" {
 		return t.sourceJobByID(tg.ID, action)
 	}
@@ -62,7 +62,7 @@ func (t *Tracker) actOn(tg Target, action string) (*job, error) {
 
 // SetMaxDowntime has call raise the allowed downtime of the target's
 // pre-copy job to d, and records it once made.
-func (t *Tracker) SetMaxDowntime(ctx context.Context, tg Target, d time.Duration, call Act) error {
+func (t *Tracker) SetMaxDowntime(ctx context.Context, tg JobRef, d time.Duration, call Act) error {
 	t.mu.Lock()
 	j, err := t.actOn(tg, "set max downtime")
 	var on Acting
@@ -93,7 +93,7 @@ func (t *Tracker) SetMaxDowntime(ctx context.Context, tg Target, d time.Duration
 // StartPostCopy has call switch the target's pre-copy job to post-copy,
 // asked by whoever by names ("by the convergence policy"), and records the
 // request and a refusal.
-func (t *Tracker) StartPostCopy(ctx context.Context, tg Target, by string, call Act) (api.Job, error) {
+func (t *Tracker) StartPostCopy(ctx context.Context, tg JobRef, by string, call Act) (api.Job, error) {
 	t.mu.Lock()
 	j, err := t.actOn(tg, "switch to post-copy")
 	if err != nil {

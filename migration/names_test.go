@@ -37,11 +37,11 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 		t.Error("Job found one of two same-named domains")
 	}
 	var on Acting
-	_, err = f.tr.Abort(context.Background(), Target{Domain: dom.Name}, false, AbortByOperator, "", reach(&on))
+	_, err = f.tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", reach(&on))
 	check("abort", err)
 	_, _, err = f.tr.DomainRef("", dom.Name)
 	check("domain", err)
-	_, err = f.tr.StartPostCopy(context.Background(), Target{Domain: dom.Name}, "by a test", reach(&on))
+	_, err = f.tr.StartPostCopy(context.Background(), JobRef{Domain: dom.Name}, "by a test", reach(&on))
 	check("post-copy", err)
 	// recover and give-up may reach either side's state: the name alone
 	// must not pick one.
@@ -68,7 +68,7 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 			t.Errorf("domain on %s: found on %q, %v", s, on, err)
 		}
 		var on Acting
-		if _, err := f.tr.Abort(context.Background(), Target{Socket: s, Domain: dom.Name}, false, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || on.Socket != s {
+		if _, err := f.tr.Abort(context.Background(), JobRef{Socket: s, Domain: dom.Name}, false, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || on.Socket != s {
 			t.Errorf("abort on %s: %v, made on %q: want that job's own socket", s, err, on.Socket)
 		}
 	}
