@@ -294,7 +294,11 @@ func (d *Daemon) jobStarted(j api.Job) {
 func (d *Daemon) jobVMIUID(j api.Job) string {
 	d.uidMu.Lock()
 	uid, ok := d.uids[j.ID]
-	delete(d.uids, j.ID)
+	if j.Phase != api.PhaseLost || j.Role != api.RoleSource {
+		// A lost source job may yet be completed on its driver's word,
+		// and told again.
+		delete(d.uids, j.ID)
+	}
 	d.uidMu.Unlock()
 	if ok || j.Phase != api.PhasePostCopyFailed {
 		return uid

@@ -533,7 +533,9 @@ func (s *Source) drive(req MigrateRequest, rec drivenRecord, conn *libvirtx.Conn
 	} else {
 		log.Info("Ferry-driven migration completed", zap.Duration("took", time.Since(start)))
 	}
-	s.tracker.DriveEnded(req.Domain, dom, conn.Socket(), start, info, failure)
+	// From Begin, not Perform: with CHANGE_PROTECTION libvirt's job, and
+	// so the tracker's, began there.
+	s.tracker.DriveEnded(req.Domain, dom, conn.Socket(), rec.Started, info, failure)
 	if givenUp {
 		// Held in post-copy on both nodes: its record is ferryctl
 		// recover's, and its definition is settled when the guest is.

@@ -270,7 +270,10 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		}
 	}
 	if best == nil {
-		if j := t.latest[jobKey{socket, domain}]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
+		// The migration's own ended job: the same guest, begun when the
+		// driver began it.
+		if j := t.latest[jobKey{socket, domain}]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) &&
+			j.view.StartTime.Before(start.Add(settledJobWithin)) && (j.view.UUID == "" || j.view.UUID == libvirtx.UUIDString(ref.UUID)) {
 			best = j
 		}
 	}
@@ -285,7 +288,8 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 		t.giveUp(best, failure, time.Now())
 	case best.view.Phase.Finished():
 		best.setProxy(&info)
-		if best.view.Phase == api.PhaseLost && failure == "" {
+		corrected := best.view.Phase == api.PhaseLost && failure == ""
+		if corrected {
 			t.completedByDriver(best, time.Now())
 		}
 		if failure != "" && (best.view.Phase == api.PhaseFailed || (best.view.Phase == api.PhaseAborted && di.deadline)) {
@@ -300,6 +304,12 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 			t.count(best)
 		}
 		t.publish(best)
+		if corrected && t.cfg.OnFinish != nil {
+			// Told again: what acts on an ended job (a VMI's recovery
+			// mark) heard only that it was lost.
+			v := best.view
+			go t.cfg.OnFinish(v)
+		}
 	default:
 		// Still running in the tracker's eyes; finish() applies the
 		// driver's account when libvirt's job goes away.
@@ -322,7 +332,7 @@ func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, s
 func (t *Tracker) completedByDriver(j *job, at time.Time) {
 	t.addEvent(j, at, "driver", "libvirt's Confirm on the driver's own connection ended the migration, the guest running on the target; this node's monitoring connection had missed how it ended")
 	v := &j.view
-	v.Phase, v.FailureReason = api.PhaseCompleted, ""
+	v.Phase, v.FailureReason, v.UpdateTime = api.PhaseCompleted, "", at
 	v.ProgressPercent, v.DataRemainingBytes, v.MemoryRemainingBytes = 100, 0, 0
 	if j.counted {
 		t.recount(j)

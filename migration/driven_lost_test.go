@@ -1,0 +1,63 @@
+package migration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// With CHANGE_PROTECTION libvirt's job, and so the tracker's StartTime
+// (estimated from its elapsed time), begins at Begin, before the target's
+// Prepare, which may take seconds: the driver names its migration by the
+// time of Begin, so that its account finds the job it lost sight of.
+func TestALostDrivenJobBegunAtBeginIsCompleted(t *testing.T) {
+	f := newFeed(t, "a")
+	f.tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+	f.stats(outgoing(4, 300))                               // libvirt's job began at Begin, 4 s ago
+	begin := f.job().StartTime.Add(-500 * time.Millisecond) // the driver's record of Begin
+	f.list()
+	f.ended(notActive, noDomain, 0, 0, noDomain)
+	f.wantPhase(api.PhaseLost)
+	f.tr.DriveEnded(dom.Name, dom, sock, begin, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	f.wantPhase(api.PhaseCompleted)
+	f.wantTotal(api.RoleSource, "completed", 1)
+}
+
+// What acts on an ended job heard only that it was lost (daemon's
+// reportVMI ignores Lost); completed on the driver's word after a
+// post-copy recovery, the job is told again, so that the VMI's recovery
+// mark can say it is over.
+func TestALostJobCompletedByTheDriverIsToldAgain(t *testing.T) {
+	ends := make(chan api.Job, 8)
+	f := &feed{t: t, tr: NewTracker(Config{Node: "a", OnFinish: func(j api.Job) { ends <- j }}), dom: dom, now: time.Now()}
+	f.tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", TargetNode: "b"})
+	f.tr.DriveRecoverable(sock, dom.Name, 5*time.Minute)
+	f.stats(outgoing(1, 300))
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
+	f.wantPhase(api.PhasePostCopyPaused)
+	f.tr.DriveResumed(sock, dom.Name, 1, 100*time.Millisecond)
+	// The resumed post-copy completes and libvirt removes the transient
+	// domain while the monitoring connection is cut: no event.
+	f.list()
+	f.ended(notActive, noDomain, 0, 0, noDomain)
+	j := f.wantPhase(api.PhaseLost)
+	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	if j = f.wantPhase(api.PhaseCompleted); j.Recovery == nil {
+		t.Fatal("no recovery on the job")
+	}
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case e := <-ends:
+			if e.Phase == api.PhaseCompleted {
+				return
+			}
+			t.Logf("OnFinish got %s", e.Phase)
+		case <-deadline:
+			t.Fatal("OnFinish never saw the job Completed: reportVMI cannot clear the VMI's post-copy recovery annotation")
+		}
+	}
+}
