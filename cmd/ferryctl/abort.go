@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,12 +34,8 @@ func abortCmd(g *globals) *cobra.Command {
 }
 
 func abort(ctx context.Context, g *globals, name string, force bool) error {
-	q := g.domainQuery()
-	if force {
-		q.Set("force", "1")
-	}
-	var res api.AbortResult
-	if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(name)+"/abort", q, &res); err != nil {
+	res, err := g.client.Abort(ctx, name, force)
+	if err != nil {
 		return err
 	}
 	if !g.structured() {
@@ -48,8 +43,8 @@ func abort(ctx context.Context, g *globals, name string, force bool) error {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var j api.Job
-		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), g.domainQuery(), &j); err != nil {
+		j, err := g.client.Job(ctx, name)
+		if err != nil {
 			return err
 		}
 		if j.Phase.Finished() {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,21 +34,18 @@ func checkCmd(g *globals) *cobra.Command {
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
 			name := args[0]
-			path := "/v1/domains/" + url.PathEscape(name) + "/check"
 			var resp api.CheckResponse
+			var err error
 			if req.Target == "" {
 				if req.TargetNode != "" || req.PostCopy || req.DataPath != "" {
 					return usageError("--to-node, --postcopy and --data-path go with --to HOST:PORT (usage: " + checkUse + ")")
 				}
-				if err := g.client.get(ctx, path, g.domainQuery(), &resp); err != nil {
-					return err
-				}
+				resp, err = g.client.Check(ctx, name)
 			} else {
-				req.Socket = g.libvirtSocket
-				body, _ := json.Marshal(req)
-				if err := g.client.postJSON(ctx, path, body, &resp); err != nil {
-					return err
-				}
+				resp, err = g.client.DryRun(ctx, name, req)
+			}
+			if err != nil {
+				return err
 			}
 			if resp.Blockers == nil {
 				resp.Blockers = []api.Blocker{}

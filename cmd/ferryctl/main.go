@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 	"github.com/ferry-vm/ferry/internal/version"
 )
 
@@ -51,16 +51,8 @@ type globals struct {
 	// errOut takes what is said on the way, never part of the answer
 	// (-o json stays one document).
 	errOut io.Writer
-	client *client
-}
-
-// domainQuery is the query naming a domain's libvirt socket, if given.
-func (g *globals) domainQuery() url.Values {
-	q := url.Values{}
-	if g.libvirtSocket != "" {
-		q.Set("socket", g.libvirtSocket)
-	}
-	return q
+	// client names libvirtSocket with every domain it asks about.
+	client *client.Client
 }
 
 // structured says whether output is a document (json, yaml), not a table.
@@ -85,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ue usageError
 	var fe failedJob
 	var nm notMigratable
-	var un *unreachableError
+	var un *client.UnreachableError
 	switch {
 	case err == nil:
 		return exitOK
@@ -141,7 +133,7 @@ func newRoot(g *globals) *cobra.Command {
 			if !validOutput(g.output) {
 				return usageError(fmt.Sprintf("-o %q: output format must be one of %s", g.output, strings.Join(outputs, ", ")))
 			}
-			g.client = newClient(g.socket)
+			g.client = client.New(g.socket).WithLibvirtSocket(g.libvirtSocket)
 			return nil
 		},
 	}

@@ -2,12 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http/httptrace"
-	"net/textproto"
-	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,12 +35,14 @@ func migrateCmd(g *globals) *cobra.Command {
 			default:
 				return usageError(fmt.Sprintf("--policy %q: want observe, advise or act", req.Policy))
 			}
-			req.Domain, req.Socket = name, g.libvirtSocket
+			req.Domain = name
 			req.PostCopyAfterSeconds = after.Seconds()
 			req.DeadlineSeconds = deadline.Seconds()
-			body, _ := json.Marshal(req)
-			var resp api.MigrateResponse
-			if err := g.client.postJSON(withQueueNotices(ctx, g.errOut, name), "/v1/migrations", body, &resp); err != nil {
+			// What the migration waits for before it starts goes to
+			// stderr: -o json keeps stdout one document.
+			queued := func(msg string) { fmt.Fprintf(g.errOut, "%s: %s\n", clean(name), clean(msg)) }
+			resp, err := g.client.Migrate(ctx, req, queued)
+			if err != nil {
 				return err
 			}
 			if !g.structured() {
@@ -85,8 +82,8 @@ func migrateCmd(g *globals) *cobra.Command {
 // failed before the stream opened is caught by looking its job up once.
 func followJob(ctx context.Context, g *globals, name, id string) error {
 	return watchJobs(ctx, g, name, func() *api.Job {
-		var j api.Job
-		if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(name), g.domainQuery(), &j); err != nil {
+		j, err := g.client.Job(ctx, name)
+		if err != nil {
 			return nil
 		}
 		if j.Phase.Finished() && j.Proxy != nil && j.Proxy.MigrationID == id {
@@ -103,31 +100,11 @@ func postCopyCmd(g *globals) *cobra.Command {
 		Args:              exactlyOneDomain("postcopy NAME"),
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
-			var res api.AbortResult
-			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/postcopy", g.domainQuery(), &res); err != nil {
+			res, err := g.client.PostCopy(ctx, args[0])
+			if err != nil {
 				return err
 			}
 			return emit(g, res, func(bool) { fmt.Fprintf(g.out, "%s: %s\n", clean(args[0]), clean(res.Message)) })
 		}),
 	}
 }
-
-// withQueueNotices asks ferryd to say what the migration waits for before
-// it starts (an outbound slot here, an inbound one on the target), and
-// prints it; a few, since ferryd sends at most three.
-func withQueueNotices(ctx context.Context, w io.Writer, name string) context.Context {
-	heard := 0
-	ctx = withRequestHeader(ctx, api.QueueHeader, "1")
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
-		if heard++; heard > maxQueueNotices {
-			return fmt.Errorf("ferryd sent more than %d informational answers", maxQueueNotices)
-		}
-		if msg := h.Get(api.QueueHeader); msg != "" {
-			fmt.Fprintf(w, "%s: %s\n", clean(name), clean(msg))
-		}
-		return nil
-	}})
-}
-
-// maxQueueNotices is how many informational answers ferryctl takes.
-const maxQueueNotices = 10

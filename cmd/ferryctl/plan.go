@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -33,14 +31,8 @@ func planCmd(g *globals) *cobra.Command {
 		Args: noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
 			req.Targets = splitNodes(to)
-			q := url.Values{}
-			q.Set("to", strings.Join(req.Targets, ","))
-			q.Set("parallel", strconv.Itoa(req.Parallel))
-			q.Set("bandwidthMiBs", strconv.Itoa(req.BandwidthMiBs))
-			var p api.Plan
-			// ferryd gives a plan two minutes: it measures the guests
-			// whose dirty rate is due first.
-			if err := g.client.getWithin(ctx, "/v1/plan", q, &p, planWait); err != nil {
+			p, err := g.client.Plan(ctx, req)
+			if err != nil {
 				return err
 			}
 			if err := emit(g, p, func(wide bool) { printPlan(g.out, p, nil, wide) }); err != nil {
@@ -178,10 +170,8 @@ func evacuateCmd(g *globals) *cobra.Command {
 			if len(req.Targets) == 0 {
 				return usageError("evacuate needs --to NODE[,NODE...] (usage: " + evacuateUse + ")")
 			}
-			body, _ := json.Marshal(req)
-			var ev api.Evacuation
-			// It plans first, as plan does.
-			if err := g.client.postJSONWithin(ctx, "/v1/evacuations", body, &ev, planWait); err != nil {
+			ev, err := g.client.Evacuate(ctx, req)
+			if err != nil {
 				return err
 			}
 			seen := map[string]string{}
@@ -199,7 +189,7 @@ func evacuateCmd(g *globals) *cobra.Command {
 					return ctx.Err()
 				case <-time.After(time.Second):
 				}
-				if err := g.client.get(ctx, "/v1/evacuation", nil, &ev); err != nil {
+				if ev, err = g.client.Evacuation(ctx); err != nil {
 					return err
 				}
 			}
@@ -230,7 +220,3 @@ func realOf(e api.PlanEntry) string {
 	}
 	return s
 }
-
-// planWait is how long ferryctl waits for a plan, ferryd's own bound and a
-// little more.
-const planWait = 2*time.Minute + 5*time.Second

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 )
 
 func jobsCmd(g *globals) *cobra.Command {
@@ -20,12 +20,8 @@ func jobsCmd(g *globals) *cobra.Command {
 		Short: "in-flight migration jobs (--all adds finished ones)",
 		Args:  noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
-			q := url.Values{}
-			if all {
-				q.Set("all", "1")
-			}
-			var resp api.JobsResponse
-			if err := g.client.get(ctx, "/v1/jobs", q, &resp); err != nil {
+			resp, err := g.client.Jobs(ctx, all)
+			if err != nil {
 				return err
 			}
 			if resp.Jobs == nil {
@@ -45,8 +41,8 @@ func jobCmd(g *globals) *cobra.Command {
 		Args:              exactlyOneDomain("job NAME"),
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
-			var j api.Job
-			if err := g.client.get(ctx, "/v1/jobs/"+url.PathEscape(args[0]), g.domainQuery(), &j); err != nil {
+			j, err := g.client.Job(ctx, args[0])
+			if err != nil {
 				return err
 			}
 			return emit(g, j, func(bool) { printJob(g.out, j) })
@@ -60,9 +56,9 @@ func domainsCmd(g *globals) *cobra.Command {
 		Short: "domains on this node, their states and what needs attention",
 		Args:  noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
-			var resp api.DomainsResponse
 			// With whether each can move: ferryd reads each one's XML.
-			if err := g.client.get(ctx, "/v1/domains", url.Values{"check": {"1"}}, &resp); err != nil {
+			resp, err := g.client.Domains(ctx, true)
+			if err != nil {
 				return err
 			}
 			return emit(g, resp, func(wide bool) { printDomains(g.out, resp.Node, resp.Domains, resp.Libvirt, wide) })
@@ -79,8 +75,10 @@ func completeDomains(g *globals) cobra.CompletionFunc {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		var resp api.DomainsResponse
-		if err := newClient(g.socket).get(ctx, "/v1/domains", nil, &resp); err != nil {
+		// Not g.client: it is made before completion parses the command
+		// line's flags, --socket among them.
+		resp, err := client.New(g.socket).Domains(ctx, false)
+		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		names := make([]cobra.Completion, 0, len(resp.Domains))
@@ -101,8 +99,8 @@ func proxyCmd(g *globals) *cobra.Command {
 		Short: "the migration proxy: TLS or plain, incoming migrations prepared on this node",
 		Args:  noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
-			var resp api.ProxyResponse
-			if err := g.client.get(ctx, "/v1/proxy", nil, &resp); err != nil {
+			resp, err := g.client.Proxy(ctx)
+			if err != nil {
 				return err
 			}
 			return emit(g, resp, func(bool) { printProxy(g, resp) })

@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 )
 
 // resolveCmd ends a migration in doubt by the operator's word. It is the
@@ -28,10 +27,8 @@ func resolveCmd(g *globals) *cobra.Command {
 			if keep != "source" && keep != "target" {
 				return usageError(fmt.Sprintf("resolve %s: --keep %q: say which copy to keep, --keep source or --keep target", args[0], keep))
 			}
-			q := g.domainQuery()
-			q.Set("keep", keep)
-			var res api.MessageResponse
-			if err := g.client.postQuery(ctx, "/v1/jobs/"+url.PathEscape(args[0])+"/resolve", q, &res); err != nil {
+			res, err := g.client.Resolve(ctx, args[0], client.Keep(keep))
+			if err != nil {
 				return err
 			}
 			return emit(g, res, func(bool) { fmt.Fprintln(g.out, clean(res.Message)) })

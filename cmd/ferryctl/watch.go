@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -63,19 +61,11 @@ func printDoc(g *globals, line []byte) error {
 // watchJobs streams updates; once the stream is open, ended (if given) says
 // whether the awaited job already ended before it opened.
 func watchJobs(ctx context.Context, g *globals, name string, ended func() *api.Job) error {
-	q := g.domainQuery()
-	if name != "" {
-		q.Set("domain", name)
-	}
-	resp, err := g.client.do(ctx, "/v1/watch", q)
+	s, err := g.client.Watch(ctx, name)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	go func() {
-		<-ctx.Done()
-		resp.Body.Close()
-	}()
+	defer s.Close()
 
 	tty := isTerminal(g.out)
 	if name != "" && !g.structured() {
@@ -98,15 +88,10 @@ func watchJobs(ctx context.Context, g *globals, name string, ended func() *api.J
 	}
 	jobs := map[string]api.Job{}
 	drawn := 0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var j api.Job
-		if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
-			return fmt.Errorf("ferryd sent an unreadable update: %v", err)
-		}
+	for s.Next() {
+		j := s.Job()
 		if g.structured() {
-			if err := printDoc(g, sc.Bytes()); err != nil {
+			if err := printDoc(g, s.Raw()); err != nil {
 				return err
 			}
 		} else if tty {
@@ -131,13 +116,9 @@ func watchJobs(ctx context.Context, g *globals, name string, ended func() *api.J
 			return nil
 		}
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err := sc.Err(); err != nil {
-		return &unreachableError{socket: g.socket, msg: fmt.Sprintf("the watch stream from ferryd at %s broke: %v", g.socket, err)}
-	}
-	return &unreachableError{socket: g.socket, msg: fmt.Sprintf("ferryd at %s closed the watch stream (restarting?)", g.socket)}
+	// ctx ended, an update was unreadable, or ferryd went away (an
+	// *UnreachableError, exit 3).
+	return s.Err()
 }
 
 func redraw(w io.Writer, jobs map[string]api.Job, drawn int) int {
