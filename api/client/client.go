@@ -35,7 +35,8 @@ const (
 	planTimeout = 2*time.Minute + 5*time.Second
 )
 
-// Client talks to one ferryd. It is safe for concurrent use.
+// Client talks to one ferryd. It is safe for concurrent use, and keeps
+// no connection between requests.
 type Client struct {
 	socket string
 	// libvirt names the libvirt socket serving the domains requests name.
@@ -46,7 +47,10 @@ type Client struct {
 // New returns a client of the ferryd whose debug socket is at socket.
 // Nothing is dialed until a request is made.
 func New(socket string) *Client {
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	// A connection per request: one is cheap on a local socket, an idle
+	// one would hold a descriptor in ferryd for nothing, and one kept
+	// across a restart of ferryd would fail the next request sent on it.
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		// However long the path: unixsock dials past sun_path's limit.
 		return unixsock.Dial(ctx, socket)
 	}}

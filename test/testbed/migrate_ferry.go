@@ -1,15 +1,13 @@
 package testbed
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 )
 
 // migrateViaFerry asks the source node's ferryd to drive the migration
@@ -23,39 +21,29 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 	if err := b.NoteConsoleMove(m.Name, m.To); err != nil {
 		return err
 	}
-	body, _ := json.Marshal(api.MigrateRequest{
+	c := client.New(src.DebugSocket)
+	started, err := c.Migrate(ctx, api.MigrateRequest{
 		Domain: m.Name, Target: dst.ProxyAddr,
 		PostCopy: m.PostCopy, PostCopyAfterSeconds: m.PostCopyAfter.Seconds(),
 		AutoConverge: m.AutoConverge, BandwidthMiBs: m.BandwidthMiBs,
 		PostCopyBandwidthMiBs: m.PostCopyBandwidthMiBs, Parallel: m.Parallel, Compression: m.Compression, DataPath: m.DataPath,
 		Policy: m.Policy, MaxDowntimeMs: m.MaxDowntimeMs, TargetNode: m.TargetNode,
 		DeadlineSeconds: m.Deadline.Seconds(),
-	})
-	hc := unixHTTPClient(src.DebugSocket)
-	resp, err := hc.Post("http://ferryd/v1/migrations", "application/json", bytes.NewReader(body))
-	if err != nil {
+	}, nil)
+	var refused *client.Error
+	switch {
+	case errors.As(err, &refused):
+		return fmt.Errorf("testbed: ferryd on %s refused to migrate %s: %d %s", m.From, m.Name, refused.Status, refused.Message)
+	case err != nil:
 		return fmt.Errorf("testbed: asking ferryd on %s to migrate %s: %w", m.From, m.Name, err)
 	}
-	rb, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("testbed: ferryd on %s refused to migrate %s: %d %s", m.From, m.Name, resp.StatusCode, bytes.TrimSpace(rb))
-	}
-	var started api.MigrateResponse
-	json.Unmarshal(rb, &started)
 	if m.Started != nil {
 		m.Started(started.MigrationID)
 	}
 	logf(b.cfg.Log, "migrating %s %s -> %s through Ferry's proxy (migration %s, tls %v)", m.Name, m.From, m.To, started.MigrationID, !b.plainProxy())
 	t0 := time.Now()
 	for {
-		var j api.Job
-		if r, err := hc.Get("http://ferryd/v1/jobs/" + m.Name); err == nil {
-			if r.StatusCode == http.StatusOK {
-				json.NewDecoder(r.Body).Decode(&j)
-			}
-			r.Body.Close()
-		}
+		j, _ := c.Job(ctx, m.Name)
 		if j.Phase.Finished() && j.Proxy != nil && j.Proxy.MigrationID == started.MigrationID {
 			if j.Phase != api.PhaseCompleted {
 				logf(b.cfg.Log, "migration of %s ended %s after %.1fs: %s", m.Name, j.Phase, time.Since(t0).Seconds(), j.FailureReason)
@@ -66,7 +54,7 @@ func (b *Bed) migrateViaFerry(ctx context.Context, m MigrateSpec) error {
 		}
 		select {
 		case <-ctx.Done():
-			hc.Post("http://ferryd/v1/jobs/"+m.Name+"/abort", "application/json", nil)
+			c.Abort(context.Background(), m.Name, false)
 			return fmt.Errorf("testbed: migrating %s: %w (abort requested)", m.Name, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -78,15 +66,13 @@ func (b *Bed) Job(node, domain string) (api.Job, error) {
 	if _, err := lookupNode(node); err != nil {
 		return api.Job{}, err
 	}
-	resp, err := unixHTTPClient(b.nodes[node].DebugSocket).Get("http://ferryd/v1/jobs/" + domain)
-	if err != nil {
+	j, err := client.New(b.nodes[node].DebugSocket).Job(context.Background(), domain)
+	var refused *client.Error
+	switch {
+	case errors.As(err, &refused):
+		return api.Job{}, fmt.Errorf("testbed: ferryd on %s has no job of %s: %d %s", node, domain, refused.Status, refused.Message)
+	case err != nil:
 		return api.Job{}, fmt.Errorf("testbed: ferryd on %s: %w", node, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return api.Job{}, fmt.Errorf("testbed: ferryd on %s has no job of %s: %d %s", node, domain, resp.StatusCode, bytes.TrimSpace(msg))
-	}
-	var j api.Job
-	return j, json.NewDecoder(resp.Body).Decode(&j)
+	return j, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"github.com/ferry-vm/ferry/api/client"
 )
 
 // Node describes one libvirt host of the bed. LibvirtSocket and DebugSocket
@@ -284,17 +285,13 @@ func namesLibvirtSockets(args []string) bool {
 
 func (b *Bed) waitFerryd(ctx context.Context, node string, p proc) error {
 	n := b.nodes[node]
-	client := unixHTTPClient(n.DebugSocket)
+	c := client.New(n.DebugSocket)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://ferryd/v1/domains", nil)
-		resp, err := client.Do(req)
+		_, err := c.Domains(ctx, false)
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+			return nil
 		}
 		if !p.alive() {
 			return fmt.Errorf("testbed: ferryd on node %s exited: %s", node, tail(filepath.Join(n.Dir, "ferryd.log"), 2000))
@@ -305,19 +302,6 @@ func (b *Bed) waitFerryd(ctx context.Context, node string, p proc) error {
 				node, n.DebugSocket, err, tail(filepath.Join(n.Dir, "ferryd.log"), 1500))
 		case <-time.After(200 * time.Millisecond):
 		}
-	}
-}
-
-func unixHTTPClient(sock string) *http.Client {
-	return &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", sock)
-			},
-		},
 	}
 }
 
