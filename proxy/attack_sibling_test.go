@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/internal/neighbour"
+	"github.com/ferry-vm/ferry/internal/testenv"
 )
 
 // neighbourNode is a node whose socket dir QEMU's group (the neighbours'
 // uid) may enter, as ferryd gives it on a host.
 func neighbourNode(t *testing.T) *node {
 	t.Helper()
+	testenv.Root(t, "give the socket dir to QEMU's group")
 	return startNodeWith(t, Config{SocketDir: filepath.Join(neighbour.SharedDir(t), "sock"),
 		SocketGroup: func(context.Context) (int, error) { return neighbour.QEMUUid, nil }})
 }

@@ -37,10 +37,12 @@ const (
 func (p *Proxy) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
 	if !p.noReservedPorts.Load() {
 		c, tried, err := p.dialReserved(ctx, addr)
-		if !tried || c != nil || err != nil {
+		if c != nil || err != nil {
 			return c, err
 		}
-		if p.portsLog.Allow() {
+		// Not tried: this process may not bind one (said once, in
+		// dialReserved); tried: every one is in use.
+		if tried && p.portsLog.Allow() {
 			p.log.Warn("every reserved source port is in use towards a peer: dialled from an ephemeral port, which a local user there can crowd out", zap.String("peer", addr))
 		}
 	}
