@@ -267,7 +267,7 @@ func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 }
 
 // PrepareDirect prepares a migration whose stream comes straight from the
-// source's QEMU (see proxy.IncomingDirect): the answer says where this
+// source's QEMU (see proxy.Incoming.PrepareDirect): the answer says where this
 // node's QEMU listens.
 func (in *Target) PrepareDirect(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, string, error) {
 	if !m.Direct {
@@ -783,17 +783,7 @@ func (in *Target) QEMU(domain string) (int, error) {
 	return libvirtx.QEMUPID(in.socket, domain)
 }
 
-// The proxy finds what a target can do beyond Incoming by type assertion:
-// a signature drifted apart would silently switch one off (IncomingHolder
-// is the rule never to drop a guest running here in post-copy), so each is
-// asserted where it is implemented.
-var (
-	_ proxy.Incoming          = (*Target)(nil)
-	_ proxy.IncomingOutcome   = (*Target)(nil)
-	_ proxy.IncomingHolder    = (*Target)(nil)
-	_ proxy.IncomingPersister = (*Target)(nil)
-	_ proxy.IncomingChecker   = (*Target)(nil)
-	_ proxy.IncomingDirect    = (*Target)(nil)
-	_ proxy.IncomingCPU       = (*Target)(nil)
-	_ proxy.IncomingRecoverer = (*Target)(nil)
-)
+// Every method the proxy calls on a target is in proxy.Incoming, required:
+// one renamed on either side fails here, never silently switches off a
+// rule (Held is the rule never to drop a guest running here in post-copy).
+var _ proxy.Incoming = (*Target)(nil)

@@ -16,7 +16,7 @@ type slowChecker struct {
 	now, peak atomic.Int32
 }
 
-var _ IncomingChecker = (*slowChecker)(nil)
+var _ Incoming = (*slowChecker)(nil)
 
 func (s *slowChecker) Check(IncomingMigration, string) (*CheckedXML, error) {
 	n := s.now.Add(1)

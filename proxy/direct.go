@@ -23,9 +23,6 @@ func (p *Proxy) directFrom(raw net.Conn, peer Peer, req ControlRequest) (host, r
 	case req.PostCopy || req.Disk:
 		return "", reasonDirectNotAllowed, "the direct path carries pre-copy memory only: no post-copy, no disk stream"
 	}
-	if _, ok := p.cfg.Incoming.(IncomingDirect); !ok {
-		return "", reasonDirectUnavailable, "this node cannot prepare a direct migration"
-	}
 	// The proxy listens on one address, the migration network's; QEMU
 	// listens there too, never on an address a peer picks.
 	addr, ok := raw.LocalAddr().(*net.TCPAddr)

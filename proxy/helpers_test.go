@@ -105,6 +105,29 @@ func (f *fakeIncoming) Outcome(_ context.Context, m IncomingMigration) (string, 
 	return OutcomeStopped, nil
 }
 
+// What the fake does not stand in for is refused or answered as a target
+// without it would: no check beyond Prepare's, no CPU to compare, no
+// direct path, nothing defined here, no recovery.
+func (f *fakeIncoming) Check(IncomingMigration, string) (*CheckedXML, error) { return nil, nil }
+
+func (f *fakeIncoming) CompareCPU(context.Context, IncomingMigration, string) (string, error) {
+	return "", nil
+}
+
+func (f *fakeIncoming) PrepareDirect(context.Context, IncomingMigration, string, []byte) ([]byte, string, error) {
+	return nil, "", &Refusal{Reason: reasonDirectUnavailable, Msg: "this fake prepares no direct migration"}
+}
+
+func (f *fakeIncoming) Persisted(context.Context, IncomingMigration) bool { return false }
+
+func (f *fakeIncoming) Recover(context.Context, IncomingMigration, string) (string, error) {
+	return "", &Refusal{Reason: reasonIncomingDisabled, Msg: "this fake recovers no post-copy migration"}
+}
+
+func (f *fakeIncoming) Recovered(context.Context, IncomingMigration) (string, bool, error) {
+	return "", false, errors.New("this fake recovers no post-copy migration")
+}
+
 func newFakeIncoming() *fakeIncoming { return &fakeIncoming{listeners: map[string][]net.Listener{}} }
 
 func (f *fakeIncoming) Prepare(_ context.Context, m IncomingMigration, xml string, cookie []byte) ([]byte, error) {

@@ -16,13 +16,25 @@ import (
 
 // Incoming runs the target's side of libvirt's migration protocol on this
 // node's own libvirt. The proxy calls it for the control requests of a
-// peer; it is the only way a peer reaches libvirt here.
+// peer; it is the only way a peer reaches libvirt here. Every method is
+// required: drive.Target asserts it implements Incoming, so a method
+// renamed on either side fails to compile rather than silently switching a
+// rule off (Held is what keeps a guest running here in post-copy).
 type Incoming interface {
+	// Check validates a prepare's request before anything is registered
+	// for it; Prepare checks again. nil, nil: nothing to hand on.
+	Check(m IncomingMigration, domainXML string) (*CheckedXML, error)
+	// CompareCPU compares a guest's CPU with what this node's hypervisor
+	// offers; a dry run asks it before libvirt's Prepare.
+	CompareCPU(ctx context.Context, m IncomingMigration, domainXML string) (string, error)
 	// Prepare validates what the peer sent and runs libvirt's Prepare,
 	// which starts the target QEMU listening at m.MemoryURI (and
 	// m.DiskURI); it returns libvirt's cookie for the source's Perform.
 	// A *Refusal error is counted under its own reason.
 	Prepare(ctx context.Context, m IncomingMigration, domainXML string, cookie []byte) ([]byte, error)
+	// PrepareDirect is Prepare for a direct migration, with the URI
+	// libvirt chose for the target QEMU (tcp://IP:PORT).
+	PrepareDirect(ctx context.Context, m IncomingMigration, domainXML string, cookie []byte) (cookieOut []byte, uri string, err error)
 	// Finish runs libvirt's Finish with the source's Perform cookie and
 	// returns libvirt's cookie for the source's Confirm. In post-copy it
 	// returns only when the migration has ended.
@@ -34,36 +46,28 @@ type Incoming interface {
 	// libvirt runs for domain here, as libvirt's own pid file has it: the
 	// one process the proxy hands that domain's streams to.
 	QEMU(domain string) (int, error)
-}
-
-// IncomingOutcome is an Incoming that can say whether a migration's
-// domain runs on this node now: OutcomeRunning, OutcomeStopped or
-// OutcomeSplit, or an error while that is not settled (libvirt's job on it
-// still runs, or libvirt cannot be asked). Instance names the guest a
-// Prepare just started; Outcome answers for that instance only, and
-// another domain of the same name is not it.
-type IncomingOutcome interface {
+	// Instance names the guest a Prepare just started; Outcome answers
+	// for that instance only, and another domain of the same name is not
+	// it: OutcomeRunning, OutcomeStopped or OutcomeSplit, or an error
+	// while that is not settled (libvirt's job on it still runs, or
+	// libvirt cannot be asked).
 	Instance(ctx context.Context, m IncomingMigration) (string, error)
 	Outcome(ctx context.Context, m IncomingMigration) (string, error)
-}
-
-// IncomingHolder is an Incoming that can say a migration must not be
-// dropped now, and why: its guest runs here in post-copy, pulling pages
-// through the migration's streams.
-type IncomingHolder interface {
-	Held(ctx context.Context, m IncomingMigration) (string, bool)
-}
-
-// IncomingPersister is an Incoming that says whether a migrated guest
-// is defined persistently on this node now.
-type IncomingPersister interface {
+	// Persisted says whether a migrated guest is defined persistently on
+	// this node now.
 	Persisted(ctx context.Context, m IncomingMigration) bool
-}
-
-// IncomingChecker is an Incoming that can check a prepare's request
-// before anything is registered for it; Prepare checks again.
-type IncomingChecker interface {
-	Check(m IncomingMigration, domainXML string) (*CheckedXML, error)
+	// Held says a migration must not be dropped now, and why: its guest
+	// runs here in post-copy, pulling pages through the migration's
+	// streams.
+	Held(ctx context.Context, m IncomingMigration) (string, bool)
+	// Recover has the target QEMU of m, paused in post-copy, listen at
+	// socket for the source's resumed stream. It returns QEMU's
+	// migration state; on QEMUCompleted nothing was armed.
+	Recover(ctx context.Context, m IncomingMigration, socket string) (string, error)
+	// Recovered says whether the guest of m now runs whole here
+	// (OutcomeRunning, with whether it was defined persistently), is still
+	// split, or an error while libvirt's job still runs.
+	Recovered(ctx context.Context, m IncomingMigration) (string, bool, error)
 }
 
 // CheckedXML is what a check made of a peer's XML: the domain to give
@@ -98,7 +102,7 @@ type IncomingMigration struct {
 	// names none or without TLS.
 	PeerNode string
 	// Instance names the guest instance Prepare started (see
-	// IncomingOutcome), so that an outcome is never read from another
+	// Incoming.Instance), so that an outcome is never read from another
 	// domain given the same name since.
 	Instance string
 	// DryRun: libvirt's Prepare only, stopped at once.
@@ -112,18 +116,6 @@ type IncomingMigration struct {
 	// Checked is the check of the request's XML, handed to Prepare (and
 	// a dry run's CPU comparison) only; nil where none ran.
 	Checked *CheckedXML
-}
-
-// IncomingDirect is an Incoming that prepares direct migrations: Prepare,
-// with the URI libvirt chose for the target QEMU (tcp://IP:PORT).
-type IncomingDirect interface {
-	PrepareDirect(ctx context.Context, m IncomingMigration, domainXML string, cookie []byte) (cookieOut []byte, uri string, err error)
-}
-
-// IncomingCPU is an Incoming that compares a guest's CPU with what this
-// node's hypervisor offers; a dry run asks it before libvirt's Prepare.
-type IncomingCPU interface {
-	CompareCPU(ctx context.Context, m IncomingMigration, domainXML string) (string, error)
 }
 
 // Refusal is an Incoming's "no" to a request, with the reason it is
@@ -214,13 +206,13 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 	// The check's result goes to this migration's Prepare alone, never
 	// into what the registry keeps and copies.
 	var checkedXML *CheckedXML
-	if ck, ok := p.cfg.Incoming.(IncomingChecker); ok {
+	{
 		turn, err := p.startChecking(peer, raw, time.Now().Add(p.cfg.PrepareTimeout))
 		if err != nil {
 			checked()
 			return refuse(raw, peer.Node, req, reasonTooManyReading, "prepare: "+err.Error())
 		}
-		checkedXML, err = ck.Check(in, req.XML)
+		checkedXML, err = p.cfg.Incoming.Check(in, req.XML)
 		turn()
 		checked()
 		if err != nil {
@@ -246,9 +238,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 	var cpu string
 	pin := in
 	pin.Checked = checkedXML
-	if ic, ok := p.cfg.Incoming.(IncomingCPU); ok && req.DryRun {
+	if req.DryRun {
 		var err error
-		if cpu, err = ic.CompareCPU(ctx, pin, req.XML); err != nil {
+		if cpu, err = p.cfg.Incoming.CompareCPU(ctx, pin, req.XML); err != nil {
 			p.Unregister(m.ID, "dry run: cpu")
 			return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "cpu: "+err.Error())
 		}
@@ -258,7 +250,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 	var uri string
 	var err error
 	if in.Direct {
-		cookie, uri, err = p.cfg.Incoming.(IncomingDirect).PrepareDirect(ctx, pin, req.XML, req.Cookie)
+		cookie, uri, err = p.cfg.Incoming.PrepareDirect(ctx, pin, req.XML, req.Cookie)
 	} else {
 		cookie, err = p.cfg.Incoming.Prepare(ctx, pin, req.XML, req.Cookie)
 	}
@@ -316,9 +308,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 	// Kept before the answer, with the guest instance it started: a
 	// ferryd restarted later still knows what it prepared, and so what a
 	// finish of it asks.
-	if oi, ok := p.cfg.Incoming.(IncomingOutcome); ok {
+	{
 		ictx, icancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
-		inst, err := oi.Instance(ictx, in)
+		inst, err := p.cfg.Incoming.Instance(ictx, in)
 		icancel()
 		if err != nil {
 			p.dropIncoming(m.ID, "its guest instance could not be named: "+err.Error())
@@ -585,24 +577,16 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 // persisted asks libvirt, not this process's memory, whether the
 // migration's guest is defined here: what a restart cannot lose.
 func (p *Proxy) persisted(in IncomingMigration) bool {
-	ip, ok := p.cfg.Incoming.(IncomingPersister)
-	if !ok {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
 	defer cancel()
-	return ip.Persisted(ctx, in)
+	return p.cfg.Incoming.Persisted(ctx, in)
 }
 
 // outcomeOf asks libvirt whether the migration's domain runs here.
 func (p *Proxy) outcomeOf(in IncomingMigration) string {
-	oi, ok := p.cfg.Incoming.(IncomingOutcome)
-	if !ok {
-		return ""
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
 	defer cancel()
-	out, err := oi.Outcome(ctx, in)
+	out, err := p.cfg.Incoming.Outcome(ctx, in)
 	if err != nil {
 		p.log.Info("the outcome of an incoming migration is not settled", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.Error(err))
 		return ""
@@ -682,13 +666,9 @@ const heldRecheck = time.Minute
 
 // held asks the Incoming whether e's migration must be kept.
 func (p *Proxy) held(e *entry) (string, bool) {
-	h, ok := p.cfg.Incoming.(IncomingHolder)
-	if !ok {
-		return "", false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
-	return h.Held(ctx, p.reg.incomingOf(e))
+	return p.cfg.Incoming.Held(ctx, p.reg.incomingOf(e))
 }
 
 // cancelTimeout bounds libvirt's Finish with cancelled set: it only kills

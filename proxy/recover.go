@@ -20,20 +20,7 @@ const (
 	OpRecovered = "recovered" // say whether the guest runs whole here after a recovery
 )
 
-// IncomingRecoverer is an Incoming that can resume a broken post-copy
-// migration it prepared.
-type IncomingRecoverer interface {
-	// Recover has the target QEMU of m, paused in post-copy, listen at
-	// socket for the source's resumed stream. It returns QEMU's
-	// migration state; on QEMUCompleted nothing was armed.
-	Recover(ctx context.Context, m IncomingMigration, socket string) (string, error)
-	// Recovered says whether the guest of m now runs whole here
-	// (OutcomeRunning, with whether it was defined persistently), is still
-	// split, or an error while libvirt's job still runs.
-	Recovered(ctx context.Context, m IncomingMigration) (string, bool, error)
-}
-
-// ErrGuestGone: an IncomingRecoverer's word that the migration's guest is
+// ErrGuestGone: an Incoming's word that the migration's guest is
 // no longer here, so that no attempt can ever resume it.
 var ErrGuestGone = errors.New("the migration's guest is no longer on this node")
 
@@ -135,9 +122,9 @@ func (p *Proxy) HeldIncoming() []IncomingMigration {
 
 // recoveryOf finds the post-copy req names, prepared here by peer, and
 // whether it is split; or the refusal to answer.
-func (p *Proxy) recoveryOf(raw net.Conn, req ControlRequest, peer Peer) (IncomingRecoverer, IncomingMigration, bool, *ControlResponse) {
-	rc, ok := p.cfg.Incoming.(IncomingRecoverer)
-	if !ok {
+func (p *Proxy) recoveryOf(raw net.Conn, req ControlRequest, peer Peer) (Incoming, IncomingMigration, bool, *ControlResponse) {
+	rc := p.cfg.Incoming
+	if rc == nil {
 		r := p.refusePeer(raw, peer.Node, req, reasonIncomingDisabled, "this node does not recover post-copy migrations")
 		return nil, IncomingMigration{}, false, &r
 	}

@@ -74,7 +74,7 @@ type entry struct {
 	// owner is the TLS identity that prepared it: only that peer may
 	// finish or cancel it. Empty without TLS.
 	owner string
-	// instance names the guest its Prepare started (see IncomingOutcome).
+	// instance names the guest its Prepare started (see Incoming.Instance).
 	instance string
 	// result is what its finish answered, given again to a finish
 	// repeated because the first answer was lost; resultReady is closed
