@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/neighbour"
 	"github.com/ferry-vm/ferry/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // An unprivileged user on the source node (its address is the node's)
@@ -118,5 +121,50 @@ func TestEveryReservedPortIsTriedBeforeAnEphemeralOne(t *testing.T) {
 	defer c.Close()
 	if port := c.LocalAddr().(*net.TCPAddr).Port; port < 1024 {
 		t.Errorf("a connection past the range came from port %d", port)
+	}
+}
+
+// A ferryd that may not bind a reserved port (no CAP_NET_BIND_SERVICE, as
+// a unit that drops it runs) dials its peer from an ephemeral port: its
+// first dial returned no connection and no error, and the caller crashed
+// on it. Capabilities are a thread's own, so this test's thread drops it
+// and the dial runs there.
+func TestAPeerIsDialledWithoutTheRightToBindAReservedPort(t *testing.T) {
+	if b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start"); strings.TrimSpace(string(b)) != "" {
+		if start, _ := strconv.Atoi(strings.TrimSpace(string(b))); start <= reservedPortHigh {
+			t.Skipf("net.ipv4.ip_unprivileged_port_start is %d here: every process may bind the reserved range", start)
+		}
+	}
+	src, dst := startNode(t, nil), startNode(t, nil)
+	runtime.LockOSThread() // never unlocked: the thread ends with the test
+	dropBindService(t)
+	for i := range 2 {
+		c, err := src.p.dialTCP(context.Background(), dst.addr)
+		if err != nil || c == nil {
+			t.Fatalf("dial %d without the right to bind a reserved port: %v, %v", i+1, c, err)
+		}
+		port := c.LocalAddr().(*net.TCPAddr).Port
+		c.Close()
+		if port < 1024 {
+			t.Fatalf("dial %d came from port %d, reserved, without the right to bind one", i+1, port)
+		}
+	}
+	if !src.p.noReservedPorts.Load() {
+		t.Error("the proxy goes on trying reserved ports it may not bind")
+	}
+}
+
+// dropBindService takes CAP_NET_BIND_SERVICE out of this thread's
+// effective set.
+func dropBindService(t *testing.T) {
+	t.Helper()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		t.Fatal(err)
+	}
+	data[0].Effective &^= 1 << unix.CAP_NET_BIND_SERVICE
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		t.Fatal(err)
 	}
 }
