@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/api"
-	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
@@ -112,196 +111,102 @@ func (s *Source) effective(req MigrateRequest) (MigrateRequest, policy.Settings,
 }
 
 func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse, error) {
-	req, pol, err := s.effective(req)
+	p, err := s.planStart(ctx, req)
 	if err != nil {
 		return MigrateResponse{}, err
 	}
-	socket, dom, err := s.tracker.DomainRef(req.Socket, req.Domain)
-	if err != nil {
-		return MigrateResponse{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	conn, err := s.cfg.Conns.Conn(socket)
-	if err != nil {
-		return MigrateResponse{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	if err := directFromPod(conn, req); err != nil {
-		return MigrateResponse{}, err
-	}
-	deadline, err := s.deadlineOf(ctx, conn, dom, req)
-	if err != nil {
-		return MigrateResponse{}, err
-	}
-	// The request's own cap (its own, or its policy's) bounds every share
-	// the scheduler gives it.
-	capMiBs := uint64(req.BandwidthMiBs)
-	drive, err := s.reserve(ctx, conn, req.Domain)
-	if err != nil {
-		return MigrateResponse{}, err
-	}
-	if req.BandwidthMiBs == 0 {
-		req.BandwidthMiBs = s.startingShare()
-	}
-	dataWhy := ""
-	if req.Compression == CompressionAuto {
-		c := s.chooseFor(ctx, conn.Socket(), req)
-		if c.Compression == CompressionZstd {
-			req.Parallel = max(req.Parallel, c.Parallel)
-		}
-		req.Compression, dataWhy = c.Compression, c.Why
-		s.log.Info("data settings chosen", zap.String("domain", req.Domain), zap.String("why", c.Why))
-	}
-	// The protocol's steps run on a libvirt connection of the migration's
-	// own, for as long as it lasts: libvirt ties a migration's state to
-	// the connection that runs it, and the pool's connection is cut on one
-	// missed ping, which would end the migration with it.
-	own, err := conn.Another(ctx)
-	if err != nil {
-		s.running.end(drive)
-		return MigrateResponse{}, fmt.Errorf("opening the migration's own libvirt connection: %w", err)
-	}
-	ownHanded := false
-	defer func() {
-		if !ownHanded {
-			own.Close()
-		}
-	}()
-	id := newMigrationID()
-	begun := time.Now()
-	flags, params := migrateFlags(req)
-	persistent, err := own.Persistent(ctx, dom)
-	if err != nil {
-		s.running.end(drive)
-		return MigrateResponse{}, fmt.Errorf("asking libvirt whether %s is persistent: %w", req.Domain, err)
-	}
-	config, autostart := "", false
-	if persistent {
-		// The definition goes with the guest, checked by the target and
-		// saved there before the guest starts there; only then is the
-		// one here removed (see definition.go).
-		flags |= libvirt.MigratePersistDest
-		if config, autostart, err = persistentConfig(ctx, own, dom); err != nil {
-			s.running.end(drive)
-			return MigrateResponse{}, err
-		}
-	}
-	// Before Begin: libvirt changes autostart under a job of the domain's,
-	// which a migration's job holds off until it ends.
-	performing := false
-	if err := holdAutostart(ctx, own, dom, autostart); err != nil {
-		s.running.end(drive)
-		return MigrateResponse{}, err
-	}
-	defer func() {
-		if !performing {
-			giveAutostartBack(s.log, own, dom, autostart, req.Domain)
-		}
-	}()
+	req = p.req
+	st := &starting{s: s, drive: p.drive, domain: req.Domain, dom: p.dom}
+	// Undone in this order when the migration does not start: libvirt's
+	// job cancelled, the trial ended, autostart given back, the
+	// connection closed.
+	defer st.giveBackUnlessPerforming()
 	// Between Begin and Perform libvirt holds a migration job that may yet
 	// be cancelled (a target with no inbound slot free, asked again): it
 	// is not taken for the migration until Perform starts.
-	defer s.tracker.Trial(conn.Socket(), req.Domain)()
-	// What libvirt caps this domain's migrations at now, which the
-	// scheduler's shares replace while this one runs.
-	speedBefore, err := own.MaxSpeed(ctx, dom)
+	defer s.tracker.Trial(p.conn.Socket(), req.Domain)()
+	defer st.cancelUnlessPerforming()
+	domXML, cookie, err := st.begin(ctx, p.conn, req)
 	if err != nil {
-		speedBefore = 0 // unknown: nothing is given back
+		return MigrateResponse{}, err
 	}
-	domXML, cookie, err := own.Begin(ctx, dom, params, flags)
-	if err != nil {
-		s.running.end(drive)
-		return MigrateResponse{}, fmt.Errorf("libvirt's Begin on this node: %w", err)
-	}
-	// A guest that came here by a Ferry post-copy carries the monitor its
-	// target gave it; the next target gives its own.
-	if domXML, err = libvirtx.WithoutRecoveryMonitor(domXML); err != nil {
-		own.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout)
-		s.running.end(drive)
-		return MigrateResponse{}, fmt.Errorf("reading libvirt's Begin XML: %w", err)
-	}
-	// Begin started libvirt's job (CHANGE_PROTECTION): until Perform takes
-	// it over, a failure ends it with a cancelled Confirm, as libvirt's
-	// own client does.
-	if faults.Inject(faults.PauseAfterBegin) {
-		s.log.Warn("fault injected: pausing between Begin and Prepare", zap.String("domain", req.Domain), zap.Duration("for", pauseAfterBegin))
-		time.Sleep(pauseAfterBegin)
-	}
-	defer func() {
-		if !performing {
-			if err := own.Confirm(context.Background(), dom, params, nil, flags, true, confirmTimeout); err != nil {
-				s.log.Warn("ending libvirt's migration job after a failed start", zap.String("domain", req.Domain), zap.Error(err))
-			}
-		}
-	}()
-	prep, err := s.prepareOnTarget(ctx, req, conn.Socket(), dom, id, begun, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
-		XML: domXML, Config: config, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
-		DeadlineSeconds: (deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
+	id, own, flags := st.id, st.own, st.flags
+	prep, err := s.prepareOnTarget(ctx, req, p.conn.Socket(), p.dom, id, st.begun, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
+		XML: domXML, Config: st.config, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
+		DeadlineSeconds: (p.deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
 		Direct: req.DataPath == DataPathDirect})
 	if err != nil {
-		s.running.end(drive)
 		return MigrateResponse{}, err
 	}
 	tid := prep.Migration
-	src, err := s.openStreams(req, conn, &prep)
+	src, err := s.openStreams(req, p.conn, &prep)
 	if err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
-		s.running.end(drive)
 		return MigrateResponse{}, err
 	}
-	info := api.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: s.proxy.TLS(), Parallel: req.Parallel}
-	info.CapMiBs = req.BandwidthMiBs
+	info := api.ProxyInfo{MigrationID: id, Target: req.Target, TargetNode: prep.PeerNode, TLS: s.proxy.TLS(), Parallel: req.Parallel,
+		CapMiBs: req.BandwidthMiBs, DataChoice: p.dataWhy}
 	if req.Compression == CompressionZstd {
 		info.Compression = CompressionZstd
 	}
-	info.DataChoice = dataWhy
 	if req.DataPath == DataPathDirect {
 		info.DataPath, info.DirectURI = DataPathDirect, prep.URI
 	}
-	params = append(params, s.switchoverParam(ctx, own, req, &info)...)
-	rec := drivenRecord{ID: id, TargetID: tid, MaxSpeedMiBs: speedBefore, Domain: req.Domain, UUID: libvirtx.UUIDString(dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
-		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: begun, Autostart: autostart}
+	params := append(st.params, s.switchoverParam(ctx, own, req, &info)...)
+	rec := drivenRecord{ID: id, TargetID: tid, MaxSpeedMiBs: st.speedBefore, Domain: req.Domain, UUID: libvirtx.UUIDString(p.dom.UUID), Socket: own.Socket(), Target: req.Target, TargetOwner: src.Owner(),
+		TargetNode: prep.PeerNode, Flags: uint32(flags), Started: st.begun, Autostart: st.autostart}
 	if err := s.recordDrive(rec); err != nil {
 		s.cancelTarget(req, tid, prep.Owner, err)
 		src.Close("not started")
-		s.running.end(drive)
 		return MigrateResponse{}, fmt.Errorf("recording the migration in the state directory, which a restart would need: %w", err)
 	}
-	performing, ownHanded = true, true
+	st.performing = true
 	// The owner is in place before the tracker can see the job, so that
 	// nothing acts on it but through the owner.
 	postCopy := flags&libvirt.MigratePostcopy != 0
-	o := newOwner(own.Socket(), req.Domain, dom, own, s.tracker, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
-	s.tracker.EndTrials(conn.Socket(), req.Domain)
-	s.running.own(drive, id, o, Driven{Settings: pol, PostCopy: postCopy, Deadline: deadline, Act: o.Policy(), CapMiBs: capMiBs})
-	s.tracker.Drive(conn.Socket(), req.Domain, info)
+	o := newOwner(own.Socket(), req.Domain, p.dom, own, s.tracker, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
+	s.tracker.EndTrials(p.conn.Socket(), req.Domain)
+	s.running.own(p.drive, id, o, Driven{Settings: p.pol, PostCopy: postCopy, Deadline: p.deadline, Act: o.Policy(), CapMiBs: p.capMiBs})
+	s.tracker.Drive(p.conn.Socket(), req.Domain, info)
 	if postCopy {
-		s.tracker.DriveRecoverable(conn.Socket(), req.Domain, s.cfg.PostCopyRecoveryTimeout)
+		s.tracker.DriveRecoverable(p.conn.Socket(), req.Domain, s.cfg.PostCopyRecoveryTimeout)
 	}
-	go func() {
-		defer s.running.end(drive)
-		defer own.Close()
-		d := &driving{s: s, req: req, rec: rec, conn: own, dom: dom, src: src, info: info, o: o, flags: flags, params: params,
-			log: s.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))}
-		switch d.run(prep.Cookie, deadline) {
-		case driveSettled:
-			s.forgetDrive(id)
-		case driveUnsettled:
-			// Settled from its record, as a restarted ferryd would, with
-			// the domain still held, so no other migration of it starts
-			// meanwhile; its slot goes to others.
-			s.running.releaseHolds(drive)
-			s.settleUnsettled(id)
-		}
-	}()
+	d := &driving{s: s, req: req, rec: rec, conn: own, dom: p.dom, src: src, info: info, o: o, flags: flags, params: params,
+		log: s.log.With(zap.String("domain", req.Domain), zap.String("migration", id), zap.String("target", req.Target), zap.String("targetNode", info.TargetNode))}
+	go s.runDrive(d, p.drive, prep.Cookie, p.deadline)
+	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: s.proxy.TLS(), TargetNode: prep.PeerNode,
+		Message: s.startedMessage(prep.PeerNode, info.DirectURI)}, nil
+}
+
+// runDrive runs a started migration to its end and does what its end says
+// of its record.
+func (s *Source) runDrive(d *driving, drive string, cookie []byte, deadline time.Duration) {
+	defer s.running.end(drive)
+	defer d.conn.Close()
+	switch d.run(cookie, deadline) {
+	case driveSettled:
+		s.forgetDrive(d.rec.ID)
+	case driveUnsettled:
+		// Settled from its record, as a restarted ferryd would, with the
+		// domain still held, so no other migration of it starts meanwhile;
+		// its slot goes to others.
+		s.running.releaseHolds(drive)
+		s.settleUnsettled(d.rec.ID)
+	}
+}
+
+func (s *Source) startedMessage(peerNode, directURI string) string {
+	if directURI != "" {
+		return fmt.Sprintf("migration started straight to node %s's QEMU at %s, under QEMU's own TLS", peerNode, directURI)
+	}
 	msg := "migration started through the Ferry proxy"
-	if prep.PeerNode != "" {
-		msg += " to node " + prep.PeerNode
+	if peerNode != "" {
+		msg += " to node " + peerNode
 	}
-	if info.DirectURI != "" {
-		msg = fmt.Sprintf("migration started straight to node %s's QEMU at %s, under QEMU's own TLS", prep.PeerNode, info.DirectURI)
-	} else if !s.proxy.TLS() {
+	if !s.proxy.TLS() {
 		msg += " (plain TCP: trusted migration network only)"
 	}
-	return MigrateResponse{MigrationID: id, Domain: req.Domain, Target: req.Target, TLS: s.proxy.TLS(), TargetNode: prep.PeerNode, Message: msg}, nil
+	return msg
 }
 
 // restoreSpeed gives a guest that stays here, the migration over, the

@@ -10,12 +10,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
-// The steps of Source.start that need no undoing of their own: each
-// returns what the next needs, and start undoes what came before.
+// Source.start's steps: the plan before libvirt is asked anything, the
+// start up to Begin (starting, which is undone if Perform is not reached),
+// and the steps between that need no undoing of their own.
 
 // deadlineOf is how long the migration of dom may run, from its memory.
 func (s *Source) deadlineOf(ctx context.Context, conn *libvirtx.Conn, dom libvirt.Domain, req MigrateRequest) (time.Duration, error) {
@@ -126,4 +129,162 @@ func (s *Source) openStreams(req MigrateRequest, conn *libvirtx.Conn, prep *prox
 	// else the target's address might lead meanwhile.
 	src.BindTarget(prep.Owner)
 	return src, nil
+}
+
+// startPlan is what a migration request comes to before anything is asked
+// of libvirt for it: the request with its policy applied, the domain, its
+// deadline and its reservation here.
+type startPlan struct {
+	req      MigrateRequest
+	pol      policy.Settings
+	conn     *libvirtx.Conn // the pool's connection to the domain's libvirt
+	dom      libvirt.Domain
+	deadline time.Duration
+	capMiBs  uint64 // the request's own cap, which bounds every share it is given
+	drive    string // the reservation
+	dataWhy  string
+}
+
+func (s *Source) planStart(ctx context.Context, req MigrateRequest) (startPlan, error) {
+	req, pol, err := s.effective(req)
+	if err != nil {
+		return startPlan{}, err
+	}
+	socket, dom, err := s.tracker.DomainRef(req.Socket, req.Domain)
+	if err != nil {
+		return startPlan{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	conn, err := s.cfg.Conns.Conn(socket)
+	if err != nil {
+		return startPlan{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if err := directFromPod(conn, req); err != nil {
+		return startPlan{}, err
+	}
+	deadline, err := s.deadlineOf(ctx, conn, dom, req)
+	if err != nil {
+		return startPlan{}, err
+	}
+	p := startPlan{pol: pol, conn: conn, dom: dom, deadline: deadline, capMiBs: uint64(req.BandwidthMiBs)}
+	if p.drive, err = s.reserve(ctx, conn, req.Domain); err != nil {
+		return startPlan{}, err
+	}
+	if req.BandwidthMiBs == 0 {
+		req.BandwidthMiBs = s.startingShare()
+	}
+	if req.Compression == CompressionAuto {
+		c := s.chooseFor(ctx, conn.Socket(), req)
+		if c.Compression == CompressionZstd {
+			req.Parallel = max(req.Parallel, c.Parallel)
+		}
+		req.Compression, p.dataWhy = c.Compression, c.Why
+		s.log.Info("data settings chosen", zap.String("domain", req.Domain), zap.String("why", c.Why))
+	}
+	p.req = req
+	return p, nil
+}
+
+// starting is a migration between its reservation and Perform: what is
+// undone if it does not get that far.
+type starting struct {
+	s      *Source
+	drive  string
+	domain string
+	dom    libvirt.Domain
+
+	id          string
+	begun       time.Time
+	own         *libvirtx.Conn // the migration's own connection
+	flags       libvirt.DomainMigrateFlags
+	params      []libvirt.TypedParam
+	config      string // the persistent definition, for a persistent guest
+	autostart   bool
+	held        bool // autostart is held off
+	inJob       bool // libvirt's Begin started its migration job
+	speedBefore uint64
+	performing  bool // handed to the drive: nothing here is undone
+}
+
+// begin opens the migration's own libvirt connection, holds autostart off
+// and runs libvirt's Begin: the domain's XML for the target and Begin's
+// cookie.
+func (st *starting) begin(ctx context.Context, conn *libvirtx.Conn, req MigrateRequest) (string, []byte, error) {
+	// The protocol's steps run on a libvirt connection of the migration's
+	// own, for as long as it lasts: libvirt ties a migration's state to
+	// the connection that runs it, and the pool's connection is cut on one
+	// missed ping, which would end the migration with it.
+	own, err := conn.Another(ctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("opening the migration's own libvirt connection: %w", err)
+	}
+	st.own, st.id, st.begun = own, newMigrationID(), time.Now()
+	st.flags, st.params = migrateFlags(req)
+	persistent, err := own.Persistent(ctx, st.dom)
+	if err != nil {
+		return "", nil, fmt.Errorf("asking libvirt whether %s is persistent: %w", req.Domain, err)
+	}
+	if persistent {
+		// The definition goes with the guest, checked by the target and
+		// saved there before the guest starts there; only then is the one
+		// here removed (see definition.go).
+		st.flags |= libvirt.MigratePersistDest
+		if st.config, st.autostart, err = persistentConfig(ctx, own, st.dom); err != nil {
+			return "", nil, err
+		}
+	}
+	// Before Begin: libvirt changes autostart under a job of the domain's,
+	// which a migration's job holds off until it ends.
+	if err := holdAutostart(ctx, own, st.dom, st.autostart); err != nil {
+		return "", nil, err
+	}
+	st.held = true
+	// What libvirt caps this domain's migrations at now, which the
+	// scheduler's shares replace while this one runs.
+	if st.speedBefore, err = own.MaxSpeed(ctx, st.dom); err != nil {
+		st.speedBefore = 0 // unknown: nothing is given back
+	}
+	domXML, cookie, err := own.Begin(ctx, st.dom, st.params, st.flags)
+	if err != nil {
+		return "", nil, fmt.Errorf("libvirt's Begin on this node: %w", err)
+	}
+	// Begin started libvirt's job (CHANGE_PROTECTION): until Perform takes
+	// it over, a failure ends it with a cancelled Confirm, as libvirt's own
+	// client does.
+	st.inJob = true
+	// A guest that came here by a Ferry post-copy carries the monitor its
+	// target gave it; the next target gives its own.
+	if domXML, err = libvirtx.WithoutRecoveryMonitor(domXML); err != nil {
+		return "", nil, fmt.Errorf("reading libvirt's Begin XML: %w", err)
+	}
+	if faults.Inject(faults.PauseAfterBegin) {
+		st.s.log.Warn("fault injected: pausing between Begin and Prepare", zap.String("domain", req.Domain), zap.Duration("for", pauseAfterBegin))
+		time.Sleep(pauseAfterBegin)
+	}
+	return domXML, cookie, nil
+}
+
+// cancelUnlessPerforming gives the reservation back and ends libvirt's
+// migration job with a cancelled Confirm, as libvirt's own client does.
+func (st *starting) cancelUnlessPerforming() {
+	if st.performing {
+		return
+	}
+	st.s.running.end(st.drive)
+	if st.inJob {
+		if err := st.own.Confirm(context.Background(), st.dom, st.params, nil, st.flags, true, confirmTimeout); err != nil {
+			st.s.log.Warn("ending libvirt's migration job after a failed start", zap.String("domain", st.domain), zap.Error(err))
+		}
+	}
+}
+
+func (st *starting) giveBackUnlessPerforming() {
+	if st.performing {
+		return
+	}
+	if st.held {
+		giveAutostartBack(st.s.log, st.own, st.dom, st.autostart, st.domain)
+	}
+	if st.own != nil {
+		st.own.Close()
+	}
 }
