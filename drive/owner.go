@@ -271,124 +271,164 @@ func (o *Owner) run(deadline, switchAfter time.Duration) {
 		defer t.Stop()
 		timer = t.C
 	}
-	var giveUp, retry, again, stuck <-chan time.Time
-	var waiting []*request // switches waiting for QEMU's migration
-	var deadlineAbort *request
+	l := &ownerLoop{o: o, deadline: deadline}
 	for {
-		// Perform's return ends everything, even with requests queued.
-		select {
-		case <-o.done:
-			o.stop(waiting)
+		r, ok := l.next(dl.C, timer)
+		if !ok {
+			o.stop(l.waiting)
 			return
-		default:
 		}
-		// What was asked first is applied first: a request queued before a
-		// timer fired goes before the timer's.
-		var r *request
-		select {
-		case r = <-o.reqs:
-		default:
+		if r != nil {
+			l.handle(r)
 		}
-		if r == nil {
-			select {
-			case <-o.done:
-				o.stop(waiting)
-				return
-			case r = <-o.reqs:
-			case <-timer:
-				r = &request{op: opSwitch, by: "by the post-copy timer", waiting: make(chan struct{})}
-			case <-dl.C:
-				why := fmt.Sprintf("the migration ran past its deadline of %s", deadline.Round(time.Second))
-				if o.postCopy {
-					r = &request{op: opSwitch, by: "at the deadline: " + why, waiting: make(chan struct{})}
-					giveUp = time.After(o.grace)
-				} else {
-					deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline, why: why}
-					r = deadlineAbort
-				}
-			case <-giveUp:
-				if o.switched {
-					continue
-				}
-				// From now on no switch is made: one taken later would
-				// reach the target after it may have given the migration
-				// up, with the guest running there.
-				o.closed = true
-				for _, w := range waiting {
-					w.answer(reply{err: fmt.Errorf("%w: the switch to post-copy was not taken within %s of the deadline", ErrAborting, o.grace)})
-				}
-				waiting, retry = nil, nil
-				deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline,
-					why: fmt.Sprintf("the migration ran past its deadline of %s, and the switch to post-copy was not taken within %s", deadline.Round(time.Second), o.grace)}
-				r = deadlineAbort
-			case <-again:
-				again = nil
-				if o.aborting || o.switched {
-					continue
-				}
-				r = deadlineAbort
-			case <-stuck:
-				// libvirt took the abort and its migration still runs: ask
-				// again, as libvirt's client would not, rather than wait on a
-				// job that never ends.
-				o.log.Error("the migration still runs a while after libvirt took its abort; asking libvirt again", zap.Duration("since", abortStuck))
-				ctx, cancel := context.WithTimeout(context.Background(), ownerCallTimeout)
-				if err := o.job.AbortJob(ctx, o.dom, false); err != nil {
-					o.log.Warn("libvirt refused the repeated abort", zap.Error(err))
-				}
-				cancel()
-				stuck = time.After(abortStuck)
-				continue
-			case <-retry:
-				retry = nil
-				if len(waiting) == 0 {
-					continue
-				}
-				r = waiting[0]
-			}
+	}
+}
+
+// ownerLoop is what run keeps between requests: the timers it set and the
+// switches waiting for QEMU's migration.
+type ownerLoop struct {
+	o        *Owner
+	deadline time.Duration
+
+	giveUp <-chan time.Time // the grace past the deadline for a switch
+	retry  <-chan time.Time // a waiting switch is asked again
+	again  <-chan time.Time // the deadline's abort is asked again
+	stuck  <-chan time.Time // an abort libvirt took has not ended the job
+	// waiting are the switches waiting for QEMU's migration, answered
+	// with the first.
+	waiting       []*request
+	deadlineAbort *request
+}
+
+// next turns what happens into the next request to apply: nil when an
+// event needs none, !ok once Perform has returned, which ends everything,
+// even with requests queued. What was asked first is applied first: a
+// request queued before a timer fired goes before the timer's.
+func (l *ownerLoop) next(deadline, timer <-chan time.Time) (*request, bool) {
+	o := l.o
+	select {
+	case <-o.done:
+		return nil, false
+	default:
+	}
+	select {
+	case r := <-o.reqs:
+		return r, true
+	default:
+	}
+	select {
+	case <-o.done:
+		return nil, false
+	case r := <-o.reqs:
+		return r, true
+	case <-timer:
+		return &request{op: opSwitch, by: "by the post-copy timer", waiting: make(chan struct{})}, true
+	case <-deadline:
+		return l.atDeadline(), true
+	case <-l.giveUp:
+		return l.pastGrace(), true
+	case <-l.again:
+		l.again = nil
+		if o.aborting || o.switched {
+			return nil, true
 		}
-		if r.gone.Load() && !r.isWaiting() {
-			r.answer(reply{err: errBusy})
-			continue
+		return l.deadlineAbort, true
+	case <-l.stuck:
+		l.abortAgain()
+		return nil, true
+	case <-l.retry:
+		l.retry = nil
+		if len(l.waiting) == 0 {
+			return nil, true
 		}
-		if r.op == opSwitch && len(waiting) > 0 && r != waiting[0] {
+		return l.waiting[0], true
+	}
+}
+
+func (l *ownerLoop) atDeadline() *request {
+	why := fmt.Sprintf("the migration ran past its deadline of %s", l.deadline.Round(time.Second))
+	if l.o.postCopy {
+		l.giveUp = time.After(l.o.grace)
+		return &request{op: opSwitch, by: "at the deadline: " + why, waiting: make(chan struct{})}
+	}
+	l.deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline, why: why}
+	return l.deadlineAbort
+}
+
+// pastGrace: from now on no switch is made, as one taken later would
+// reach the target after it may have given the migration up, with the
+// guest running there; the migration is aborted instead.
+func (l *ownerLoop) pastGrace() *request {
+	o := l.o
+	if o.switched {
+		return nil
+	}
+	o.closed = true
+	l.answerWaiting(reply{err: fmt.Errorf("%w: the switch to post-copy was not taken within %s of the deadline", ErrAborting, o.grace)})
+	l.deadlineAbort = &request{op: opAbort, by: migration.AbortByDeadline,
+		why: fmt.Sprintf("the migration ran past its deadline of %s, and the switch to post-copy was not taken within %s", l.deadline.Round(time.Second), o.grace)}
+	return l.deadlineAbort
+}
+
+// abortAgain: libvirt took the abort and its migration still runs. It is
+// asked again, as libvirt's client would not, rather than wait on a job
+// that never ends.
+func (l *ownerLoop) abortAgain() {
+	o := l.o
+	o.log.Error("the migration still runs a while after libvirt took its abort; asking libvirt again", zap.Duration("since", abortStuck))
+	ctx, cancel := context.WithTimeout(context.Background(), ownerCallTimeout)
+	if err := o.job.AbortJob(ctx, o.dom, false); err != nil {
+		o.log.Warn("libvirt refused the repeated abort", zap.Error(err))
+	}
+	cancel()
+	l.stuck = time.After(abortStuck)
+}
+
+func (l *ownerLoop) answerWaiting(rep reply) {
+	for _, w := range l.waiting {
+		w.answer(rep)
+	}
+	l.waiting, l.retry = nil, nil
+}
+
+// handle applies one request and sets what follows from its answer.
+func (l *ownerLoop) handle(r *request) {
+	o := l.o
+	if r.gone.Load() && !r.isWaiting() {
+		r.answer(reply{err: errBusy})
+		return
+	}
+	if r.op == opSwitch && len(l.waiting) > 0 && r != l.waiting[0] {
+		r.wait()
+		l.waiting = append(l.waiting, r) // answered with the first
+		return
+	}
+	rep, ask := o.apply(r)
+	switch {
+	case r.op == opSwitch && ask && r.gone.Load() && !r.isWaiting():
+		// Its asker heard it was not taken: not made later either.
+		r.answer(rep)
+	case r.op == opSwitch && ask:
+		if len(l.waiting) == 0 {
 			r.wait()
-			waiting = append(waiting, r) // answered with the first
-			continue
+			l.waiting = append(l.waiting, r)
+			o.log.Info("the switch to post-copy waits for QEMU's migration", zap.String("by", r.by), zap.Error(rep.err))
 		}
-		rep, ask := o.apply(r)
-		switch {
-		case r.op == opSwitch && ask && r.gone.Load() && !r.isWaiting():
-			// Its asker heard it was not taken: not made later either.
-			r.answer(rep)
-		case r.op == opSwitch && ask:
-			if len(waiting) == 0 {
-				r.wait()
-				waiting = append(waiting, r)
-				o.log.Info("the switch to post-copy waits for QEMU's migration", zap.String("by", r.by), zap.Error(rep.err))
-			}
-			retry = time.After(switchRetry)
-		case r.op == opSwitch:
-			if len(waiting) == 0 {
-				waiting = []*request{r}
-			}
-			for _, w := range waiting {
-				w.answer(rep)
-			}
-			waiting, retry = nil, nil
-		default:
-			r.answer(rep)
-			if r == deadlineAbort && rep.err != nil && !o.aborting {
-				o.log.Warn("the deadline's abort was not taken; asking again", zap.Error(rep.err))
-				again = time.After(o.retryAbort)
-			}
-			if r.op == opAbort && rep.err == nil {
-				for _, w := range waiting {
-					w.answer(reply{err: fmt.Errorf("%w: the switch to post-copy was dropped", ErrAborting)})
-				}
-				waiting, retry = nil, nil
-				stuck = time.After(abortStuck)
-			}
+		l.retry = time.After(switchRetry)
+	case r.op == opSwitch:
+		if len(l.waiting) == 0 {
+			l.waiting = []*request{r}
+		}
+		l.answerWaiting(rep)
+	default:
+		r.answer(rep)
+		if r == l.deadlineAbort && rep.err != nil && !o.aborting {
+			o.log.Warn("the deadline's abort was not taken; asking again", zap.Error(rep.err))
+			l.again = time.After(o.retryAbort)
+		}
+		if r.op == opAbort && rep.err == nil {
+			l.answerWaiting(reply{err: fmt.Errorf("%w: the switch to post-copy was dropped", ErrAborting)})
+			l.stuck = time.After(abortStuck)
 		}
 	}
 }
