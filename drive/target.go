@@ -304,27 +304,8 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 			in.unadmit(m.ID)
 		}
 	}()
-	c, err := pooled.Another(ctx)
+	c, err := in.connFor(ctx, pooled, m, domXML)
 	if err != nil {
-		return none, PeerError(err)
-	}
-	active, err := c.ActiveDomain(ctx, m.Domain)
-	if err != nil || active {
-		c.Close()
-	}
-	if err != nil {
-		return none, PeerError(err)
-	}
-	if active {
-		return none, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
-	}
-	uuid, err := libvirtx.DomainUUID(domXML)
-	if err != nil {
-		c.Close()
-		return none, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
-	}
-	if err := in.refuseDefinedHere(ctx, c, m, uuid); err != nil {
-		c.Close()
 		return none, err
 	}
 	if m.DryRun {
@@ -358,6 +339,63 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 			return none, err
 		}
 	}
+	params := prepareParams(m, runXML, flags)
+	wait := until(ctx)
+	if faults.Inject(faults.LatePrepare) {
+		wait = time.Millisecond
+	}
+	prepared, err := c.PrepareURI(ctx, params, cookie, flags, wait)
+	ok = err == nil
+	if err != nil {
+		in.endTrial(m.ID)
+		// A Prepare this node gave up on may still complete in libvirt,
+		// and is undone on this connection when it does (see libvirtx's
+		// Prepare): only then does the connection stay open a while, and
+		// only so many at once. One libvirt answered is closed now.
+		if errors.Is(err, libvirtx.ErrTimeout) && in.linger(c) {
+			return none, PeerError(err)
+		}
+		c.Close()
+		return none, PeerError(err)
+	}
+	in.keep(m, c, config)
+	admitted = true
+	in.prepared(m.ID)
+	return prepared, nil
+}
+
+// connFor opens the migration's own libvirt connection, once neither a
+// running domain of its name nor another guest's definition of its UUID
+// is in its way here.
+func (in *Target) connFor(ctx context.Context, pooled *libvirtx.Conn, m proxy.IncomingMigration, domXML string) (*libvirtx.Conn, error) {
+	c, err := pooled.Another(ctx)
+	if err != nil {
+		return nil, PeerError(err)
+	}
+	active, err := c.ActiveDomain(ctx, m.Domain)
+	if err != nil || active {
+		c.Close()
+	}
+	if err != nil {
+		return nil, PeerError(err)
+	}
+	if active {
+		return nil, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
+	}
+	uuid, err := libvirtx.DomainUUID(domXML)
+	if err != nil {
+		c.Close()
+		return nil, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+	}
+	if err := in.refuseDefinedHere(ctx, c, m, uuid); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// prepareParams are libvirt's Prepare parameters for m.
+func prepareParams(m proxy.IncomingMigration, runXML string, flags libvirt.DomainMigrateFlags) []libvirt.TypedParam {
 	params := []libvirt.TypedParam{
 		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(runXML)},
 		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
@@ -374,45 +412,28 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamDisksURI, Value: *libvirt.NewTypedParamValueString(m.DiskURI)})
 	}
 	if m.Direct {
-		// The target QEMU listens on the address the source reached
-		// this node at, not on every address libvirt would bind.
+		// The target QEMU listens on the address the source reached this
+		// node at, not on every address libvirt would bind.
 		params = append(params, libvirt.TypedParam{Field: libvirt.MigrateParamListenAddress, Value: *libvirt.NewTypedParamValueString(m.ListenAddress)})
 	}
-	wait := until(ctx)
-	if faults.Inject(faults.LatePrepare) {
-		wait = time.Millisecond
-	}
-	prepared, err := c.PrepareURI(ctx, params, cookie, flags, wait)
-	ok = err == nil
-	if err == nil && config != "" && !m.DryRun {
-		in.mu.Lock()
+	return params
+}
+
+// keep holds what a prepared migration's finish needs: its connection,
+// on which libvirt keeps its state, and the definition it saves.
+func (in *Target) keep(m proxy.IncomingMigration, c *libvirtx.Conn, config string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if config != "" && !m.DryRun {
 		if in.definitions == nil {
 			in.definitions = map[string]string{}
 		}
 		in.definitions[m.ID] = config
-		in.mu.Unlock()
 	}
-	if err != nil {
-		in.endTrial(m.ID)
-		// A Prepare this node gave up on may still complete in libvirt,
-		// and is undone on this connection when it does (see libvirtx's
-		// Prepare): only then does the connection stay open a while, and
-		// only so many at once. One libvirt answered is closed now.
-		if errors.Is(err, libvirtx.ErrTimeout) && in.linger(c) {
-			return none, PeerError(err)
-		}
-		c.Close()
-		return none, PeerError(err)
-	}
-	in.mu.Lock()
 	if in.own == nil {
 		in.own = map[string]*libvirtx.Conn{}
 	}
 	in.own[m.ID] = c
-	in.mu.Unlock()
-	admitted = true
-	in.prepared(m.ID)
-	return prepared, nil
 }
 
 // lateUndoWindow is how long a timed-out Prepare's connection waits for
