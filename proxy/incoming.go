@@ -157,26 +157,112 @@ func (p *Proxy) newIncoming(id, domain string, parallel int, postCopy, disk bool
 }
 
 func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked func()) ControlResponse {
-	refuse := p.refusePeer
 	if req.DryRun {
-		// A dry run's "no" is its answer, not a refusal of the peer.
-		refuse = p.answerDryRun
 		req.RecoverSeconds = 0
 	}
+	pr := &preparing{p: p, raw: raw, req: req, peer: peer}
+	if resp, ok := pr.build(); !ok {
+		return resp
+	}
+	checkedXML, resp, ok := pr.check(checked)
+	if !ok {
+		return resp
+	}
+	m := pr.m
+	if err := p.reg.add(m, &pr.in, peer.owner()); err != nil {
+		return pr.refuse(refusalReason(err, reasonMalformedRequest), err.Error())
+	}
+	if _, err := p.socketGroup(); err != nil {
+		p.Unregister(m.ID, "prepare failed")
+		p.log.Warn("cannot give QEMU the migration socket dir", zap.Error(err))
+		msg := "this node cannot give its QEMU a migration socket (see its log)"
+		var ug *unknownGroupError
+		if errors.As(err, &ug) {
+			msg = p.scrub(err.Error())
+		}
+		return pr.refuse(refusalReason(err, reasonPrepareFailed), "prepare: "+msg)
+	}
+	cookie, uri, cpu, resp, ok := pr.prepareLibvirt(checkedXML)
+	if !ok {
+		return resp
+	}
+	start := pr.started
+	if req.DryRun {
+		return p.endDryRun(pr.in, cpu, time.Since(start))
+	}
+	in := pr.in
+	p.hideMonitor(in)
+	p.hideTargets(in)
+	if err := p.monitorIsOurs(in); err != nil {
+		p.log.Error("an incoming post-copy migration is refused: its recovery monitor is not ferryd's", zap.String("migration", m.ID),
+			zap.String("domain", m.Domain), zap.Error(err))
+		p.cancelLibvirt(in, "its recovery monitor is not ferryd's")
+		p.Unregister(m.ID, "prepare failed")
+		p.dropMonitor(m.ID)
+		return pr.refuse(reasonPrepareFailed, "prepare: this node's QEMU for the guest cannot be resumed by Ferry (see its log)")
+	}
+	e, err := p.reg.setState(m.ID, m.Domain, statePreparing, statePrepared)
+	if err != nil {
+		// Cut meanwhile (the node is shutting down): libvirt must not
+		// keep a target QEMU nobody will finish.
+		p.cancelLibvirt(in, "cut while preparing")
+		return pr.refuse(refusalReason(err, reasonShuttingDown), err.Error())
+	}
+	pr.arm(e)
+	if resp, ok := pr.record(e); !ok {
+		return resp
+	}
+	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
+		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
+		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
+	if in.Direct {
+		// From the answer on, which names QEMU's address to the source.
+		p.awaitDirect(e, m.ID, uri, raw.RemoteAddr())
+	}
+	return ControlResponse{Migration: m.ID, Cookie: cookie, URI: uri}
+}
+
+// preparing is one peer's prepare request while it is taken: the
+// migration it comes to and how it is refused.
+type preparing struct {
+	p    *Proxy
+	raw  net.Conn
+	req  ControlRequest
+	peer Peer
+	m    Migration
+	// in is the migration as the registry keeps it, from add on.
+	in      IncomingMigration
+	ttl     time.Duration
+	started time.Time // libvirt's Prepare
+}
+
+// refuse says no to the peer; a dry run's "no" is its answer, not a
+// refusal of the peer.
+func (pr *preparing) refuse(reason, detail string) ControlResponse {
+	if pr.req.DryRun {
+		return pr.p.answerDryRun(pr.raw, pr.peer.Node, pr.req, reason, detail)
+	}
+	return pr.p.refusePeer(pr.raw, pr.peer.Node, pr.req, reason, detail)
+}
+
+// build checks the request's bounds and makes the migration it asks for,
+// with its sockets here, never where the peer says.
+func (pr *preparing) build() (ControlResponse, bool) {
+	p, req, peer := pr.p, pr.req, pr.peer
 	if p.cfg.Incoming == nil {
-		return refuse(raw, peer.Node, req, reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations")
+		return pr.refuse(reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations"), false
 	}
 	if len(req.XML) == 0 || len(req.XML)+len(req.Config) > MaxDomainXML {
-		return refuse(raw, peer.Node, req, "invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes and definition of %d (1 to %d together)", len(req.XML), len(req.Config), MaxDomainXML))
+		return pr.refuse("invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes and definition of %d (1 to %d together)", len(req.XML), len(req.Config), MaxDomainXML)), false
 	}
 	if req.Parallel < 0 || req.Parallel > MaxParallel {
-		return refuse(raw, peer.Node, req, reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel))
+		return pr.refuse(reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel)), false
 	}
-	ttl := p.cfg.RegistrationTTL
-	if req.DeadlineSeconds > 0 && req.DeadlineSeconds < ttl.Seconds() {
-		ttl = min(ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
+	pr.ttl = p.cfg.RegistrationTTL
+	if req.DeadlineSeconds > 0 && req.DeadlineSeconds < pr.ttl.Seconds() {
+		pr.ttl = min(pr.ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
 	}
-	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, ttl)
+	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, pr.ttl)
 	m.PeerNode = peer.Node
 	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Config: req.Config, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
 		MemoryURI: "unix://" + m.Targets[KindMemory], PeerNode: peer.Node, DryRun: req.DryRun}
@@ -184,15 +270,15 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 		in.DiskURI = "unix://" + m.Targets[KindDisk]
 	}
 	if req.Direct {
-		host, reason, why := p.directFrom(raw, peer, req)
+		host, reason, why := p.directFrom(pr.raw, peer, req)
 		if why != "" && reason == reasonDirectNotAllowed {
 			// What the direct path is never open to (a peer not listed,
-			// or post-copy or a disk stream, which Ferry's own sources
-			// do not ask) is refused, and counted, in a dry run too.
-			return p.refusePeer(raw, peer.Node, req, reason, why)
+			// or post-copy or a disk stream, which Ferry's own sources do
+			// not ask) is refused, and counted, in a dry run too.
+			return p.refusePeer(pr.raw, peer.Node, req, reason, why), false
 		}
 		if why != "" {
-			return refuse(raw, peer.Node, req, reason, why)
+			return pr.refuse(reason, why), false
 		}
 		in.Direct, in.ListenAddress = true, host
 		in.MemoryURI = "tcp://" + hostForURI(host)
@@ -203,133 +289,104 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
 		in.RecoverFor = time.Duration(min(req.RecoverSeconds, maxRecoverSeconds) * float64(time.Second))
 	}
-	// The check's result goes to this migration's Prepare alone, never
-	// into what the registry keeps and copies.
-	var checkedXML *CheckedXML
-	{
-		turn, err := p.startChecking(peer, raw, time.Now().Add(p.cfg.PrepareTimeout))
-		if err != nil {
-			checked()
-			return refuse(raw, peer.Node, req, reasonTooManyReading, "prepare: "+err.Error())
-		}
-		checkedXML, err = p.cfg.Incoming.Check(in, req.XML)
-		turn()
-		checked()
-		if err != nil {
-			return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
-		}
+	pr.m, pr.in = m, in
+	return ControlResponse{}, true
+}
+
+// check has the target check the request's XML, in the peer's turn. The
+// result goes to this migration's Prepare alone, never into what the
+// registry keeps and copies.
+func (pr *preparing) check(checked func()) (*CheckedXML, ControlResponse, bool) {
+	defer checked()
+	turn, err := pr.p.startChecking(pr.peer, pr.raw, time.Now().Add(pr.p.cfg.PrepareTimeout))
+	if err != nil {
+		return nil, pr.refuse(reasonTooManyReading, "prepare: "+err.Error()), false
 	}
-	checked()
-	if err := p.reg.add(m, &in, peer.owner()); err != nil {
-		return refuse(raw, peer.Node, req, refusalReason(err, reasonMalformedRequest), err.Error())
+	checkedXML, err := pr.p.cfg.Incoming.Check(pr.in, pr.req.XML)
+	turn()
+	if err != nil {
+		return nil, pr.refuse(refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error()), false
 	}
-	if _, err := p.socketGroup(); err != nil {
-		p.Unregister(m.ID, "prepare failed")
-		p.log.Warn("cannot give QEMU the migration socket dir", zap.Error(err))
-		msg := "this node cannot give its QEMU a migration socket (see its log)"
-		var ug *unknownGroupError
-		if errors.As(err, &ug) {
-			msg = p.scrub(err.Error())
-		}
-		return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+msg)
-	}
+	return checkedXML, ControlResponse{}, true
+}
+
+// prepareLibvirt runs libvirt's Prepare (a dry run compares the CPU
+// first): its cookie and, for a direct migration, the target QEMU's URI.
+func (pr *preparing) prepareLibvirt(checkedXML *CheckedXML) (cookie []byte, uri, cpu string, resp ControlResponse, ok bool) {
+	p, req, id := pr.p, pr.req, pr.m.ID
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()
-	var cpu string
-	pin := in
+	pin := pr.in
 	pin.Checked = checkedXML
+	var err error
 	if req.DryRun {
-		var err error
 		if cpu, err = p.cfg.Incoming.CompareCPU(ctx, pin, req.XML); err != nil {
-			p.Unregister(m.ID, "dry run: cpu")
-			return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "cpu: "+err.Error())
+			p.Unregister(id, "dry run: cpu")
+			return nil, "", "", pr.refuse(refusalReason(err, reasonPrepareFailed), "cpu: "+err.Error()), false
 		}
 	}
-	start := time.Now()
-	var cookie []byte
-	var uri string
-	var err error
-	if in.Direct {
+	pr.started = time.Now()
+	if pin.Direct {
 		cookie, uri, err = p.cfg.Incoming.PrepareDirect(ctx, pin, req.XML, req.Cookie)
 	} else {
 		cookie, err = p.cfg.Incoming.Prepare(ctx, pin, req.XML, req.Cookie)
 	}
 	if err != nil {
-		p.Unregister(m.ID, "prepare failed")
-		os.Remove(in.MonitorPath)
-		p.dropMonitor(m.ID) // moved already by the watch
-		return refuse(raw, peer.Node, req, refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error())
+		p.Unregister(id, "prepare failed")
+		os.Remove(pin.MonitorPath)
+		p.dropMonitor(id) // moved already by the watch
+		return nil, "", "", pr.refuse(refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error()), false
 	}
-	if req.DryRun {
-		return p.endDryRun(in, cpu, time.Since(start))
-	}
-	p.hideMonitor(in)
-	p.hideTargets(in)
-	if err := p.monitorIsOurs(in); err != nil {
-		p.log.Error("an incoming post-copy migration is refused: its recovery monitor is not ferryd's", zap.String("migration", m.ID),
-			zap.String("domain", m.Domain), zap.Error(err))
-		p.cancelLibvirt(in, "its recovery monitor is not ferryd's")
-		p.Unregister(m.ID, "prepare failed")
-		p.dropMonitor(m.ID)
-		return refuse(raw, peer.Node, req, reasonPrepareFailed, "prepare: this node's QEMU for the guest cannot be resumed by Ferry (see its log)")
-	}
-	e, err := p.reg.setState(m.ID, m.Domain, statePreparing, statePrepared)
-	if err != nil {
-		// Cut meanwhile (the node is shutting down): libvirt must not
-		// keep a target QEMU nobody will finish.
-		p.cancelLibvirt(in, "cut while preparing")
-		return refuse(raw, peer.Node, req, refusalReason(err, reasonShuttingDown), err.Error())
-	}
-	if in.Direct {
-		// Its data never crosses this proxy: it is under way from now,
-		// for the finish and for a shutdown, and bounded by its time
-		// alone.
+	return cookie, uri, cpu, ControlResponse{}, true
+}
+
+// arm sets the timers of a prepared migration: a source that never opens
+// a stream, or never finishes, must not leave a target QEMU waiting; one
+// past its time whose guest runs here in post-copy is kept.
+func (pr *preparing) arm(e *entry) {
+	p, id := pr.p, pr.m.ID
+	if pr.in.Direct {
+		// Its data never crosses this proxy: it is under way from now, for
+		// the finish and for a shutdown, and bounded by its time alone.
 		p.reg.markStarted(e)
 	} else {
-		// A source that never opens a stream, or never finishes, must not
-		// leave a target QEMU waiting: its migration is dropped.
 		p.reg.addTimer(e, p.cfg.FirstStreamWait, func() {
 			if !p.reg.hasStarted(e) {
-				p.dropIncoming(m.ID, fmt.Sprintf("no data stream within %v of the prepare", p.cfg.FirstStreamWait))
+				p.dropIncoming(id, fmt.Sprintf("no data stream within %v of the prepare", p.cfg.FirstStreamWait))
 			}
 		})
 	}
 	var expire func()
 	expire = func() {
 		if why, held := p.held(e); held {
-			p.log.Error("an incoming migration past its time is kept: dropping it would lose its guest", zap.String("migration", m.ID),
-				zap.String("domain", m.Domain), zap.String("why", why))
+			p.log.Error("an incoming migration past its time is kept: dropping it would lose its guest", zap.String("migration", id),
+				zap.String("domain", pr.m.Domain), zap.String("why", why))
 			p.reg.addTimer(e, heldRecheck, expire)
 			return
 		}
-		p.dropIncoming(m.ID, fmt.Sprintf("not finished within %v", ttl))
+		p.dropIncoming(id, fmt.Sprintf("not finished within %v", pr.ttl))
 	}
-	p.reg.addTimer(e, ttl, expire)
-	// Kept before the answer, with the guest instance it started: a
-	// ferryd restarted later still knows what it prepared, and so what a
-	// finish of it asks.
-	{
-		ictx, icancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
-		inst, err := p.cfg.Incoming.Instance(ictx, in)
-		icancel()
-		if err != nil {
-			p.dropIncoming(m.ID, "its guest instance could not be named: "+err.Error())
-			return refuse(raw, peer.Node, req, reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)")
-		}
-		p.reg.setInstance(e, inst)
+	p.reg.addTimer(e, pr.ttl, expire)
+}
+
+// record keeps the prepared migration before the answer, with the guest
+// instance it started: a ferryd restarted later still knows what it
+// prepared, and so what a finish of it asks.
+func (pr *preparing) record(e *entry) (ControlResponse, bool) {
+	p, id := pr.p, pr.m.ID
+	ictx, icancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
+	inst, err := p.cfg.Incoming.Instance(ictx, pr.in)
+	icancel()
+	if err != nil {
+		p.dropIncoming(id, "its guest instance could not be named: "+err.Error())
+		return pr.refuse(reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)"), false
 	}
-	if err := p.saveOutcome(m.ID, peer.owner(), m.Domain, p.reg.incomingOf(e).Instance, nil); err != nil {
-		p.dropIncoming(m.ID, "its record could not be kept")
-		return refuse(raw, peer.Node, req, reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)")
+	p.reg.setInstance(e, inst)
+	if err := p.saveOutcome(id, pr.peer.owner(), pr.m.Domain, p.reg.incomingOf(e).Instance, nil); err != nil {
+		p.dropIncoming(id, "its record could not be kept")
+		return pr.refuse(reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)"), false
 	}
-	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
-		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
-		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
-	if in.Direct {
-		// From the answer on, which names QEMU's address to the source.
-		p.awaitDirect(e, m.ID, uri, raw.RemoteAddr())
-	}
-	return ControlResponse{Migration: m.ID, Cookie: cookie, URI: uri}
+	return ControlResponse{}, true
 }
 
 // endDryRun stops the guest a dry run's Prepare started, before the
