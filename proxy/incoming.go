@@ -431,21 +431,9 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 		// holding its job and this node's shutdown.
 		return p.refusePeer(raw, peer.Node, req, reasonNotStarted, fmt.Sprintf("migration %s has relayed no stream: nothing to finish (cancel it)", req.Migration))
 	}
-	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
-	if err != nil {
-		// A repeat: the first answer was lost on the way, the source's
-		// connection broke while libvirt's Finish ran, or this ferryd
-		// restarted since. The same peer hears the same truth.
-		if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok {
-			return resp
-		}
-		if resp, ok := p.awaitFinish(c, req, owner); ok {
-			return resp
-		}
-		if resp, ok := p.recordedOutcome(raw, req, peer); ok {
-			return resp
-		}
-		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
+	e, resp, ok := p.claimFinish(raw, c, req, peer)
+	if !ok {
+		return resp
 	}
 	// No deadline of Ferry's own: libvirt's Finish ends with the
 	// migration, and cutting it in post-copy would split the guest's
@@ -461,36 +449,13 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	// its own deadline.
 	c.SetDeadline(time.Time{})
 	start := time.Now()
-	var cookie []byte
-	outcome := ""
 	var in IncomingMigration
-	cancelled := req.Cancelled
+	var cookie []byte
+	var outcome string
+	var err error
 	if e.in != nil {
 		in = p.reg.incomingOf(e)
-		if !cancelled {
-			// Kept before libvirt may hand the guest over: a ferryd that
-			// dies during this Finish must not, once back, take a guest
-			// gone since (powered off after it ran here) for one that
-			// never came. Without it a pre-copy is not finished but
-			// cancelled: the source's copy, still whole, runs on. A
-			// post-copy's source never runs again, so there it is not
-			// needed to tell the two apart.
-			if err := p.saveRecord(outcomeRecord{ID: e.m.ID, Owner: owner, Domain: e.m.Domain, Instance: in.Instance, Finishing: true}); err != nil && !in.PostCopy {
-				p.log.Error("cancelling an incoming migration: its record cannot be kept before the guest is handed over", zap.String("migration", e.m.ID), zap.String("domain", e.m.Domain), zap.Error(err))
-				cancelled = true
-			}
-		}
-		cookie, err = p.cfg.Incoming.Finish(ctx, in, req.Cookie, cancelled)
-		if cancelled && !req.Cancelled && err == nil {
-			err = errors.New("this node cannot record the migration before handing the guest over (its state directory), so it dropped its copy")
-		}
-		if err == nil && !cancelled {
-			// libvirt's Finish handed the guest over here: whatever it
-			// does next (power off, crash), the source must never resume.
-			outcome = OutcomeRunning
-		} else {
-			outcome = p.outcomeOf(in)
-		}
+		cookie, outcome, err = p.finishLibvirt(ctx, e, in, req, owner)
 	}
 	counters := e.counters.Snapshot()
 	why := "finished"
@@ -507,7 +472,7 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 		p.log.Log(level, "incoming migration did not finish", zap.String("migration", req.Migration), zap.String("domain", req.Domain),
 			zap.Bool("cancelled", req.Cancelled), zap.String("outcome", outcome), zap.Error(err), zap.Duration("took", time.Since(start)))
 	}
-	resp := ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
+	resp = ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
 	if err != nil {
 		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
 	}
@@ -539,6 +504,57 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	}
 	p.Unregister(req.Migration, why)
 	return resp
+}
+
+// claimFinish takes a prepared migration for its finish. A repeat (the
+// first answer was lost on the way, the source's connection broke while
+// libvirt's Finish ran, or this ferryd restarted since) is not claimed:
+// the same peer hears the same truth.
+func (p *Proxy) claimFinish(raw, c net.Conn, req ControlRequest, peer Peer) (*entry, ControlResponse, bool) {
+	owner := peer.owner()
+	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
+	if err == nil {
+		return e, ControlResponse{}, true
+	}
+	if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok {
+		return nil, resp, false
+	}
+	if resp, ok := p.awaitFinish(c, req, owner); ok {
+		return nil, resp, false
+	}
+	if resp, ok := p.recordedOutcome(raw, req, peer); ok {
+		return nil, resp, false
+	}
+	return nil, p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error()), false
+}
+
+// finishLibvirt runs libvirt's Finish: its cookie for the source's
+// Confirm, and whether the guest runs here (an outcome), or "" while that
+// is not settled.
+func (p *Proxy) finishLibvirt(ctx context.Context, e *entry, in IncomingMigration, req ControlRequest, owner string) ([]byte, string, error) {
+	cancelled := req.Cancelled
+	if !cancelled {
+		// Kept before libvirt may hand the guest over: a ferryd that dies
+		// during this Finish must not, once back, take a guest gone since
+		// (powered off after it ran here) for one that never came. Without
+		// it a pre-copy is not finished but cancelled: the source's copy,
+		// still whole, runs on. A post-copy's source never runs again, so
+		// there it is not needed to tell the two apart.
+		if err := p.saveRecord(outcomeRecord{ID: e.m.ID, Owner: owner, Domain: e.m.Domain, Instance: in.Instance, Finishing: true}); err != nil && !in.PostCopy {
+			p.log.Error("cancelling an incoming migration: its record cannot be kept before the guest is handed over", zap.String("migration", e.m.ID), zap.String("domain", e.m.Domain), zap.Error(err))
+			cancelled = true
+		}
+	}
+	cookie, err := p.cfg.Incoming.Finish(ctx, in, req.Cookie, cancelled)
+	if cancelled && !req.Cancelled && err == nil {
+		err = errors.New("this node cannot record the migration before handing the guest over (its state directory), so it dropped its copy")
+	}
+	if err == nil && !cancelled {
+		// libvirt's Finish handed the guest over here: whatever it does
+		// next (power off, crash), the source must never resume.
+		return cookie, OutcomeRunning, nil
+	}
+	return cookie, p.outcomeOf(in), err
 }
 
 // awaitFinish waits for the answer of a finish still running, for a repeat
