@@ -309,6 +309,29 @@ func (p *Proxy) reject(c net.Conn, reason, detail string) {
 
 // handle serves one inbound connection: TLS, header, then control or relay.
 func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
+	c, h, ok := p.openConn(ctx, raw)
+	if !ok {
+		return
+	}
+	if h.Kind == KindControl {
+		// A finish may hold its connection as long as a post-copy
+		// migration: past a bound, more would only pile up.
+		if p.controls.Add(1) > MaxControlConns {
+			p.controls.Add(-1)
+			p.serveControl(raw, c, true)
+			return
+		}
+		defer p.controls.Add(-1)
+		p.serveControl(raw, c, false)
+		return
+	}
+	p.serveStream(raw, c, h)
+}
+
+// openConn secures a peer's connection and reads its header, within the
+// header timeout and the room for connections opening; !ok: refused and
+// closed.
+func (p *Proxy) openConn(ctx context.Context, raw net.Conn) (net.Conn, Header, bool) {
 	counted, release, why := p.open(raw)
 	if why != "" {
 		// Thousands of half-sent headers would each hold a goroutine
@@ -334,7 +357,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		if err != nil {
 			p.reject(raw, "tls_handshake", err.Error())
 			raw.Close()
-			return
+			return nil, Header{}, false
 		}
 		c = tc
 	}
@@ -357,20 +380,14 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 		}
 		p.reject(raw, reason, err.Error())
 		c.Close()
-		return
+		return nil, Header{}, false
 	}
-	if h.Kind == KindControl {
-		// A finish may hold its connection as long as a post-copy
-		// migration: past a bound, more would only pile up.
-		if p.controls.Add(1) > MaxControlConns {
-			p.controls.Add(-1)
-			p.serveControl(raw, c, true)
-			return
-		}
-		defer p.controls.Add(-1)
-		p.serveControl(raw, c, false)
-		return
-	}
+	return c, h, true
+}
+
+// serveStream relays one stream of a prepared migration between the peer
+// and the target QEMU here.
+func (p *Proxy) serveStream(raw, c net.Conn, h Header) {
 	peer, err := p.peerOf(c)
 	if err != nil {
 		p.reject(raw, reasonInvalidIdentity, err.Error())
