@@ -156,42 +156,52 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	d.steer.advised = d.reportAdvice
 	d.steer.conns = d.Pool
 	if cfg.ProxyListen != "" {
-		var in proxy.Incoming
-		if len(cfg.LibvirtSockets) > 0 {
-			d.target = drive.NewTarget(d.Tracker, d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedConsoleDirs, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
-				cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
-			if cfg.MigrationAdoptDefined {
-				d.target.AdoptDefinedGuests()
-			}
-			d.target.KeepStateIn(cfg.StateDir)
-			in = d.target
-		}
-		group, err := qemuGroup(cfg, d.Pool)
-		if err != nil {
+		if err := d.setupMigrations(cfg, log); err != nil {
 			return nil, err
 		}
-		if cfg.QEMUTLSDir, cfg.qemuTLSLibvirtDir, err = directTLSDir(cfg); err != nil {
-			return nil, err
-		}
-		p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in, d.pods, group)
-		if err != nil {
-			return nil, err
-		}
-		d.Proxy = p
-		d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Conns: d.Pool, Proxy: p, Policy: cfg.Policy, NodeSockets: cfg.LibvirtSockets,
-			AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
-			PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
-			LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, DirectPeers: cfg.DirectPeers, QEMUTLSDir: cfg.QEMUTLSDir, Log: log.Named("drive")})
-		if len(cfg.DirectPeers) > 0 {
-			// Said at start, not at the first migration an hour later.
-			if err := p.DirectReady(cfg.QEMUTLSDir); err != nil {
-				return nil, fmt.Errorf("--direct-peers %s: %w", strings.Join(cfg.DirectPeers, ","), err)
-			}
-			log.Info("the direct path is open to and from these nodes", zap.Strings("directPeers", cfg.DirectPeers), zap.String("qemuTLSDir", cfg.QEMUTLSDir))
-		}
-		d.steer.driven = d.source.Driven
 	}
 	return d, nil
+}
+
+// setupMigrations makes the proxy, this node's target side of migrations
+// (with a libvirt socket to run them on) and the source side that drives
+// them.
+func (d *Daemon) setupMigrations(cfg Config, log *zap.Logger) error {
+	var in proxy.Incoming
+	if len(cfg.LibvirtSockets) > 0 {
+		d.target = drive.NewTarget(d.Tracker, d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedConsoleDirs, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
+			cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
+		if cfg.MigrationAdoptDefined {
+			d.target.AdoptDefinedGuests()
+		}
+		d.target.KeepStateIn(cfg.StateDir)
+		in = d.target
+	}
+	group, err := qemuGroup(cfg, d.Pool)
+	if err != nil {
+		return err
+	}
+	if cfg.QEMUTLSDir, cfg.qemuTLSLibvirtDir, err = directTLSDir(cfg); err != nil {
+		return err
+	}
+	p, err := newProxy(cfg, log.Named("proxy"), d.reg, d.drivenDomain, in, d.pods, group)
+	if err != nil {
+		return err
+	}
+	d.Proxy = p
+	d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Conns: d.Pool, Proxy: p, Policy: cfg.Policy, NodeSockets: cfg.LibvirtSockets,
+		AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
+		PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
+		LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, DirectPeers: cfg.DirectPeers, QEMUTLSDir: cfg.QEMUTLSDir, Log: log.Named("drive")})
+	if len(cfg.DirectPeers) > 0 {
+		// Said at start, not at the first migration an hour later.
+		if err := p.DirectReady(cfg.QEMUTLSDir); err != nil {
+			return fmt.Errorf("--direct-peers %s: %w", strings.Join(cfg.DirectPeers, ","), err)
+		}
+		log.Info("the direct path is open to and from these nodes", zap.Strings("directPeers", cfg.DirectPeers), zap.String("qemuTLSDir", cfg.QEMUTLSDir))
+	}
+	d.steer.driven = d.source.Driven
+	return nil
 }
 
 // newProxy builds the migration proxy on the migration network's address.
@@ -267,32 +277,11 @@ func (d *Daemon) drivenDomain(migrationID string) string {
 
 // Run serves until ctx ends, then shuts down within a few seconds.
 func (d *Daemon) Run(ctx context.Context) error {
-	debugLn, err := listenUnix(d.cfg.DebugSocket, os.FileMode(d.cfg.DebugSocketMode))
+	debugLn, metricsLn, err := d.listen()
 	if err != nil {
 		return err
 	}
 	defer os.Remove(d.cfg.DebugSocket)
-	if d.Proxy != nil {
-		addr, err := d.Proxy.Listen()
-		if err != nil {
-			debugLn.Close()
-			return err
-		}
-		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()), zap.String("relay", proxy.RelayEngine()))
-		if !d.Proxy.TLS() && !d.cfg.MigrationAllowAnyTarget {
-			d.log.Warn("the proxy is plain TCP, so no migration this node drives can name its target node; start ferryd with --migration-allow-any-target to drive migrations from here")
-		}
-	} else {
-		d.log.Info("migration proxy off (no --proxy-listen): observing only")
-	}
-	var metricsLn net.Listener
-	if d.cfg.MetricsAddr != "" {
-		metricsLn, err = net.Listen("tcp", d.cfg.MetricsAddr)
-		if err != nil {
-			debugLn.Close()
-			return fmt.Errorf("--metrics-addr %s: %w", d.cfg.MetricsAddr, err)
-		}
-	}
 	d.log.Info("ferryd started", zap.String("node", d.cfg.NodeName), zap.String("version", d.cfg.Version),
 		zap.Strings("libvirtSockets", d.cfg.LibvirtSockets), zap.String("libvirtGlob", d.cfg.LibvirtGlob),
 		zap.String("debugSocket", d.cfg.DebugSocket), zap.String("metricsAddr", d.cfg.MetricsAddr))
@@ -313,62 +302,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 
 	poolCtx, stopPool := context.WithCancel(context.Background())
-	// What a previous ferryd left is known before the tracker first
-	// looks at libvirt: a broken post-copy it was resuming is paused, not
-	// failed.
-	if d.source != nil {
-		d.source.SettleRecorded(poolCtx)
-	}
-	if d.target != nil {
-		d.target.HoldRecorded(poolCtx, d.Proxy.HeldIncoming())
-	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.Pool.Run(poolCtx)
-	}()
-	d.runKube(poolCtx)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.vmiUIDs.run(poolCtx)
-	}()
-	if d.meter != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.meter.Run(poolCtx)
-		}()
-	}
-	if d.source != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.source.Balance(poolCtx)
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.steer.run(poolCtx)
-	}()
-	proxyDone := make(chan struct{})
-	if d.Proxy == nil {
-		close(proxyDone)
-	} else {
-		go func() {
-			defer close(proxyDone)
-			if err := d.Proxy.Serve(poolCtx); err != nil {
-				d.log.Error("migration proxy stopped", zap.Error(err))
-			}
-		}()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			watchLink(poolCtx, d.cfg.MigrationInterface, d.log, d.linkChanged)
-		}()
-	}
+	proxyDone := d.startWorkers(poolCtx, &wg)
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
 		go func() {
@@ -404,6 +339,81 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Wait()
 	d.log.Info("ferryd stopped")
 	return runErr
+}
+
+// listen opens the debug socket, the proxy's port and the metrics port;
+// a port that cannot be had stops ferryd before it starts anything.
+func (d *Daemon) listen() (debugLn, metricsLn net.Listener, err error) {
+	debugLn, err = listenUnix(d.cfg.DebugSocket, os.FileMode(d.cfg.DebugSocketMode))
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.Proxy != nil {
+		addr, err := d.Proxy.Listen()
+		if err != nil {
+			debugLn.Close()
+			os.Remove(d.cfg.DebugSocket)
+			return nil, nil, err
+		}
+		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()), zap.String("relay", proxy.RelayEngine()))
+		if !d.Proxy.TLS() && !d.cfg.MigrationAllowAnyTarget {
+			d.log.Warn("the proxy is plain TCP, so no migration this node drives can name its target node; start ferryd with --migration-allow-any-target to drive migrations from here")
+		}
+	} else {
+		d.log.Info("migration proxy off (no --proxy-listen): observing only")
+	}
+	if d.cfg.MetricsAddr != "" {
+		metricsLn, err = net.Listen("tcp", d.cfg.MetricsAddr)
+		if err != nil {
+			debugLn.Close()
+			os.Remove(d.cfg.DebugSocket)
+			return nil, nil, fmt.Errorf("--metrics-addr %s: %w", d.cfg.MetricsAddr, err)
+		}
+	}
+	return debugLn, metricsLn, nil
+}
+
+// startWorkers starts what runs until poolCtx ends, each counted in wg;
+// proxyDone is closed once the proxy has stopped serving.
+func (d *Daemon) startWorkers(poolCtx context.Context, wg *sync.WaitGroup) (proxyDone chan struct{}) {
+	// What a previous ferryd left is known before the tracker first looks
+	// at libvirt: a broken post-copy it was resuming is paused, not failed.
+	if d.source != nil {
+		d.source.SettleRecorded(poolCtx)
+	}
+	if d.target != nil {
+		d.target.HoldRecorded(poolCtx, d.Proxy.HeldIncoming())
+	}
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(poolCtx)
+		}()
+	}
+	run(d.Pool.Run)
+	d.runKube(poolCtx)
+	run(d.vmiUIDs.run)
+	if d.meter != nil {
+		run(d.meter.Run)
+	}
+	if d.source != nil {
+		run(d.source.Balance)
+	}
+	run(d.steer.run)
+	proxyDone = make(chan struct{})
+	if d.Proxy == nil {
+		close(proxyDone)
+		return proxyDone
+	}
+	go func() {
+		defer close(proxyDone)
+		if err := d.Proxy.Serve(poolCtx); err != nil {
+			d.log.Error("migration proxy stopped", zap.Error(err))
+		}
+	}()
+	run(func(ctx context.Context) { watchLink(ctx, d.cfg.MigrationInterface, d.log, d.linkChanged) })
+	return proxyDone
 }
 
 // stopProxy refuses new migrations and lets those in flight finish within
