@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build check test unit fuzz fuzz-short e2e demo bench bench-policy bench-recovery bench-evacuate bench-data bench-proxy lint prepare clean testbed-down dashboard docs
+.PHONY: all build check test unit fuzz fuzz-short e2e demo bench bench-policy bench-recovery bench-evacuate bench-data bench-proxy lint prepare clean testbed-down generate dashboard docs
 
 all: build
 
@@ -114,16 +114,16 @@ bench-proxy:
 bench-data: build
 	test/bench/data.sh
 
-# deploy/grafana-dashboard.json from deploy/dashboard.
-dashboard:
-	$(GO) generate ./deploy/dashboard/
-
-# The references generated from the code (docs/flags.md from ferryd's
-# flags, docs/metrics.md from package metrics): each test named
-# *DocIsCurrent fails when its file is stale and writes it under
+# Everything generated from the code, by one path: docs/flags.md (ferryd's
+# flags), docs/ferryctl.md (ferryctl's commands), docs/api.md (the debug
+# API's routes), docs/metrics.md (package metrics) and
+# deploy/grafana-dashboard.json (deploy/dashboard). Each test named
+# *DocIsCurrent fails while its file is stale and writes it under
 # FERRY_UPDATE_DOCS=1.
-docs:
+generate:
 	FERRY_UPDATE_DOCS=1 $(GO) test -count=1 -run 'DocIsCurrent' ./...
+
+docs dashboard: generate
 
 testbed-down: build
 	$(BIN)/testbed down

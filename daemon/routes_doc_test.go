@@ -14,7 +14,7 @@ func apiDoc(routes []route) string {
 	var b strings.Builder
 	b.WriteString(`# The debug API
 
-<!-- Generated from daemon/routes.go by make docs; do not edit. -->
+<!-- Generated from daemon/routes.go by make generate; do not edit. -->
 
 ferryd serves this on its debug socket (` + "`--debug-socket`" + `), the one ferryctl
 reads; the metrics port serves only ` + "`/metrics`" + `, ` + "`/healthz`" + ` and ` + "`/readyz`" + `.
@@ -49,7 +49,7 @@ func code(s string) string {
 	return "`" + s + "`"
 }
 
-// docs/api.md is what the router serves; FERRY_UPDATE_DOCS=1 (make docs)
+// docs/api.md is what the router serves; FERRY_UPDATE_DOCS=1 (make generate)
 // writes it.
 func TestAPIDocIsCurrent(t *testing.T) {
 	got := apiDoc(debugRoutes())
@@ -61,9 +61,9 @@ func TestAPIDocIsCurrent(t *testing.T) {
 	}
 	want, err := os.ReadFile(apiDocPath)
 	if err != nil {
-		t.Fatalf("%v: regenerate it with make docs", err)
+		t.Fatalf("%v: regenerate it with make generate", err)
 	}
 	if string(want) != got {
-		t.Errorf("docs/api.md is not what daemon/routes.go serves: regenerate it with make docs and commit it")
+		t.Errorf("docs/api.md is not what daemon/routes.go serves: regenerate it with make generate and commit it")
 	}
 }

@@ -22,7 +22,7 @@
 //	handler.go    /metrics: the registry's node-wide series and the fast
 //	              path for the text format, the registry's path for all
 //	              series in other formats
-//	markdown.go   docs/metrics.md from the catalogue (make docs)
+//	markdown_render_test.go  docs/metrics.md from the catalogue, in a test (make generate)
 //
 // Imports go one way: metrics reads the tracker (migration) and the
 // libvirt sockets (libvirtx) and is read by the daemon; migration,

@@ -8,12 +8,12 @@ import (
 )
 
 // updating says whether the generated files are written rather than
-// compared: FERRY_UPDATE_DOCS=1 (make docs).
+// compared: FERRY_UPDATE_DOCS=1 (make generate).
 func updating() bool { return os.Getenv("FERRY_UPDATE_DOCS") == "1" }
 
 func TestMetricsDocIsCurrent(t *testing.T) {
-	path := filepath.Join("..", filepath.FromSlash(DocPath))
-	want := Markdown()
+	path := filepath.Join("..", filepath.FromSlash(docPath))
+	want := markdown()
 	if updating() {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -21,14 +21,14 @@ func TestMetricsDocIsCurrent(t *testing.T) {
 		if err := os.WriteFile(path, want, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("wrote %s", DocPath)
+		t.Logf("wrote %s", docPath)
 		return
 	}
 	got, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%s: %v; run make docs", DocPath, err)
+		t.Fatalf("%s: %v; run make generate", docPath, err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from the declarations in metrics/: run make docs (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./metrics/)", DocPath)
+		t.Fatalf("%s differs from the declarations in metrics/: run make generate (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./metrics/)", docPath)
 	}
 }

@@ -126,8 +126,14 @@ func newRoot(g *globals) *cobra.Command {
 		// The completion command is ferryctl's own, for bash and zsh.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		Args:              cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return usageError("a command is needed: jobs, job, watch, domains, migrate, abort, postcopy, resolve, proxy, completion or version")
+		RunE: func(c *cobra.Command, _ []string) error {
+			var names []string
+			for _, sub := range c.Commands() {
+				if sub.Name() != "help" {
+					names = append(names, sub.Name())
+				}
+			}
+			return usageError("a command is needed: " + strings.Join(names, ", "))
 		},
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			if !validOutput(g.output) {

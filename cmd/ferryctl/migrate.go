@@ -10,7 +10,9 @@ import (
 	"github.com/ferry-vm/ferry/api"
 )
 
-const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [--postcopy] [--postcopy-after D] [--auto-converge] [--bandwidth-mibs N] [--parallel N] [--compression none|zstd|auto] [--data-path proxy|direct] [--deadline D]"
+// migrateUse names what every migration needs; its other flags are in
+// --help and docs/ferryctl.md, never listed twice.
+const migrateUse = "migrate NAME --to HOST:PORT --to-node NODE [flags]"
 
 // migrateCmd starts a Ferry-driven migration and follows it like `watch
 // NAME`, so the exit status says how it ended.
@@ -69,7 +71,10 @@ func migrateCmd(g *globals) *cobra.Command {
 	f.StringVar(&req.Compression, "compression", "", "none (default), zstd (needs --parallel, not with post-copy), or auto: ferryd chooses channels and compression from the link, the guest's dirty rate and the idle CPUs, and the job says why")
 	f.StringVar(&req.DataPath, "data-path", "", "proxy (default): QEMU's stream through both nodes' Ferry proxies; direct: QEMU straight to the target's QEMU under QEMU's own TLS, for node pairs that list each other in ferryd's --direct-peers (needs --to-node, no post-copy)")
 	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
-	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
+	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime-ms", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
+	// Its first name, kept for scripts that use it.
+	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "")
+	f.MarkDeprecated("max-downtime", "use --max-downtime-ms, as ferryd names it")
 	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its data starts moving, by post-copy if allowed, else by an abort; can only shorten Ferry's own (150s per GiB, at least 5m; 10s to 20h)")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
 	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))

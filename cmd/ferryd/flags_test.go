@@ -22,7 +22,7 @@ func docFlags() *flag.FlagSet {
 // VisitAll's order (by name), so the reference cannot drift from the code.
 func flagsDoc(fs *flag.FlagSet) string {
 	var b strings.Builder
-	b.WriteString("<!-- Generated from cmd/ferryd's flags by TestFlagsDocIsCurrent: edit them there and run make docs. -->\n\n")
+	b.WriteString("<!-- Generated from cmd/ferryd's flags by TestFlagsDocIsCurrent: edit them there and run make generate. -->\n\n")
 	b.WriteString("# ferryd flags\n\n")
 	b.WriteString("Every flag of `ferryd`, as `ferryd --help` prints it. A flag that names an\n")
 	b.WriteString("environment variable takes its default from there; the command line wins.\n")
@@ -51,7 +51,7 @@ func mdEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "|", `\|`, "*", `\*`, "~", `\~`, "`", "\\`", "<", "&lt;", "[", `\[`, "]", `\]`).Replace(s)
 }
 
-// docs/flags.md is what ferryd's flags say; FERRY_UPDATE_DOCS=1 (make docs)
+// docs/flags.md is what ferryd's flags say; FERRY_UPDATE_DOCS=1 (make generate)
 // writes it.
 func TestFlagsDocIsCurrent(t *testing.T) {
 	got := flagsDoc(docFlags())
@@ -63,10 +63,10 @@ func TestFlagsDocIsCurrent(t *testing.T) {
 	}
 	want, err := os.ReadFile(flagsDocPath)
 	if err != nil {
-		t.Fatalf("%v: regenerate it with make docs (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./cmd/ferryd/)", err)
+		t.Fatalf("%v: regenerate it with make generate (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./cmd/ferryd/)", err)
 	}
 	if string(want) != got {
-		t.Errorf("docs/flags.md is not what cmd/ferryd's flags say: regenerate it with make docs (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./cmd/ferryd/) and commit it")
+		t.Errorf("docs/flags.md is not what cmd/ferryd's flags say: regenerate it with make generate (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./cmd/ferryd/) and commit it")
 	}
 }
 

@@ -1,9 +1,7 @@
 // Package dashboard is Ferry's Grafana dashboard, written with Grafana's
-// foundation SDK; `go generate ./deploy/dashboard/` (make dashboard) writes
-// it to deploy/grafana-dashboard.json, which a test keeps equal to it.
+// foundation SDK; make generate writes it to deploy/grafana-dashboard.json,
+// which a test keeps equal to it.
 package dashboard
-
-//go:generate go run ./gen ../grafana-dashboard.json
 
 import (
 	"encoding/json"

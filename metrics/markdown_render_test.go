@@ -7,21 +7,21 @@ import (
 	"strings"
 )
 
-// DocPath is where Markdown's page is kept, from the repository's root.
-const DocPath = "docs/metrics.md"
+// docPath is where markdown's page is kept, from the repository's root.
+const docPath = "docs/metrics.md"
 
-// Markdown renders the catalogue as docs/metrics.md: a short introduction,
+// markdown renders the catalogue as docs/metrics.md: a short introduction,
 // then one table row per metric, sorted by name.
-func Markdown() []byte {
+func markdown() []byte {
 	var b bytes.Buffer
 	b.WriteString(`# Metrics
 
-<!-- Generated from package metrics by make docs; edit the declarations there, not this file. -->
+<!-- Generated from package metrics by make generate; edit the declarations there, not this file. -->
 
 Everything ferryd exports on ` + "`/metrics`" + ` (the address of ` + "`--metrics-addr`" + `, :9474 by default,
 and the debug socket), generated from the declarations in ` + "[`metrics/`](../metrics/)" + `,
 where each metric is declared once: a test fails while this page differs
-from them, and ` + "`make docs`" + ` writes it anew.
+from them, and ` + "`make generate`" + ` writes it anew.
 
 Scope says which part of ferryd serves a metric:
 
