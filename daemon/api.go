@@ -305,7 +305,7 @@ func (d *Daemon) recovery(word string) http.HandlerFunc {
 			if word == drive.NudgeGiveUp {
 				msg = "the recovery of " + domain + "'s post-copy is given up once the attempt under way (if any) ends: the guest is then declared lost, its memory split between the two nodes (ferryctl recover starts it again while the guest is held here)"
 			}
-		case word == drive.NudgeGiveUp && d.Tracker.IncomingGiveUp(socket, domain):
+		case word == drive.NudgeGiveUp && d.Tracker.Books().IncomingGiveUp(socket, domain):
 			msg = "the paused incoming post-copy of " + domain + " is declared lost on this node; its source goes on resuming it unless given up there too"
 		default:
 			writeError(w, http.StatusConflict, fmt.Sprintf("no post-copy of %s is paused for recovery here, nor a recovery given up whose guest is still held here (recover: run it on the source node; or two sockets serve that name: add ?socket=)", domain))

@@ -100,7 +100,7 @@ func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 	tr, s, a := newTestSteerer(t, node)
 	d := policyDomain("ns_vm", 1)
 	fa := policyLibvirt(t, tr, d)
-	tr.Drive(fa.Path(), d.Name, api.ProxyInfo{MigrationID: "m-1"})
+	tr.Books().Drive(fa.Path(), d.Name, api.ProxyInfo{MigrationID: "m-1"})
 	s.driven = func(id string) (drive.Driven, bool) {
 		return drive.Driven{Settings: node, Act: ownerStandIn{}}, id == "m-1"
 	}
@@ -139,7 +139,7 @@ func TestSteererLeavesADrivenMigrationWithoutItsOwnerAlone(t *testing.T) {
 	s.driven = func(string) (drive.Driven, bool) { return drive.Driven{}, false }
 	d := policyDomain("ns_gone", 4)
 	f := policyLibvirt(t, tr, d)
-	tr.Drive(f.Path(), d.Name, api.ProxyInfo{MigrationID: "m-2"})
+	tr.Books().Drive(f.Path(), d.Name, api.ProxyInfo{MigrationID: "m-2"})
 	stalledPasses(t, tr, s, f, d, 6)
 	if a.count() != 0 {
 		t.Fatalf("applied %v to a driven migration with no owner", a.calls)

@@ -17,7 +17,8 @@ import (
 // restart those its previous process left.
 type Source struct {
 	cfg     SourceConfig
-	tracker *migration.Tracker
+	tracker *migration.Tracker // what the tracker observes, read
+	books   migration.Books    // the driver's own account, written
 	proxy   *proxy.Proxy
 	log     *zap.Logger
 	running *registry
@@ -72,5 +73,5 @@ type Conns interface {
 
 // NewSource builds the source side of Ferry-driven migrations.
 func NewSource(cfg SourceConfig) *Source {
-	return &Source{cfg: cfg, tracker: cfg.Tracker, proxy: cfg.Proxy, log: cfg.Log, running: newRegistry(), slots: newSlots(cfg.OutboundSlots)}
+	return &Source{cfg: cfg, tracker: cfg.Tracker, books: cfg.Tracker.Books(), proxy: cfg.Proxy, log: cfg.Log, running: newRegistry(), slots: newSlots(cfg.OutboundSlots)}
 }

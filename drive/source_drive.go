@@ -258,7 +258,7 @@ func (d *driving) end(start time.Time, perr error, r driveResult) driveEnd {
 	}
 	// From Begin, not Perform: with CHANGE_PROTECTION libvirt's job, and so
 	// the tracker's, began there.
-	d.s.tracker.DriveEnded(d.req.Domain, d.dom, d.conn.Socket(), d.rec.Started, info, failure)
+	d.s.books.DriveEnded(d.req.Domain, d.dom, d.conn.Socket(), d.rec.Started, info, failure)
 	switch {
 	case r.givenUp:
 		// Held in post-copy on both nodes: its record is ferryctl

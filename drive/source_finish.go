@@ -75,7 +75,7 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 			inDoubt = true
 			why := fmt.Sprintf("in doubt: the target has not said whether the guest runs there (%d attempts over %s; last: %v); the guest stays paused on this node until it does, or an operator decides (ferryctl resolve)", attempt, time.Since(first).Round(time.Second), err)
 			log.Error("migration in doubt", zap.String("why", why))
-			s.tracker.DriveInDoubt(socket, req.Domain, why)
+			s.books.DriveInDoubt(socket, req.Domain, why)
 			s.running.doubt(driveKey(socket, req.Domain))
 		}
 		select {

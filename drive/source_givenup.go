@@ -107,12 +107,12 @@ func (s *Source) rearm(socket, domain string) bool {
 		return false
 	}
 	info := r.info(s.proxy.TLS())
-	s.tracker.Drive(r.Socket, r.Domain, info)
-	s.tracker.DriveRecoverable(r.Socket, r.Domain, s.cfg.PostCopyRecoveryTimeout)
-	s.tracker.DriveRearmed(r.Socket, dom)
+	s.books.Drive(r.Socket, r.Domain, info)
+	s.books.DriveRecoverable(r.Socket, r.Domain, s.cfg.PostCopyRecoveryTimeout)
+	s.books.DriveRearmed(r.Socket, dom)
 	go func() {
 		defer s.running.end(key)
-		defer s.tracker.Undrive(r.Socket, r.Domain)
+		defer s.books.Undrive(r.Socket, r.Domain)
 		s.recoverAfterRestart(log, r, c, dom, info, "an operator started a given-up post-copy recovery again")
 	}()
 	return true

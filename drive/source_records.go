@@ -132,8 +132,8 @@ func (s *Source) SettleRecorded(ctx context.Context) {
 		if s.recovers(r) {
 			// Before the tracker first looks: a broken post-copy of it is
 			// paused for recovery, not failed.
-			s.tracker.Drive(r.Socket, r.Domain, r.info(s.proxy.TLS()))
-			s.tracker.DriveRecoverable(r.Socket, r.Domain, s.cfg.PostCopyRecoveryTimeout)
+			s.books.Drive(r.Socket, r.Domain, r.info(s.proxy.TLS()))
+			s.books.DriveRecoverable(r.Socket, r.Domain, s.cfg.PostCopyRecoveryTimeout)
 		}
 		go func() {
 			defer s.running.end(key)
@@ -152,7 +152,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID), zap.String("target", r.Target))
 	// SettleRecorded marked it driven for a recovery; settled any other
 	// way, the mark goes, or a later migration of the name would inherit it.
-	defer s.tracker.Undrive(r.Socket, r.Domain)
+	defer s.books.Undrive(r.Socket, r.Domain)
 	// However old the record: the target keeps its answer until thousands
 	// of migrations later, and one it no longer knows leaves the guest to
 	// an operator (ferryctl resolve), never to a clock.
@@ -172,7 +172,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 				s.recoverAfterRestart(log, r, c, dom, info, "ferryd restarted during post-copy")
 				return
 			}
-			s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, api.PhasePostCopyFailed,
+			s.books.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, api.PhasePostCopyFailed,
 				"ferryd restarted during post-copy: the guest's memory is split between the two nodes")
 			s.forgetDrive(r.ID)
 			log.Error("ferryd restarted during post-copy; the guest's memory is split between the two nodes")
@@ -221,7 +221,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 	case proxy.OutcomeSplit:
 		phase, reason = api.PhasePostCopyFailed, why+", and its post-copy failed: the guest's memory is split between the two nodes"
 	}
-	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
+	s.books.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
 	log.Warn("migration settled after a restart", zap.String("outcome", outcome), zap.String("here", what), zap.NamedError("lastError", last))
 	s.forgetSettled(log, r, outcome == proxy.OutcomeRunning && persisted)
 }
@@ -265,7 +265,7 @@ func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRe
 	if err != nil || resp.Outcome != proxy.OutcomeRunning {
 		return false
 	}
-	s.tracker.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, r.info(s.proxy.TLS()), api.PhaseCompleted, "")
+	s.books.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, r.info(s.proxy.TLS()), api.PhaseCompleted, "")
 	log.Warn("the post-copy being resumed when ferryd stopped completed meanwhile: the guest runs on the target")
 	s.forgetSettled(log, r, resp.Persisted)
 	return true
@@ -281,7 +281,7 @@ func (s *Source) recoverAfterRestart(log *zap.Logger, r drivenRecord, c *libvirt
 		failure = why + ", and " + err.Error()
 	}
 	info.Ended = true
-	s.tracker.DriveEnded(r.Domain, dom, r.Socket, r.Started, info, failure)
+	s.books.DriveEnded(r.Domain, dom, r.Socket, r.Started, info, failure)
 	if errors.Is(err, errGivenUp) {
 		s.keepForRecover(log, r)
 		return

@@ -95,7 +95,7 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 	key := driveKey(r.socket, req.Domain)
 	r.nudges = s.running.recovering(key, true)
 	defer s.running.recovering(key, false)
-	s.tracker.DrivePaused(r.socket, req.Domain, r.until)
+	s.books.DrivePaused(r.socket, req.Domain, r.until)
 	log.Warn("post-copy broke: the guest stays paused on both nodes while the migration is resumed", zap.Time("until", r.until))
 	for attempt := 1; !r.gaveUp && r.final == nil; attempt++ {
 		if s.running.operatorPaused(key) {
@@ -113,15 +113,15 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 			// It ran again, and broke again (or never broke): a new
 			// pause, with its own time to come back.
 			r.until, r.overdue = time.Now().Add(s.cfg.PostCopyRecoveryTimeout), false
-			s.tracker.DrivePaused(r.socket, req.Domain, r.until)
+			s.books.DrivePaused(r.socket, req.Domain, r.until)
 		}
 		if !errors.Is(err, errStreamAlive) {
-			s.tracker.DriveRecoveryAttempt(r.socket, req.Domain, attempt, err)
+			s.books.DriveRecoveryAttempt(r.socket, req.Domain, attempt, err)
 		}
 		log.Warn("post-copy recovery attempt failed", zap.Int("attempt", attempt), zap.Bool("resumedFirst", resumed), zap.Error(err))
 		if !r.overdue && !time.Now().Before(r.until) {
 			r.overdue = true
-			s.tracker.DriveRecoveryOverdue(r.socket, req.Domain)
+			s.books.DriveRecoveryOverdue(r.socket, req.Domain)
 			// Its path back may be gone for days: its outbound slot goes
 			// to migrations that move (a resumed one needs none).
 			s.running.releaseHolds(driveKey(r.socket, req.Domain))
@@ -273,7 +273,7 @@ func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time)
 		silent = time.Time{}
 		switch st := info.Status; {
 		case st == libvirtx.QEMUMigrationCompleted:
-			r.s.tracker.DriveResumed(r.socket, r.req.Domain, n, time.Since(resumedAt))
+			r.s.books.DriveResumed(r.socket, r.req.Domain, n, time.Since(resumedAt))
 			src.Close("migration completed")
 			return true, resumed, nil
 		case st == libvirtx.QEMUMigrationPostCopyPaused:
@@ -282,7 +282,7 @@ func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time)
 		case st == libvirtx.QEMUMigrationPostCopyActive:
 			if !resumed {
 				resumed = true
-				r.s.tracker.DriveResumed(r.socket, r.req.Domain, n, time.Since(resumedAt))
+				r.s.books.DriveResumed(r.socket, r.req.Domain, n, time.Since(resumedAt))
 			}
 		case st == libvirtx.QEMUMigrationPostCopyRecover || st == libvirtx.QEMUMigrationPostCopyRecoverSet:
 			if time.Since(resumedAt) > recoverWatch {

@@ -89,7 +89,7 @@ func (s *Source) prepareOnTarget(ctx context.Context, req MigrateRequest, socket
 		}
 		err = fmt.Errorf("preparing the migration on the target: %w", err)
 		// A failed job keeps the failure, its class and its count.
-		s.tracker.PrepareFailed(req.Domain, dom, socket, begun,
+		s.books.PrepareFailed(req.Domain, dom, socket, begun,
 			api.ProxyInfo{MigrationID: id, Target: req.Target, TLS: s.proxy.TLS(), Parallel: req.Parallel}, err.Error())
 		return prep, err
 	}

@@ -50,7 +50,7 @@ func (s *Source) applyUntilDone(ctx context.Context, log *zap.Logger, r drivenRe
 		if errors.Is(err, errLeftForOperator) && !left {
 			left = true
 			log.Error("the target's word cannot be applied to this node's copy: left for an operator (ferryctl resolve, or destroy the copy that must not run)", zap.String("outcome", outcome), zap.Error(err))
-			s.tracker.DriveInDoubt(r.Socket, r.Domain, err.Error())
+			s.books.DriveInDoubt(r.Socket, r.Domain, err.Error())
 			s.running.doubt(key)
 		} else if !left && tries%12 == 0 {
 			log.Error("cannot apply the target's word to this node's copy yet; trying again", zap.String("outcome", outcome), zap.Int("tries", tries), zap.Error(err))

@@ -32,7 +32,8 @@ import (
 // exist yet cannot pick a socket for itself. A ferryd watching only a glob
 // (KubeVirt, one libvirt per pod) takes no Ferry-driven migrations.
 type Target struct {
-	tracker *migration.Tracker
+	tracker *migration.Tracker // what the tracker observes, read
+	books   migration.Books    // the driver's own account, written
 	conns   Conns
 	socket  string
 	policy  libvirtx.IncomingPolicy
@@ -70,7 +71,7 @@ type Target struct {
 // NewTarget builds the target side on the libvirt at socket, taking what
 // pol allows.
 func NewTarget(tracker *migration.Tracker, conns Conns, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
-	return &Target{tracker: tracker, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
+	return &Target{tracker: tracker, books: tracker.Books(), conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
 // Persisted says whether the migration's guest is defined persistently
@@ -311,22 +312,22 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 	if m.DryRun {
 		// The guest a dry run starts is no migration, until well after
 		// Cancel (see release) has stopped it.
-		in.trial(m.ID, in.tracker.Trial(in.socket, m.Domain))
+		in.trial(m.ID, in.books.Trial(in.socket, m.Domain))
 	} else {
-		in.tracker.EndTrials(in.socket, m.Domain)
+		in.books.EndTrials(in.socket, m.Domain)
 	}
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.
-	in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
+	in.books.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
 	if hold := min(in.recoverFor, m.RecoverFor); m.PostCopy && m.MonitorPath != "" && hold > 0 {
 		// Held as long as the source resumes it, or this node's own
 		// bound if that is shorter.
-		in.tracker.IncomingRecoverable(in.socket, m.Domain, m.ID, hold)
+		in.books.IncomingRecoverable(in.socket, m.Domain, m.ID, hold)
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
+			in.books.ForgetIncoming(in.socket, m.Domain, m.ID)
 		}
 	}()
 	// A post-copy guest gets a monitor of Ferry's own, the one way to
@@ -665,7 +666,7 @@ func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
 	} else if why, held := in.Held(ctx, m); held {
 		return fmt.Errorf("not cancelled: %s", why)
 	}
-	in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
+	in.books.ForgetIncoming(in.socket, m.Domain, m.ID)
 	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return err

@@ -121,8 +121,8 @@ func (in *Target) HoldRecorded(ctx context.Context, held []proxy.IncomingMigrati
 		return
 	}
 	for _, m := range held {
-		in.tracker.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
-		in.tracker.IncomingRecoverable(in.socket, m.Domain, m.ID, in.recoverFor)
+		in.books.ExpectIncoming(in.socket, m.Domain, m.ID, m.PeerNode)
+		in.books.IncomingRecoverable(in.socket, m.Domain, m.ID, in.recoverFor)
 	}
 	go in.forgetUnheld(ctx, held)
 }
@@ -136,7 +136,7 @@ func (in *Target) forgetUnheld(ctx context.Context, held []proxy.IncomingMigrati
 			for _, m := range held {
 				actx, cancel := context.WithTimeout(ctx, cancelTimeout)
 				if _, ok := heldHere(actx, c, m); !ok {
-					in.tracker.ForgetIncoming(in.socket, m.Domain, m.ID)
+					in.books.ForgetIncoming(in.socket, m.Domain, m.ID)
 				}
 				cancel()
 			}

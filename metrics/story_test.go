@@ -284,24 +284,24 @@ func (s story) replay(t *testing.T, tr *migration.Tracker, root string, count fu
 			l.said(where, st)
 		case st.Drive != nil:
 			needDomain()
-			tr.Drive(l.root+st.Socket, st.Domain.Name, *st.Drive)
+			tr.Books().Drive(l.root+st.Socket, st.Domain.Name, *st.Drive)
 		case st.Recoverable != "":
 			needDomain()
 			d, err := time.ParseDuration(st.Recoverable)
 			if err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
-			tr.DriveRecoverable(l.root+st.Socket, st.Domain.Name, d)
+			tr.Books().DriveRecoverable(l.root+st.Socket, st.Domain.Name, d)
 		case st.RecoveryAttempt != nil:
 			needDomain()
-			tr.DriveRecoveryAttempt(l.root+st.Socket, st.Domain.Name, st.RecoveryAttempt.Attempt, errors.New(st.RecoveryAttempt.Error))
+			tr.Books().DriveRecoveryAttempt(l.root+st.Socket, st.Domain.Name, st.RecoveryAttempt.Attempt, errors.New(st.RecoveryAttempt.Error))
 		case st.Resumed != nil:
 			needDomain()
 			took, err := time.ParseDuration(st.Resumed.Took)
 			if err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
-			tr.DriveResumed(l.root+st.Socket, st.Domain.Name, st.Resumed.Attempt, took)
+			tr.Books().DriveResumed(l.root+st.Socket, st.Domain.Name, st.Resumed.Attempt, took)
 		case st.Policy != nil:
 			needDomain()
 			j, err := tr.JobByName(l.root+st.Socket, st.Domain.Name)

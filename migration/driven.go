@@ -66,7 +66,8 @@ const settledJobWithin = 5 * time.Minute
 // node was driving when it stopped, settled with the target since: its
 // job was lost with that process, so one is made for it, unless this
 // tracker already has one from after its start.
-func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, info api.ProxyInfo, phase api.Phase, reason string) {
+func (b Books) DriveSettled(socket, domain, uuid string, start time.Time, info api.ProxyInfo, phase api.Phase, reason string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, domain}
@@ -110,7 +111,8 @@ func (t *Tracker) DriveSettled(socket, domain, uuid string, start time.Time, inf
 
 // DriveRecoverable says the domain's driven post-copy is resumed for up
 // to d should it break, so its job pauses instead of failing.
-func (t *Tracker) DriveRecoverable(socket, domain string, d time.Duration) {
+func (b Books) DriveRecoverable(socket, domain string, d time.Duration) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if di := t.driven[jobKey{socket, domain}]; di != nil {
@@ -119,7 +121,8 @@ func (t *Tracker) DriveRecoverable(socket, domain string, d time.Duration) {
 }
 
 // Undrive forgets a driven mark no account was given for.
-func (t *Tracker) Undrive(socket, domain string) {
+func (b Books) Undrive(socket, domain string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if di := t.driven[jobKey{socket, domain}]; di != nil && !di.ended {
@@ -130,7 +133,8 @@ func (t *Tracker) Undrive(socket, domain string) {
 // DriveInDoubt shows the domain's driven source job in doubt: the target
 // has not said whether the guest runs there. libvirt's job ends it, once
 // the driver has settled the migration.
-func (t *Tracker) DriveInDoubt(socket, domain, why string) {
+func (b Books) DriveInDoubt(socket, domain, why string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -147,7 +151,8 @@ func (t *Tracker) DriveInDoubt(socket, domain, why string) {
 
 // Drive tells the tracker that Ferry is driving the domain's migration
 // through its proxy; the job shows it from its first moment.
-func (t *Tracker) Drive(socket, domain string, info api.ProxyInfo) {
+func (b Books) Drive(socket, domain string, info api.ProxyInfo) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.driven[jobKey{socket, domain}] = &drivenInfo{proxy: &info}
@@ -175,7 +180,8 @@ func (j *job) setProxy(info *api.ProxyInfo) {
 // Only a job found after this takes them: a target job of the domain that
 // exists already is an older migration's (one KubeVirt drove, or one from
 // before a ferryd restart), whatever its end is still to show.
-func (t *Tracker) ExpectIncoming(socket, domain, id, peerNode string) {
+func (b Books) ExpectIncoming(socket, domain, id, peerNode string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.incoming[jobKey{socket, domain}] = incomingInfo{id: id, peer: peerNode}
@@ -189,7 +195,8 @@ const trialGrace = 2 * time.Second
 // starts a migration job for it (and on the target, a guest) that never
 // migrates anything, and no job is opened for it until end is called and
 // trialGrace has passed, or EndTrials.
-func (t *Tracker) Trial(socket, domain string) (end func()) {
+func (b Books) Trial(socket, domain string) (end func()) {
+	t := b.t
 	key := jobKey{socket, domain}
 	t.mu.Lock()
 	tr := t.trials[key]
@@ -218,7 +225,8 @@ func (t *Tracker) Trial(socket, domain string) (end func()) {
 
 // EndTrials ends at once every dry run's hold on domain: a real migration
 // of it starts, which must be seen from its first moment.
-func (t *Tracker) EndTrials(socket, domain string) {
+func (b Books) EndTrials(socket, domain string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, domain}
@@ -228,7 +236,8 @@ func (t *Tracker) EndTrials(socket, domain string) {
 
 // ForgetIncoming drops what ExpectIncoming recorded of migration id, which
 // will not come.
-func (t *Tracker) ForgetIncoming(socket, domain, id string) {
+func (b Books) ForgetIncoming(socket, domain, id string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.incoming[jobKey{socket, domain}].id == id {
@@ -240,7 +249,8 @@ func (t *Tracker) ForgetIncoming(socket, domain, id string) {
 // libvirt started a job (the target refused or never answered the
 // prepare): nothing else would, and its failure is counted and classified
 // like any other.
-func (t *Tracker) PrepareFailed(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string) {
+func (b Books) PrepareFailed(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry")
@@ -253,7 +263,8 @@ func (t *Tracker) PrepareFailed(domain string, ref libvirt.Domain, socket string
 // (libvirt keeps no record of why a migration failed; the caller hears it).
 // With no job to put it on (the migration failed before libvirt started a
 // job) a failed job is recorded so the failure is not lost.
-func (t *Tracker) DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string) {
+func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	di := t.driven[jobKey{socket, domain}]

@@ -14,13 +14,13 @@ import (
 // time of Begin, so that its account finds the job it lost sight of.
 func TestALostDrivenJobBegunAtBeginIsCompleted(t *testing.T) {
 	f := newFeed(t, "a")
-	f.tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
 	f.stats(outgoing(4, 300))                               // libvirt's job began at Begin, 4 s ago
 	begin := f.job().StartTime.Add(-500 * time.Millisecond) // the driver's record of Begin
 	f.list()
 	f.ended(notActive, noDomain, 0, 0, noDomain)
 	f.wantPhase(api.PhaseLost)
-	f.tr.DriveEnded(dom.Name, dom, sock, begin, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	f.tr.Books().DriveEnded(dom.Name, dom, sock, begin, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
 	f.wantPhase(api.PhaseCompleted)
 	f.wantTotal(api.RoleSource, "completed", 1)
 }
@@ -32,19 +32,19 @@ func TestALostDrivenJobBegunAtBeginIsCompleted(t *testing.T) {
 func TestALostJobCompletedByTheDriverIsToldAgain(t *testing.T) {
 	ends := make(chan api.Job, 8)
 	f := &feed{t: t, tr: NewTracker(Config{Node: "a", OnFinish: func(j api.Job) { ends <- j }}), dom: dom, now: time.Now()}
-	f.tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", TargetNode: "b"})
-	f.tr.DriveRecoverable(sock, dom.Name, 5*time.Minute)
+	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", TargetNode: "b"})
+	f.tr.Books().DriveRecoverable(sock, dom.Name, 5*time.Minute)
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
 	f.wantPhase(api.PhasePostCopyPaused)
-	f.tr.DriveResumed(sock, dom.Name, 1, 100*time.Millisecond)
+	f.tr.Books().DriveResumed(sock, dom.Name, 1, 100*time.Millisecond)
 	// The resumed post-copy completes and libvirt removes the transient
 	// domain while the monitoring connection is cut: no event.
 	f.list()
 	f.ended(notActive, noDomain, 0, 0, noDomain)
 	j := f.wantPhase(api.PhaseLost)
-	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	f.tr.Books().DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
 	if j = f.wantPhase(api.PhaseCompleted); j.Recovery == nil {
 		t.Fatal("no recovery on the job")
 	}

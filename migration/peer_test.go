@@ -14,7 +14,7 @@ import (
 // moment, and forgotten when the job ends.
 func TestTargetJobNamesThePreparingNode(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming(sock, dom.Name, "m-1", "a")
+	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	if j := f.wantPhase(api.PhaseRunning); j.PeerNode != "a" || j.IncomingID != "m-1" {
 		t.Fatalf("target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
@@ -33,7 +33,7 @@ func TestTargetJobNamesThePreparingNode(t *testing.T) {
 // target node, and the job shows it as its peer.
 func TestSourceJobNamesTheAnsweringNode(t *testing.T) {
 	tr := NewTracker(Config{Node: "a"})
-	tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
+	tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
 	tr.mu.Lock()
 	j := tr.newJob(sock, dom, api.RoleSource, time.Now(), "test")
 	tr.mu.Unlock()
@@ -47,10 +47,10 @@ func TestSourceJobNamesTheAnsweringNode(t *testing.T) {
 // the old job, and the old job keeps its own.
 func TestALateEndKeepsTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming(sock, dom.Name, "m-1", "a")
+	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.wantPhase(api.PhaseRunning)
-	f.tr.ExpectIncoming(sock, dom.Name, "m-2", "a")
+	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
 	if j := f.wantPhase(api.PhaseCompleted); j.IncomingID != "m-1" {
 		t.Fatalf("the ended job names migration %q, want m-1", j.IncomingID)
@@ -69,7 +69,7 @@ func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.wantPhase(api.PhaseRunning)
-	f.tr.ExpectIncoming(sock, dom.Name, "m-2", "a")
+	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
 	if j := f.wantPhase(api.PhaseCompleted); j.IncomingID != "" || j.PeerNode != "" {
 		t.Fatalf("the older job took the new prepare: migration %q, peer %q", j.IncomingID, j.PeerNode)
@@ -78,7 +78,7 @@ func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 	if next.id != "m-2" {
 		t.Fatalf("the new prepare is %+v after the older job's end, want m-2", next)
 	}
-	f.tr.ForgetIncoming(sock, dom.Name, "m-1")
+	f.tr.Books().ForgetIncoming(sock, dom.Name, "m-1")
 	next = f.prepared()
 	if next.id != "m-2" {
 		t.Fatal("forgetting another migration dropped m-2's prepare")
@@ -97,7 +97,7 @@ func (f *feed) prepared() incomingInfo {
 // namesake's incoming job on another libvirt (a pod's) does not take it.
 func TestAPrepareIsTakenOnlyOnItsSocket(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming("/pods/x/virtqemud-sock", dom.Name, "m-1", "a")
+	f.tr.Books().ExpectIncoming("/pods/x/virtqemud-sock", dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	if j := f.wantPhase(api.PhaseRunning); j.PeerNode != "" || j.IncomingID != "" {
 		t.Fatalf("a target job on %s took another socket's prepare: peer %q, migration %q", sock, j.PeerNode, j.IncomingID)
@@ -119,7 +119,7 @@ func TestASettledDriveNamesTheJobThisProcessSaw(t *testing.T) {
 			tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
 		why := "ferryd restarted during the migration; the target dropped its copy"
-		tr.DriveSettled(sock, dom.Name, libvirtx.UUIDString(dom.UUID), start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, why)
+		tr.Books().DriveSettled(sock, dom.Name, libvirtx.UUIDString(dom.UUID), start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, why)
 		if !ended {
 			tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
@@ -140,7 +140,7 @@ func TestASettledDriveLeavesOtherJobsAlone(t *testing.T) {
 	tr.feedStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
 		DataTotal: 1 << 30, DataRemaining: 1 << 29, MemoryIteration: 2}, time.Now())
 	tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
-	tr.DriveSettled(sock, dom.Name, "another-guest-uuid", start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, "ferryd restarted")
+	tr.Books().DriveSettled(sock, dom.Name, "another-guest-uuid", start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, "ferryd restarted")
 	for _, j := range tr.Jobs(true) {
 		if j.Proxy != nil || strings.Contains(j.FailureReason, "ferryd restarted") {
 			t.Fatalf("another guest's job took the settled drive's account: %+v", j)

@@ -174,7 +174,8 @@ func (t *Tracker) pausedJob(socket, domain string, role api.Role) *job {
 
 // DrivePaused says the driver resumes the domain's broken post-copy until
 // the given time.
-func (t *Tracker) DrivePaused(socket, domain string, until time.Time) {
+func (b Books) DrivePaused(socket, domain string, until time.Time) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
@@ -186,7 +187,8 @@ func (t *Tracker) DrivePaused(socket, domain string, until time.Time) {
 
 // DriveRecoveryOverdue says the driver's recovery of the domain's post-copy
 // has passed its timeout and goes on.
-func (t *Tracker) DriveRecoveryOverdue(socket, domain string) {
+func (b Books) DriveRecoveryOverdue(socket, domain string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
@@ -196,7 +198,8 @@ func (t *Tracker) DriveRecoveryOverdue(socket, domain string) {
 
 // IncomingGiveUp ends the domain's paused incoming post-copy as failed, on
 // an operator's word; false when none is paused here.
-func (t *Tracker) IncomingGiveUp(socket, domain string) bool {
+func (b Books) IncomingGiveUp(socket, domain string) bool {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var found *job
@@ -220,7 +223,8 @@ func (t *Tracker) IncomingGiveUp(socket, domain string) bool {
 
 // DriveRecoveryAttempt records an attempt to resume the domain's post-copy
 // that ended with err: one that never resumed counts as failed.
-func (t *Tracker) DriveRecoveryAttempt(socket, domain string, attempt int, err error) {
+func (b Books) DriveRecoveryAttempt(socket, domain string, attempt int, err error) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.pausedJob(socket, domain, api.RoleSource)
@@ -244,7 +248,8 @@ func (t *Tracker) DriveRecoveryAttempt(socket, domain string, attempt int, err e
 
 // DriveResumed records an attempt whose stream went on: the guest runs
 // again on the target, took after the resume.
-func (t *Tracker) DriveResumed(socket, domain string, attempt int, took time.Duration) {
+func (b Books) DriveResumed(socket, domain string, attempt int, took time.Duration) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.jobs[jobKey{socket, domain}]
@@ -267,7 +272,8 @@ func (t *Tracker) DriveResumed(socket, domain string, attempt int, took time.Dur
 
 // DriveLost ends the domain's paused post-copy as failed: the recovery
 // timed out, or a side is gone.
-func (t *Tracker) DriveLost(socket, domain, why string) {
+func (b Books) DriveLost(socket, domain, why string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
@@ -277,7 +283,8 @@ func (t *Tracker) DriveLost(socket, domain, why string) {
 
 // IncomingRecoverable says a post-copy incoming migration is resumed by
 // its source if it breaks, for up to recoverFor.
-func (t *Tracker) IncomingRecoverable(socket, domain, id string, recoverFor time.Duration) {
+func (b Books) IncomingRecoverable(socket, domain, id string, recoverFor time.Duration) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, domain}
@@ -290,7 +297,8 @@ func (t *Tracker) IncomingRecoverable(socket, domain, id string, recoverFor time
 // DriveRearmed shows again, as paused, a post-copy whose recovery an
 // operator gave up and now starts again (ferryctl recover); the caller has
 // said it is driven and recoverable. Its failure stays counted, once.
-func (t *Tracker) DriveRearmed(socket string, dom libvirt.Domain) {
+func (b Books) DriveRearmed(socket string, dom libvirt.Domain) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, dom.Name}

@@ -14,8 +14,8 @@ import (
 // for up to recoverFor, switched to post-copy.
 func drivenPostCopy(t *testing.T, recoverFor time.Duration) *feed {
 	f := newFeed(t, "a")
-	f.tr.Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
-	f.tr.DriveRecoverable(sock, dom.Name, recoverFor)
+	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
+	f.tr.Books().DriveRecoverable(sock, dom.Name, recoverFor)
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 	return f
@@ -37,8 +37,8 @@ func TestABrokenDrivenPostCopyPausesInsteadOfFailing(t *testing.T) {
 	}
 	// An attempt that fails, then one whose stream runs again: libvirt
 	// shows the source paused in post-copy, and the job runs again.
-	f.tr.DriveRecoveryAttempt(sock, dom.Name, 1, errors.New("asking the target: refused"))
-	f.tr.DriveResumed(sock, dom.Name, 2, 200*time.Millisecond)
+	f.tr.Books().DriveRecoveryAttempt(sock, dom.Name, 1, errors.New("asking the target: refused"))
+	f.tr.Books().DriveResumed(sock, dom.Name, 2, 200*time.Millisecond)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 	if j := f.wantPhase(api.PhaseRunning); j.Recovery.Attempts != 2 || j.Recovery.Resumed != 1 || j.Recovery.LastError == "" {
 		t.Fatalf("recovery %+v, want 2 attempts, 1 resumed, the last error", j.Recovery)
@@ -46,13 +46,13 @@ func TestABrokenDrivenPostCopyPausesInsteadOfFailing(t *testing.T) {
 	// It breaks again, and completes after a second resume.
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
 	f.wantPhase(api.PhasePostCopyPaused)
-	f.tr.DriveResumed(sock, dom.Name, 3, 100*time.Millisecond)
+	f.tr.Books().DriveResumed(sock, dom.Name, 3, 100*time.Millisecond)
 	f.lifecycle(libvirtx.EventStopped, libvirtx.StoppedMigrated)
 	j = f.wantPhase(api.PhaseCompleted)
 	if j.Recovery.Resumed != 2 {
 		t.Fatalf("recovery %+v, want 2 resumed", j.Recovery)
 	}
-	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "")
+	f.tr.Books().DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "")
 	f.wantTotal(api.RoleSource, "completed", 1)
 	f.wantTotal(api.RoleSource, "postcopy_failed", 0)
 	s := f.tr.Snapshot()
@@ -65,7 +65,7 @@ func TestAPausedPostCopyTheDriverGivesUpOnFailsOnce(t *testing.T) {
 	f := drivenPostCopy(t, 5*time.Minute)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
 	j := f.wantPhase(api.PhasePostCopyPaused)
-	f.tr.DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "post-copy broke and was not resumed within 5m0s")
+	f.tr.Books().DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "post-copy broke and was not resumed within 5m0s")
 	j = f.wantPhase(api.PhasePostCopyFailed)
 	if !strings.Contains(j.FailureReason, "not resumed within") {
 		t.Fatalf("reason %q", j.FailureReason)
@@ -84,8 +84,8 @@ func TestAPausedPostCopyNobodyResumesIsOverdueOnTheTargetUntilAnOperatorGivesUp(
 	recoveryGrace = 10 * time.Millisecond
 	t.Cleanup(func() { recoveryGrace = grace })
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming(sock, dom.Name, "m-t", "a")
-	f.tr.IncomingRecoverable(sock, dom.Name, "m-t", 10*time.Millisecond)
+	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-t", "a")
+	f.tr.Books().IncomingRecoverable(sock, dom.Name, "m-t", 10*time.Millisecond)
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
@@ -103,10 +103,10 @@ func TestAPausedPostCopyNobodyResumesIsOverdueOnTheTargetUntilAnOperatorGivesUp(
 	}
 	time.Sleep(100 * time.Millisecond)
 	f.wantPhase(api.PhasePostCopyPaused)
-	if f.tr.IncomingGiveUp("", "other") {
+	if f.tr.Books().IncomingGiveUp("", "other") {
 		t.Fatal("gave up a domain that is not paused here")
 	}
-	if !f.tr.IncomingGiveUp("", dom.Name) {
+	if !f.tr.Books().IncomingGiveUp("", dom.Name) {
 		t.Fatal("an operator could not give up the paused incoming post-copy")
 	}
 	j := f.wantPhase(api.PhasePostCopyFailed)
@@ -119,12 +119,12 @@ func TestTheDriverSaysWhenASourcesRecoveryIsOverdue(t *testing.T) {
 	f := drivenPostCopy(t, time.Minute)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
 	f.wantPhase(api.PhasePostCopyPaused)
-	f.tr.DriveRecoveryOverdue(sock, dom.Name)
+	f.tr.Books().DriveRecoveryOverdue(sock, dom.Name)
 	if j := f.wantPhase(api.PhasePostCopyPaused); !j.Recovery.Overdue {
 		t.Fatal("not overdue after the driver said so")
 	}
 	// A new pause (it resumed, and broke again) has its own time.
-	f.tr.DrivePaused(sock, dom.Name, time.Now().Add(time.Minute))
+	f.tr.Books().DrivePaused(sock, dom.Name, time.Now().Add(time.Minute))
 	if j := f.wantPhase(api.PhasePostCopyPaused); j.Recovery.Overdue {
 		t.Fatal("still overdue after a new pause")
 	}
@@ -151,8 +151,8 @@ func TestAPostCopyNotResumedFailsAtOnce(t *testing.T) {
 
 func TestATargetOfARecoverablePostCopyPauses(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.ExpectIncoming(sock, dom.Name, "m-t", "a")
-	f.tr.IncomingRecoverable(sock, dom.Name, "m-t", 5*time.Minute)
+	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-t", "a")
+	f.tr.Books().IncomingRecoverable(sock, dom.Name, "m-t", 5*time.Minute)
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
