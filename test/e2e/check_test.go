@@ -107,8 +107,8 @@ func TestCheckFindsWhatKeepsEachGuestHere(t *testing.T) {
 // a target says, and names what blocks.
 func listedAsMigratable(t *testing.T, c checkCase) {
 	t.Helper()
-	var resp api.DomainsResponse
-	if err := ferryOn("a").get("/v1/domains?check=1", &resp); err != nil {
+	resp, err := ferryOn("a").domains(true)
+	if err != nil {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(resp.Domains, func(d api.Domain) bool { return d.Name == c.name })

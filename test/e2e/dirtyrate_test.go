@@ -21,8 +21,8 @@ func checkDirtyRate(t *testing.T, name string, asked int) {
 	t.Helper()
 	var got api.Domain
 	waitFor(t, name+"'s dirty rate measured five times", 2*time.Minute, func() bool {
-		var resp api.DomainsResponse
-		if err := ferryOn("a").get("/v1/domains", &resp); err != nil {
+		resp, err := ferryOn("a").domains(false)
+		if err != nil {
 			return false
 		}
 		i := slices.IndexFunc(resp.Domains, func(d api.Domain) bool { return d.Name == name })

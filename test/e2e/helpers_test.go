@@ -6,8 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -17,12 +15,15 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
-// ferry reads one node's ferryd over its debug socket, as ferryctl does.
+// ferry reads one node's ferryd over its debug socket through api/client,
+// as ferryctl does; /metrics, which is Prometheus's, over plain HTTP.
 type ferry struct {
 	node string
+	c    *client.Client
 	hc   *http.Client
 }
 
@@ -30,43 +31,22 @@ func ferryOn(node string) *ferry {
 	sock := bed.Node(node).DebugSocket
 	// No keep-alive: idle connections would hold file descriptors in ferryd
 	// that the leak checks count.
-	return &ferry{node: node, hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	return &ferry{node: node, c: client.New(sock), hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		}}}}
 }
 
-// within is f with a longer wait for an answer (a plan measures first).
-func (f *ferry) within(d time.Duration) *ferry {
-	hc := *f.hc
-	hc.Timeout = d
-	return &ferry{node: f.node, hc: &hc}
-}
-
-func (f *ferry) get(path string, v any) error {
-	resp, err := f.hc.Get("http://ferryd" + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("GET %s on node %s: %d %s", path, f.node, resp.StatusCode, b)
-	}
-	if v == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+// domains is `ferryctl domains` (with check, the check of each).
+func (f *ferry) domains(check bool) (api.DomainsResponse, error) {
+	return f.c.Domains(context.Background(), check)
 }
 
 // job returns the domain's latest job on this node, or ok=false.
 func (f *ferry) job(domain string) (api.Job, bool) {
-	var j api.Job
-	if err := f.get("/v1/jobs/"+domain, &j); err != nil {
-		return j, false
-	}
-	return j, true
+	j, err := f.c.Job(context.Background(), domain)
+	return j, err == nil
 }
 
 // metrics returns the text exposition as lines.

@@ -39,8 +39,8 @@ func planNode(t *testing.T, args ...string) {
 func waitMeasured(t *testing.T, times int, names ...string) {
 	t.Helper()
 	waitFor(t, "dirty rates measured", 3*time.Minute, func() bool {
-		var resp api.DomainsResponse
-		if err := ferryOn("a").get("/v1/domains", &resp); err != nil {
+		resp, err := ferryOn("a").domains(false)
+		if err != nil {
 			return false
 		}
 		for _, n := range names {
@@ -126,10 +126,10 @@ func TestPredictionMatchesRealMigrations(t *testing.T) {
 			checkDirtyRate(t, s.name, s.rate)
 		}
 	}
-	var p api.Plan
 	// The plan first measures the guests whose dirty rate is due: four
-	// seconds each here.
-	if err := ferryOn("a").within(2*time.Minute).get(fmt.Sprintf("/v1/plan?to=b&bandwidthMiBs=%d&parallel=1", planCap), &p); err != nil {
+	// seconds each here (api/client waits two minutes for a plan).
+	p, err := ferryOn("a").c.Plan(context.Background(), api.PlanRequest{Targets: []string{"b"}, BandwidthMiBs: planCap, Parallel: 1})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("plan: %s/s (%s), setup %.1fs (%s), max downtime %dms", fmtMiB(p.BandwidthBytesPerSecond), p.BandwidthFrom, p.SetupSeconds, p.SetupFrom, p.MaxDowntimeMs)

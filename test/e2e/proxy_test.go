@@ -161,8 +161,8 @@ func assertTornDown(t *testing.T, nodes ...string) {
 		// After a cut link the source cannot tell the target; the target
 		// drops the migration a grace period after its side ends.
 		waitFor(t, "node "+n+" to drop its incoming migrations and sockets", 90*time.Second, func() bool {
-			var p api.ProxyResponse
-			if err := ferryOn(n).get("/v1/proxy", &p); err != nil || len(p.Registered) > 0 {
+			p, err := ferryOn(n).c.Proxy(context.Background())
+			if err != nil || len(p.Registered) > 0 {
 				return false
 			}
 			ents, _ := os.ReadDir(dir)

@@ -61,8 +61,8 @@ func TestLibvirtdRestartWhileIdleThenTrackingResumes(t *testing.T) {
 		t.Fatalf("restart-libvirtd a: %v", err)
 	}
 	waitFor(t, "ferryd a reconnected to libvirt", time.Minute, func() bool {
-		var d api.DomainsResponse
-		if err := ferryOn("a").get("/v1/domains", &d); err != nil || len(d.Libvirt) != 1 {
+		d, err := ferryOn("a").domains(false)
+		if err != nil || len(d.Libvirt) != 1 {
 			return false
 		}
 		s := d.Libvirt[0]
