@@ -2,9 +2,10 @@ package daemon
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/ferry-vm/ferry/internal/generated"
 )
 
 const apiDocPath = "../docs/api.md"
@@ -52,18 +53,5 @@ func code(s string) string {
 // docs/api.md is what the router serves; FERRY_UPDATE_DOCS=1 (make generate)
 // writes it.
 func TestAPIDocIsCurrent(t *testing.T) {
-	got := apiDoc(debugRoutes())
-	if os.Getenv("FERRY_UPDATE_DOCS") == "1" {
-		if err := os.WriteFile(apiDocPath, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(apiDocPath)
-	if err != nil {
-		t.Fatalf("%v: regenerate it with make generate", err)
-	}
-	if string(want) != got {
-		t.Errorf("docs/api.md is not what daemon/routes.go serves: regenerate it with make generate and commit it")
-	}
+	generated.Check(t, apiDocPath, []byte(apiDoc(debugRoutes())), "daemon/routes.go")
 }

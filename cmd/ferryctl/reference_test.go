@@ -2,12 +2,13 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/ferry-vm/ferry/internal/generated"
 )
 
 const referencePath = "../../docs/ferryctl.md"
@@ -87,20 +88,7 @@ func cellText(s string) string {
 // (make generate) writes it.
 func TestReferenceDocIsCurrent(t *testing.T) {
 	t.Setenv("FERRY_SOCKET", "") // the default, not this machine's
-	got := reference(newRoot(&globals{}))
-	if os.Getenv("FERRY_UPDATE_DOCS") == "1" {
-		if err := os.WriteFile(referencePath, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(referencePath)
-	if err != nil {
-		t.Fatalf("%v: regenerate it with make generate", err)
-	}
-	if string(want) != got {
-		t.Errorf("docs/ferryctl.md is not what cmd/ferryctl's commands say: regenerate it with make generate and commit it")
-	}
+	generated.Check(t, referencePath, []byte(reference(newRoot(&globals{}))), "cmd/ferryctl's commands")
 }
 
 // Every command is in the reference and in the root's own list of them.

@@ -3,10 +3,11 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ferry-vm/ferry/internal/generated"
 )
 
 const flagsDocPath = "../../docs/flags.md"
@@ -54,20 +55,7 @@ func mdEscape(s string) string {
 // docs/flags.md is what ferryd's flags say; FERRY_UPDATE_DOCS=1 (make generate)
 // writes it.
 func TestFlagsDocIsCurrent(t *testing.T) {
-	got := flagsDoc(docFlags())
-	if os.Getenv("FERRY_UPDATE_DOCS") == "1" {
-		if err := os.WriteFile(flagsDocPath, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(flagsDocPath)
-	if err != nil {
-		t.Fatalf("%v: regenerate it with make generate (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./cmd/ferryd/)", err)
-	}
-	if string(want) != got {
-		t.Errorf("docs/flags.md is not what cmd/ferryd's flags say: regenerate it with make generate (FERRY_UPDATE_DOCS=1 go test -run DocIsCurrent ./cmd/ferryd/) and commit it")
-	}
+	generated.Check(t, flagsDocPath, []byte(flagsDoc(docFlags())), "cmd/ferryd's flags")
 }
 
 var envInUsage = regexp.MustCompile(`\benv ([A-Z][A-Z0-9_]+)`)

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"strings"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+
+	"github.com/ferry-vm/ferry/internal/generated"
 )
 
 // deploy/grafana-dashboard.json is what this package builds;
@@ -18,19 +19,7 @@ func TestDashboardDocIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if os.Getenv("FERRY_UPDATE_DOCS") == "1" {
-		if err := os.WriteFile("../grafana-dashboard.json", want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got, err := os.ReadFile("../grafana-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("deploy/grafana-dashboard.json differs from what deploy/dashboard builds: run make generate")
-	}
+	generated.Check(t, "../grafana-dashboard.json", want, "deploy/dashboard")
 }
 
 // Grafana reads the file back into every panel with its queries, each
