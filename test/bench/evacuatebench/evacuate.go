@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -84,10 +80,10 @@ func evacuate(ctx context.Context, b *testbed.Bed, way string, linkMiBs int) (ev
 			b.DestroyGuest(g.Name)
 		}
 	}()
-	hc := unixClient(b.Node("a").DebugSocket)
+	ferryd := client.New(b.Node("a").DebugSocket)
 	if way == wayFerry {
 		// The plan predicts from measured dirty rates.
-		if err := waitMeasured(ctx, hc); err != nil {
+		if err := waitMeasured(ctx, ferryd); err != nil {
 			return ev, err
 		}
 	}
@@ -101,7 +97,7 @@ func evacuate(ctx context.Context, b *testbed.Bed, way string, linkMiBs int) (ev
 				return ev, err
 			}
 		}
-		err = ferryEvacuate(ctx, hc, linkMiBs)
+		err = ferryEvacuate(ctx, ferryd, linkMiBs)
 	} else {
 		err = kubeVirtEvacuate(ctx, b, linkMiBs)
 	}
@@ -110,27 +106,20 @@ func evacuate(ctx context.Context, b *testbed.Bed, way string, linkMiBs int) (ev
 		return ev, err
 	}
 	for _, g := range guests {
-		ev.Guests = append(ev.Guests, outcome(b, hc, g.Name))
+		ev.Guests = append(ev.Guests, outcome(ctx, b, ferryd, g.Name))
 	}
 	return ev, nil
 }
 
 // ferryEvacuate runs ferryctl evacuate's request and waits for its end.
-func ferryEvacuate(ctx context.Context, hc *http.Client, linkMiBs int) error {
-	body, _ := json.Marshal(api.PlanRequest{Targets: []string{"b"}, BandwidthMiBs: linkMiBs})
-	resp, err := hc.Post("http://ferryd/v1/evacuations", "application/json", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("POST /v1/evacuations: %d %s", resp.StatusCode, msg)
+func ferryEvacuate(ctx context.Context, ferryd *client.Client, linkMiBs int) error {
+	if _, err := ferryd.Evacuate(ctx, api.PlanRequest{Targets: []string{"b"}, BandwidthMiBs: linkMiBs}); err != nil {
+		return fmt.Errorf("POST /v1/evacuations: %w", err)
 	}
 	for {
-		var ev api.Evacuation
-		if err := getJSON(hc, "/v1/evacuation", &ev); err != nil {
-			return err
+		ev, err := ferryd.Evacuation(ctx)
+		if err != nil {
+			return fmt.Errorf("GET /v1/evacuation: %w", err)
 		}
 		if !ev.Running {
 			logf("ferry's plan: predicted %.1fs, real %.1fs", ev.PredictedSeconds, ev.RealSeconds)
@@ -229,17 +218,15 @@ func (s *evenSplit) run(ctx context.Context, b *testbed.Bed) {
 
 // outcome reads how a guest's migration went, from both nodes' jobs and
 // the guest's own memory check.
-func outcome(b *testbed.Bed, hc *http.Client, name string) moved {
+func outcome(ctx context.Context, b *testbed.Bed, ferryd *client.Client, name string) moved {
 	m := moved{Guest: name}
-	var j api.Job
-	if err := getJSON(hc, "/v1/jobs/"+name, &j); err == nil {
+	if j, err := ferryd.Job(ctx, name); err == nil {
 		m.Phase, m.PostCopy, m.DowntimeMs = string(j.Phase), j.Mode == api.ModePostCopy, j.DowntimeMs
 		if j.EndTime != nil {
 			m.Seconds = j.EndTime.Sub(j.StartTime).Seconds()
 		}
 	}
-	var tj api.Job
-	if err := getJSON(unixClient(b.Node("b").DebugSocket), "/v1/jobs/"+name, &tj); err == nil {
+	if tj, err := client.New(b.Node("b").DebugSocket).Job(ctx, name); err == nil {
 		m.DowntimeMs = max(m.DowntimeMs, tj.DowntimeMs)
 	}
 	// The guest checks all its memory every few seconds: two more passes,
@@ -256,10 +243,9 @@ func outcome(b *testbed.Bed, hc *http.Client, name string) moved {
 }
 
 // waitMeasured waits until ferryd has measured every guest three times.
-func waitMeasured(ctx context.Context, hc *http.Client) error {
+func waitMeasured(ctx context.Context, ferryd *client.Client) error {
 	for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); {
-		var resp api.DomainsResponse
-		if err := getJSON(hc, "/v1/domains", &resp); err == nil {
+		if resp, err := ferryd.Domains(ctx, false); err == nil {
 			n := 0
 			for _, d := range resp.Domains {
 				if len(d.DirtyRates) >= 3 {
@@ -277,24 +263,4 @@ func waitMeasured(ctx context.Context, hc *http.Client) error {
 		}
 	}
 	return fmt.Errorf("the guests' dirty rates were not measured within 3 minutes")
-}
-
-func unixClient(socket string) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}}}
-}
-
-func getJSON(hc *http.Client, path string, v any) error {
-	resp, err := hc.Get("http://ferryd" + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, msg)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }

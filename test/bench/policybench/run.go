@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +11,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -132,7 +130,7 @@ func runOne(ctx context.Context, b *testbed.Bed, lg *eventLog, o options, c gues
 	if k.Monitor {
 		mon = newMonitor(deadline, k.PostCopy)
 	}
-	ferryd := unixClient(b.Node(from).DebugSocket)
+	ferryd := client.New(b.Node(from).DebugSocket)
 	// KubeVirt's monitor polls every 400 ms; the bench polls faster to
 	// catch a post-copy phase that lasts a second or less.
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -163,16 +161,10 @@ poll:
 		}
 		elapsed := time.Since(t0)
 		mv := mon.observe(elapsed, rd.stats.DataRemaining)
-		path := ""
-		switch mv {
-		case keep:
+		if mv == keep {
 			continue
-		case switchPostCopy:
-			path = "/postcopy"
-		default:
-			path = "/abort"
 		}
-		res := post(ferryd, "/v1/jobs/"+name+path)
+		res := steer(ctx, ferryd, name, mv)
 		r.Steps = append(r.Steps, fmt.Sprintf("%s %.0fs", mv, elapsed.Seconds()))
 		logf("%s under %s: %s after %.1fs, %d MiB left: %s", c.Name, k.Name, mv, elapsed.Seconds(), rd.stats.DataRemaining>>20, res)
 	}
@@ -360,38 +352,37 @@ func whereRuns(b *testbed.Bed, name string) (string, error) {
 	return running[0], nil
 }
 
-func unixClient(socket string) *http.Client {
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}}}
-}
-
-// post asks the source ferryd what ferryctl abort / postcopy ask.
-func post(hc *http.Client, path string) string {
-	resp, err := hc.Post("http://ferryd"+path, "application/json", nil)
-	if err != nil {
+// steer asks the source ferryd what ferryctl postcopy / abort ask, and
+// says for the log what ferryd answered: a refusal with its status, which
+// tells "not now" (409, e.g. an abort once in post-copy) from "no job"
+// (404).
+func steer(ctx context.Context, ferryd *client.Client, name string, mv move) string {
+	var res api.AbortResult
+	var err error
+	if mv == switchPostCopy {
+		res, err = ferryd.PostCopy(ctx, name)
+	} else {
+		res, err = ferryd.Abort(ctx, name, false)
+	}
+	var refused *client.Error
+	switch {
+	case errors.As(err, &refused):
+		return fmt.Sprintf("%d %s", refused.Status, refused.Message)
+	case err != nil:
 		return err.Error()
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return fmt.Sprintf("%d %s", resp.StatusCode, body)
+	return res.Message
 }
 
 // finishedJob is the source job of the migration with that ID once it has
 // ended; the migrate call returns on the job's end, the truth readings
-// around it may lag.
-func finishedJob(hc *http.Client, name, id string) (api.Job, bool) {
+// around it may lag. It is read even once the bench is interrupted: the
+// run's result is still written.
+func finishedJob(ferryd *client.Client, name, id string) (api.Job, bool) {
 	until := time.Now().Add(15 * time.Second)
 	for time.Now().Before(until) {
-		var j api.Job
-		if resp, err := hc.Get("http://ferryd/v1/jobs/" + name); err == nil {
-			if resp.StatusCode == http.StatusOK {
-				json.NewDecoder(resp.Body).Decode(&j)
-			}
-			resp.Body.Close()
-		}
-		if j.Phase.Finished() && j.Proxy != nil && (id == "" || j.Proxy.MigrationID == id) {
+		j, err := ferryd.Job(context.Background(), name)
+		if err == nil && j.Phase.Finished() && j.Proxy != nil && (id == "" || j.Proxy.MigrationID == id) {
 			return j, true
 		}
 		time.Sleep(250 * time.Millisecond)

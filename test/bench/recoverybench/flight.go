@@ -2,26 +2,22 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/api/client"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
 // flight is one migration in flight: the bed's blocking Migrate call, and
 // the source ferryd's job of it as read over its debug socket.
 type flight struct {
-	name string
-	hc   *http.Client
-	ids  chan string
-	done chan callEnd
+	name   string
+	ferryd *client.Client
+	ids    chan string
+	done   chan callEnd
 	// id is the migration ID ferryd gave it, once heard: a job of the same
 	// name but another ID is not this migration's.
 	id      string
@@ -47,7 +43,7 @@ type eventKey struct {
 }
 
 func startFlight(ctx context.Context, b *testbed.Bed, name string, st settings) *flight {
-	f := &flight{name: name, hc: unixClient(b.Node("a").DebugSocket),
+	f := &flight{name: name, ferryd: client.New(b.Node("a").DebugSocket),
 		ids: make(chan string, 1), done: make(chan callEnd, 1), events: map[eventKey]api.Event{}}
 	spec := testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry",
 		BandwidthMiBs: st.BandwidthMiBs, PostCopyAfter: time.Duration(st.PostCopyAfterSeconds * float64(time.Second)),
@@ -87,7 +83,9 @@ func (f *flight) wait(ctx context.Context) error {
 	}
 }
 
-// job reads the source's job of this migration and keeps its events.
+// job reads the source's job of this migration and keeps its events. An
+// interrupt does not cut the read: a broken run's events are kept for its
+// post-mortem, and the client bounds the read.
 func (f *flight) job() (api.Job, error) {
 	if f.id == "" {
 		select {
@@ -95,9 +93,9 @@ func (f *flight) job() (api.Job, error) {
 		default:
 		}
 	}
-	j, err := getJob(f.hc, f.name)
+	j, err := f.ferryd.Job(context.Background(), f.name)
 	if err != nil {
-		return j, err
+		return j, fmt.Errorf("reading the source's job of %s: %w", f.name, err)
 	}
 	if f.id != "" && (j.Proxy == nil || j.Proxy.MigrationID != f.id) {
 		return j, fmt.Errorf("the source's job of %s is not migration %s", f.name, f.id)
@@ -169,30 +167,4 @@ func errText(err error) string {
 		return "no error"
 	}
 	return err.Error()
-}
-
-// unixClient talks to a ferryd's debug API; the bed's own client of it is
-// unexported.
-func unixClient(socket string) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}}}
-}
-
-func getJob(hc *http.Client, name string) (api.Job, error) {
-	var j api.Job
-	resp, err := hc.Get("http://ferryd/v1/jobs/" + name)
-	if err != nil {
-		return j, fmt.Errorf("reading the source's job of %s: %w", name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return j, fmt.Errorf("reading the source's job of %s: %d %s", name, resp.StatusCode, strings.TrimSpace(string(body)))
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
-		return j, fmt.Errorf("decoding the source's job of %s: %w", name, err)
-	}
-	return j, nil
 }
