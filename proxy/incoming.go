@@ -169,7 +169,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 		return resp
 	}
 	m := pr.m
-	if err := p.reg.add(m, &pr.in, peer.owner()); err != nil {
+	if err := p.reg.add(m, pr.in, peer.owner()); err != nil {
 		return pr.refuse(refusalReason(err, reasonMalformedRequest), err.Error())
 	}
 	if _, err := p.socketGroup(); err != nil {
@@ -188,9 +188,9 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 	}
 	start := pr.started
 	if req.DryRun {
-		return p.endDryRun(pr.in, cpu, time.Since(start))
+		return p.endDryRun(*pr.in, cpu, time.Since(start))
 	}
-	in := pr.in
+	in := *pr.in
 	p.hideMonitor(in)
 	p.hideTargets(in)
 	if err := p.monitorIsOurs(in); err != nil {
@@ -230,8 +230,10 @@ type preparing struct {
 	req  ControlRequest
 	peer Peer
 	m    Migration
-	// in is the migration as the registry keeps it, from add on.
-	in      IncomingMigration
+	// in is the migration as the registry keeps it, from add on: a value
+	// of its own, so that the registry never keeps the request (its XML)
+	// alive with it.
+	in      *IncomingMigration
 	ttl     time.Duration
 	started time.Time // libvirt's Prepare
 }
@@ -289,7 +291,7 @@ func (pr *preparing) build() (ControlResponse, bool) {
 		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
 		in.RecoverFor = time.Duration(min(req.RecoverSeconds, maxRecoverSeconds) * float64(time.Second))
 	}
-	pr.m, pr.in = m, in
+	pr.m, pr.in = m, &in
 	return ControlResponse{}, true
 }
 
@@ -302,7 +304,7 @@ func (pr *preparing) check(checked func()) (*CheckedXML, ControlResponse, bool) 
 	if err != nil {
 		return nil, pr.refuse(reasonTooManyReading, "prepare: "+err.Error()), false
 	}
-	checkedXML, err := pr.p.cfg.Incoming.Check(pr.in, pr.req.XML)
+	checkedXML, err := pr.p.cfg.Incoming.Check(*pr.in, pr.req.XML)
 	turn()
 	if err != nil {
 		return nil, pr.refuse(refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error()), false
@@ -316,7 +318,7 @@ func (pr *preparing) prepareLibvirt(checkedXML *CheckedXML) (cookie []byte, uri,
 	p, req, id := pr.p, pr.req, pr.m.ID
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()
-	pin := pr.in
+	pin := *pr.in
 	pin.Checked = checkedXML
 	var err error
 	if req.DryRun {
@@ -375,7 +377,7 @@ func (pr *preparing) arm(e *entry) {
 func (pr *preparing) record(e *entry) (ControlResponse, bool) {
 	p, id := pr.p, pr.m.ID
 	ictx, icancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
-	inst, err := p.cfg.Incoming.Instance(ictx, pr.in)
+	inst, err := p.cfg.Incoming.Instance(ictx, *pr.in)
 	icancel()
 	if err != nil {
 		p.dropIncoming(id, "its guest instance could not be named: "+err.Error())
@@ -650,6 +652,9 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 // persisted asks libvirt, not this process's memory, whether the
 // migration's guest is defined here: what a restart cannot lose.
 func (p *Proxy) persisted(in IncomingMigration) bool {
+	if p.cfg.Incoming == nil {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
 	defer cancel()
 	return p.cfg.Incoming.Persisted(ctx, in)
@@ -657,6 +662,9 @@ func (p *Proxy) persisted(in IncomingMigration) bool {
 
 // outcomeOf asks libvirt whether the migration's domain runs here.
 func (p *Proxy) outcomeOf(in IncomingMigration) string {
+	if p.cfg.Incoming == nil {
+		return "" // not settled: this ferryd cannot ask, as one restarted without a libvirt socket
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
 	defer cancel()
 	out, err := p.cfg.Incoming.Outcome(ctx, in)
@@ -739,6 +747,9 @@ const heldRecheck = time.Minute
 
 // held asks the Incoming whether e's migration must be kept.
 func (p *Proxy) held(e *entry) (string, bool) {
+	if p.cfg.Incoming == nil {
+		return "", false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
 	return p.cfg.Incoming.Held(ctx, p.reg.incomingOf(e))
