@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ferry-vm/ferry/drive"
+	"github.com/ferry-vm/ferry/evacuate"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/measure"
 	"github.com/ferry-vm/ferry/metrics"
@@ -50,7 +51,7 @@ type Daemon struct {
 	steer *steerer
 	// meter measures the domains' dirty rates; nil when that is off.
 	meter    *measure.Meter
-	evac     evacuations
+	evac     *evacuate.Runner
 	reporter *kubevirt.Reporter
 	// uids are the VMI UIDs of running jobs' domains, by job ID, read
 	// when each job started.
@@ -160,6 +161,11 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 			return nil, err
 		}
 	}
+	var mover evacuate.Mover
+	if d.source != nil {
+		mover = d.source
+	}
+	d.evac = evacuate.NewRunner(mover, d.Tracker.JobByName, cfg.Peers, log.Named("evacuate"))
 	return d, nil
 }
 

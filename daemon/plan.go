@@ -134,17 +134,13 @@ func (d *Daemon) buildPlan(ctx context.Context, req api.PlanRequest) (api.Plan, 
 		}
 	}
 	p.Entries = entries
-	d.evac.mu.Lock()
-	d.evac.predicted, d.evac.planned = p.PredictedSeconds, true
-	d.evac.mu.Unlock()
+	d.evac.Planned(p.PredictedSeconds)
 	return p, nil
 }
 
 // lastPlanSeconds is the last plan's predicted evacuation, for /metrics.
 func (d *Daemon) lastPlanSeconds() (float64, bool) {
-	d.evac.mu.Lock()
-	defer d.evac.mu.Unlock()
-	return d.evac.predicted, d.evac.planned
+	return d.evac.LastPlanSeconds()
 }
 
 // slotUse is the node's slots for the migrations Ferry drives, for /metrics.
