@@ -354,11 +354,15 @@ func (d *Daemon) listen() (debugLn, metricsLn net.Listener, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if d.Proxy != nil {
-		addr, err := d.Proxy.Listen()
+	defer func() {
 		if err != nil {
 			debugLn.Close()
 			os.Remove(d.cfg.DebugSocket)
+		}
+	}()
+	if d.Proxy != nil {
+		addr, err := d.Proxy.Listen()
+		if err != nil {
 			return nil, nil, err
 		}
 		d.log.Info("migration proxy listening", zap.String("addr", addr.String()), zap.Bool("tls", d.Proxy.TLS()), zap.String("relay", proxy.RelayEngine()))
@@ -369,10 +373,7 @@ func (d *Daemon) listen() (debugLn, metricsLn net.Listener, err error) {
 		d.log.Info("migration proxy off (no --proxy-listen): observing only")
 	}
 	if d.cfg.MetricsAddr != "" {
-		metricsLn, err = net.Listen("tcp", d.cfg.MetricsAddr)
-		if err != nil {
-			debugLn.Close()
-			os.Remove(d.cfg.DebugSocket)
+		if metricsLn, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
 			return nil, nil, fmt.Errorf("--metrics-addr %s: %w", d.cfg.MetricsAddr, err)
 		}
 	}

@@ -121,6 +121,10 @@ func normalise(page []byte, root string) []byte {
 	return []byte(strings.Join(out, ""))
 }
 
+// updating says whether the golden page is written rather than compared:
+// FERRY_UPDATE_DOCS=1, as make generate sets it.
+func updating() bool { return os.Getenv("FERRY_UPDATE_DOCS") == "1" }
+
 // TestScrapeOfTheStory serves the recorded story and compares the page
 // with testdata/e2e-output.txt: a metric's name, labels, help or values
 // that change show there first.
