@@ -358,18 +358,20 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 	logged := false
 	// A socket removed while its daemon was already gone (a launcher pod's
 	// usual end: libvirt exits, then the socket goes) was last reported as a
-	// lost connection; its handler must still hear that it is gone for good.
-	gone := func() {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrSocketGone) {
+	// lost connection, or never served; its handler must still hear that it
+	// is gone for good, however the removal and the loss interleave.
+	var said error
+	defer func() {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrSocketGone) && !errors.Is(said, ErrSocketGone) {
 			p.h.Lost(socket, cause)
 		}
-	}
+	}()
 	for ctx.Err() == nil {
-		err := p.once(ctx, socket)
+		reported, err := p.once(ctx, socket)
+		if reported != nil {
+			said = reported
+		}
 		if ctx.Err() != nil {
-			if err != nil {
-				gone() // never served, so never said
-			}
 			return
 		}
 		if err != nil {
@@ -390,7 +392,6 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 		}
 		select {
 		case <-ctx.Done():
-			gone()
 			return
 		case <-time.After(backoff):
 		}
@@ -398,30 +399,31 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 	}
 }
 
-// once runs a single connection from dial to loss; nil means it was up and
-// then ended (so backoff restarts from the minimum).
-func (p *Pool) once(ctx context.Context, socket string) error {
+// once runs a single connection from dial to loss. A nil err means it was
+// up and then ended (so backoff restarts from the minimum); reported is the
+// reason the handler was told then.
+func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 	c, err := dial(ctx, socket, p.cfg.CallTimeout, !p.configured(socket), p.cfg.KeepAlive, CutOnSilence)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Close()
 	ver, err := c.Ping(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if c.Matched() {
 		// Refused before anything of it is served: the backoff holds it
 		// off, its status says why.
 		if _, err := c.Domains(ctx); errors.Is(err, ErrNotALauncher) {
-			return err
+			return nil, err
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events, err := c.Subscribe(cctx, p.cfg.EventsBuffer)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.setStatus(socket, func(s *SocketStatus) {
 		if !s.Up && !s.Since.IsZero() && s.LastError != "" {
@@ -481,7 +483,7 @@ func (p *Pool) once(ctx context.Context, socket string) error {
 	if ctx.Err() == nil {
 		p.log.Warn("libvirt connection lost", zap.String("socket", socket), zap.Error(reason))
 	}
-	return nil
+	return reason, nil
 }
 
 func (p *Pool) configured(socket string) bool {

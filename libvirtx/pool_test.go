@@ -109,7 +109,7 @@ func TestLostSaysGoneWhenTheDaemonDiedFirst(t *testing.T) {
 	}()
 	f := libvirtxtest.New(t, filepath.Join(dir, "launcher.sock"))
 	h.waitServed(t, f.Path())
-	f.Close() // the daemon exits; its socket file stays for a moment
+	f.Kill() // the daemon dies; its socket file stays until its pod goes
 	if err := h.waitLost(t, f.Path()); errors.Is(err, ErrSocketGone) {
 		t.Fatalf("daemon gone, socket still there: Lost got %v, want a lost connection", err)
 	}
@@ -210,4 +210,68 @@ func runPool(t *testing.T, cfg PoolConfig) (*Pool, *recordingHandler, func()) {
 	}
 	t.Cleanup(stop)
 	return p, h, stop
+}
+
+// blockingLost holds its first Lost until released, so that a test can
+// remove the socket while the pool is still telling of the lost connection.
+type blockingLost struct {
+	recordingHandler
+	first   sync.Once
+	holding chan struct{}
+	release chan struct{}
+}
+
+func (h *blockingLost) Lost(socket string, err error) {
+	h.first.Do(func() {
+		close(h.holding)
+		<-h.release
+	})
+	h.recordingHandler.Lost(socket, err)
+}
+
+// The removal can be noticed while the lost connection is still being
+// told of: the handler must hear both, in that order.
+func TestLostSaysGoneWhenRemovedWhileTheLossIsTold(t *testing.T) {
+	dir := t.TempDir()
+	h := &blockingLost{
+		recordingHandler: recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)},
+		holding:          make(chan struct{}), release: make(chan struct{}),
+	}
+	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, h, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		p.Run(ctx)
+		close(stopped)
+	}()
+	defer func() {
+		cancel()
+		<-stopped
+	}()
+	f := libvirtxtest.New(t, filepath.Join(dir, "launcher.sock"))
+	h.waitServed(t, f.Path())
+	f.Kill()
+	<-h.holding
+	if err := os.Remove(f.Path()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p.mu.Lock()
+		_, watched := p.running[f.Path()]
+		p.mu.Unlock()
+		if !watched {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("socket removed and still watched after 5 s")
+		}
+	}
+	close(h.release)
+	if err := h.waitLost(t, f.Path()); errors.Is(err, ErrSocketGone) {
+		t.Fatalf("connection lost first: Lost got %v, want the lost connection", err)
+	}
+	if err := h.waitLost(t, f.Path()); !errors.Is(err, ErrSocketGone) {
+		t.Fatalf("socket removed while its loss was told: Lost got %v, want ErrSocketGone", err)
+	}
 }

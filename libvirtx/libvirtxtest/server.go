@@ -34,7 +34,7 @@ type AnswerFunc func(proc uint32, args []byte) (reply []byte, err *libvirt.Error
 type Server struct {
 	t    testing.TB
 	path string
-	ln   net.Listener
+	ln   *net.UnixListener
 
 	mu       sync.Mutex
 	closed   bool
@@ -91,42 +91,33 @@ func New(t testing.TB, path string) *Server {
 // sunPathMax is what a unix socket address holds, its NUL excluded.
 const sunPathMax = 107
 
-// listen listens at path. A longer path than an address holds (a
+// listen listens at path and leaves the socket file to the fake: Close
+// removes it, Kill leaves it. A longer path than an address holds (a
 // virt-launcher's socket under the kubelet's pods directory is) is bound
 // at a short one first and renamed: a socket's inode, not its name, is
 // what a connect reaches.
-func listen(path string) (net.Listener, error) {
-	if len(path) <= sunPathMax {
-		return net.Listen("unix", path)
+func listen(path string) (*net.UnixListener, error) {
+	bind := path
+	if len(path) > sunPathMax {
+		dir, err := os.MkdirTemp("", "lvt")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		bind = filepath.Join(dir, "s")
 	}
-	dir, err := os.MkdirTemp("", "lvt")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bind, Net: "unix"})
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
-	if err != nil {
-		return nil, err
+	ln.SetUnlinkOnClose(false)
+	if bind != path {
+		if err := os.Rename(bind, path); err != nil {
+			ln.Close()
+			return nil, err
+		}
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Rename(filepath.Join(dir, "s"), path); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return unlinking{ln, path}, nil
-}
-
-// unlinking removes its socket when closed, as a short path's listener
-// does: a closed fake leaves no socket behind whatever its path's length.
-type unlinking struct {
-	net.Listener
-	path string
-}
-
-func (u unlinking) Close() error {
-	err := u.Listener.Close()
-	os.Remove(u.path)
-	return err
+	return ln, nil
 }
 
 // Path is the socket's path.
@@ -181,9 +172,19 @@ func (s *Server) Send(raw []byte) {
 	}
 }
 
-// Close stops listening and drops every connection, as a dying libvirtd
-// does.
+// Close stops listening, removes its socket and drops every connection, as
+// a libvirtd that stops does.
 func (s *Server) Close() {
+	s.stop()
+	os.Remove(s.path)
+}
+
+// Kill stops listening and drops every connection but leaves its socket
+// file, as a libvirtd that was killed does: a connect is refused until
+// whoever owns the directory removes it.
+func (s *Server) Kill() { s.stop() }
+
+func (s *Server) stop() {
 	s.ln.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
