@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,10 +16,6 @@ import (
 	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/plan"
 )
-
-// defaultSetup is what a migration is taken to cost besides its memory
-// until one over the path says: the target's prepare, its QEMU's start.
-const defaultSetup = 2 * time.Second
 
 // maxEntryError bounds an entry's error text.
 const maxEntryError = 512
@@ -208,43 +203,15 @@ func (d *Daemon) planEntry(ctx context.Context, kc *kubeVirtContext, dom api.Dom
 // ferryd's flag, or what the last migrations this node drove to the
 // targets took.
 func (d *Daemon) learnPath(req api.PlanRequest, p *api.Plan) plan.Path {
-	path := plan.Path{Setup: defaultSetup}
-	p.SetupFrom = "default, until a migration over the path says"
-	switch {
-	case req.BandwidthMiBs > 0:
-		path.BandwidthBytesPerSecond, p.BandwidthFrom = uint64(req.BandwidthMiBs)<<20, "given"
-	case d.cfg.LinkBandwidthMiBs > 0:
-		path.BandwidthBytesPerSecond, p.BandwidthFrom = uint64(d.cfg.LinkBandwidthMiBs)<<20, "ferryd --migration-bandwidth-mibs"
+	given, from := uint64(req.BandwidthMiBs)<<20, "given"
+	if req.BandwidthMiBs <= 0 {
+		given, from = uint64(max(d.cfg.LinkBandwidthMiBs, 0))<<20, "ferryd --migration-bandwidth-mibs"
 	}
-	var rates, setups []float64
-	for _, j := range d.Tracker.Jobs(true) {
-		if j.Role != api.RoleSource || j.Phase != api.PhaseCompleted || j.Proxy == nil || j.EndTime == nil ||
-			len(req.Targets) > 0 && !slices.Contains(req.Targets, j.PeerNode) {
-			continue
-		}
-		rate := migration.TransferRate(j)
-		if rate <= 0 {
-			continue
-		}
-		rates = append(rates, rate)
-		bw := rate
-		if path.BandwidthBytesPerSecond > 0 {
-			bw = float64(path.BandwidthBytesPerSecond)
-		}
-		setup := j.EndTime.Sub(j.StartTime).Seconds() - float64(j.DataProcessedBytes)/bw - float64(j.DowntimeMs)/1000
-		setups = append(setups, max(setup, 0))
-	}
-	if len(rates) > 0 && path.BandwidthBytesPerSecond == 0 {
-		path.BandwidthBytesPerSecond = uint64(migration.Median(rates))
-		p.BandwidthFrom = fmt.Sprintf("learned from the last %d migrations to the targets", len(rates))
-	}
-	if len(setups) > 0 {
-		path.Setup = time.Duration(migration.Median(setups) * float64(time.Second))
-		p.SetupFrom = fmt.Sprintf("learned from the last %d migrations to the targets", len(setups))
-	}
-	p.BandwidthBytesPerSecond, p.SetupSeconds = path.BandwidthBytesPerSecond, path.Setup.Seconds()
+	l := plan.Learn(d.Tracker.Jobs(true), req.Targets, given, from)
+	p.BandwidthBytesPerSecond, p.SetupSeconds = l.Path.BandwidthBytesPerSecond, l.Path.Setup.Seconds()
+	p.BandwidthFrom, p.SetupFrom = l.BandwidthFrom, l.SetupFrom
 	if p.BandwidthFrom == "" {
 		p.BandwidthFrom = "unknown: give --bandwidth-mibs, set ferryd --migration-bandwidth-mibs, or migrate over the path once"
 	}
-	return path
+	return l.Path
 }
