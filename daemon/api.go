@@ -188,53 +188,11 @@ func (d *Daemon) watch(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) abort(w http.ResponseWriter, r *http.Request) {
 	abortHandler(func(ctx context.Context, socket, domain string, force bool) (api.AbortResult, error) {
-		o, err := d.owner(socket, domain)
-		if err != nil {
-			return api.AbortResult{}, err
-		}
-		if err := d.Tracker.Unambiguous(socket, domain); err != nil {
-			return api.AbortResult{}, err
-		}
-		if force && d.source != nil {
-			// Marked before libvirt pauses it: the driver, seeing the
-			// split, must know it is the operator's.
-			on := socket
-			if o != nil {
-				on = o.Socket()
-			}
-			undo := d.source.PauseByOperator(on, domain)
-			defer func() {
-				if err != nil {
-					undo()
-				}
-			}()
-		}
-		var res api.AbortResult
-		if o != nil {
-			res, err = o.Abort(ctx, migration.AbortByOperator, "", force)
-		} else {
-			res, err = d.Tracker.Abort(ctx, migration.JobRef{Socket: socket, Domain: domain}, force, migration.AbortByOperator, "", onLibvirt(d.Pool, abortJob))
-		}
-		return res, err
+		return d.act.Abort(ctx, migration.JobRef{Socket: socket, Domain: domain}, force, migration.AbortByOperator, "")
 	}, d.log)(w, r)
 }
 
-// owner is the owner of a migration Ferry drives of domain, while its
-// Perform runs: whatever acts on it goes through the owner, on the
-// migration's own connection, even while the pool's to its libvirt is cut. With no socket
-// named, a domain of the name on any other libvirt makes it ambiguous.
-func (d *Daemon) owner(socket, domain string) (*drive.Owner, error) {
-	if d.source == nil {
-		return nil, nil
-	}
-	o := d.source.Owner(socket, domain)
-	if o == nil || socket != "" {
-		return o, nil
-	}
-	return o, d.Tracker.AmbiguousBeside(o.Socket(), domain)
-}
-
-// abortFunc is Tracker.Abort, or a stand-in where no libvirt can put a job
+// abortFunc is the Actuator's Abort, or a stand-in where no libvirt can put a job
 // in post-copy.
 type abortFunc func(ctx context.Context, socket, domain string, force bool) (api.AbortResult, error)
 
@@ -371,19 +329,7 @@ func (d *Daemon) migrate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) postCopy(w http.ResponseWriter, r *http.Request) {
-	var j api.Job
-	o, err := d.owner(socketParam(r), r.PathValue("domain"))
-	switch {
-	case err != nil:
-	case o != nil:
-		// Longer than one libvirt call of the owner's, so that a switch it
-		// takes is answered.
-		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
-		j, err = o.StartPostCopy(ctx, "by an operator through Ferry")
-		cancel()
-	default:
-		j, err = d.Tracker.StartPostCopy(r.Context(), migration.JobRef{Socket: socketParam(r), Domain: r.PathValue("domain")}, "through Ferry", onLibvirt(d.Pool, startPostCopy))
-	}
+	j, err := d.act.StartPostCopy(r.Context(), migration.JobRef{Socket: socketParam(r), Domain: r.PathValue("domain")}, "by an operator through Ferry")
 	switch {
 	case errors.Is(err, drive.ErrSwitchWaiting):
 		writeJSON(w, http.StatusAccepted, api.AbortResult{Job: j, Message: "the switch to post-copy is asked, and is made as soon as QEMU's migration is active"})

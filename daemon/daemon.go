@@ -48,6 +48,8 @@ type Daemon struct {
 	source *drive.Source
 	target *drive.Target
 
+	// act carries out operators' and the policy's acts on migrations.
+	act   *drive.Actuator
 	steer *steerer
 	// meter measures the domains' dirty rates; nil when that is off.
 	meter    *measure.Meter
@@ -155,12 +157,13 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	d.scrape = metrics.NewHandler(d.reg, col, log.Named("metrics"))
 	d.steer = newSteerer(d.Tracker, cfg.Policy, cfg.NodeName, log.Named("policy"), metrics.NewPolicyActions(d.reg))
 	d.steer.advised = d.reportAdvice
-	d.steer.conns = d.Pool
 	if cfg.ProxyListen != "" {
 		if err := d.setupMigrations(cfg, log); err != nil {
 			return nil, err
 		}
 	}
+	d.act = drive.NewActuator(d.source, d.Pool, d.Tracker)
+	d.steer.act = d.act
 	var mover evacuate.Mover
 	if d.source != nil {
 		mover = d.source

@@ -46,6 +46,6 @@ func (d *Daemon) linkChanged(up bool) {
 	if up {
 		state, kind = "up", drive.EventLinkUp
 	}
-	d.Tracker.NoteEvent(kind, fmt.Sprintf("%s went %s", d.cfg.MigrationInterface, state))
+	d.Tracker.Books().NoteAll(kind, fmt.Sprintf("%s went %s", d.cfg.MigrationInterface, state))
 	d.log.Warn("migration interface changed", zap.String("interface", d.cfg.MigrationInterface), zap.String("state", state))
 }

@@ -23,11 +23,9 @@ type steerer struct {
 	name    string
 	log     *zap.Logger
 	actions *prometheus.CounterVec
-	// apply carries a decision out on a job: through act, the owner of a
-	// migration Ferry drives, or on the job's libvirt (conns) when act is
-	// nil.
-	apply func(ctx context.Context, jobID string, act policy.Actuator, d policy.Decision) error
-	conns drive.Conns
+	// apply carries a decision out on the job it judged (through act).
+	apply func(ctx context.Context, jobID string, d policy.Decision) error
+	act   interface{ Policy(jobID string) policy.Actuator }
 	// driven finds a migration Ferry drives by its ID while it runs; nil
 	// without the proxy.
 	driven func(id string) (drive.Driven, bool)
@@ -148,12 +146,12 @@ func (s *steerer) consider(ctx context.Context, j api.Job) {
 		MaxDowntimeMs: uint64(d.MaxDowntime / time.Millisecond), Reason: d.Reason, Applied: mode == policy.Act}
 	// Recorded before it is carried out: an abort ends the job at once,
 	// and the job's failure class is read from this step.
-	s.t.RecordPolicy(j.ID, string(mode), step)
+	s.t.Acts().RecordPolicy(j.ID, string(mode), step)
 	if mode == policy.Act {
 		cctx, cancel := context.WithTimeout(ctx, steerCallTimeout)
-		if err := s.apply(cctx, j.ID, dp.Act, d); err != nil {
+		if err := s.apply(cctx, j.ID, d); err != nil {
 			step.Error = err.Error()
-			s.t.PolicyStepFailed(j.ID, step.Error)
+			s.t.Acts().PolicyStepFailed(j.ID, step.Error)
 		}
 		cancel()
 	}
@@ -172,9 +170,6 @@ func (s *steerer) consider(ctx context.Context, j api.Job) {
 	}
 }
 
-func (s *steerer) carryOut(ctx context.Context, jobID string, act policy.Actuator, d policy.Decision) error {
-	if act == nil {
-		act = libvirtActs{s.t, s.conns, jobID}
-	}
-	return policy.Apply(ctx, act, d)
+func (s *steerer) carryOut(ctx context.Context, jobID string, d policy.Decision) error {
+	return policy.Apply(ctx, s.act.Policy(jobID), d)
 }

@@ -28,19 +28,12 @@ type applied struct {
 	calls []string
 }
 
-func (a *applied) record(_ context.Context, id string, act policy.Actuator, d policy.Decision) error {
+func (a *applied) record(_ context.Context, id string, d policy.Decision) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	via := "tracker"
-	if act != nil {
-		via = "owner"
-	}
-	a.calls = append(a.calls, id+" "+string(d.Action)+" via "+via)
+	a.calls = append(a.calls, id+" "+string(d.Action))
 	return nil
 }
-
-// ownerStandIn marks the actuator a driven migration's owner would be.
-type ownerStandIn struct{ policy.Actuator }
 
 func (a *applied) count() int {
 	a.mu.Lock()
@@ -102,7 +95,7 @@ func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 	fa := policyLibvirt(t, tr, d)
 	tr.Books().Drive(fa.Path(), d.Name, api.ProxyInfo{MigrationID: "m-1"})
 	s.driven = func(id string) (drive.Driven, bool) {
-		return drive.Driven{Settings: node, Act: ownerStandIn{}}, id == "m-1"
+		return drive.Driven{Settings: node}, id == "m-1"
 	}
 
 	// A namesake on another socket is not driven: advised only.
@@ -122,8 +115,8 @@ func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 			other = j
 		}
 	}
-	if a.calls[0] != driven.ID+" abort via owner" {
-		t.Fatalf("applied %v, want an abort of %s through its owner", a.calls, driven.ID)
+	if a.calls[0] != driven.ID+" abort" {
+		t.Fatalf("applied %v, want an abort of %s", a.calls, driven.ID)
 	}
 	if other.Policy == nil || len(other.Policy.Steps) != 1 || other.Policy.Steps[0].Applied || other.Policy.Mode != "advise" {
 		t.Fatalf("namesake's policy record %+v, want one advice", other.Policy)

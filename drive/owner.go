@@ -27,7 +27,7 @@ type Owner struct {
 	socket, domain string
 	dom            libvirt.Domain
 	job            jobControl
-	books          books
+	rec            record
 	// postCopy: the migration was started with VIR_MIGRATE_POSTCOPY.
 	postCopy bool
 	log      *zap.Logger
@@ -60,12 +60,19 @@ type jobControl interface {
 	SetMaxSpeed(ctx context.Context, dom libvirt.Domain, mibs uint64) error
 }
 
-// books records on the job what the owner does (a *migration.Tracker).
-type books interface {
-	Abort(ctx context.Context, tg migration.JobRef, force bool, by, why string, call migration.Act) (api.AbortResult, error)
-	SetMaxDowntime(ctx context.Context, tg migration.JobRef, d time.Duration, call migration.Act) error
-	StartPostCopy(ctx context.Context, tg migration.JobRef, by string, call migration.Act) (api.Job, error)
-	NoteOn(socket, domain, kind, detail string)
+// record keeps on the job what the owner does: its acts (migration.Acts),
+// and its refusals (migration.Books).
+type record interface {
+	Abort(tg migration.JobRef, force bool, by, why string) (*migration.Asked, error)
+	MaxDowntime(tg migration.JobRef, d time.Duration) (*migration.Asked, error)
+	PostCopy(tg migration.JobRef, by string) (*migration.Asked, error)
+	Note(socket, domain, kind, detail string)
+}
+
+// trackerRecord is a record on the tracker.
+type trackerRecord struct {
+	migration.Acts
+	migration.Books
 }
 
 type op int
@@ -153,8 +160,8 @@ const (
 	abortStuck = time.Minute
 )
 
-func newOwner(socket, domain string, dom libvirt.Domain, job jobControl, bk books, postCopy bool, log *zap.Logger) *Owner {
-	return &Owner{socket: socket, domain: domain, dom: dom, job: job, books: bk, postCopy: postCopy, log: log, grace: postCopyGrace, retryAbort: abortRetry,
+func newOwner(socket, domain string, dom libvirt.Domain, job jobControl, rec record, postCopy bool, log *zap.Logger) *Owner {
+	return &Owner{socket: socket, domain: domain, dom: dom, job: job, rec: rec, postCopy: postCopy, log: log, grace: postCopyGrace, retryAbort: abortRetry,
 		reqs: make(chan *request, 16), done: make(chan struct{}), ended: make(chan struct{})}
 }
 
@@ -480,11 +487,11 @@ func (o *Owner) apply(r *request) (rep reply, again bool) {
 	case !active:
 		return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}, false
 	}
-	set := migration.Act{Call: func(ctx context.Context, _ migration.Acting) error {
+	on, err := o.rec.MaxDowntime(o.target(), r.downtime)
+	_, err = o.made(ctx, on, err, "max downtime", func(ctx context.Context, _ bool) error {
 		return o.job.SetMaxDowntime(ctx, o.dom, r.downtime)
-	}}
-	err = o.books.SetMaxDowntime(ctx, o.target(), r.downtime, set)
-	return reply{err: o.unrecorded(ctx, err, "max downtime", set)}, false
+	})
+	return reply{err: err}, false
 }
 
 func (o *Owner) applySwitch(ctx context.Context, r *request, postCopy, active bool) (reply, bool) {
@@ -497,9 +504,8 @@ func (o *Owner) applySwitch(ctx context.Context, r *request, postCopy, active bo
 		return reply{err: errors.New("QEMU's migration is not active yet")}, true
 	}
 	o.switchAsked.Store(true)
-	start := migration.Act{Call: func(ctx context.Context, _ migration.Acting) error { return o.job.StartPostCopy(ctx, o.dom) }}
-	j, err := o.books.StartPostCopy(ctx, o.target(), r.by, start)
-	err = o.unrecorded(ctx, err, "switch to post-copy "+r.by, start)
+	on, err := o.rec.PostCopy(o.target(), r.by)
+	j, err := o.made(ctx, on, err, "switch to post-copy "+r.by, func(ctx context.Context, _ bool) error { return o.job.StartPostCopy(ctx, o.dom) })
 	switch {
 	case errors.Is(err, migration.ErrAlreadyPostCopy):
 		o.switched, o.switchedAt = true, time.Now()
@@ -526,26 +532,30 @@ func (o *Owner) applyAbort(ctx context.Context, r *request, postCopy, active boo
 	case !active && !postCopy:
 		return reply{err: fmt.Errorf("%w: %s's migration has no libvirt job now", migration.ErrNoJob, o.domain)}
 	}
-	abort := migration.Act{Call: func(ctx context.Context, on migration.Acting) error {
-		return o.job.AbortJob(ctx, o.dom, on.PostCopy || postCopy)
-	}}
-	res, err := o.books.Abort(ctx, o.target(), r.force, r.by, r.why, abort)
-	if err = o.unrecorded(ctx, err, "abort by "+r.by+": "+r.why, abort); err == nil {
+	on, err := o.rec.Abort(o.target(), r.force, r.by, r.why)
+	j, err := o.made(ctx, on, err, "abort by "+r.by+": "+r.why, func(ctx context.Context, inPostCopy bool) error {
+		return o.job.AbortJob(ctx, o.dom, inPostCopy || postCopy)
+	})
+	if err == nil {
 		o.aborting = true
 		o.log.Warn("migration aborted", zap.String("by", r.by), zap.String("why", r.why), zap.Bool("postCopy", postCopy))
 	}
-	return reply{abort: res, err: err}
+	return reply{abort: migration.AbortResult(on, j, err), err: err}
 }
 
-// unrecorded makes call itself when the tracker has no job to record it
-// on (its own connection to libvirt is cut, say): the record is evidence,
-// and never a condition of acting on the migration.
-func (o *Owner) unrecorded(ctx context.Context, err error, what string, call migration.Act) error {
-	if !errors.Is(err, migration.ErrNoJob) {
-		return err
+// made makes call, the libvirt call of an act the record let through (on),
+// and records its outcome. When the tracker has no job to record it on
+// (its own connection to libvirt is cut, say) call is made all the same:
+// the record is evidence, never a condition of acting on the migration.
+func (o *Owner) made(ctx context.Context, on *migration.Asked, err error, what string, call func(ctx context.Context, inPostCopy bool) error) (api.Job, error) {
+	switch {
+	case err == nil:
+		return on.Done(call(ctx, on.PostCopy))
+	case errors.Is(err, migration.ErrNoJob):
+		o.log.Warn("the tracker has no job of the migration; acting on libvirt without its record", zap.String("what", what))
+		return api.Job{}, call(ctx, false)
 	}
-	o.log.Warn("the tracker has no job of the migration; acting on libvirt without its record", zap.String("what", what))
-	return call.Call(ctx, migration.Acting{Socket: o.socket, Domain: o.dom})
+	return api.Job{}, err
 }
 
 // target names the migration's job to the tracker.
@@ -556,7 +566,7 @@ func (o *Owner) target() migration.JobRef {
 // refuse answers r with err, and leaves the refusal on the job.
 func (o *Owner) refuse(r *request, err error) reply {
 	what := map[op]string{opDowntime: "max downtime", opSwitch: "post-copy", opAbort: "abort"}[r.op]
-	o.books.NoteOn(o.socket, o.domain, what, fmt.Sprintf("%s refused: %v", what, err))
+	o.rec.Note(o.socket, o.domain, what, fmt.Sprintf("%s refused: %v", what, err))
 	return reply{err: err}
 }
 

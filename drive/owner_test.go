@@ -11,7 +11,6 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
-	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 )
@@ -104,26 +103,28 @@ func (f *fakeJob) log() []string {
 	return append([]string(nil), f.calls...)
 }
 
-// fakeBooks passes the owner's calls through, as the tracker does once
-// it has recorded them; with noJob, it has no job to record them on.
+// fakeBooks lets the owner's acts through, as the tracker does once it
+// has recorded them; with noJob, it has no job to record them on.
 type fakeBooks struct{ noJob bool }
 
-func (fakeBooks) NoteOn(_, _, _, _ string) {}
+func (fakeBooks) Note(_, _, _, _ string) {}
 
-func (b fakeBooks) Abort(ctx context.Context, _ migration.JobRef, _ bool, by, why string, call migration.Act) (api.AbortResult, error) {
+func (b fakeBooks) let() (*migration.Asked, error) {
 	if b.noJob {
-		return api.AbortResult{}, migration.ErrNoJob
+		return nil, migration.ErrNoJob
 	}
-	return api.AbortResult{Message: by + ": " + why}, call.Call(ctx, migration.Acting{})
+	return &migration.Asked{}, nil
 }
 
-func (fakeBooks) SetMaxDowntime(ctx context.Context, _ migration.JobRef, _ time.Duration, call migration.Act) error {
-	return call.Call(ctx, migration.Acting{})
+func (b fakeBooks) Abort(migration.JobRef, bool, string, string) (*migration.Asked, error) {
+	return b.let()
 }
 
-func (fakeBooks) StartPostCopy(ctx context.Context, _ migration.JobRef, _ string, call migration.Act) (api.Job, error) {
-	return api.Job{}, call.Call(ctx, migration.Acting{})
+func (b fakeBooks) MaxDowntime(migration.JobRef, time.Duration) (*migration.Asked, error) {
+	return b.let()
 }
+
+func (b fakeBooks) PostCopy(migration.JobRef, string) (*migration.Asked, error) { return b.let() }
 
 func startOwner(t *testing.T, job *fakeJob, postCopy bool, deadline, switchAfter time.Duration) *Owner {
 	t.Helper()

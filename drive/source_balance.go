@@ -116,7 +116,7 @@ func (s *Source) balance(ctx context.Context) {
 		}
 		s.running.setSpeed(o.key, want, held)
 		if o.key == bestKey {
-			s.tracker.NoteOn(o.owner.socket, o.owner.domain, "scheduler", "given the link: nearest its switch-over of the migrations this node drives")
+			s.books.Note(o.owner.socket, o.owner.domain, "scheduler", "given the link: nearest its switch-over of the migrations this node drives")
 		}
 	}
 }

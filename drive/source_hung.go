@@ -42,13 +42,13 @@ func (s *Source) watchHung(log *zap.Logger, conn *libvirtx.Conn, domain string, 
 			hung = true
 			s.running.setHung(driveKey(conn.Socket(), domain), true)
 			log.Warn("this node's libvirtd does not answer the migration's connection; the migration waits, nothing is cut", zap.Time("lastHeard", since))
-			s.tracker.NoteOn(conn.Socket(), domain, EventLibvirtHung,
+			s.books.Note(conn.Socket(), domain, EventLibvirtHung,
 				fmt.Sprintf("libvirt at %s has sent nothing since %s; the migration waits for it, nothing is cut", conn.Socket(), since.Format("15:04:05")))
 		case !silent && hung:
 			hung = false
 			s.running.setHung(driveKey(conn.Socket(), domain), false)
 			log.Info("this node's libvirtd answers the migration's connection again")
-			s.tracker.NoteOn(conn.Socket(), domain, EventLibvirtAnswers, "libvirt answers again")
+			s.books.Note(conn.Socket(), domain, EventLibvirtAnswers, "libvirt answers again")
 		}
 	}
 }

@@ -310,7 +310,7 @@ func (s story) replay(t *testing.T, tr *migration.Tracker, root string, count fu
 			}
 			step := st.Policy.PolicyStep
 			step.Time = st.At
-			tr.RecordPolicy(j.ID, st.Policy.Mode, step)
+			tr.Acts().RecordPolicy(j.ID, st.Policy.Mode, step)
 			count(*st.Policy)
 		case st.Rejected != "":
 			pm.Rejected.WithLabelValues(st.Rejected).Inc()

@@ -1,7 +1,6 @@
 package migration
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -23,62 +22,69 @@ var (
 	ErrPostCopyNeedsForce = errors.New("post-copy cannot be cancelled")
 )
 
-// Abort records an abort of the target's in-flight migration and has call
-// make it. Pre-copy is cancelled and the guest keeps running on the source.
-// Post-copy cannot be cancelled, only paused, which leaves both sides
-// post-copy-failed: without force Abort refuses with ErrPostCopyNeedsForce,
-// whose message says what the pause would cost; with force it pauses and
-// the result says so. The job's abortStatus is Aborting until the job ends,
-// then Succeeded, or Failed if the call failed or the migration completed
-// first. by says who asked (AbortByOperator, ...), why becomes the
-// failure reason of a policy's or deadline's abort.
-func (t *Tracker) Abort(ctx context.Context, tg JobRef, force bool, by, why string, call Act) (api.AbortResult, error) {
+// Abort lets an abort of the target's in-flight migration through and
+// records it. Pre-copy is cancelled and the guest keeps running on the
+// source. Post-copy cannot be cancelled, only paused, which leaves both
+// sides post-copy-failed: without force Abort refuses with
+// ErrPostCopyNeedsForce, whose message says what the pause would cost;
+// with force it is let through as a pause, and Message says so. The job's
+// abortStatus is Aborting until the job ends, then Succeeded, or Failed if
+// the call failed or the migration completed first. by says who asked
+// (AbortByOperator, ...), why becomes the failure reason of a policy's or
+// deadline's abort.
+func (a Acts) Abort(tg JobRef, force bool, by, why string) (*Asked, error) {
+	t := a.t
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	j, err := t.actOn(tg, "abort")
 	if err != nil {
-		t.mu.Unlock()
-		return api.AbortResult{}, err
+		return nil, err
 	}
 	if j.view.Mode == api.ModePostCopy && !force {
 		t.addEvent(j, time.Now(), "abort", "abort refused: the migration is in post-copy and the abort was not forced")
-		t.mu.Unlock()
-		return api.AbortResult{}, PostCopyRefusal(j.view.Domain)
+		return nil, PostCopyRefusal(j.view.Domain)
 	}
-	on, err := t.reach(j, "abort", call)
-	if err != nil {
-		t.mu.Unlock()
-		return api.AbortResult{}, err
-	}
-	postCopy := on.PostCopy
-	now := time.Now()
+	on := t.asked(j)
 	j.view.AbortStatus, j.view.AbortedBy, j.abortWhy = api.AbortAborting, by, why
-	msg := "abort requested: pre-copy is being cancelled; the guest keeps running on the source"
+	on.Message = "abort requested: pre-copy is being cancelled; the guest keeps running on the source"
 	switch by {
 	case AbortByPolicy:
-		msg = "abort requested by the convergence policy: " + why
+		on.Message = "abort requested by the convergence policy: " + why
 	case AbortByDeadline:
-		msg = "abort requested at the migration's deadline: " + why
+		on.Message = "abort requested at the migration's deadline: " + why
 	}
-	if postCopy {
-		msg = "forced abort in post-copy: the migration is being paused (libvirt's post-copy abort); the guest stops on both nodes, its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual"
+	if on.PostCopy {
+		on.Message = "forced abort in post-copy: the migration is being paused (libvirt's post-copy abort); the guest stops on both nodes, its memory is split across two hosts, a KubeVirt VMI is marked irrecoverable, and recovery is manual"
 	}
-	t.addEventOnce(j, now, "abort", msg)
+	t.addEventOnce(j, time.Now(), "abort", on.Message)
 	t.publish(j)
-	t.mu.Unlock()
-
-	err = call.Call(ctx, on)
-
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err != nil {
-		if !j.view.Phase.Finished() {
-			j.view.AbortStatus = api.AbortFailed
+	on.done = func(err error) (api.Job, error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if err != nil {
+			if !j.view.Phase.Finished() {
+				j.view.AbortStatus = api.AbortFailed
+			}
+			t.addEventOnce(j, time.Now(), "abort", "abort failed: "+err.Error())
+			t.publish(j)
+			return j.view, fmt.Errorf("%w: %w", ErrAbortFailed, err)
 		}
-		t.addEventOnce(j, time.Now(), "abort", "abort failed: "+err.Error())
-		t.publish(j)
-		return api.AbortResult{Job: j.view, Message: "abort failed"}, fmt.Errorf("%w: %w", ErrAbortFailed, err)
+		return j.view, nil
 	}
-	return api.AbortResult{Job: j.view, Message: msg}, nil
+	return on, nil
+}
+
+// AbortResult is what an abort tells its asker: on is what the tracker let
+// through (nil when it had no job to record the abort on), j and err what
+// its Done returned.
+func AbortResult(on *Asked, j api.Job, err error) api.AbortResult {
+	switch {
+	case err != nil:
+		return api.AbortResult{Job: j, Message: "abort failed"}
+	case on == nil:
+		return api.AbortResult{Job: j, Message: "abort requested"}
+	}
+	return api.AbortResult{Job: j, Message: on.Message}
 }
 
 // Who asked for an abort.

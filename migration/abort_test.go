@@ -1,7 +1,6 @@
 package migration
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -11,90 +10,48 @@ import (
 	"github.com/ferry-vm/ferry/libvirtx"
 )
 
-// errReached stands for libvirt's answer: a request that gets it was let
-// through to the call.
-var errReached = errors.New("the call was made")
+// errRefused stands for libvirt's refusal of a call.
+var errRefused = errors.New("libvirt refused the call")
 
-// reach is an act that records what it was given and answers errReached.
-func reach(got *Acting) Act {
-	return Act{Call: func(_ context.Context, on Acting) error {
-		*got = on
-		return errReached
-	}}
-}
-
-// unreachable is an act whose libvirt cannot be reached now.
-func unreachable(called *bool) Act {
-	return Act{
-		Reach: func(Acting) error { return ErrNoLibvirt },
-		Call: func(context.Context, Acting) error {
-			*called = true
-			return nil
-		},
-	}
-}
-
-// An act that cannot reach libvirt asks it nothing, and so leaves nothing
-// on the job: an abort no libvirt heard of must not class the migration's
-// end as the operator's.
-func TestAnActThatCannotReachLibvirtLeavesNoRecord(t *testing.T) {
+// Where names the job by its ID and socket, so that what the actor asks
+// next is about that very job: another of the domain is not it.
+func TestWhereNamesTheJobAndAnActByIDTakesThatJobOnly(t *testing.T) {
 	f := newFeed(t, "a")
-	tr := f.tr
+	acts := f.tr.Acts()
 	f.stats(outgoing(1, 300))
-	before, _ := tr.Job(dom.Name)
-	var called bool
-	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
-		t.Errorf("abort: %v, want ErrNoLibvirt", err)
+	j, _ := f.tr.Job(dom.Name)
+	ref, err := acts.Where(JobRef{Domain: dom.Name}, "abort")
+	if err != nil || ref != (JobRef{Socket: j.Socket, Domain: dom.Name, ID: j.ID}) {
+		t.Fatalf("where: %+v, %v; want the job's ID and socket", ref, err)
 	}
-	if _, err := tr.StartPostCopy(context.Background(), JobRef{Domain: dom.Name}, "by a test", unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
-		t.Errorf("post-copy: %v, want ErrNoLibvirt", err)
+	on, err := acts.Abort(JobRef{ID: j.ID}, false, AbortByPolicy, "stalled")
+	if err != nil || on.Domain.Name != dom.Name {
+		t.Fatalf("abort by ID: %v, asked on %+v", err, on)
 	}
-	if err := tr.SetMaxDowntime(context.Background(), JobRef{Domain: dom.Name}, time.Second, unreachable(&called)); !errors.Is(err, ErrNoLibvirt) {
-		t.Errorf("max downtime: %v, want ErrNoLibvirt", err)
+	if got, _ := f.tr.Job(dom.Name); got.AbortedBy != AbortByPolicy || got.AbortStatus != api.AbortAborting {
+		t.Errorf("abortedBy %q, status %q: want policy, Aborting", got.AbortedBy, got.AbortStatus)
 	}
-	after, _ := tr.Job(dom.Name)
-	if called || after.AbortStatus != "" || after.AbortedBy != "" || len(after.Events) != len(before.Events) || after.MaxDowntimeMs != before.MaxDowntimeMs {
-		t.Errorf("called %v; job after: abortStatus %q by %q, %d events (before %d), max downtime %d ms", called, after.AbortStatus, after.AbortedBy,
-			len(after.Events), len(before.Events), after.MaxDowntimeMs)
-	}
-}
-
-// The policy acts on the job it judged, by its ID; another job of the
-// domain is not it.
-func TestAnActByIDTakesThatJobOnly(t *testing.T) {
-	f := newFeed(t, "a")
-	tr := f.tr
-	f.stats(outgoing(1, 300))
-	j, _ := tr.Job(dom.Name)
-	var on Acting
-	if _, err := tr.Abort(context.Background(), JobRef{ID: j.ID}, false, AbortByPolicy, "stalled", reach(&on)); !errors.Is(err, errReached) || on.Domain.Name != dom.Name {
-		t.Fatalf("abort by ID: %v, made on %+v", err, on)
-	}
-	if got, _ := tr.Job(dom.Name); got.AbortedBy != AbortByPolicy {
-		t.Errorf("abortedBy %q, want policy", got.AbortedBy)
-	}
-	if _, err := tr.Abort(context.Background(), JobRef{ID: j.ID + "0"}, false, AbortByPolicy, "stalled", reach(&on)); !errors.Is(err, ErrNoJob) {
+	if _, err := acts.Abort(JobRef{ID: j.ID + "0"}, false, AbortByPolicy, "stalled"); !errors.Is(err, ErrNoJob) {
 		t.Errorf("abort of another ID: %v, want ErrNoJob", err)
 	}
 }
 
 func TestAbortInPostCopyRefusedWithoutForce(t *testing.T) {
 	f := newFeed(t, "a")
-	tr := f.tr
+	acts := f.tr.Acts()
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 
-	var on Acting
-	_, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", reach(&on))
-	if !errors.Is(err, ErrPostCopyNeedsForce) {
-		t.Fatalf("error %v, want ErrPostCopyNeedsForce", err)
+	on, err := acts.Abort(JobRef{Domain: dom.Name}, false, AbortByOperator, "")
+	if !errors.Is(err, ErrPostCopyNeedsForce) || on != nil {
+		t.Fatalf("error %v, asked %+v: want ErrPostCopyNeedsForce and nothing asked", err, on)
 	}
 	for _, want := range []string{"paused", "stops on both nodes", "split across two hosts", "irrecoverable", "manual", "--force"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}
 	}
-	j, _ := tr.Job(dom.Name)
+	j, _ := f.tr.Job(dom.Name)
 	if j.Phase != api.PhaseRunning || j.AbortStatus != "" {
 		t.Fatalf("a refused abort changed the job: phase %s, abortStatus %q", j.Phase, j.AbortStatus)
 	}
@@ -102,24 +59,73 @@ func TestAbortInPostCopyRefusedWithoutForce(t *testing.T) {
 		t.Errorf("the refusal is not on the job's evidence: last event %+v", ev)
 	}
 
-	if on != (Acting{}) {
-		t.Fatalf("a refused abort made the call: %+v", on)
+	on, err = acts.Abort(JobRef{Domain: dom.Name}, true, AbortByOperator, "")
+	if err != nil || !on.PostCopy || !strings.Contains(on.Message, "paused") {
+		t.Fatalf("forced abort: error %v, asked %+v: want it let through as a post-copy pause", err, on)
 	}
-	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, true, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || !on.PostCopy {
-		t.Fatalf("forced abort: error %v, call %+v: want the call made, as a post-copy abort", err, on)
+	if _, err := on.Done(errRefused); !errors.Is(err, ErrAbortFailed) || !errors.Is(err, errRefused) {
+		t.Errorf("done with a refusal: %v, want ErrAbortFailed wrapping libvirt's", err)
 	}
-	if j, _ := tr.Job(dom.Name); j.AbortStatus != api.AbortFailed {
+	if j, _ := f.tr.Job(dom.Name); j.AbortStatus != api.AbortFailed {
 		t.Errorf("abortStatus %q after the call failed, want Failed", j.AbortStatus)
 	}
 }
 
 func TestAbortInPreCopyNeedsNoForce(t *testing.T) {
 	f := newFeed(t, "a")
-	tr := f.tr
 	f.stats(outgoing(1, 300))
-	var on Acting
-	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || on.PostCopy {
-		t.Fatalf("pre-copy abort: error %v, call %+v: want the call made, as a pre-copy abort", err, on)
+	if on, err := f.tr.Acts().Abort(JobRef{Domain: dom.Name}, false, AbortByOperator, ""); err != nil || on.PostCopy {
+		t.Fatalf("pre-copy abort: error %v, asked %+v: want it let through as a pre-copy abort", err, on)
+	}
+}
+
+// A switch is recorded as asked, and a refusal of it as refused.
+func TestPostCopyAskedAndRefusedAreOnTheJob(t *testing.T) {
+	f := newFeed(t, "a")
+	acts := f.tr.Acts()
+	f.stats(outgoing(1, 300))
+	on, err := acts.PostCopy(JobRef{Domain: dom.Name}, "by a test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := on.Done(errRefused); !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "post-copy allowed") {
+		t.Errorf("done with a refusal: %v, want libvirt's refusal explained", err)
+	}
+	j, _ := f.tr.Job(dom.Name)
+	var said []string
+	for _, e := range j.Events {
+		if e.Kind == "postcopy" {
+			said = append(said, e.Detail)
+		}
+	}
+	if len(said) != 2 || !strings.Contains(said[0], "requested by a test") || !strings.Contains(said[1], "refused") {
+		t.Errorf("post-copy events %q, want the request and the refusal", said)
+	}
+	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
+	if _, err := acts.PostCopy(JobRef{Domain: dom.Name}, "again"); !errors.Is(err, ErrAlreadyPostCopy) {
+		t.Errorf("a second switch: %v, want ErrAlreadyPostCopy", err)
+	}
+}
+
+// A max downtime is recorded once libvirt took it, and not before.
+func TestMaxDowntimeIsRecordedOnceMade(t *testing.T) {
+	f := newFeed(t, "a")
+	acts := f.tr.Acts()
+	f.stats(outgoing(1, 300))
+	before, _ := f.tr.Job(dom.Name)
+	on, err := acts.MaxDowntime(JobRef{Domain: dom.Name}, 700*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := on.Done(errRefused); !errors.Is(err, errRefused) {
+		t.Fatalf("refused: %v", err)
+	}
+	if j, _ := f.tr.Job(dom.Name); j.MaxDowntimeMs != before.MaxDowntimeMs {
+		t.Errorf("a refused set recorded %d ms", j.MaxDowntimeMs)
+	}
+	on, _ = acts.MaxDowntime(JobRef{Domain: dom.Name}, 700*time.Millisecond)
+	if j, err := on.Done(nil); err != nil || j.MaxDowntimeMs != 700 {
+		t.Errorf("made: %d ms, %v; want 700", j.MaxDowntimeMs, err)
 	}
 }
 
@@ -129,8 +135,11 @@ func TestAnAbortOvertakenByAFailureIsNotTheOperators(t *testing.T) {
 	f := newFeed(t, "a")
 	tr := f.tr
 	f.stats(outgoing(1, 300))
-	ok := Act{Call: func(context.Context, Acting) error { return nil }}
-	if _, err := tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", ok); err != nil {
+	on, err := tr.Acts().Abort(JobRef{Domain: dom.Name}, false, AbortByOperator, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := on.Done(nil); err != nil {
 		t.Fatal(err)
 	}
 	f.ended(libvirtx.JobStats{Type: libvirtx.JobFailed, Operation: libvirtx.OperationMigrationOut, ErrMsg: "Unable to write to socket: Connection reset by peer"},

@@ -1,7 +1,6 @@
 package migration
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -12,9 +11,7 @@ import (
 
 // The tracker observes; what acts on a migration (an operator through the
 // API, the convergence policy, a driven migration's owner) makes the
-// libvirt call itself, on a connection of its own. The tracker finds the
-// job, refuses what must not be done to it, and records the request and
-// its outcome as evidence on the job.
+// libvirt call itself, on a connection of its own.
 
 // JobRef names the job an act is for: the source job of Domain (on
 // Socket, when named), or the in-flight job with ID, which is how the
@@ -24,32 +21,35 @@ type JobRef struct {
 	ID             string
 }
 
-// Acting is what the call needs to reach the job's domain.
-type Acting struct {
+// Acts is the tracker's part in an act on a migration: it finds the job,
+// refuses what must not be done to it, and keeps the request and its
+// outcome on the job. The libvirt call is the actor's, made between the
+// ask and Asked.Done, on a connection the actor reached before asking: one
+// that cannot be reached is refused with nothing recorded, since nothing
+// was asked of libvirt.
+type Acts struct{ t *Tracker }
+
+// Acts is the way in for whoever acts on a migration.
+func (t *Tracker) Acts() Acts { return Acts{t} }
+
+// Asked is an act the tracker let through and recorded as asked.
+type Asked struct {
 	Socket   string
 	Domain   libvirt.Domain
-	PostCopy bool
+	PostCopy bool // the job is in post-copy: an abort pauses it
+	// Message says what the act does to the guest.
+	Message string
+	done    func(err error) (api.Job, error)
 }
 
-// Act is a libvirt call on the job's domain.
-type Act struct {
-	// Reach, when set, says whether the call can be made now (a
-	// connection to the job's libvirt): one that cannot is refused with
-	// nothing recorded, since nothing was asked of libvirt. It is asked
-	// under the tracker's lock, so it must not call back into it.
-	Reach func(on Acting) error
-	Call  func(ctx context.Context, on Acting) error
-}
-
-// reach checks an act on job j can be made now; the caller holds t.mu.
-func (t *Tracker) reach(j *job, action string, a Act) (Acting, error) {
-	on := Acting{Socket: j.view.Socket, Domain: j.ref, PostCopy: j.view.Mode == api.ModePostCopy}
-	if a.Reach != nil {
-		if err := a.Reach(on); err != nil {
-			return Acting{}, fmt.Errorf("cannot %s %s now: %w", action, j.view.Domain, err)
-		}
+// Done records the outcome of the libvirt call and returns the job as it
+// stands then; err, when not nil, comes back wrapped with what it meant.
+// An Asked not from a tracker records nothing.
+func (a *Asked) Done(err error) (api.Job, error) {
+	if a.done == nil {
+		return api.Job{}, err
 	}
-	return on, nil
+	return a.done(err)
 }
 
 // actOn finds the source job an act is for; the caller holds t.mu.
@@ -60,67 +60,78 @@ func (t *Tracker) actOn(tg JobRef, action string) (*job, error) {
 	return t.sourceJob(tg.Socket, tg.Domain, action)
 }
 
-// SetMaxDowntime has call raise the allowed downtime of the target's
-// pre-copy job to d, and records it once made.
-func (t *Tracker) SetMaxDowntime(ctx context.Context, tg JobRef, d time.Duration, call Act) error {
-	t.mu.Lock()
-	j, err := t.actOn(tg, "set max downtime")
-	var on Acting
-	if err == nil {
-		on, err = t.reach(j, "set the max downtime of", call)
-	}
-	t.mu.Unlock()
+// Where names the job an act is for by its ID and socket: the actor
+// reaches that socket's libvirt first, then asks for that very job.
+func (a Acts) Where(tg JobRef, action string) (JobRef, error) {
+	a.t.mu.Lock()
+	defer a.t.mu.Unlock()
+	j, err := a.t.actOn(tg, action)
 	if err != nil {
-		return err
+		return JobRef{}, err
 	}
-	asked := time.Now()
-	if err := call.Call(ctx, on); err != nil {
-		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	// A reading the sampler asked for before this set is stale.
-	j.maxDowntimeSetAt = asked
-	if j.maxDowntime != d {
-		t.addEvent(j, time.Now(), "libvirt", fmt.Sprintf("max downtime set to %v (was %v)", d, j.maxDowntime))
-	}
-	j.maxDowntime, j.maxDowntimeIter = d, j.view.Iteration
-	j.view.MaxDowntimeMs = uint64(d / time.Millisecond)
-	t.publish(j)
-	return nil
+	return JobRef{Socket: j.view.Socket, Domain: j.view.Domain, ID: j.view.ID}, nil
 }
 
-// StartPostCopy has call switch the target's pre-copy job to post-copy,
-// asked by whoever by names ("by the convergence policy"), and records the
-// request and a refusal.
-func (t *Tracker) StartPostCopy(ctx context.Context, tg JobRef, by string, call Act) (api.Job, error) {
-	t.mu.Lock()
-	j, err := t.actOn(tg, "switch to post-copy")
-	if err != nil {
-		t.mu.Unlock()
-		return api.Job{}, err
-	}
-	if j.view.Mode == api.ModePostCopy {
-		v := j.view
-		t.mu.Unlock()
-		return v, fmt.Errorf("%w: %s is already in post-copy", ErrAlreadyPostCopy, v.Domain)
-	}
-	on, err := t.reach(j, "switch to post-copy", call)
-	if err != nil {
-		t.mu.Unlock()
-		return api.Job{}, err
-	}
-	t.addEventOnce(j, time.Now(), "postcopy", "switch to post-copy requested "+by)
-	t.mu.Unlock()
-	if err := call.Call(ctx, on); err != nil {
-		t.mu.Lock()
-		t.addEventOnce(j, time.Now(), "postcopy", "switch refused: "+err.Error())
-		t.mu.Unlock()
-		return api.Job{}, fmt.Errorf("libvirt refused the switch to post-copy (was the migration started with post-copy allowed?): %w", err)
-	}
+func (t *Tracker) asked(j *job) *Asked {
+	return &Asked{Socket: j.view.Socket, Domain: j.ref, PostCopy: j.view.Mode == api.ModePostCopy}
+}
+
+// MaxDowntime lets a raise of the allowed downtime of the target's
+// pre-copy job to d through; it is recorded once made.
+func (a Acts) MaxDowntime(tg JobRef, d time.Duration) (*Asked, error) {
+	t := a.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return j.view, nil
+	j, err := t.actOn(tg, "set max downtime")
+	if err != nil {
+		return nil, err
+	}
+	on, asked := t.asked(j), time.Now()
+	on.done = func(err error) (api.Job, error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if err != nil {
+			return j.view, err
+		}
+		// A reading the sampler asked for before this set is stale.
+		j.maxDowntimeSetAt = asked
+		if j.maxDowntime != d {
+			t.addEvent(j, time.Now(), "libvirt", fmt.Sprintf("max downtime set to %v (was %v)", d, j.maxDowntime))
+		}
+		j.maxDowntime, j.maxDowntimeIter = d, j.view.Iteration
+		j.view.MaxDowntimeMs = uint64(d / time.Millisecond)
+		t.publish(j)
+		return j.view, nil
+	}
+	return on, nil
+}
+
+// PostCopy lets a switch of the target's pre-copy job to post-copy
+// through, asked by whoever by names ("by the convergence policy"), and
+// records the request and a refusal.
+func (a Acts) PostCopy(tg JobRef, by string) (*Asked, error) {
+	t := a.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j, err := t.actOn(tg, "switch to post-copy")
+	if err != nil {
+		return nil, err
+	}
+	if j.view.Mode == api.ModePostCopy {
+		return nil, fmt.Errorf("%w: %s is already in post-copy", ErrAlreadyPostCopy, j.view.Domain)
+	}
+	t.addEventOnce(j, time.Now(), "postcopy", "switch to post-copy requested "+by)
+	on := t.asked(j)
+	on.done = func(err error) (api.Job, error) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if err != nil {
+			t.addEventOnce(j, time.Now(), "postcopy", "switch refused: "+err.Error())
+			return j.view, fmt.Errorf("libvirt refused the switch to post-copy (was the migration started with post-copy allowed?): %w", err)
+		}
+		return j.view, nil
+	}
+	return on, nil
 }
 
 // DomainRef finds a running domain by name (on socket, when named) and

@@ -19,9 +19,10 @@ func (t *Tracker) InFlight(socket, domain string) bool {
 	return ok
 }
 
-// NoteEvent records an event on every in-flight job (e.g. the migration
+// NoteAll records an event on every in-flight job (e.g. the migration
 // network's link going down), as evidence for whatever happens next.
-func (t *Tracker) NoteEvent(kind, detail string) {
+func (b Books) NoteAll(kind, detail string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -31,10 +32,11 @@ func (t *Tracker) NoteEvent(kind, detail string) {
 	}
 }
 
-// NoteOn records an event on the domain's in-flight source job on socket.
+// Note records an event on the domain's in-flight source job on socket.
 // One that repeats a recent event is not kept twice: a request asked again
 // and again must not push the evidence before it out.
-func (t *Tracker) NoteOn(socket, domain, kind, detail string) {
+func (b Books) Note(socket, domain, kind, detail string) {
+	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j, ok := t.jobs[jobKey{socket, domain}]; ok && j.view.Role == api.RoleSource {

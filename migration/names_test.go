@@ -1,7 +1,6 @@
 package migration
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -36,12 +35,14 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 	if _, ok := f.tr.Job(dom.Name); ok {
 		t.Error("Job found one of two same-named domains")
 	}
-	var on Acting
-	_, err = f.tr.Abort(context.Background(), JobRef{Domain: dom.Name}, false, AbortByOperator, "", reach(&on))
+	acts := f.tr.Acts()
+	_, err = acts.Abort(JobRef{Domain: dom.Name}, false, AbortByOperator, "")
 	check("abort", err)
+	_, err = acts.Where(JobRef{Domain: dom.Name}, "abort")
+	check("where", err)
 	_, _, err = f.tr.DomainRef("", dom.Name)
 	check("domain", err)
-	_, err = f.tr.StartPostCopy(context.Background(), JobRef{Domain: dom.Name}, "by a test", reach(&on))
+	_, err = acts.PostCopy(JobRef{Domain: dom.Name}, "by a test")
 	check("post-copy", err)
 	// recover and give-up may reach either side's state: the name alone
 	// must not pick one.
@@ -49,8 +50,8 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 	if err := f.tr.Unambiguous(pod, dom.Name); err != nil {
 		t.Errorf("named with its socket: %v", err)
 	}
-	if on != (Acting{}) {
-		t.Errorf("an ambiguous request made the call: %+v", on)
+	if j, _ := f.tr.JobByName(vm, dom.Name); j.AbortStatus != "" {
+		t.Errorf("an ambiguous abort was recorded: %q", j.AbortStatus)
 	}
 
 	// Each job is still its own, on its own socket.
@@ -67,9 +68,8 @@ func TestADomainNameOnTwoSocketsIsRefusedAsAmbiguous(t *testing.T) {
 		if on, _, err := f.tr.DomainRef(s, dom.Name); err != nil || on != s {
 			t.Errorf("domain on %s: found on %q, %v", s, on, err)
 		}
-		var on Acting
-		if _, err := f.tr.Abort(context.Background(), JobRef{Socket: s, Domain: dom.Name}, false, AbortByOperator, "", reach(&on)); !errors.Is(err, errReached) || on.Socket != s {
-			t.Errorf("abort on %s: %v, made on %q: want that job's own socket", s, err, on.Socket)
+		if on, err := acts.Abort(JobRef{Socket: s, Domain: dom.Name}, false, AbortByOperator, ""); err != nil || on.Socket != s {
+			t.Errorf("abort on %s: %v, asked on %+v: want that job's own socket", s, err, on)
 		}
 	}
 	if _, err := f.tr.JobByName("/run/other-sock", dom.Name); !errors.Is(err, ErrNoJob) {

@@ -28,7 +28,8 @@ func (t *Tracker) sourceJobByID(id, action string) (*job, error) {
 
 // RecordPolicy puts a policy decision on the job with that ID, in flight
 // or, when the decision ended it, just finished.
-func (t *Tracker) RecordPolicy(id, mode string, step api.PolicyStep) {
+func (a Acts) RecordPolicy(id, mode string, step api.PolicyStep) {
+	t := a.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.policyJob(id)
@@ -78,7 +79,8 @@ func (t *Tracker) policyJob(id string) *job {
 
 // PolicyStepFailed notes that the last policy step of the job with that
 // ID could not be carried out.
-func (t *Tracker) PolicyStepFailed(id, why string) {
+func (a Acts) PolicyStepFailed(id, why string) {
+	t := a.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	j := t.policyJob(id)
