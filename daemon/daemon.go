@@ -162,7 +162,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	d.act = drive.NewActuator(d.source, d.Pool, d.Tracker)
+	d.act = drive.NewActuator(d.source, d.Pool, d.record())
 	d.steer.act = d.act
 	var mover evacuate.Mover
 	if d.source != nil {
@@ -172,13 +172,19 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	return d, nil
 }
 
+// record is the tracker as the driver meets it: the jobs it reads, its
+// books for the driver's account, and its acts.
+func (d *Daemon) record() drive.Record {
+	return drive.Record{Jobs: d.Tracker, Account: d.Tracker.Books(), Acts: d.Tracker.Acts()}
+}
+
 // setupMigrations makes the proxy, this node's target side of migrations
 // (with a libvirt socket to run them on) and the source side that drives
 // them.
 func (d *Daemon) setupMigrations(cfg Config, log *zap.Logger) error {
 	var in proxy.Incoming
 	if len(cfg.LibvirtSockets) > 0 {
-		d.target = drive.NewTarget(d.Tracker, d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedConsoleDirs, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
+		d.target = drive.NewTarget(d.record(), d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedConsoleDirs, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
 			cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
 		if cfg.MigrationAdoptDefined {
 			d.target.AdoptDefinedGuests()
@@ -198,7 +204,7 @@ func (d *Daemon) setupMigrations(cfg Config, log *zap.Logger) error {
 		return err
 	}
 	d.Proxy = p
-	d.source = drive.NewSource(drive.SourceConfig{Tracker: d.Tracker, Conns: d.Pool, Proxy: p, Policy: cfg.Policy, NodeSockets: cfg.LibvirtSockets,
+	d.source = drive.NewSource(drive.SourceConfig{Record: d.record(), Conns: d.Pool, Proxy: p, Policy: cfg.Policy, NodeSockets: cfg.LibvirtSockets,
 		AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
 		PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
 		LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, DirectPeers: cfg.DirectPeers, QEMUTLSDir: cfg.QEMUTLSDir, Log: log.Named("drive")})

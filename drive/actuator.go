@@ -19,24 +19,18 @@ import (
 type Actuator struct {
 	source *Source // nil where Ferry drives nothing
 	conns  Conns
-	acts   migration.Acts
-	names  names
-}
-
-// names tells one domain of a name from another (a *migration.Tracker).
-type names interface {
-	AmbiguousBeside(socket, domain string) error
-	Unambiguous(socket, domain string) error
+	acts   Acts
+	names  Jobs
 }
 
 // switchAnswerTimeout is longer than one libvirt call of an owner's, so
 // that a switch it takes is answered.
 const switchAnswerTimeout = ownerCallTimeout + 5*time.Second
 
-// NewActuator acts on the migrations t tracks; source is nil where Ferry
+// NewActuator acts on the migrations of rec; source is nil where Ferry
 // drives nothing.
-func NewActuator(source *Source, conns Conns, t *migration.Tracker) *Actuator {
-	return &Actuator{source: source, conns: conns, acts: t.Acts(), names: t}
+func NewActuator(source *Source, conns Conns, rec Record) *Actuator {
+	return &Actuator{source: source, conns: conns, acts: rec.Acts, names: rec.Jobs}
 }
 
 // Abort aborts the domain's migration (on ref's socket, when named): see

@@ -49,7 +49,7 @@ func migratingOut(t *testing.T) (*migration.Tracker, *libvirtxtest.Server, *libv
 // the migration's end as the operator's.
 func TestAnActThatCannotReachLibvirtLeavesNoRecord(t *testing.T) {
 	tr, f, _ := migratingOut(t)
-	a := NewActuator(nil, poolConn{err: libvirtx.ErrNotConnected}, tr)
+	a := NewActuator(nil, poolConn{err: libvirtx.ErrNotConnected}, recordOf(tr))
 	ref := migration.JobRef{Domain: "vm"}
 	before, _ := tr.Job("vm")
 	ctx := context.Background()
@@ -78,7 +78,7 @@ func TestAnActThatCannotReachLibvirtLeavesNoRecord(t *testing.T) {
 // to its libvirt, and the tracker records what libvirt took.
 func TestAnActOnAMigrationFerryDoesNotDriveIsMadeAndRecorded(t *testing.T) {
 	tr, f, c := migratingOut(t)
-	a := NewActuator(nil, poolConn{c: c}, tr)
+	a := NewActuator(nil, poolConn{c: c}, recordOf(tr))
 	ref := migration.JobRef{Domain: "vm"}
 	ctx := context.Background()
 	if err := a.SetMaxDowntime(ctx, ref, 700*time.Millisecond); err != nil {
@@ -109,7 +109,7 @@ type ownerActs struct{ policy.Actuator }
 // Perform runs, and on its libvirt after.
 func TestThePolicyActsThroughTheOwnerWhileItRuns(t *testing.T) {
 	s := &Source{running: newRegistry()}
-	a := NewActuator(s, poolConn{err: libvirtx.ErrNotConnected}, migration.NewTracker(migration.Config{Node: "n1"}))
+	a := NewActuator(s, poolConn{err: libvirtx.ErrNotConnected}, recordOf(migration.NewTracker(migration.Config{Node: "n1"})))
 	key := driveKey("/run/libvirt/libvirt-sock", "vm")
 	if !s.running.start(key) {
 		t.Fatal("the registry refused a first drive")

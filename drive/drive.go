@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/policy"
 	"github.com/ferry-vm/ferry/proxy"
 
@@ -17,8 +16,9 @@ import (
 // restart those its previous process left.
 type Source struct {
 	cfg     SourceConfig
-	tracker *migration.Tracker // what the tracker observes, read
-	books   migration.Books    // the driver's own account, written
+	tracker Jobs    // what the record shows, read
+	books   Account // the driver's own account, given
+	acts    Acts
 	proxy   *proxy.Proxy
 	log     *zap.Logger
 	running *registry
@@ -30,7 +30,8 @@ type SourceConfig struct {
 	// NodeSockets are the node's own libvirt sockets (not a pod's): one
 	// missing is a libvirtd stopped for a while, never a guest gone.
 	NodeSockets []string
-	Tracker     *migration.Tracker
+	// Record is the node's record of migrations (the tracker's).
+	Record Record
 	// Conns are this node's connections to its libvirt sockets (the
 	// pool's); the migration's own steps run on a connection of their own.
 	Conns Conns
@@ -73,5 +74,5 @@ type Conns interface {
 
 // NewSource builds the source side of Ferry-driven migrations.
 func NewSource(cfg SourceConfig) *Source {
-	return &Source{cfg: cfg, tracker: cfg.Tracker, books: cfg.Tracker.Books(), proxy: cfg.Proxy, log: cfg.Log, running: newRegistry(), slots: newSlots(cfg.OutboundSlots)}
+	return &Source{cfg: cfg, tracker: cfg.Record.Jobs, books: cfg.Record.Account, acts: cfg.Record.Acts, proxy: cfg.Proxy, log: cfg.Log, running: newRegistry(), slots: newSlots(cfg.OutboundSlots)}
 }

@@ -60,8 +60,8 @@ type jobControl interface {
 	SetMaxSpeed(ctx context.Context, dom libvirt.Domain, mibs uint64) error
 }
 
-// record keeps on the job what the owner does: its acts (migration.Acts),
-// and its refusals (migration.Books).
+// record keeps on the job what the owner does: its acts (Acts), and its
+// refusals (Account.Note).
 type record interface {
 	Abort(tg migration.JobRef, force bool, by, why string) (*migration.Asked, error)
 	MaxDowntime(tg migration.JobRef, d time.Duration) (*migration.Asked, error)
@@ -69,10 +69,11 @@ type record interface {
 	Note(socket, domain, kind, detail string)
 }
 
-// trackerRecord is a record on the tracker.
-type trackerRecord struct {
-	migration.Acts
-	migration.Books
+// ownerRecord is the owner's record: its acts, and its refusals noted in
+// the driver's account.
+type ownerRecord struct {
+	Acts
+	Account
 }
 
 type op int

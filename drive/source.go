@@ -164,7 +164,7 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	// The owner is in place before the tracker can see the job, so that
 	// nothing acts on it but through the owner.
 	postCopy := flags&libvirt.MigratePostcopy != 0
-	o := newOwner(own.Socket(), req.Domain, p.dom, own, trackerRecord{s.tracker.Acts(), s.books}, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
+	o := newOwner(own.Socket(), req.Domain, p.dom, own, ownerRecord{s.acts, s.books}, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
 	s.books.EndTrials(p.conn.Socket(), req.Domain)
 	s.running.own(p.drive, id, o, Driven{Settings: p.pol, PostCopy: postCopy, Deadline: p.deadline, Act: o.Policy(), CapMiBs: p.capMiBs})
 	s.books.Drive(p.conn.Socket(), req.Domain, info)

@@ -50,7 +50,7 @@ func testSource(t *testing.T, conns map[string]*libvirtx.Conn, recoverFor time.D
 		t.Fatal(err)
 	}
 	return NewSource(SourceConfig{
-		Tracker: migration.NewTracker(migration.Config{}),
+		Record: recordOf(migration.NewTracker(migration.Config{})),
 		Conns: connsFunc(func(socket string) (*libvirtx.Conn, error) {
 			if c, ok := conns[socket]; ok {
 				return c, nil

@@ -20,7 +20,6 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -32,8 +31,8 @@ import (
 // exist yet cannot pick a socket for itself. A ferryd watching only a glob
 // (KubeVirt, one libvirt per pod) takes no Ferry-driven migrations.
 type Target struct {
-	tracker *migration.Tracker // what the tracker observes, read
-	books   migration.Books    // the driver's own account, written
+	tracker Jobs    // what the record shows, read
+	books   Account // the driver's own account, given
 	conns   Conns
 	socket  string
 	policy  libvirtx.IncomingPolicy
@@ -70,8 +69,8 @@ type Target struct {
 
 // NewTarget builds the target side on the libvirt at socket, taking what
 // pol allows.
-func NewTarget(tracker *migration.Tracker, conns Conns, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
-	return &Target{tracker: tracker, books: tracker.Books(), conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
+func NewTarget(rec Record, conns Conns, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
+	return &Target{tracker: rec.Jobs, books: rec.Account, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
 // Persisted says whether the migration's guest is defined persistently

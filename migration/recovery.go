@@ -270,17 +270,6 @@ func (b Books) DriveResumed(socket, domain string, attempt int, took time.Durati
 	t.recoveryChanged(j, RecoveryResumedStream)
 }
 
-// DriveLost ends the domain's paused post-copy as failed: the recovery
-// timed out, or a side is gone.
-func (b Books) DriveLost(socket, domain, why string) {
-	t := b.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if j := t.pausedJob(socket, domain, api.RoleSource); j != nil {
-		t.giveUp(j, why, time.Now())
-	}
-}
-
 // IncomingRecoverable says a post-copy incoming migration is resumed by
 // its source if it breaks, for up to recoverFor.
 func (b Books) IncomingRecoverable(socket, domain, id string, recoverFor time.Duration) {
