@@ -25,7 +25,7 @@ type steerer struct {
 	actions *prometheus.CounterVec
 	// apply carries a decision out on the job it judged (through act).
 	apply func(ctx context.Context, jobID string, d policy.Decision) error
-	act   interface{ Policy(jobID string) policy.Actuator }
+	act   policyActs
 	// driven finds a migration Ferry drives by its ID while it runs; nil
 	// without the proxy.
 	driven func(id string) (drive.Driven, bool)
@@ -38,6 +38,12 @@ type steerer struct {
 	// observe; swept of jobs no longer in flight.
 	mem  map[string]*policy.Memory
 	told map[string]bool
+}
+
+// policyActs carries the policy's decisions out on the job it judged (a
+// drive.Actuator).
+type policyActs interface {
+	Policy(jobID string) policy.Actuator
 }
 
 // steerCallTimeout bounds one libvirt call of the policy: a stuck QEMU
