@@ -94,19 +94,8 @@ func TestLostSaysWhetherTheSocketWentAway(t *testing.T) {
 // removed after: the handler must still hear that the socket is gone.
 func TestLostSaysGoneWhenTheDaemonDiedFirst(t *testing.T) {
 	dir := t.TempDir()
-	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
-	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, h, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		p.Run(ctx)
-		close(stopped)
-	}()
-	defer func() {
-		cancel()
-		<-stopped
-	}()
+	h := newRecordingHandler()
+	runPoolWith(t, fastRetries(dir), h)
 	f := libvirtxtest.New(t, filepath.Join(dir, "launcher.sock"))
 	h.waitServed(t, f.Path())
 	f.Kill() // the daemon dies; its socket file stays until its pod goes
@@ -193,7 +182,23 @@ func TestGlobMatchesMustBeSocketsNotSymlinks(t *testing.T) {
 // runPool runs a pool with a recording handler until the test ends or stop
 // is called (which waits for every connection to close).
 func runPool(t *testing.T, cfg PoolConfig) (*Pool, *recordingHandler, func()) {
-	h := &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
+	h := newRecordingHandler()
+	p, stop := runPoolWith(t, cfg, h)
+	return p, h, stop
+}
+
+func newRecordingHandler() *recordingHandler {
+	return &recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)}
+}
+
+// fastRetries has a pool retry within milliseconds.
+func fastRetries(dir string) PoolConfig {
+	return PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}
+}
+
+// runPoolWith runs a pool serving h until the test ends or stop.
+func runPoolWith(t *testing.T, cfg PoolConfig, h Handler) (*Pool, func()) {
 	p := NewPool(cfg, h, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
@@ -209,7 +214,7 @@ func runPool(t *testing.T, cfg PoolConfig) (*Pool, *recordingHandler, func()) {
 		})
 	}
 	t.Cleanup(stop)
-	return p, h, stop
+	return p, stop
 }
 
 // blockingLost holds its first Lost until released, so that a test can
@@ -233,22 +238,10 @@ func (h *blockingLost) Lost(socket string, err error) {
 // told of: the handler must hear both, in that order.
 func TestLostSaysGoneWhenRemovedWhileTheLossIsTold(t *testing.T) {
 	dir := t.TempDir()
-	h := &blockingLost{
-		recordingHandler: recordingHandler{served: make(chan string, 4), lost: make(chan lostCall, 4)},
-		holding:          make(chan struct{}), release: make(chan struct{}),
-	}
-	p := NewPool(PoolConfig{Glob: filepath.Join(dir, "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, h, zap.NewNop())
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		p.Run(ctx)
-		close(stopped)
-	}()
-	defer func() {
-		cancel()
-		<-stopped
-	}()
+	h := &blockingLost{recordingHandler: *newRecordingHandler(), holding: make(chan struct{}), release: make(chan struct{})}
+	p, _ := runPoolWith(t, fastRetries(dir), h)
+	released := sync.OnceFunc(func() { close(h.release) })
+	t.Cleanup(released) // before the pool stops: a failed test must not hold it
 	f := libvirtxtest.New(t, filepath.Join(dir, "launcher.sock"))
 	h.waitServed(t, f.Path())
 	f.Kill()
@@ -267,7 +260,7 @@ func TestLostSaysGoneWhenRemovedWhileTheLossIsTold(t *testing.T) {
 			t.Fatal("socket removed and still watched after 5 s")
 		}
 	}
-	close(h.release)
+	released()
 	if err := h.waitLost(t, f.Path()); errors.Is(err, ErrSocketGone) {
 		t.Fatalf("connection lost first: Lost got %v, want the lost connection", err)
 	}
