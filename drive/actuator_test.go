@@ -108,11 +108,11 @@ type ownerActs struct{ policy.Actuator }
 // The policy acts on a migration Ferry drives through its owner while its
 // Perform runs, and on its libvirt after.
 func TestThePolicyActsThroughTheOwnerWhileItRuns(t *testing.T) {
-	s := &Source{running: newRegistry()}
+	s := &Source{running: newDrives()}
 	a := NewActuator(s, poolConn{err: libvirtx.ErrNotConnected}, recordOf(migration.NewTracker(migration.Config{Node: "n1"})))
 	key := driveKey("/run/libvirt/libvirt-sock", "vm")
 	if !s.running.start(key) {
-		t.Fatal("the registry refused a first drive")
+		t.Fatal("the drives refused a first drive")
 	}
 	owner := ownerActs{}
 	s.running.own(key, "m-1", &Owner{}, Driven{Act: owner})

@@ -42,5 +42,5 @@
 // Source, its records, finish, recovery and settling), target*.go the node
 // it goes to (the Target, its admission, checks and recovery), owner.go
 // the one goroutine that acts on a running migration; the rest (requests,
-// slots, the registry, definitions and their notes) serve both.
+// slots, the drives under way, definitions and their notes) serve both.
 package drive

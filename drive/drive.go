@@ -21,7 +21,7 @@ type Source struct {
 	acts    Acts
 	proxy   *proxy.Proxy
 	log     *zap.Logger
-	running *registry
+	running *drives
 	slots   *slots
 }
 
@@ -74,5 +74,5 @@ type Conns interface {
 
 // NewSource builds the source side of Ferry-driven migrations.
 func NewSource(cfg SourceConfig) *Source {
-	return &Source{cfg: cfg, tracker: cfg.Record.Jobs, books: cfg.Record.Account, acts: cfg.Record.Acts, proxy: cfg.Proxy, log: cfg.Log, running: newRegistry(), slots: newSlots(cfg.OutboundSlots)}
+	return &Source{cfg: cfg, tracker: cfg.Record.Jobs, books: cfg.Record.Account, acts: cfg.Record.Acts, proxy: cfg.Proxy, log: cfg.Log, running: newDrives(), slots: newSlots(cfg.OutboundSlots)}
 }

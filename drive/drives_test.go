@@ -9,7 +9,7 @@ import (
 // An operator's decision reaches only a migration in doubt, on the socket
 // named when two serve the domain.
 func TestAnOperatorDecidesOnlyAMigrationInDoubt(t *testing.T) {
-	ds := newRegistry()
+	ds := newDrives()
 	vm, pod := driveKey("/run/libvirt/libvirt-sock", "vm"), driveKey("/pods/x/virtqemud-sock", "vm")
 	ds.start(vm)
 	ds.start(pod)

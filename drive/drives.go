@@ -8,10 +8,10 @@ import (
 	"github.com/ferry-vm/ferry/migration/policy"
 )
 
-// registry tracks the migrations this ferryd is driving, keyed by socket
+// drives tracks the migrations this ferryd is driving, keyed by socket
 // NUL domain: their owners while Perform runs, and an operator's decision
 // for the one in doubt.
-type registry struct {
+type drives struct {
 	mu      sync.Mutex
 	running map[string]*driveState
 }
@@ -63,11 +63,11 @@ type Driven struct {
 	HeldBack bool
 }
 
-func newRegistry() *registry { return &registry{running: map[string]*driveState{}} }
+func newDrives() *drives { return &drives{running: map[string]*driveState{}} }
 
 func driveKey(socket, domain string) string { return socket + "\x00" + domain }
 
-func (ds *registry) start(key string) bool {
+func (ds *drives) start(key string) bool {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if _, busy := ds.running[key]; busy {
@@ -77,7 +77,7 @@ func (ds *registry) start(key string) bool {
 	return true
 }
 
-func (ds *registry) end(key string) {
+func (ds *drives) end(key string) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -92,7 +92,7 @@ func (ds *registry) end(key string) {
 // releaseHolds lets go of what key's drive holds (its slot, its quiet)
 // while the key stays taken: a migration settled from its record, or a
 // post-copy waiting for its path back, moves no data.
-func (ds *registry) releaseHolds(key string) {
+func (ds *drives) releaseHolds(key string) {
 	ds.mu.Lock()
 	var release []func()
 	if st, ok := ds.running[key]; ok {
@@ -105,7 +105,7 @@ func (ds *registry) releaseHolds(key string) {
 }
 
 // hold keeps release until key's drive ends.
-func (ds *registry) hold(key string, release func()) {
+func (ds *drives) hold(key string, release func()) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -116,7 +116,7 @@ func (ds *registry) hold(key string, release func()) {
 }
 
 // own hands key's migration to its owner while Perform runs.
-func (ds *registry) own(key, id string, o *Owner, dr Driven) {
+func (ds *drives) own(key, id string, o *Owner, dr Driven) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -125,7 +125,7 @@ func (ds *registry) own(key, id string, o *Owner, dr Driven) {
 }
 
 // disown ends the owner's time: Perform has returned.
-func (ds *registry) disown(key string) {
+func (ds *drives) disown(key string) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -136,7 +136,7 @@ func (ds *registry) disown(key string) {
 // owner is the owner of the migration of domain (on socket, if named)
 // while its Perform runs; nil when none is, or when two sockets serve the
 // name and none was named.
-func (ds *registry) owner(socket, domain string) *Owner {
+func (ds *drives) owner(socket, domain string) *Owner {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	var found *Owner
@@ -154,7 +154,7 @@ func (ds *registry) owner(socket, domain string) *Owner {
 }
 
 // driven is the migration with that ID while its Perform runs.
-func (ds *registry) driven(id string) (Driven, bool) {
+func (ds *drives) driven(id string) (Driven, bool) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	for _, st := range ds.running {
@@ -169,7 +169,7 @@ func (ds *registry) driven(id string) (Driven, bool) {
 
 // decisions is the channel an operator's decision for key arrives on;
 // nil (never ready) for a key not driven.
-func (ds *registry) decisions(key string) <-chan string {
+func (ds *drives) decisions(key string) <-chan string {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -180,7 +180,7 @@ func (ds *registry) decisions(key string) <-chan string {
 
 // setHung marks key's migration as waiting on a libvirtd that does not
 // answer, or answering again.
-func (ds *registry) setHung(key string, on bool) {
+func (ds *drives) setHung(key string, on bool) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -190,7 +190,7 @@ func (ds *registry) setHung(key string, on bool) {
 
 // hungCount is how many migrations wait on a libvirtd that does not
 // answer.
-func (ds *registry) hungCount() int {
+func (ds *drives) hungCount() int {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	n := 0
@@ -203,7 +203,7 @@ func (ds *registry) hungCount() int {
 }
 
 // inDoubt says whether key's migration is in doubt.
-func (ds *registry) inDoubt(key string) bool {
+func (ds *drives) inDoubt(key string) bool {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	st, ok := ds.running[key]
@@ -212,7 +212,7 @@ func (ds *registry) inDoubt(key string) bool {
 
 // settled ends key's doubt: the target has spoken, and a decision an
 // operator queued before it is dropped, never applied later.
-func (ds *registry) settled(key string) {
+func (ds *drives) settled(key string) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -225,7 +225,7 @@ func (ds *registry) settled(key string) {
 }
 
 // doubt marks key's migration in doubt: from now an operator may decide it.
-func (ds *registry) doubt(key string) {
+func (ds *drives) doubt(key string) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -235,7 +235,7 @@ func (ds *registry) doubt(key string) {
 
 // decide hands an operator's decision to the migration of domain in doubt
 // (on socket, if named), and returns its key; false when none is.
-func (ds *registry) decide(socket, domain, outcome string) (string, bool) {
+func (ds *drives) decide(socket, domain, outcome string) (string, bool) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	var found *driveState
@@ -269,7 +269,7 @@ const (
 // recovering marks key's migration as a paused post-copy being resumed
 // (not in doubt: ferryctl resolve has nothing to settle), and returns the
 // channel an operator's word arrives on.
-func (ds *registry) recovering(key string, on bool) <-chan string {
+func (ds *drives) recovering(key string, on bool) <-chan string {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -281,7 +281,7 @@ func (ds *registry) recovering(key string, on bool) <-chan string {
 
 // nudge hands an operator's word to the recovery of domain's paused
 // post-copy (on socket, if named); false when none is under way.
-func (ds *registry) nudge(socket, domain, word string) bool {
+func (ds *drives) nudge(socket, domain, word string) bool {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	var found *driveState
@@ -314,7 +314,7 @@ func (ds *registry) nudge(socket, domain, word string) bool {
 
 // markOperatorPause marks (or, on false, unmarks) the migration of domain
 // as paused by an operator's forced abort; false when none runs.
-func (ds *registry) markOperatorPause(socket, domain string, on bool) bool {
+func (ds *drives) markOperatorPause(socket, domain string, on bool) bool {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	for k, st := range ds.running {
@@ -327,7 +327,7 @@ func (ds *registry) markOperatorPause(socket, domain string, on bool) bool {
 }
 
 // operatorPaused says an operator's forced abort paused key's migration.
-func (ds *registry) operatorPaused(key string) bool {
+func (ds *drives) operatorPaused(key string) bool {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	st, ok := ds.running[key]
@@ -357,7 +357,7 @@ func (s *Source) Recovery(socket, domain, word string) bool {
 
 // stopAll gives running migrations a grace period to finish before ferryd
 // stops relaying them: cutting the proxy would fail them.
-func (ds *registry) stopAll() {
+func (ds *drives) stopAll() {
 	ds.mu.Lock()
 	waits := make([]chan struct{}, 0, len(ds.running))
 	for _, st := range ds.running {
@@ -411,7 +411,7 @@ type ownedDrive struct {
 }
 
 // owned lists the migrations whose owners run now.
-func (ds *registry) owned() []ownedDrive {
+func (ds *drives) owned() []ownedDrive {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	var out []ownedDrive
@@ -423,7 +423,7 @@ func (ds *registry) owned() []ownedDrive {
 	return out
 }
 
-func (ds *registry) setSpeed(key string, mibs uint64, heldBack bool) {
+func (ds *drives) setSpeed(key string, mibs uint64, heldBack bool) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if st, ok := ds.running[key]; ok {
@@ -432,7 +432,7 @@ func (ds *registry) setSpeed(key string, mibs uint64, heldBack bool) {
 }
 
 // shared says whether the scheduler set key's speed.
-func (ds *registry) shared(key string) bool {
+func (ds *drives) shared(key string) bool {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	st, ok := ds.running[key]
