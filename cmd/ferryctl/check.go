@@ -29,7 +29,8 @@ func checkCmd(g *globals) *cobra.Command {
 		Long: "check reads NAME's live definition for what keeps it on this node (host devices, local disks,\n" +
 			"shared memory, a CPU tied to this host...). With --to it also runs the migration protocol up to\n" +
 			"the target's prepare, where the target's libvirt starts the guest ready to receive it and stops it\n" +
-			"again: no memory is sent. The exit status is 0 only if NAME can move.",
+			"again: no memory is sent. The exit status is 0 only if NAME can move. With --data-path direct the\n" +
+			"target prepares its QEMU to listen under QEMU's own TLS.",
 		Args:              exactlyOneDomain(checkUse),
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
@@ -63,7 +64,7 @@ func checkCmd(g *globals) *cobra.Command {
 	f.StringVar(&req.Target, "to", "", "dry run to the target node's proxy address HOST:PORT")
 	f.StringVar(&req.TargetNode, "to-node", "", "the node the target must be, by its proxy's certificate (as for migrate)")
 	f.BoolVar(&req.PostCopy, "postcopy", false, "ask with post-copy allowed, as the migration would be")
-	f.StringVar(&req.DataPath, "data-path", "", "ask for the data path the migration would take: proxy (default) or direct, where the target prepares its QEMU to listen under QEMU's own TLS (needs --to-node)")
+	f.StringVar(&req.DataPath, "data-path", "", "ask for the data path the migration would take: proxy (default) or direct (needs --to-node)")
 	c.RegisterFlagCompletionFunc("data-path", cobra.FixedCompletions([]string{"proxy", "direct"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }

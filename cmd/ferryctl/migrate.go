@@ -24,7 +24,19 @@ func migrateCmd(g *globals) *cobra.Command {
 		Use:   migrateUse,
 		Short: "live-migrate NAME through Ferry's proxy to the target node's proxy address (run on the source node)",
 		Long: "migrate starts a live migration of NAME through Ferry's proxy to the target node's proxy\n" +
-			"address and shows its progress until it ends; the exit status is 0 only if it completed.",
+			"address and shows its progress until it ends; the exit status is 0 only if it completed.\n\n" +
+			"--to-node needs the proxy's TLS, since the target's proxy certificate must name that node; it is\n" +
+			"required unless ferryd runs with --migration-allow-any-target.\n\n" +
+			"--postcopy allows post-copy: then ferryctl postcopy NAME switches to it, and so do --policy act\n" +
+			"and the migration's deadline.\n\n" +
+			"--data-path proxy, the default, sends QEMU's stream through both nodes' Ferry proxies; direct\n" +
+			"sends it from QEMU straight to the target's QEMU under QEMU's own TLS, for node pairs that list\n" +
+			"each other in ferryd's --direct-peers, and needs --to-node and no post-copy.\n\n" +
+			"--compression none is the default; zstd needs --parallel and does not go with post-copy; auto\n" +
+			"lets ferryd choose channels and compression from the link, the guest's dirty rate and the idle\n" +
+			"CPUs, and the job says why.\n\n" +
+			"--deadline ends the migration by post-copy if allowed, else by an abort. It can only shorten\n" +
+			"Ferry's own deadline (150s per GiB, at least 5m), and is 10s to 20h.",
 		Args:              exactlyOneDomain(migrateUse),
 		ValidArgsFunction: completeDomains(g),
 		RunE: runE(func(ctx context.Context, args []string) error {
@@ -61,21 +73,21 @@ func migrateCmd(g *globals) *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&req.Target, "to", "", "target node's proxy address HOST:PORT")
-	f.StringVar(&req.TargetNode, "to-node", "", "the node the target must be: its proxy's certificate must name it (needs the proxy's TLS; required unless ferryd runs with --migration-allow-any-target)")
-	f.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switch with `ferryctl postcopy NAME`, or let --policy act switch; the migration's deadline switches too)")
+	f.StringVar(&req.TargetNode, "to-node", "", "the node the target must be: its proxy's certificate must name it")
+	f.BoolVar(&req.PostCopy, "postcopy", false, "allow post-copy (switched to by ferryctl postcopy, the policy or the deadline)")
 	f.DurationVar(&after, "postcopy-after", 0, "switch to post-copy this long after the migration's data starts moving")
 	f.BoolVar(&req.AutoConverge, "auto-converge", false, "let QEMU throttle the guest's CPU so pre-copy converges")
 	f.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "bandwidth cap in MiB/s (0: none)")
 	f.IntVar(&req.PostCopyBandwidthMiBs, "postcopy-bandwidth-mibs", 0, "bandwidth cap in MiB/s once in post-copy (0: none)")
 	f.IntVar(&req.Parallel, "parallel", 0, "parallel (multifd) connections for the memory stream")
-	f.StringVar(&req.Compression, "compression", "", "none (default), zstd (needs --parallel, not with post-copy), or auto: ferryd chooses channels and compression from the link, the guest's dirty rate and the idle CPUs, and the job says why")
-	f.StringVar(&req.DataPath, "data-path", "", "proxy (default): QEMU's stream through both nodes' Ferry proxies; direct: QEMU straight to the target's QEMU under QEMU's own TLS, for node pairs that list each other in ferryd's --direct-peers (needs --to-node, no post-copy)")
+	f.StringVar(&req.Compression, "compression", "", "compression of the memory stream: none (default), zstd or auto")
+	f.StringVar(&req.DataPath, "data-path", "", "the data path: proxy (default), through both nodes' proxies, or direct, QEMU straight to QEMU")
 	f.StringVar(&req.Policy, "policy", "", "convergence policy for this migration: observe, advise or act (default: ferryd's --policy)")
 	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime-ms", 0, "longest guest pause in ms a policy switch-over may cost; can only lower ferryd's --max-downtime-ms")
 	// Its first name, kept for scripts that use it.
 	f.Uint64Var(&req.MaxDowntimeMs, "max-downtime", 0, "")
 	f.MarkDeprecated("max-downtime", "use --max-downtime-ms, as ferryd names it")
-	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its data starts moving, by post-copy if allowed, else by an abort; can only shorten Ferry's own (150s per GiB, at least 5m; 10s to 20h)")
+	f.DurationVar(&deadline, "deadline", 0, "end the migration this long after its data starts moving; can only shorten Ferry's own")
 	f.BoolVar(&wait, "wait", true, "follow the migration until it ends")
 	c.RegisterFlagCompletionFunc("policy", cobra.FixedCompletions([]string{"observe", "advise", "act"}, cobra.ShellCompDirectiveNoFileComp))
 	c.RegisterFlagCompletionFunc("data-path", cobra.FixedCompletions([]string{"proxy", "direct"}, cobra.ShellCompDirectiveNoFileComp))

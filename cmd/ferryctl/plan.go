@@ -27,7 +27,8 @@ func planCmd(g *globals) *cobra.Command {
 		Long: "plan checks every running domain, measures its dirty rate if it has none recent, predicts its\n" +
 			"migration (outcome, passes, time, downtime, strategy) and lays them out over the node's slots\n" +
 			"and link, as `ferryctl evacuate` would run them. Nothing moves. The exit status is 0 only if\n" +
-			"every domain can move.",
+			"every domain can move. The link's bandwidth is --bandwidth-mibs, else ferryd's\n" +
+			"--migration-bandwidth-mibs, else learned from the last migrations.",
 		Args: noArgs,
 		RunE: runE(func(ctx context.Context, _ []string) error {
 			req.Targets = splitNodes(to)
@@ -52,7 +53,7 @@ func planFlags(c *cobra.Command, to *string, req *api.PlanRequest) {
 	f := c.Flags()
 	f.StringVar(to, "to", "", "target nodes, by name (ferryd --peer gives their addresses); domains go to them in turn")
 	f.IntVar(&req.Parallel, "parallel", 0, "migrations at once (default: ferryd's --outbound-migrations)")
-	f.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "the link's bandwidth in MiB/s (default: ferryd's --migration-bandwidth-mibs, else learned from the last migrations)")
+	f.IntVar(&req.BandwidthMiBs, "bandwidth-mibs", 0, "the link's bandwidth in MiB/s (default: ferryd's --migration-bandwidth-mibs, else learned)")
 }
 
 func splitNodes(s string) []string {
@@ -158,7 +159,7 @@ func evacuateCmd(g *globals) *cobra.Command {
 	var to string
 	c := &cobra.Command{
 		Use:   evacuateUse,
-		Short: "move every domain off this node to the target nodes, in the plan's order, and report predicted against real time",
+		Short: "move every domain off this node to the target nodes in the plan's order, then report",
 		Long: "evacuate plans as `ferryctl plan` does, then migrates each domain that can move through the node's\n" +
 			"scheduler (its slots, the link shared by nearness to switch-over) under the node's policy, and\n" +
 			"ends with a report: what moved, what could not and why, and predicted against real time. With\n" +

@@ -101,3 +101,26 @@ func TestTheRootNamesEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// maxHelpLine is the longest a command's Short or a flag's help may be:
+// one line of --help. What more there is goes in the command's Long.
+const maxHelpLine = 100
+
+// Every command's Short and every flag's help is one short line.
+func TestHelpLinesAreShort(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if strings.ContainsAny(c.Short, "\n\r") || len(c.Short) > maxHelpLine {
+			t.Errorf("%s: Short is %d characters or more than one line, past the %d of one line: move the rest to Long", c.CommandPath(), len(c.Short), maxHelpLine)
+		}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if strings.ContainsAny(f.Usage, "\n\r") || len(f.Usage) > maxHelpLine {
+				t.Errorf("%s --%s: help is %d characters or more than one line, past the %d of one line: move the rest to the command's Long", c.CommandPath(), f.Name, len(f.Usage), maxHelpLine)
+			}
+		})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(newRoot(&globals{}))
+}
