@@ -134,7 +134,7 @@ func newFlags(getenv func(string) string, host string) (*flag.FlagSet, *options)
 // there is to know of it (defaults, limits, cautions, how flags bear on
 // one another) is in docs/flags.md.
 const helpFooter = `A flag's environment variable, when set, is its default; a repeatable flag's is comma-separated.
-Each flag in full: docs/flags.md (https://github.com/ferry-vm/ferry/blob/main/docs/flags.md).`
+Each flag in full: docs/flags.md in the source of this version.`
 
 func run(args []string) int {
 	fs, o := newFlags(os.Getenv, hostname())
