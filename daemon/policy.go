@@ -24,7 +24,7 @@ type steerer struct {
 	log     *zap.Logger
 	actions *prometheus.CounterVec
 	// apply carries a decision out on the job it judged (through act).
-	apply func(ctx context.Context, jobID string, d policy.Decision) error
+	apply func(ctx context.Context, j api.Job, d policy.Decision) error
 	act   policyActs
 	// driven finds a migration Ferry drives by its ID while it runs; nil
 	// without the proxy.
@@ -43,7 +43,7 @@ type steerer struct {
 // policyActs carries the policy's decisions out on the job it judged (a
 // drive.Actuator).
 type policyActs interface {
-	Policy(jobID string) policy.Actuator
+	Policy(j api.Job) policy.Actuator
 }
 
 // steerCallTimeout bounds one libvirt call of the policy: a stuck QEMU
@@ -155,7 +155,7 @@ func (s *steerer) consider(ctx context.Context, j api.Job) {
 	s.t.Acts().RecordPolicy(j.ID, string(mode), step)
 	if mode == policy.Act {
 		cctx, cancel := context.WithTimeout(ctx, steerCallTimeout)
-		if err := s.apply(cctx, j.ID, d); err != nil {
+		if err := s.apply(cctx, j, d); err != nil {
 			step.Error = err.Error()
 			s.t.Acts().PolicyStepFailed(j.ID, step.Error)
 		}
@@ -176,6 +176,6 @@ func (s *steerer) consider(ctx context.Context, j api.Job) {
 	}
 }
 
-func (s *steerer) carryOut(ctx context.Context, jobID string, d policy.Decision) error {
-	return policy.Apply(ctx, s.act.Policy(jobID), d)
+func (s *steerer) carryOut(ctx context.Context, j api.Job, d policy.Decision) error {
+	return policy.Apply(ctx, s.act.Policy(j), d)
 }

@@ -28,10 +28,10 @@ type applied struct {
 	calls []string
 }
 
-func (a *applied) record(_ context.Context, id string, d policy.Decision) error {
+func (a *applied) record(_ context.Context, j api.Job, d policy.Decision) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.calls = append(a.calls, id+" "+string(d.Action))
+	a.calls = append(a.calls, j.ID+" "+string(d.Action))
 	return nil
 }
 

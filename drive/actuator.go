@@ -35,33 +35,40 @@ func NewActuator(source *Source, conns Conns, rec Record) *Actuator {
 
 // Abort aborts the domain's migration (on ref's socket, when named): see
 // migration.Acts.Abort for what force and a post-copy abort mean.
-func (a *Actuator) Abort(ctx context.Context, ref migration.JobRef, force bool, by, why string) (res api.AbortResult, err error) {
+func (a *Actuator) Abort(ctx context.Context, ref migration.JobRef, force bool, by, why string) (api.AbortResult, error) {
 	o, err := a.owner(ref)
 	if err != nil {
 		return api.AbortResult{}, err
 	}
-	if force && by == migration.AbortByOperator && a.source != nil {
-		// Marked before libvirt pauses it: the driver, seeing the split,
-		// must know it is the operator's.
-		on := ref.Socket
-		if o != nil {
-			on = o.Socket()
+	// An operator's forced abort is marked before libvirt pauses the
+	// migration: the driver, seeing the split, must know it is the
+	// operator's, and not resume it.
+	undo := func() {}
+	mark := func(socket string) {
+		if force && by == migration.AbortByOperator && a.source != nil {
+			undo = a.source.PauseByOperator(socket, ref.Domain)
 		}
-		undo := a.source.PauseByOperator(on, ref.Domain)
-		defer func() {
-			if err != nil {
-				undo()
-			}
-		}()
 	}
+	var res api.AbortResult
 	if o != nil {
-		return o.Abort(ctx, by, why, force)
+		mark(o.Socket())
+		res, err = o.Abort(ctx, by, why, force)
+	} else {
+		ask := func(at migration.JobRef) (*migration.Asked, error) {
+			mark(at.Socket)
+			return a.acts.Abort(at, force, by, why)
+		}
+		var on *migration.Asked
+		var j api.Job
+		on, j, err = a.onPool(ctx, ref, "abort", ask, func(ctx context.Context, c *libvirtx.Conn, on *migration.Asked) error {
+			return c.AbortJob(ctx, on.Domain, on.PostCopy)
+		})
+		res = migration.AbortResult(on, j, err)
 	}
-	ask := func(at migration.JobRef) (*migration.Asked, error) { return a.acts.Abort(at, force, by, why) }
-	on, j, err := a.onPool(ctx, ref, "abort", ask, func(ctx context.Context, c *libvirtx.Conn, on *migration.Asked) error {
-		return c.AbortJob(ctx, on.Domain, on.PostCopy)
-	})
-	return migration.AbortResult(on, j, err), err
+	if err != nil {
+		undo()
+	}
+	return res, err
 }
 
 // StartPostCopy switches the domain's migration to post-copy, asked by
@@ -94,16 +101,31 @@ func (a *Actuator) SetMaxDowntime(ctx context.Context, ref migration.JobRef, d t
 }
 
 // Policy carries the convergence policy's decisions out on the job it
-// judged: through the owner while Ferry's Perform of it runs, else on its
-// libvirt.
-func (a *Actuator) Policy(jobID string) policy.Actuator {
+// judged: one Ferry drives through its owner alone, and, once the owner is
+// gone (its Perform returned), not at all; any other on its libvirt.
+func (a *Actuator) Policy(j api.Job) policy.Actuator {
+	if j.Proxy == nil || j.Proxy.MigrationID == "" {
+		return poolPolicy{a, migration.JobRef{ID: j.ID}}
+	}
 	if a.source != nil {
-		if dr, ok := a.source.Driven(jobID); ok && dr.Act != nil {
+		if dr, ok := a.source.Driven(j.Proxy.MigrationID); ok && dr.Act != nil {
 			return dr.Act
 		}
 	}
-	return poolPolicy{a, migration.JobRef{ID: jobID}}
+	return unowned{j.Domain}
 }
+
+// unowned refuses the policy's acts on a migration Ferry drives whose
+// owner is gone: nothing but the owner acts on it.
+type unowned struct{ domain string }
+
+func (u unowned) refuse() error {
+	return fmt.Errorf("%w: the migration of %s that Ferry drives has no owner now; the policy does not act on it", migration.ErrNoJob, u.domain)
+}
+
+func (u unowned) SetMaxDowntime(context.Context, time.Duration) error { return u.refuse() }
+func (u unowned) StartPostCopy(context.Context) error                 { return u.refuse() }
+func (u unowned) Abort(context.Context, string) error                 { return u.refuse() }
 
 // owner is the owner of a migration Ferry drives of ref's domain, while
 // its Perform runs. With no socket named, a domain of the name on any

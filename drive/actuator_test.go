@@ -106,24 +106,42 @@ func TestAnActOnAMigrationFerryDoesNotDriveIsMadeAndRecorded(t *testing.T) {
 type ownerActs struct{ policy.Actuator }
 
 // The policy acts on a migration Ferry drives through its owner while its
-// Perform runs, and on its libvirt after.
+// Perform runs, and not at all after; on any other, on its libvirt. A
+// driven job is found by its migration ID, which is not the tracker's ID
+// of its job.
 func TestThePolicyActsThroughTheOwnerWhileItRuns(t *testing.T) {
 	s := &Source{running: newDrives()}
 	a := NewActuator(s, poolConn{err: libvirtx.ErrNotConnected}, recordOf(migration.NewTracker(migration.Config{Node: "n1"})))
 	key := driveKey("/run/libvirt/libvirt-sock", "vm")
 	if !s.running.start(key) {
-		t.Fatal("the drives refused a first drive")
+		t.Fatal("a first drive was refused")
 	}
 	owner := ownerActs{}
-	s.running.own(key, "m-1", &Owner{}, Driven{Act: owner})
-	if got := a.Policy("m-1"); got != policy.Actuator(owner) {
+	s.running.own(key, "m-b843354540a18d5a", &Owner{}, Driven{Act: owner})
+	driven := api.Job{ID: "n1-1", Domain: "vm", Proxy: &api.ProxyInfo{MigrationID: "m-b843354540a18d5a"}}
+	if got := a.Policy(driven); got != policy.Actuator(owner) {
 		t.Errorf("policy while the owner runs: %T, want the owner", got)
 	}
-	if got := a.Policy("m-2"); fmt.Sprintf("%T", got) != "drive.poolPolicy" {
+	if got := a.Policy(api.Job{ID: "n1-2", Domain: "other"}); fmt.Sprintf("%T", got) != "drive.poolPolicy" {
 		t.Errorf("policy of a job Ferry does not drive: %T, want the pool's", got)
 	}
 	s.running.disown(key)
-	if got := a.Policy("m-1"); fmt.Sprintf("%T", got) != "drive.poolPolicy" {
-		t.Errorf("policy after Perform returned: %T, want the pool's", got)
+	if err := a.Policy(driven).Abort(context.Background(), "stalled"); !errors.Is(err, migration.ErrNoJob) {
+		t.Errorf("policy after Perform returned: %v, want a refusal: nothing but the owner acts on it", err)
+	}
+}
+
+// An operator who asks again for a forced abort that was made, and is
+// refused, must not take back the mark that keeps Ferry from resuming the
+// pause.
+func TestARefusedRetryKeepsTheOperatorsPause(t *testing.T) {
+	s := &Source{running: newDrives()}
+	key := driveKey("/run/libvirt/libvirt-sock", "vm")
+	s.running.start(key)
+	s.PauseByOperator("/run/libvirt/libvirt-sock", "vm") // the first, made
+	retry := s.PauseByOperator("", "vm")
+	retry() // refused: the migration is being aborted already
+	if !s.running.operatorPaused(key) {
+		t.Fatal("a refused retry took back the operator's pause")
 	}
 }

@@ -314,16 +314,16 @@ func (ds *drives) nudge(socket, domain, word string) bool {
 
 // markOperatorPause marks (or, on false, unmarks) the migration of domain
 // as paused by an operator's forced abort; false when none runs.
-func (ds *drives) markOperatorPause(socket, domain string, on bool) bool {
+func (ds *drives) markOperatorPause(socket, domain string, on bool) (found, was bool) {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	for k, st := range ds.running {
 		if s, d, _ := strings.Cut(k, "\x00"); d == domain && (socket == "" || s == socket) {
-			st.operatorPause = on
-			return true
+			was, st.operatorPause = st.operatorPause, on
+			return true, was
 		}
 	}
-	return false
+	return false, false
 }
 
 // operatorPaused says an operator's forced abort paused key's migration.
@@ -337,9 +337,11 @@ func (ds *drives) operatorPaused(key string) bool {
 // PauseByOperator marks the driven migration of domain (on socket, if
 // named) as about to be paused by an operator's forced abort, before the
 // abort is sent: the split it makes is then not resumed by Ferry but by
-// ferryctl recover. undo takes the mark back when the abort failed.
+// ferryctl recover. undo takes the mark back when the abort failed, unless
+// an earlier forced abort had made it: a retry refused must not unmark a
+// pause that was made.
 func (s *Source) PauseByOperator(socket, domain string) (undo func()) {
-	if !s.running.markOperatorPause(socket, domain, true) {
+	if found, was := s.running.markOperatorPause(socket, domain, true); !found || was {
 		return func() {}
 	}
 	return func() { s.running.markOperatorPause(socket, domain, false) }

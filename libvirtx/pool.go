@@ -128,6 +128,10 @@ type Pool struct {
 	conns   map[string]*Conn
 	running map[string]context.CancelCauseFunc
 	misses  map[string]int
+	// leaving are sockets declared gone whose goroutine has not ended
+	// yet: a socket back at the path waits for it, so that the old
+	// connection's last word (gone) cannot fall on the new one.
+	leaving map[string]bool
 	started bool
 	wg      sync.WaitGroup
 
@@ -137,7 +141,7 @@ type Pool struct {
 // NewPool makes a pool; Run starts it.
 func NewPool(cfg PoolConfig, h Handler, log *zap.Logger) *Pool {
 	cfg.defaults()
-	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, conns: map[string]*Conn{}, running: map[string]context.CancelCauseFunc{}, misses: map[string]int{}}
+	return &Pool{cfg: cfg, h: h, log: log, status: map[string]*SocketStatus{}, conns: map[string]*Conn{}, running: map[string]context.CancelCauseFunc{}, misses: map[string]int{}, leaving: map[string]bool{}}
 }
 
 // Run watches sockets until ctx ends, then waits for every connection to close.
@@ -296,7 +300,7 @@ func (p *Pool) rescan(ctx context.Context) {
 		}
 	}
 	for s := range want {
-		if _, ok := p.running[s]; ok {
+		if _, ok := p.running[s]; ok || p.leaving[s] {
 			continue
 		}
 		sctx, cancel := context.WithCancelCause(ctx)
@@ -306,6 +310,9 @@ func (p *Pool) rescan(ctx context.Context) {
 		go func() {
 			defer p.wg.Done()
 			p.keep(sctx, s)
+			p.mu.Lock()
+			delete(p.leaving, s)
+			p.mu.Unlock()
 		}()
 	}
 	// A glob match that vanished is a launcher pod that went away: stop
@@ -326,6 +333,7 @@ func (p *Pool) rescan(ctx context.Context) {
 			delete(p.misses, s)
 			cancel(ErrSocketGone)
 			delete(p.running, s)
+			p.leaving[s] = true
 			delete(p.status, s)
 			p.log.Info("libvirt socket gone, no longer watched", zap.String("socket", s))
 		}

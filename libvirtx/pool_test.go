@@ -235,7 +235,9 @@ func (h *blockingLost) Lost(socket string, err error) {
 }
 
 // The removal can be noticed while the lost connection is still being
-// told of: the handler must hear both, in that order.
+// told of: the handler must hear both, in that order, and a socket back
+// at the path meanwhile is served only after: the old connection's last
+// word must not fall on the new one.
 func TestLostSaysGoneWhenRemovedWhileTheLossIsTold(t *testing.T) {
 	dir := t.TempDir()
 	h := &blockingLost{recordingHandler: *newRecordingHandler(), holding: make(chan struct{}), release: make(chan struct{})}
@@ -260,6 +262,13 @@ func TestLostSaysGoneWhenRemovedWhileTheLossIsTold(t *testing.T) {
 			t.Fatal("socket removed and still watched after 5 s")
 		}
 	}
+	back := libvirtxtest.New(t, f.Path())
+	time.Sleep(100 * time.Millisecond) // rescans that must not serve it yet
+	select {
+	case s := <-h.served:
+		t.Fatalf("%s served again while its old connection's loss was still being told", s)
+	default:
+	}
 	released()
 	if err := h.waitLost(t, f.Path()); errors.Is(err, ErrSocketGone) {
 		t.Fatalf("connection lost first: Lost got %v, want the lost connection", err)
@@ -267,4 +276,5 @@ func TestLostSaysGoneWhenRemovedWhileTheLossIsTold(t *testing.T) {
 	if err := h.waitLost(t, f.Path()); !errors.Is(err, ErrSocketGone) {
 		t.Fatalf("socket removed while its loss was told: Lost got %v, want ErrSocketGone", err)
 	}
+	h.waitServed(t, back.Path())
 }

@@ -45,7 +45,12 @@ func (a Acts) Abort(tg JobRef, force bool, by, why string) (*Asked, error) {
 		return nil, PostCopyRefusal(j.view.Domain)
 	}
 	on := t.asked(j)
-	j.view.AbortStatus, j.view.AbortedBy, j.abortWhy = api.AbortAborting, by, why
+	if j.view.AbortStatus != api.AbortAborting {
+		// The first taker's: a second abort asked meanwhile (the policy's
+		// while the operator's is out) does not rewrite whose it is.
+		j.view.AbortStatus, j.view.AbortedBy, j.abortWhy = api.AbortAborting, by, why
+	}
+	j.abortsAsked++
 	on.Message = "abort requested: pre-copy is being cancelled; the guest keeps running on the source"
 	switch by {
 	case AbortByPolicy:
@@ -61,8 +66,10 @@ func (a Acts) Abort(tg JobRef, force bool, by, why string) (*Asked, error) {
 	on.done = func(err error) (api.Job, error) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
+		j.abortsAsked--
+		j.abortTaken = j.abortTaken || err == nil
 		if err != nil {
-			if !j.view.Phase.Finished() {
+			if !j.view.Phase.Finished() && j.abortsAsked == 0 && !j.abortTaken {
 				j.view.AbortStatus = api.AbortFailed
 			}
 			t.addEventOnce(j, time.Now(), "abort", "abort failed: "+err.Error())

@@ -178,3 +178,30 @@ func TestTheTotalsFollowAJobsFinalClass(t *testing.T) {
 		t.Errorf("totals %v after the class moved from %s/%s to %s/%s: want the job once, under the final one", totals, first.Plane, first.Class, final.Plane, final.Class)
 	}
 }
+
+// Two aborts asked at once (an operator's and the policy's): the first
+// taker's is the record, and the other's failure, libvirt having taken
+// the first, does not make the abort failed.
+func TestASecondAbortNeitherRewritesNorFailsTheFirst(t *testing.T) {
+	f := newFeed(t, "a")
+	acts := f.tr.Acts()
+	f.stats(outgoing(1, 300))
+	ref := JobRef{Domain: dom.Name}
+	operator, err := acts.Abort(ref, false, AbortByOperator, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := acts.Abort(ref, false, AbortByPolicy, "stalled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := operator.Done(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Done(errRefused); !errors.Is(err, ErrAbortFailed) {
+		t.Fatalf("the policy's refused abort: %v, want ErrAbortFailed", err)
+	}
+	if j, _ := f.tr.Job(dom.Name); j.AbortStatus != api.AbortAborting || j.AbortedBy != AbortByOperator {
+		t.Errorf("abortStatus %q by %q, want Aborting by the operator", j.AbortStatus, j.AbortedBy)
+	}
+}

@@ -125,6 +125,11 @@ type job struct {
 	lastError       string
 	// abortWhy is the policy's or the deadline's reason for an abort.
 	abortWhy string
+	// abortsAsked are the aborts let through whose outcome is not in yet,
+	// and abortTaken says libvirt took one: while one is out, or once one
+	// was taken, another's failure does not make the abort failed.
+	abortsAsked int
+	abortTaken  bool
 	// countPending: finished, but counted only once its driver has given
 	// its account, which may change its class.
 	countPending bool

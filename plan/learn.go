@@ -26,12 +26,9 @@ type Learned struct {
 // Learn is the path to targets (all of them when empty) from the newest
 // migrations this node drove there, given a bandwidth (0: learn it too,
 // and givenFrom says where a non-zero one comes from). The bandwidth is
-// the median of their passes' rates. The setup is the smallest of what
-// each spent besides sending memory and its downtime: the first migration
-// over a path pays for what later ones find warm (the target's QEMU binary
-// and firmware read from disk, the peer connection made), and sending
-// under a cap takes at least bytes/cap, so every figure over-counts and
-// the least is nearest the path's own cost.
+// the median of their passes' rates; the setup the median of what each
+// spent besides sending its memory at its own rate and its downtime. The
+// newest five only: a path that changed is learned anew.
 func Learn(jobs []api.Job, targets []string, given uint64, givenFrom string) Learned {
 	l := Learned{Path: Path{Setup: DefaultSetup, BandwidthBytesPerSecond: given}, SetupFrom: "default, until a migration over the path says"}
 	if given > 0 {
@@ -58,16 +55,14 @@ func Learn(jobs []api.Job, targets []string, given uint64, givenFrom string) Lea
 		l.Path.BandwidthBytesPerSecond = uint64(migration.Median(rates))
 		l.BandwidthFrom = fmt.Sprintf("learned from the last %d migrations to the targets", len(done))
 	}
+	// Each at its own rate: a given bandwidth is the path's to come,
+	// not what an earlier migration got.
 	setups := make([]float64, len(done))
 	for i, j := range done {
-		bw := rates[i]
-		if given > 0 {
-			bw = float64(given)
-		}
-		spent := j.EndTime.Sub(j.StartTime).Seconds() - float64(j.DataProcessedBytes)/bw - float64(j.DowntimeMs)/1000
+		spent := j.EndTime.Sub(j.StartTime).Seconds() - float64(j.DataProcessedBytes)/rates[i] - float64(j.DowntimeMs)/1000
 		setups[i] = max(spent, 0)
 	}
-	l.Path.Setup = time.Duration(slices.Min(setups) * float64(time.Second)).Round(time.Millisecond)
-	l.SetupFrom = fmt.Sprintf("the least of the last %d migrations to the targets", len(done))
+	l.Path.Setup = time.Duration(migration.Median(setups) * float64(time.Second)).Round(time.Millisecond)
+	l.SetupFrom = fmt.Sprintf("learned from the last %d migrations to the targets", len(done))
 	return l
 }

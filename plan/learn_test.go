@@ -18,7 +18,7 @@ func drove(node string, mibs, rate uint64, seconds float64, end time.Time) api.J
 	}
 }
 
-func TestLearnTakesTheLeastSetupOfTheNewest(t *testing.T) {
+func TestLearnTakesTheMedianSetupOverThePath(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	jobs := []api.Job{
 		// The first over the path: 128 MiB at 32 MiB/s is 4 s, and it
@@ -32,11 +32,11 @@ func TestLearnTakesTheLeastSetupOfTheNewest(t *testing.T) {
 	if l.Path.BandwidthBytesPerSecond != 32*mib || !strings.Contains(l.BandwidthFrom, "last 3") {
 		t.Errorf("bandwidth %d (%s), want 32 MiB/s from 3 migrations", l.Path.BandwidthBytesPerSecond, l.BandwidthFrom)
 	}
-	if l.Path.Setup != time.Second {
-		t.Errorf("setup %v (%s), want 1s: the cold first migration's 4 s must not count", l.Path.Setup, l.SetupFrom)
+	if l.Path.Setup != 1500*time.Millisecond {
+		t.Errorf("setup %v (%s), want 1.5s: the median of b's three", l.Path.Setup, l.SetupFrom)
 	}
-	if all := Learn(jobs, nil, 0, ""); all.Path.Setup != 200*time.Millisecond {
-		t.Errorf("every target: setup %v, want 200ms from c's", all.Path.Setup)
+	if all := Learn(jobs, nil, 0, ""); all.Path.Setup != 1250*time.Millisecond {
+		t.Errorf("every target: setup %v, want 1.25s from all four", all.Path.Setup)
 	}
 }
 
@@ -55,11 +55,11 @@ func TestLearnWeighsOnlyTheNewestFive(t *testing.T) {
 
 func TestLearnWithAGivenBandwidth(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	// Sent at 32 MiB/s while the link is given as 16: the setup is
-	// counted at the given rate, and clipped at zero.
-	l := Learn([]api.Job{drove("b", 128, 32, 5, t0)}, nil, 16*mib, "given")
-	if l.Path.BandwidthBytesPerSecond != 16*mib || l.BandwidthFrom != "given" || l.Path.Setup != 0 {
-		t.Errorf("learned %+v, want the given 16 MiB/s and a setup clipped at 0", l)
+	// Sent at 32 MiB/s while the link is now given as 16: the setup is
+	// what it spent besides sending at its own 32.
+	l := Learn([]api.Job{drove("b", 128, 32, 7, t0)}, nil, 16*mib, "given")
+	if l.Path.BandwidthBytesPerSecond != 16*mib || l.BandwidthFrom != "given" || l.Path.Setup != 3*time.Second {
+		t.Errorf("learned %+v, want the given 16 MiB/s and a setup of 3s", l)
 	}
 }
 
