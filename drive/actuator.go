@@ -2,6 +2,7 @@ package drive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -65,7 +66,8 @@ func (a *Actuator) Abort(ctx context.Context, ref migration.JobRef, force bool, 
 		})
 		res = migration.AbortResult(on, j, err)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errBusy) {
+		// Not made. A busy owner may still make it: the mark stays.
 		undo()
 	}
 	return res, err
