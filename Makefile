@@ -47,7 +47,7 @@ unit:
 # XML, the proxy's headers, mark files. A short run of each in make test, a
 # long one in make fuzz; a crasher lands in the package's testdata/fuzz and
 # becomes a regression test.
-FUZZ_TARGETS := libvirtx:FuzzCheckPacket libvirtx:FuzzReplyDecodedByGoLibvirt libvirtx:FuzzIncomingXML proxy:FuzzReadHeader proxy:FuzzControlRequest daemon:FuzzDebugAPI migration:FuzzLedgerLoad migration/kubevirt:FuzzStoreLoad migration/kubevirt:FuzzVMIObject
+FUZZ_TARGETS := libvirtx:FuzzCheckPacket libvirtx:FuzzReplyDecodedByGoLibvirt libvirtx:FuzzIncomingXML peer:FuzzReadHeader proxy:FuzzControlRequest daemon:FuzzDebugAPI migration:FuzzLedgerLoad migration/kubevirt:FuzzStoreLoad migration/kubevirt:FuzzVMIObject
 FUZZTIME ?= 5m
 # The short run counts executions: a wall-clock -fuzztime can end in Go's
 # own "context deadline exceeded" with nothing found (golang/go#75804).

@@ -16,7 +16,7 @@ import (
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/migration"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 func (d *Daemon) apiHandler() http.Handler {
@@ -232,7 +232,7 @@ func abortHandler(abort abortFunc, log *zap.Logger) http.HandlerFunc {
 // resumes this node's copy (the operator has made sure the target's is
 // gone), keep=target ends it (the guest runs there).
 func (d *Daemon) resolve(w http.ResponseWriter, r *http.Request) {
-	outcome := map[string]string{"source": proxy.OutcomeStopped, "target": proxy.OutcomeRunning}[r.URL.Query().Get("keep")]
+	outcome := map[string]string{"source": peer.OutcomeStopped, "target": peer.OutcomeRunning}[r.URL.Query().Get("keep")]
 	if outcome == "" {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("keep=%q: say which copy to keep, keep=source or keep=target", r.URL.Query().Get("keep")))
 		return

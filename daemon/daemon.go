@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/migration/policy"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -182,7 +183,7 @@ func (d *Daemon) record() drive.Record {
 // (with a libvirt socket to run them on) and the source side that drives
 // them.
 func (d *Daemon) setupMigrations(cfg Config, log *zap.Logger) error {
-	var in proxy.Incoming
+	var in peer.Incoming
 	if len(cfg.LibvirtSockets) > 0 {
 		d.target = drive.NewTarget(d.record(), d.Pool, cfg.LibvirtSockets[0], drive.NodePolicy(cfg.MigrationAllowedPaths, cfg.MigrationAllowedConsoleDirs, cfg.MigrationAllowedBridges, cfg.MigrationAllowedNetworks),
 			cfg.PostCopyRecoveryTimeout, log.Named("incoming"))
@@ -220,7 +221,7 @@ func (d *Daemon) setupMigrations(cfg Config, log *zap.Logger) error {
 }
 
 // newProxy builds the migration proxy on the migration network's address.
-func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string, in proxy.Incoming,
+func newProxy(cfg Config, log *zap.Logger, reg prometheus.Registerer, sourceDomain func(string) string, in peer.Incoming,
 	pods *PodNodes, group func(context.Context) (int, error)) (*proxy.Proxy, error) {
 	host, port, err := net.SplitHostPort(cfg.ProxyListen)
 	if err != nil {

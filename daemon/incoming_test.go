@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-vm/ferry/metrics"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -44,9 +45,9 @@ func TestPrepareRefusalsFromThisNode(t *testing.T) {
 	}
 	for i, c := range cases {
 		before := rejectedCount(t, d, c.reason)
-		_, err := src.Control(context.Background(), d.Proxy.Addr().String(), proxy.ControlRequest{Op: proxy.OpPrepare,
+		_, err := src.Control(context.Background(), d.Proxy.Addr().String(), peer.ControlRequest{Op: peer.OpPrepare,
 			Migration: "m" + string(rune('a'+i)), Domain: c.domain, XML: c.xml, Flags: c.flags})
-		var ce *proxy.ControlError
+		var ce *peer.ControlError
 		if !errors.As(err, &ce) || ce.Reason != c.reason || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want a %s refusal saying %q", c.name, err, c.reason, c.says)
 			continue

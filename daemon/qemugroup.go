@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/ferry-vm/ferry/drive"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // qemuGroup tells the proxy which group QEMU runs with, so that QEMU may
@@ -32,7 +32,7 @@ func qemuGroup(cfg Config, conns drive.Conns) (func(context.Context) (int, error
 	return func(ctx context.Context) (int, error) {
 		c, err := conns.Conn(sock)
 		if err != nil {
-			return -1, &proxy.Refusal{Reason: drive.ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
+			return -1, &peer.Refusal{Reason: drive.ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 		}
 		sec, err := c.Security(ctx)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -13,7 +14,7 @@ import (
 // a prepared migration; the reference still tells migrations apart.
 func TestDebugAPIShowsNoMigrationSecrets(t *testing.T) {
 	const secret = "m-0123456789abcdef"
-	reg := redactRegistered([]proxy.Migration{{ID: secret, Domain: "vm", Targets: map[proxy.Kind]string{proxy.KindMemory: "/run/ferry/migrationproxy/" + secret + "-49152-target.sock"}},
+	reg := redactRegistered([]proxy.Migration{{ID: secret, Domain: "vm", Targets: map[peer.Kind]string{peer.KindMemory: "/run/ferry/migrationproxy/" + secret + "-49152-target.sock"}},
 		{ID: "m-other", Domain: "vm2"}, {ID: "m-recovery", Domain: "vm", RecoveryOf: secret}})
 	d := &Daemon{}
 	j := d.forAPI(api.Job{Domain: "vm", IncomingID: secret})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/testsock"
 	"github.com/ferry-vm/ferry/metrics"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -63,17 +64,17 @@ func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	prepare := func(id string) error {
-		_, err := src.Control(context.Background(), target, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: "vm2",
+		_, err := src.Control(context.Background(), target, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: "vm2",
 			XML: "<domain><name>vm2</name></domain>"})
 		return err
 	}
-	testsock.Serve(t, proxy.TargetSocketPath(d.cfg.ProxySocketDir, "m1", proxy.KindMemory), testsock.Echo)
-	sm, err := src.OpenSource("m1", target, []proxy.Kind{proxy.KindMemory}, os.Getpid(), 0)
+	testsock.Serve(t, proxy.TargetSocketPath(d.cfg.ProxySocketDir, "m1", peer.KindMemory), testsock.Echo)
+	sm, err := src.OpenSource("m1", target, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	stream, err := net.Dial("unix", sm.Paths[proxy.KindMemory])
+	stream, err := net.Dial("unix", sm.Paths[peer.KindMemory])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestShutdownWaitsForMigrationsInFlight(t *testing.T) {
 	var refusal error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		// Refused before too (no libvirt here), but not for the shutdown.
-		if refusal = prepare("m2"); errors.Is(refusal, proxy.ErrShuttingDown) {
+		if refusal = prepare("m2"); errors.Is(refusal, peer.ErrShuttingDown) {
 			break
 		}
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // the target runs the guest (its word: Running); this node's copy
@@ -30,7 +30,7 @@ func TestAPausedCopyBesideARunningTargetKeepsItsAutostartOff(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	what, err := applyOutcome(context.Background(), c, r, proxy.OutcomeRunning)
+	what, err := applyOutcome(context.Background(), c, r, peer.OutcomeRunning)
 	t.Logf("applyOutcome(Running) on a copy paused by an operator: %q, %v", what, err)
 	r.Autostart, r.Flags = true, uint32(libvirt.MigratePersistDest)
 	what, err = settleDefinition(context.Background(), c, r, true)

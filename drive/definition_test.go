@@ -8,7 +8,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 func domainXML(uuid, memoryKiB, disk string) string {
@@ -30,23 +30,23 @@ func TestTheTargetKeepsTheCheckedPersistentDefinition(t *testing.T) {
 	live := domainXML(guestUUID, "262144", okDisk)
 	persist := uint32(libvirt.MigrateLive | libvirt.MigratePersistDest)
 
-	_, config, err := in.check(proxy.IncomingMigration{Domain: "vm", Flags: persist, Config: domainXML(guestUUID, "524288", okDisk)}, live)
+	_, config, err := in.check(peer.IncomingMigration{Domain: "vm", Flags: persist, Config: domainXML(guestUUID, "524288", okDisk)}, live)
 	if err != nil || !strings.Contains(config, "524288") {
 		t.Fatalf("kept %q, %v; want the definition with its pending memory change", config, err)
 	}
-	if _, config, err := in.check(proxy.IncomingMigration{Domain: "vm", Flags: persist}, live); err != nil || !strings.Contains(config, "262144") {
+	if _, config, err := in.check(peer.IncomingMigration{Domain: "vm", Flags: persist}, live); err != nil || !strings.Contains(config, "262144") {
 		t.Errorf("a source that sends no definition: kept %q, %v; want the checked live XML", config, err)
 	}
-	if _, config, err := in.check(proxy.IncomingMigration{Domain: "vm", Flags: uint32(libvirt.MigrateLive)}, live); err != nil || config != "" {
+	if _, config, err := in.check(peer.IncomingMigration{Domain: "vm", Flags: uint32(libvirt.MigrateLive)}, live); err != nil || config != "" {
 		t.Errorf("a transient guest: kept %q, %v; want nothing", config, err)
 	}
-	for name, m := range map[string]proxy.IncomingMigration{
+	for name, m := range map[string]peer.IncomingMigration{
 		"another guest":        {Domain: "vm", Flags: persist, Config: domainXML("00000000-2b36-4a7b-9d8e-0a4c1b2e3f40", "262144", okDisk)},
 		"a path not allowed":   {Domain: "vm", Flags: persist, Config: domainXML(guestUUID, "262144", "/etc/shadow")},
 		"too much memory":      {Domain: "vm", Flags: persist, Config: domainXML(guestUUID, "4294967296", okDisk)},
 		"kept without persist": {Domain: "vm", Flags: uint32(libvirt.MigrateLive), Config: domainXML(guestUUID, "262144", okDisk)},
 	} {
-		var r *proxy.Refusal
+		var r *peer.Refusal
 		if _, _, err := in.check(m, live); !errors.As(err, &r) || r.Reason != "invalid_domain_xml" {
 			t.Errorf("%s: %v, want it refused as invalid_domain_xml", name, err)
 		}

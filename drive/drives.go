@@ -19,7 +19,7 @@ type drives struct {
 type driveState struct {
 	done chan struct{} // closed when the drive ends
 	// decide carries an operator's "keep source" or "keep target"
-	// (proxy.OutcomeStopped or OutcomeRunning), taken only in doubt.
+	// (peer.OutcomeStopped or OutcomeRunning), taken only in doubt.
 	decide  chan string
 	inDoubt bool
 	// nudge carries an operator's word to a paused post-copy's recovery:
@@ -376,7 +376,7 @@ func (ds *drives) stopAll() {
 	}
 }
 
-// Resolve hands an operator's decision (proxy.OutcomeStopped: keep the
+// Resolve hands an operator's decision (peer.OutcomeStopped: keep the
 // source's copy; OutcomeRunning: keep the target's) to the migration of
 // domain in doubt, on socket if named; false when none is.
 func (s *Source) Resolve(socket, domain, outcome string) bool {

@@ -3,7 +3,7 @@ package drive
 import (
 	"testing"
 
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // An operator's decision reaches only a migration in doubt, on the socket
@@ -13,21 +13,21 @@ func TestAnOperatorDecidesOnlyAMigrationInDoubt(t *testing.T) {
 	vm, pod := driveKey("/run/libvirt/libvirt-sock", "vm"), driveKey("/pods/x/virtqemud-sock", "vm")
 	ds.start(vm)
 	ds.start(pod)
-	if _, ok := ds.decide("", "vm", proxy.OutcomeRunning); ok {
+	if _, ok := ds.decide("", "vm", peer.OutcomeRunning); ok {
 		t.Fatal("a decision reached a migration not in doubt")
 	}
 	ds.doubt(vm)
 	ds.doubt(pod)
-	if _, ok := ds.decide("", "vm", proxy.OutcomeRunning); ok {
+	if _, ok := ds.decide("", "vm", peer.OutcomeRunning); ok {
 		t.Fatal("a decision by name alone reached one of two migrations of that name")
 	}
-	key, ok := ds.decide("/run/libvirt/libvirt-sock", "vm", proxy.OutcomeStopped)
+	key, ok := ds.decide("/run/libvirt/libvirt-sock", "vm", peer.OutcomeStopped)
 	if !ok || key != vm {
 		t.Fatalf("decide on the named socket: %q, %v", key, ok)
 	}
 	select {
 	case got := <-ds.decisions(vm):
-		if got != proxy.OutcomeStopped {
+		if got != peer.OutcomeStopped {
 			t.Fatalf("the migration heard %q", got)
 		}
 	default:
@@ -39,7 +39,7 @@ func TestAnOperatorDecidesOnlyAMigrationInDoubt(t *testing.T) {
 	default:
 	}
 	ds.end(vm)
-	if _, ok := ds.decide("/run/libvirt/libvirt-sock", "vm", proxy.OutcomeStopped); ok {
+	if _, ok := ds.decide("/run/libvirt/libvirt-sock", "vm", peer.OutcomeStopped); ok {
 		t.Fatal("a decision reached a migration that ended")
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // handoverGuest is a fake libvirt holding one guest in state/reason, and
@@ -43,12 +43,12 @@ const libvirtxDomainDestroy = 12
 // for any other reason is never destroyed on the target's word alone.
 func TestAStaleCopyLibvirtResumedAfterTheHandoverIsDestroyed(t *testing.T) {
 	f, c, r := handoverGuest(t, int32(libvirtx.StateRunning), int32(libvirt.DomainRunningMigrationCanceled))
-	what, err := applyOutcome(context.Background(), c, r, proxy.OutcomeRunning)
+	what, err := applyOutcome(context.Background(), c, r, peer.OutcomeRunning)
 	if err != nil || len(f.Calls(libvirtxDomainDestroy)) != 1 {
 		t.Fatalf("applyOutcome: %q, %v; destroy calls %d, want one", what, err, len(f.Calls(libvirtxDomainDestroy)))
 	}
 	f2, c2, r2 := handoverGuest(t, int32(libvirtx.StateRunning), int32(libvirt.DomainRunningUnpaused))
-	if _, err := applyOutcome(context.Background(), c2, r2, proxy.OutcomeRunning); err == nil || len(f2.Calls(libvirtxDomainDestroy)) != 0 {
+	if _, err := applyOutcome(context.Background(), c2, r2, peer.OutcomeRunning); err == nil || len(f2.Calls(libvirtxDomainDestroy)) != 0 {
 		t.Fatalf("a copy resumed by someone was destroyed, or not left for an operator: %v", err)
 	}
 }

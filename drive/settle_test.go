@@ -7,29 +7,29 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Only the target's word settles which copy lives: a success, or an answer
 // naming the outcome. A transport error, a refusal for capacity or an
 // unsettled outcome settles nothing, and is asked again.
 func TestOnlyTheTargetsWordSettlesAFinish(t *testing.T) {
-	refused := &proxy.ControlError{Reason: "too_many_control_connections", Msg: "busy"}
-	failed := &proxy.ControlError{Msg: "Finish failed"}
+	refused := &peer.ControlError{Reason: "too_many_control_connections", Msg: "busy"}
+	failed := &peer.ControlError{Msg: "Finish failed"}
 	for _, c := range []struct {
 		name string
-		resp proxy.ControlResponse
+		resp peer.ControlResponse
 		err  error
 		want string
 	}{
-		{"success naming the outcome", proxy.ControlResponse{Outcome: proxy.OutcomeRunning}, nil, proxy.OutcomeRunning},
-		{"plain success: libvirt's Finish returned the domain", proxy.ControlResponse{}, nil, proxy.OutcomeRunning},
-		{"Finish failed, copy gone", proxy.ControlResponse{Outcome: proxy.OutcomeStopped}, failed, proxy.OutcomeStopped},
-		{"Finish failed, copy runs (post-copy failed there)", proxy.ControlResponse{Outcome: proxy.OutcomeRunning}, failed, proxy.OutcomeRunning},
-		{"Finish failed, post-copy split", proxy.ControlResponse{Outcome: proxy.OutcomeSplit}, failed, proxy.OutcomeSplit},
-		{"Finish failed, outcome unknown", proxy.ControlResponse{}, failed, ""},
-		{"refused for capacity", proxy.ControlResponse{}, refused, ""},
-		{"connection reset", proxy.ControlResponse{}, errors.New("read: connection reset by peer"), ""},
+		{"success naming the outcome", peer.ControlResponse{Outcome: peer.OutcomeRunning}, nil, peer.OutcomeRunning},
+		{"plain success: libvirt's Finish returned the domain", peer.ControlResponse{}, nil, peer.OutcomeRunning},
+		{"Finish failed, copy gone", peer.ControlResponse{Outcome: peer.OutcomeStopped}, failed, peer.OutcomeStopped},
+		{"Finish failed, copy runs (post-copy failed there)", peer.ControlResponse{Outcome: peer.OutcomeRunning}, failed, peer.OutcomeRunning},
+		{"Finish failed, post-copy split", peer.ControlResponse{Outcome: peer.OutcomeSplit}, failed, peer.OutcomeSplit},
+		{"Finish failed, outcome unknown", peer.ControlResponse{}, failed, ""},
+		{"refused for capacity", peer.ControlResponse{}, refused, ""},
+		{"connection reset", peer.ControlResponse{}, errors.New("read: connection reset by peer"), ""},
 	} {
 		if got := settledOutcome(c.resp, c.err); got != c.want {
 			t.Errorf("%s: settled %q, want %q", c.name, got, c.want)

@@ -13,7 +13,7 @@ import (
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration/policy"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Bounds of the protocol steps around Perform, which has none of its own
@@ -56,8 +56,8 @@ const inboundRetry = 2 * time.Second
 func (s *Source) Start(ctx context.Context, req MigrateRequest) (MigrateResponse, error) {
 	for noted := false; ; noted = true {
 		resp, err := s.start(ctx, req)
-		var ce *proxy.ControlError
-		if !errors.As(err, &ce) || ce.Reason != proxy.ReasonInboundBusy {
+		var ce *peer.ControlError
+		if !errors.As(err, &ce) || ce.Reason != peer.ReasonInboundBusy {
 			return resp, err
 		}
 		if !noted {
@@ -131,7 +131,7 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		return MigrateResponse{}, err
 	}
 	id, own, flags := st.id, st.own, st.flags
-	prep, err := s.prepareOnTarget(ctx, req, p.conn.Socket(), p.dom, id, st.begun, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: id, Domain: req.Domain,
+	prep, err := s.prepareOnTarget(ctx, req, p.conn.Socket(), p.dom, id, st.begun, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Config: st.config, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: (p.deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
 		Direct: req.DataPath == DataPathDirect})
@@ -249,7 +249,7 @@ func (s *Source) targetAllowed(req MigrateRequest) error {
 func (s *Source) cancelTarget(req MigrateRequest, id, owner string, why error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
-	if _, err := s.proxy.ControlTo(ctx, req.Target, owner, proxy.ControlRequest{Op: proxy.OpCancel, Migration: id, Domain: req.Domain}); err != nil {
+	if _, err := s.proxy.ControlTo(ctx, req.Target, owner, peer.ControlRequest{Op: peer.OpCancel, Migration: id, Domain: req.Domain}); err != nil {
 		s.log.Warn("the target did not take the cancel of a migration this node will not perform", zap.String("domain", req.Domain),
 			zap.String("migration", id), zap.NamedError("why", why), zap.Error(err))
 	}
@@ -356,7 +356,7 @@ func daemonPID(conn *libvirtx.Conn) int {
 // sourceQEMU is the process ID of domain's QEMU, the one process besides
 // libvirtd let into the migration's sockets; none is needed when QEMU's
 // stream goes straight to the target (no socket here).
-func sourceQEMU(socket, domain string, kinds []proxy.Kind) (int, error) {
+func sourceQEMU(socket, domain string, kinds []peer.Kind) (int, error) {
 	if len(kinds) == 0 {
 		return 0, nil
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // connsFunc is this node's pool of libvirt connections as a test has it
@@ -52,7 +52,7 @@ func TestApplyUntilDoneTriesAgainOnTheConnectionThatWorksThen(t *testing.T) {
 	}))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	what, _, ok := s.applyUntilDone(ctx, zap.NewNop(), r, proxy.OutcomeRunning)
+	what, _, ok := s.applyUntilDone(ctx, zap.NewNop(), r, peer.OutcomeRunning)
 	if !ok || tries.Load() != 2 {
 		t.Fatalf("applyUntilDone = %q, %v after %d tries; want applied on the second", what, ok, tries.Load())
 	}
@@ -66,7 +66,7 @@ func TestApplyUntilDoneTriesAgainOnTheConnectionThatWorksThen(t *testing.T) {
 // doubt for an operator, whose word settles it: keep this node's copy (it
 // runs on), or the target's (this one is destroyed).
 func TestApplyUntilDoneLeavesARunningCopyToAnOperator(t *testing.T) {
-	for _, keep := range []string{proxy.OutcomeStopped, proxy.OutcomeRunning} {
+	for _, keep := range []string{peer.OutcomeStopped, peer.OutcomeRunning} {
 		f, c, r := handoverGuest(t, int32(libvirtx.StateRunning), int32(libvirt.DomainRunningUnpaused))
 		s := testSource(t, map[string]*libvirtx.Conn{r.Socket: c}, 0)
 		key := driveKey(r.Socket, r.Domain)
@@ -76,7 +76,7 @@ func TestApplyUntilDoneLeavesARunningCopyToAnOperator(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		out := make(chan [3]any, 1)
 		go func() {
-			what, stands, ok := s.applyUntilDone(ctx, zap.NewNop(), r, proxy.OutcomeRunning)
+			what, stands, ok := s.applyUntilDone(ctx, zap.NewNop(), r, peer.OutcomeRunning)
 			out <- [3]any{what, stands, ok}
 		}()
 		waitFor(t, "the migration shown in doubt", func() bool { return s.Resolve(r.Socket, r.Domain, keep) })
@@ -91,9 +91,9 @@ func TestApplyUntilDoneLeavesARunningCopyToAnOperator(t *testing.T) {
 		switch {
 		case got[1] != keep || got[2] != true:
 			t.Errorf("keep %s: applyUntilDone = %v; want the operator's outcome to stand", keep, got)
-		case keep == proxy.OutcomeStopped && destroys != 0:
+		case keep == peer.OutcomeStopped && destroys != 0:
 			t.Errorf("keep source: this node's copy was destroyed %d times", destroys)
-		case keep == proxy.OutcomeRunning && destroys != 1:
+		case keep == peer.OutcomeRunning && destroys != 1:
 			t.Errorf("keep target: this node's copy was destroyed %d times, want once", destroys)
 		}
 		s.running.end(key)
@@ -113,7 +113,7 @@ func TestApplyUntilDoneEndsWithItsContextBetweenTries(t *testing.T) {
 	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	done := applied(ctx, s, drivenRecord{ID: "m-0000000000000001", Domain: "vm", Socket: "/run/libvirt/libvirt-sock"}, proxy.OutcomeStopped)
+	done := applied(ctx, s, drivenRecord{ID: "m-0000000000000001", Domain: "vm", Socket: "/run/libvirt/libvirt-sock"}, peer.OutcomeStopped)
 	<-asked
 	cancel()
 	select {
@@ -153,7 +153,7 @@ func TestApplyUntilDoneEndsWithItsContextDuringAHungCall(t *testing.T) {
 	s := sourceWith(t, connsFunc(func(string) (*libvirtx.Conn, error) { return c, nil }))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	done := applied(ctx, s, drivenRecord{ID: "m-0000000000000001", Domain: "vm", UUID: libvirtx.UUIDString(libvirt.UUID{7}), Socket: f.Path()}, proxy.OutcomeStopped)
+	done := applied(ctx, s, drivenRecord{ID: "m-0000000000000001", Domain: "vm", UUID: libvirtx.UUIDString(libvirt.UUID{7}), Socket: f.Path()}, peer.OutcomeStopped)
 	<-entered
 	cancel()
 	select {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // The source's QEMU connects only where the target's proxy answered, on a
@@ -83,8 +83,8 @@ func TestTargetTakesTheTLSFlagOnlyWithTheDirectPath(t *testing.T) {
 		"direct":                 {true, tls, false},
 		"direct in the clear":    {true, live, true},
 	} {
-		_, _, err := in.check(proxy.IncomingMigration{Domain: "vm", Flags: c.flags, Direct: c.direct}, "<domain")
-		var r *proxy.Refusal
+		_, _, err := in.check(peer.IncomingMigration{Domain: "vm", Flags: c.flags, Direct: c.direct}, "<domain")
+		var r *peer.Refusal
 		flagsRefused := errors.As(err, &r) && r.Reason == "flags_not_allowed"
 		if flagsRefused != c.refused {
 			t.Errorf("%s: %v, want flags refused %v", name, err, c.refused)

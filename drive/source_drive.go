@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -88,7 +89,7 @@ func (d *driving) run(cookie []byte, deadline time.Duration) driveEnd {
 // finished by its deadline, the grace and its prepare timeout, which fails
 // a Perform no abort could end.
 func (d *driving) perform(cookie []byte, deadline time.Duration, stopWatch chan struct{}) ([]byte, error) {
-	memURI := "unix://" + d.src.Paths[proxy.KindMemory]
+	memURI := "unix://" + d.src.Paths[peer.KindMemory]
 	direct := d.info.DirectURI != ""
 	if direct {
 		memURI = d.info.DirectURI
@@ -127,7 +128,7 @@ func (d *driving) perform(cookie []byte, deadline time.Duration, stopWatch chan 
 // here is settled from the record.
 func (d *driving) cancelAfterFailedPerform(performCookie []byte) (ferr error, settled bool) {
 	fctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-	fin, ferr := d.s.proxy.ControlTo(fctx, d.req.Target, d.src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish, Migration: d.rec.TargetID, Domain: d.req.Domain,
+	fin, ferr := d.s.proxy.ControlTo(fctx, d.req.Target, d.src.Owner(), peer.ControlRequest{Op: peer.OpFinish, Migration: d.rec.TargetID, Domain: d.req.Domain,
 		Cookie: performCookie, Cancelled: true})
 	cancel()
 	d.log.Info("the target's answer to the cancelled finish", zap.String("outcome", fin.Outcome), zap.Error(ferr))
@@ -165,7 +166,7 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 	// Only a guest running whole on the target ends the source's copy.
 	// With none there the source's runs again (pre-copy); with post-copy
 	// failed (split), libvirt keeps the source's paused.
-	cancelled := outcome != proxy.OutcomeRunning
+	cancelled := outcome != peer.OutcomeRunning
 	if cancelled {
 		r.ferr = fmt.Errorf("the target's copy is %s: %s", outcome, fin.Error)
 	}
@@ -183,12 +184,12 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 			r.cerr = nil
 		}
 	}
-	if outcome == proxy.OutcomeSplit && d.postCopy() && fin.Reason != resolvedByOperator {
+	if outcome == peer.OutcomeSplit && d.postCopy() && fin.Reason != resolvedByOperator {
 		if resp, ok := d.afterSplit(&r); ok {
-			fin, outcome, cancelled = resp, proxy.OutcomeRunning, false
+			fin, outcome, cancelled = resp, peer.OutcomeRunning, false
 		}
 	}
-	if fin.Reason == resolvedByOperator && outcome == proxy.OutcomeStopped {
+	if fin.Reason == resolvedByOperator && outcome == peer.OutcomeStopped {
 		// Once this node's copy runs again: a pause before the resume would
 		// be undone by it.
 		go d.s.tellTargetKept(d.log, d.rec)
@@ -203,15 +204,15 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 // them, as resuming it behind their back would undo what they asked for;
 // another is recovered, when this node recovers. ok: it was, and runs
 // whole on the target.
-func (d *driving) afterSplit(r *driveResult) (proxy.ControlResponse, bool) {
+func (d *driving) afterSplit(r *driveResult) (peer.ControlResponse, bool) {
 	if d.s.running.operatorPaused(d.key()) {
 		r.ferr = errPausedByOperator
 		d.s.keepForRecover(d.log, d.rec)
 		r.givenUp = true
-		return proxy.ControlResponse{}, false
+		return peer.ControlResponse{}, false
 	}
 	if d.s.cfg.PostCopyRecoveryTimeout <= 0 {
-		return proxy.ControlResponse{}, false
+		return peer.ControlResponse{}, false
 	}
 	// The Confirm before left libvirt's job here without an owner, which
 	// is what lets libvirt complete a resumed migration by itself on both
@@ -226,7 +227,7 @@ func (d *driving) afterSplit(r *driveResult) (proxy.ControlResponse, bool) {
 		d.s.keepForRecover(d.log, d.rec)
 		r.givenUp = true
 	}
-	return proxy.ControlResponse{}, false
+	return peer.ControlResponse{}, false
 }
 
 // end leaves the whole account on the job and says what becomes of the

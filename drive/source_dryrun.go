@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -84,13 +85,13 @@ func (s *Source) DryRun(ctx context.Context, req MigrateRequest) (api.DryRun, er
 	if req.TargetNode != "" {
 		want = proxy.NodeOwner(req.TargetNode)
 	}
-	var resp proxy.ControlResponse
+	var resp peer.ControlResponse
 	for {
-		resp, err = s.proxy.ControlTo(ctx, req.Target, want, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: newMigrationID(), Domain: req.Domain,
+		resp, err = s.proxy.ControlTo(ctx, req.Target, want, peer.ControlRequest{Op: peer.OpPrepare, Migration: newMigrationID(), Domain: req.Domain,
 			XML: domXML, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0, DryRun: true,
 			Direct: req.DataPath == DataPathDirect})
-		var busy *proxy.ControlError
-		if !errors.As(err, &busy) || busy.Reason != proxy.ReasonInboundBusy {
+		var busy *peer.ControlError
+		if !errors.As(err, &busy) || busy.Reason != peer.ReasonInboundBusy {
 			break
 		}
 		// The target runs as many dry runs as it takes at once: this one
@@ -103,9 +104,9 @@ func (s *Source) DryRun(ctx context.Context, req MigrateRequest) (api.DryRun, er
 		break
 	}
 	res.CPU = knownCPU(resp.CPU)
-	var ce *proxy.ControlError
+	var ce *peer.ControlError
 	switch {
-	case errors.As(err, &ce) && ce.Reason == proxy.ReasonCPUIncompatible:
+	case errors.As(err, &ce) && ce.Reason == peer.ReasonCPUIncompatible:
 		return done(api.DryRunCPU, err)
 	case err != nil:
 		var wp *proxy.WrongPeerError

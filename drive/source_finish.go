@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -20,7 +21,7 @@ import (
 // inDoubtAfter the job shows InDoubt; the guest stays paused here
 // meanwhile, which is the one state that cannot become two guests.
 func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, src *proxy.SourceMigration, cookie []byte,
-	conn *libvirtx.Conn, dom libvirt.Domain, postCopy, switched bool) (proxy.ControlResponse, string) {
+	conn *libvirtx.Conn, dom libvirt.Domain, postCopy, switched bool) (peer.ControlResponse, string) {
 	socket := conn.Socket()
 	// A post-copy whose streams broke is paused by QEMU here: that alone
 	// settles it as split, whatever the target can say meanwhile (a cut
@@ -57,7 +58,7 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 		// the target runs the guest only if an earlier attempt already
 		// made it, and answers so.
 		cancelled := !switched && jobStillHeld(conn) != nil
-		resp, err := s.proxy.ControlTo(ctx, req.Target, src.Owner(), proxy.ControlRequest{Op: proxy.OpFinish,
+		resp, err := s.proxy.ControlTo(ctx, req.Target, src.Owner(), peer.ControlRequest{Op: peer.OpFinish,
 			Migration: tid, Domain: req.Domain, Cookie: cookie, Cancelled: cancelled})
 		cancel()
 		if outcome := settledOutcome(resp, err); outcome != "" {
@@ -68,7 +69,7 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 			return resp, outcome
 		}
 		if isClosed(paused) {
-			return pausedHere(), proxy.OutcomeSplit
+			return pausedHere(), peer.OutcomeSplit
 		}
 		log.Warn("the target's finish gave no outcome; asking again", zap.Int("attempt", attempt), zap.Error(err))
 		if !inDoubt && time.Since(first) >= inDoubtAfter {
@@ -80,17 +81,17 @@ func (s *Source) settleFinish(log *zap.Logger, req MigrateRequest, tid string, s
 		}
 		select {
 		case outcome := <-s.running.decisions(driveKey(socket, req.Domain)):
-			return proxy.ControlResponse{Reason: resolvedByOperator, Error: "settled by an operator: the target's copy is taken as " + outcome}, outcome
+			return peer.ControlResponse{Reason: resolvedByOperator, Error: "settled by an operator: the target's copy is taken as " + outcome}, outcome
 		case <-paused:
-			return pausedHere(), proxy.OutcomeSplit
+			return pausedHere(), peer.OutcomeSplit
 		case <-time.After(min(time.Duration(attempt)*time.Second, 5*time.Second)):
 		}
 	}
 }
 
 // pausedHere is the settled answer of a post-copy QEMU paused here.
-func pausedHere() proxy.ControlResponse {
-	return proxy.ControlResponse{Reason: reasonPausedHere, Error: "post-copy broke: QEMU paused the migration on this node"}
+func pausedHere() peer.ControlResponse {
+	return peer.ControlResponse{Reason: reasonPausedHere, Error: "post-copy broke: QEMU paused the migration on this node"}
 }
 
 // reasonPausedHere marks a split this node saw for itself.
@@ -142,11 +143,11 @@ const resolvedByOperator = "resolved_by_operator"
 // settledOutcome is what a finish's answer settles: whether the guest runs
 // on the target, or "" when it says nothing for certain. A plain success
 // is libvirt's Finish having returned the domain there.
-func settledOutcome(resp proxy.ControlResponse, err error) string {
-	var ce *proxy.ControlError
+func settledOutcome(resp peer.ControlResponse, err error) string {
+	var ce *peer.ControlError
 	switch {
 	case err == nil && resp.Outcome == "":
-		return proxy.OutcomeRunning
+		return peer.OutcomeRunning
 	case err == nil, errors.As(err, &ce):
 		return resp.Outcome
 	}
@@ -157,15 +158,15 @@ func settledOutcome(resp proxy.ControlResponse, err error) string {
 // that failed otherwise: a cut link times out, a reset stream leaves the
 // target's proxy there to answer.
 func targetLost(ferr error) string {
-	var ce *proxy.ControlError
+	var ce *peer.ControlError
 	switch {
 	case ferr == nil:
 		return ""
 	case errors.Is(ferr, syscall.ECONNREFUSED):
 		return "the finish found nothing listening at its proxy's address (its ferryd is likely down)"
-	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
+	case errors.As(ferr, &ce) && ce.Reason == peer.ReasonUnknownMigration:
 		return "its proxy does not know the migration (its ferryd restarted, or the migration is not bound to this node's identity)"
-	case errors.As(ferr, &ce) && ce.Reason == proxy.ReasonRestarted:
+	case errors.As(ferr, &ce) && ce.Reason == peer.ReasonRestarted:
 		return "its ferryd restarted since the prepare, and with it the connection its libvirt held the incoming guest by"
 	}
 	return ""
@@ -180,17 +181,17 @@ func targetLost(ferr error) string {
 func (s *Source) tellTargetKept(log *zap.Logger, r drivenRecord) {
 	for wait, give := 5*time.Second, time.Now().Add(tellTargetFor); time.Now().Before(give); wait = min(2*wait, time.Minute) {
 		ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpFinish, Migration: r.TargetID, Domain: r.Domain, Cancelled: true})
+		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, peer.ControlRequest{Op: peer.OpFinish, Migration: r.TargetID, Domain: r.Domain, Cancelled: true})
 		cancel()
-		var ce *proxy.ControlError
+		var ce *peer.ControlError
 		switch outcome := settledOutcome(resp, err); {
-		case errors.As(err, &ce) && ce.Reason == proxy.ReasonUnknownMigration:
+		case errors.As(err, &ce) && ce.Reason == peer.ReasonUnknownMigration:
 			// Its record went with its copy: dropped at its prepare's time.
 			log.Warn("the target no longer knows the migration the operator settled: nothing of it is left there")
 		case outcome == "":
 			time.Sleep(wait)
 			continue
-		case outcome == proxy.OutcomeRunning:
+		case outcome == peer.OutcomeRunning:
 			s.pauseSecondCopy(log, r, outcome)
 		default:
 			// A split the operator settled in pre-copy cannot be: the

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/testsock"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Before: the doubt a settling sets while the target does not answer is
@@ -47,12 +47,12 @@ func TestAKeepTargetAfterTheTargetSpokeNeverDestroysTheOnlyCopy(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	var asked atomic.Int32
 	go testsock.Accept(ln, func(c net.Conn) {
-		var req proxy.ControlRequest
-		if _, err := proxy.ReadHeader(c); err != nil || json.NewDecoder(c).Decode(&req) != nil {
+		var req peer.ControlRequest
+		if _, err := peer.ReadHeader(c); err != nil || json.NewDecoder(c).Decode(&req) != nil {
 			return
 		}
 		asked.Add(1)
-		json.NewEncoder(c).Encode(proxy.ControlResponse{Outcome: proxy.OutcomeStopped})
+		json.NewEncoder(c).Encode(peer.ControlResponse{Outcome: peer.OutcomeStopped})
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for asked.Load() == 0 && time.Now().Before(deadline) {
@@ -65,7 +65,7 @@ func TestAKeepTargetAfterTheTargetSpokeNeverDestroysTheOnlyCopy(t *testing.T) {
 
 	// The operator's late word, given while the target has already said
 	// its copy is gone.
-	accepted := s.Resolve(r.Socket, r.Domain, proxy.OutcomeRunning)
+	accepted := s.Resolve(r.Socket, r.Domain, peer.OutcomeRunning)
 	restarting.Store(false)
 	select {
 	case <-done:
@@ -94,15 +94,15 @@ func TestKeepSourcePausesTheCopyOnlyAfterItsResume(t *testing.T) {
 	}
 	t.Cleanup(func() { ln.Close() })
 	go testsock.Accept(ln, func(c net.Conn) {
-		var req proxy.ControlRequest
-		if _, err := proxy.ReadHeader(c); err != nil || json.NewDecoder(c).Decode(&req) != nil {
+		var req peer.ControlRequest
+		if _, err := peer.ReadHeader(c); err != nil || json.NewDecoder(c).Decode(&req) != nil {
 			return
 		}
 		if !said.Load() {
-			json.NewEncoder(c).Encode(proxy.ControlResponse{Error: "not settled yet", Reason: "unsettled"})
+			json.NewEncoder(c).Encode(peer.ControlResponse{Error: "not settled yet", Reason: "unsettled"})
 			return
 		}
-		json.NewEncoder(c).Encode(proxy.ControlResponse{Outcome: proxy.OutcomeRunning})
+		json.NewEncoder(c).Encode(peer.ControlResponse{Outcome: peer.OutcomeRunning})
 	})
 	f, c, r := settleGuest(t, int32(libvirtx.StatePaused), int32(libvirt.DomainPausedMigration), ln.Addr().String(), 0)
 	const procSuspend, procJobStats = 34, 298
@@ -128,7 +128,7 @@ func TestKeepSourcePausesTheCopyOnlyAfterItsResume(t *testing.T) {
 	done := settlingInDoubt(t, s, r)
 	// The target's answer is on its way as the operator keeps the source.
 	said.Store(true)
-	if !s.Resolve(r.Socket, r.Domain, proxy.OutcomeStopped) {
+	if !s.Resolve(r.Socket, r.Domain, peer.OutcomeStopped) {
 		t.Fatal("resolve not taken")
 	}
 	select {

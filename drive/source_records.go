@@ -17,7 +17,7 @@ import (
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/atomicfile"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // drivenRecord is a migration this node drives, kept on disk from before
@@ -186,7 +186,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 	var last error
 	persisted, keptByOperator := false, false
 	for attempt := 1; outcome == ""; attempt++ {
-		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpFinish,
+		resp, err := s.proxy.ControlTo(ctx, r.Target, r.TargetOwner, peer.ControlRequest{Op: peer.OpFinish,
 			Migration: r.TargetID, Domain: r.Domain, Cancelled: true})
 		if outcome = settledOutcome(resp, err); outcome != "" {
 			persisted = resp.Persisted
@@ -202,7 +202,7 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 			return
 		case outcome = <-s.running.decisions(driveKey(r.Socket, r.Domain)):
 			log.Warn("the migration was settled by an operator", zap.String("outcome", outcome))
-			keptByOperator = outcome == proxy.OutcomeStopped
+			keptByOperator = outcome == peer.OutcomeStopped
 		case <-time.After(5 * time.Second):
 		}
 	}
@@ -216,14 +216,14 @@ func (s *Source) settleAfterRestart(ctx context.Context, r drivenRecord, why str
 	info := api.ProxyInfo{MigrationID: r.ID, Target: r.Target, TargetNode: r.TargetNode, TLS: s.proxy.TLS()}
 	phase, reason := api.PhaseFailed, why+"; the target dropped its copy: "+what
 	switch outcome {
-	case proxy.OutcomeRunning:
+	case peer.OutcomeRunning:
 		phase, reason = api.PhaseCompleted, ""
-	case proxy.OutcomeSplit:
+	case peer.OutcomeSplit:
 		phase, reason = api.PhasePostCopyFailed, why+", and its post-copy failed: the guest's memory is split between the two nodes"
 	}
 	s.books.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, info, phase, reason)
 	log.Warn("migration settled after a restart", zap.String("outcome", outcome), zap.String("here", what), zap.NamedError("lastError", last))
-	s.forgetSettled(log, r, outcome == proxy.OutcomeRunning && persisted)
+	s.forgetSettled(log, r, outcome == peer.OutcomeRunning && persisted)
 }
 
 // forgetSettled settles a settled migration's definition here, and forgets
@@ -247,22 +247,22 @@ func (r drivenRecord) info(tls bool) api.ProxyInfo {
 // the target says it completed there meanwhile (its stored "split" from
 // before would say otherwise).
 func (s *Source) recoveredThere(ctx context.Context, log *zap.Logger, r drivenRecord, c *libvirtx.Conn) bool {
-	var resp proxy.ControlResponse
+	var resp peer.ControlResponse
 	var err error
 	// Asked until the target says for certain (running, or split): its
 	// stored "split" from before the recovery is not its last word.
 	for give := time.Now().Add(recoveredWait); ; {
 		actx, cancel := context.WithTimeout(ctx, recoverAskTimeout)
-		resp, err = s.proxy.ControlTo(actx, r.Target, r.TargetOwner, proxy.ControlRequest{Op: proxy.OpRecovered, Migration: r.TargetID, Domain: r.Domain})
+		resp, err = s.proxy.ControlTo(actx, r.Target, r.TargetOwner, peer.ControlRequest{Op: peer.OpRecovered, Migration: r.TargetID, Domain: r.Domain})
 		cancel()
-		var ce *proxy.ControlError
-		settled := err == nil || errors.As(err, &ce) && ce.Reason == proxy.ReasonUnknownMigration
+		var ce *peer.ControlError
+		settled := err == nil || errors.As(err, &ce) && ce.Reason == peer.ReasonUnknownMigration
 		if settled || time.Now().After(give) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(2 * time.Second)
 	}
-	if err != nil || resp.Outcome != proxy.OutcomeRunning {
+	if err != nil || resp.Outcome != peer.OutcomeRunning {
 		return false
 	}
 	s.books.DriveSettled(r.Socket, r.Domain, r.UUID, r.Started, r.info(s.proxy.TLS()), api.PhaseCompleted, "")
@@ -309,7 +309,7 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 	}
 	pausedByMigration := state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedMigration)
 	switch {
-	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningMigrationCanceled):
+	case outcome == peer.OutcomeRunning && state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningMigrationCanceled):
 		// libvirt resumed its copy by itself after the guest was handed
 		// over (its libvirtd restarted between the target's Finish and
 		// Confirm): two copies run on one guest's disks, and this one is
@@ -318,18 +318,18 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 			return "", fmt.Errorf("the guest runs on the target, and libvirt here resumed its own stale copy by itself; destroying it: %w", err)
 		}
 		return "the stale copy libvirt here had resumed by itself after the handover was destroyed, as Confirm would have", nil
-	case outcome == proxy.OutcomeRunning && state == libvirtx.StateRunning:
+	case outcome == peer.OutcomeRunning && state == libvirtx.StateRunning:
 		// Never destroy a copy that runs: the target's word and this
 		// node disagree, which an operator must see.
 		return "", errLeftForOperator
-	case outcome == proxy.OutcomeRunning && pausedByMigration:
+	case outcome == peer.OutcomeRunning && pausedByMigration:
 		if err := c.Destroy(ctx, dom); err != nil {
 			return "", err
 		}
 		// Its definition follows the target's word (see
 		// settleDefinition).
 		return "the copy left paused here was destroyed", nil
-	case outcome == proxy.OutcomeStopped && pausedByMigration:
+	case outcome == peer.OutcomeStopped && pausedByMigration:
 		if err := c.Resume(ctx, dom); err != nil {
 			return "", err
 		}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -89,7 +90,7 @@ var errStreamAlive = errors.New("QEMU's post-copy stream still moves: not resume
 // recoverPostCopy resumes a broken post-copy migration, and returns the
 // target's answer once the guest runs whole there, or why it did not.
 func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libvirtx.Conn, dom libvirt.Domain, tid, owner string,
-	orig *proxy.SourceMigration) (proxy.ControlResponse, error) {
+	orig *proxy.SourceMigration) (peer.ControlResponse, error) {
 	r := &recovery{s: s, log: log, req: req, conn: conn, dom: dom, tid: tid, owner: owner, orig: orig,
 		until: time.Now().Add(s.cfg.PostCopyRecoveryTimeout), socket: conn.Socket()}
 	key := driveKey(r.socket, req.Domain)
@@ -141,13 +142,13 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 	}
 	switch {
 	case r.vanished:
-		return proxy.ControlResponse{}, errors.New("post-copy broke, and the guest vanished from this node's libvirt during its recovery while the target does not run it whole: the guest is lost")
+		return peer.ControlResponse{}, errors.New("post-copy broke, and the guest vanished from this node's libvirt during its recovery while the target does not run it whole: the guest is lost")
 	case r.gaveUp:
-		return proxy.ControlResponse{}, errGivenUp
+		return peer.ControlResponse{}, errGivenUp
 	case r.final != nil:
-		return proxy.ControlResponse{}, fmt.Errorf("post-copy broke, and cannot be resumed: %w; the guest's memory stays split between the two nodes", r.final)
+		return peer.ControlResponse{}, fmt.Errorf("post-copy broke, and cannot be resumed: %w; the guest's memory stays split between the two nodes", r.final)
 	}
-	return proxy.ControlResponse{}, errors.New("post-copy broke, and its recovery ended without the target saying the guest runs whole there")
+	return peer.ControlResponse{}, errors.New("post-copy broke, and its recovery ended without the target saying the guest runs whole there")
 }
 
 // backoff is the wait after a failed attempt.
@@ -208,9 +209,9 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 		r.orig.Close("post-copy broke")
 		r.orig = nil
 	}
-	resp, err := r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, proxy.ControlRequest{Op: proxy.OpRecover, Migration: r.tid, Domain: r.req.Domain})
-	var ce *proxy.ControlError
-	if errors.As(err, &ce) && (ce.Reason == "unknown_op" || ce.Reason == "incoming_disabled" || ce.Reason == proxy.ReasonGuestGone) {
+	resp, err := r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, peer.ControlRequest{Op: peer.OpRecover, Migration: r.tid, Domain: r.req.Domain})
+	var ce *peer.ControlError
+	if errors.As(err, &ce) && (ce.Reason == "unknown_op" || ce.Reason == "incoming_disabled" || ce.Reason == peer.ReasonGuestGone) {
 		// A target that cannot resume it never will: an older ferryd, or
 		// one whose copy of the guest is gone (its node rebooted).
 		r.final = err
@@ -218,14 +219,14 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 	if err != nil {
 		return false, false, fmt.Errorf("asking the target for a fresh stream: %w", err)
 	}
-	if resp.Outcome == proxy.OutcomeRunning {
+	if resp.Outcome == peer.OutcomeRunning {
 		r.thereCompleted = true
 		return true, false, nil
 	}
-	if proxy.ValidID(resp.Migration) != nil {
+	if peer.ValidID(resp.Migration) != nil {
 		return false, false, fmt.Errorf("the target answered the recovery with no valid stream id %q", resp.Migration)
 	}
-	kinds := []proxy.Kind{proxy.KindMemory}
+	kinds := []peer.Kind{peer.KindMemory}
 	qemu, err := sourceQEMU(r.conn.Socket(), r.dom.Name, kinds)
 	if err != nil {
 		return false, false, err
@@ -236,7 +237,7 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 	}
 	src.BindTarget(r.owner)
 	resumedAt := time.Now()
-	if err := r.conn.ResumeMigration(ctx, r.dom, src.Paths[proxy.KindMemory]); err != nil {
+	if err := r.conn.ResumeMigration(ctx, r.dom, src.Paths[peer.KindMemory]); err != nil {
 		src.Close("resume refused")
 		return false, false, fmt.Errorf("resuming the source's migration: %w", err)
 	}
@@ -414,7 +415,7 @@ func (r *recovery) endStaleSource() {
 // completed, until the target says it runs whole there (libvirt completes
 // both sides by itself); otherwise once, since a recovery that looks lost
 // from here may have completed there.
-func (r *recovery) settle() (proxy.ControlResponse, bool) {
+func (r *recovery) settle() (peer.ControlResponse, bool) {
 	ctx := context.Background()
 	info, err := r.sourceInfo(ctx)
 	if errors.Is(err, errSourceGone) {
@@ -430,9 +431,9 @@ func (r *recovery) settle() (proxy.ControlResponse, bool) {
 	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, recoverAskTimeout)
-		resp, err := r.s.proxy.ControlTo(actx, r.req.Target, r.owner, proxy.ControlRequest{Op: proxy.OpRecovered, Migration: r.tid, Domain: r.req.Domain})
+		resp, err := r.s.proxy.ControlTo(actx, r.req.Target, r.owner, peer.ControlRequest{Op: peer.OpRecovered, Migration: r.tid, Domain: r.req.Domain})
 		cancel()
-		if err == nil && resp.Outcome == proxy.OutcomeRunning {
+		if err == nil && resp.Outcome == peer.OutcomeRunning {
 			r.vanished = false
 			return resp, true
 		}
@@ -455,7 +456,7 @@ func (r *recovery) settle() (proxy.ControlResponse, bool) {
 			// QEMU here has handed the guest over and stopped: it cannot
 			// run twice, only the target's definition is not confirmed.
 			r.log.Error("QEMU completed the resumed migration but the target has not said the guest runs whole there; this node keeps its definition", zap.Error(err), zap.String("outcome", resp.Outcome))
-			return proxy.ControlResponse{Outcome: proxy.OutcomeRunning}, true
+			return peer.ControlResponse{Outcome: peer.OutcomeRunning}, true
 		}
 		time.Sleep(time.Second)
 	}

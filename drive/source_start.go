@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration/policy"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -69,7 +70,7 @@ func (s *Source) reserve(ctx context.Context, conn *libvirtx.Conn, domain string
 // recorded as the migration's job here (no libvirt job ever started, so
 // nothing else would), but for a busy target, which the caller asks again.
 func (s *Source) prepareOnTarget(ctx context.Context, req MigrateRequest, socket string, dom libvirt.Domain, id string, begun time.Time,
-	ask proxy.ControlRequest) (proxy.ControlResponse, error) {
+	ask peer.ControlRequest) (peer.ControlResponse, error) {
 	// A target node named by the caller is checked on the certificate
 	// before the domain's XML is sent anywhere.
 	want := ""
@@ -77,8 +78,8 @@ func (s *Source) prepareOnTarget(ctx context.Context, req MigrateRequest, socket
 		want = proxy.NodeOwner(req.TargetNode)
 	}
 	prep, err := s.proxy.ControlTo(ctx, req.Target, want, ask)
-	var busy *proxy.ControlError
-	if errors.As(err, &busy) && busy.Reason == proxy.ReasonInboundBusy {
+	var busy *peer.ControlError
+	if errors.As(err, &busy) && busy.Reason == peer.ReasonInboundBusy {
 		// Not a failure: the caller asks again.
 		return prep, fmt.Errorf("preparing the migration on the target: %w", err)
 	}
@@ -95,7 +96,7 @@ func (s *Source) prepareOnTarget(ctx context.Context, req MigrateRequest, socket
 	}
 	// The target's id, not ours, names the streams and the finish: the
 	// target chose it, and only the two nodes know it.
-	if proxy.ValidID(prep.Migration) != nil {
+	if peer.ValidID(prep.Migration) != nil {
 		return prep, fmt.Errorf("the target answered the prepare with no valid migration id %q", prep.Migration)
 	}
 	return prep, nil
@@ -105,8 +106,8 @@ func (s *Source) prepareOnTarget(ctx context.Context, req MigrateRequest, socket
 // the node that prepared it; for the direct path it checks the target's
 // URI (in prep) instead of opening a socket for QEMU. The caller cancels
 // the target's prepare on an error.
-func (s *Source) openStreams(req MigrateRequest, conn *libvirtx.Conn, prep *proxy.ControlResponse) (*proxy.SourceMigration, error) {
-	kinds := []proxy.Kind{proxy.KindMemory}
+func (s *Source) openStreams(req MigrateRequest, conn *libvirtx.Conn, prep *peer.ControlResponse) (*proxy.SourceMigration, error) {
+	kinds := []peer.Kind{peer.KindMemory}
 	if req.DataPath == DataPathDirect {
 		// QEMU's stream goes straight to the target's QEMU: no socket
 		// here, but the same books (the target bound, the close).

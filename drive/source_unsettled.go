@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // A migration the running ferryd could not settle (its own connection to
@@ -79,8 +79,8 @@ func (s *Source) applyUntilDone(ctx context.Context, log *zap.Logger, r drivenRe
 // keep the target's, which destroys this one.
 func (s *Source) applyOperatorsWord(ctx context.Context, log *zap.Logger, r drivenRecord, word string) (string, string, bool) {
 	log.Warn("the migration was settled by an operator", zap.String("outcome", word))
-	if word != proxy.OutcomeRunning {
-		return "this node's copy runs on, as the operator decided", proxy.OutcomeStopped, true
+	if word != peer.OutcomeRunning {
+		return "this node's copy runs on, as the operator decided", peer.OutcomeStopped, true
 	}
 	for {
 		c, err := s.cfg.Conns.Conn(r.Socket)
@@ -96,13 +96,13 @@ func (s *Source) applyOperatorsWord(ctx context.Context, log *zap.Logger, r driv
 			}
 			cancel()
 			if err == nil {
-				return "this node's copy was destroyed, as the operator decided", proxy.OutcomeRunning, true
+				return "this node's copy was destroyed, as the operator decided", peer.OutcomeRunning, true
 			}
 		}
 		log.Warn("cannot destroy this node's copy as the operator decided; trying again", zap.Error(err))
 		select {
 		case <-ctx.Done():
-			return "", proxy.OutcomeRunning, false
+			return "", peer.OutcomeRunning, false
 		case <-time.After(5 * time.Second):
 		}
 	}

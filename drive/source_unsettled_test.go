@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 	"github.com/ferry-vm/ferry/migration"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -66,10 +67,10 @@ func testSource(t *testing.T, conns map[string]*libvirtx.Conn, recoverFor time.D
 type fakeTarget struct {
 	addr  string
 	mu    sync.Mutex
-	asked []proxy.ControlRequest
+	asked []peer.ControlRequest
 }
 
-func newFakeTarget(t *testing.T, answer proxy.ControlResponse) *fakeTarget {
+func newFakeTarget(t *testing.T, answer peer.ControlResponse) *fakeTarget {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,8 +79,8 @@ func newFakeTarget(t *testing.T, answer proxy.ControlResponse) *fakeTarget {
 	t.Cleanup(func() { ln.Close() })
 	ft := &fakeTarget{addr: ln.Addr().String()}
 	go testsock.Accept(ln, func(c net.Conn) {
-		var req proxy.ControlRequest
-		if _, err := proxy.ReadHeader(c); err != nil || json.NewDecoder(c).Decode(&req) != nil {
+		var req peer.ControlRequest
+		if _, err := peer.ReadHeader(c); err != nil || json.NewDecoder(c).Decode(&req) != nil {
 			return
 		}
 		ft.mu.Lock()
@@ -90,10 +91,10 @@ func newFakeTarget(t *testing.T, answer proxy.ControlResponse) *fakeTarget {
 	return ft
 }
 
-func (ft *fakeTarget) requests() []proxy.ControlRequest {
+func (ft *fakeTarget) requests() []peer.ControlRequest {
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
-	return append([]proxy.ControlRequest(nil), ft.asked...)
+	return append([]peer.ControlRequest(nil), ft.asked...)
 }
 
 // nowhere is an address nothing listens on: a target whose ferryd is down.
@@ -135,7 +136,7 @@ func recordKept(t *testing.T, s *Source, id string) bool {
 // here goes), and the record is forgotten. The domain's key stays its
 // caller's, who ends it: settling never lets it go early.
 func TestAnUnsettledDriveIsSettledFromItsRecord(t *testing.T) {
-	target := newFakeTarget(t, proxy.ControlResponse{Outcome: proxy.OutcomeRunning})
+	target := newFakeTarget(t, peer.ControlResponse{Outcome: peer.OutcomeRunning})
 	f, c, r := settleGuest(t, int32(libvirtx.StatePaused), int32(libvirt.DomainPausedMigration), target.addr, 0)
 	s := testSource(t, map[string]*libvirtx.Conn{r.Socket: c}, 0)
 	if err := s.recordDrive(r); err != nil {
@@ -152,7 +153,7 @@ func TestAnUnsettledDriveIsSettledFromItsRecord(t *testing.T) {
 		t.Errorf("the copy left paused here was destroyed %d times, want once", n)
 	}
 	asked := target.requests()
-	if len(asked) != 1 || asked[0].Op != proxy.OpFinish || !asked[0].Cancelled || asked[0].Migration != r.TargetID || asked[0].Domain != "vm" {
+	if len(asked) != 1 || asked[0].Op != peer.OpFinish || !asked[0].Cancelled || asked[0].Migration != r.TargetID || asked[0].Domain != "vm" {
 		t.Errorf("the target was asked %+v; want one cancelled finish of %s", asked, r.TargetID)
 	}
 	if recordKept(t, s, r.ID) {
@@ -177,7 +178,7 @@ func TestAnUnsettledDriveInDoubtTakesAnOperatorsWordThroughItsKey(t *testing.T) 
 	key := driveKey(r.Socket, r.Domain)
 	s.running.start(key)
 	done := settling(s, r.ID)
-	waitFor(t, "the settling in doubt", func() bool { return s.Resolve(r.Socket, "vm", proxy.OutcomeRunning) })
+	waitFor(t, "the settling in doubt", func() bool { return s.Resolve(r.Socket, "vm", peer.OutcomeRunning) })
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -199,7 +200,7 @@ func TestAnUnsettledDriveInDoubtTakesAnOperatorsWordThroughItsKey(t *testing.T) 
 // kept, until an operator says which copy stays (here: this node's, which
 // runs on, and the record goes).
 func TestAnUnsettledDriveRunningOnBothWaitsForAnOperator(t *testing.T) {
-	target := newFakeTarget(t, proxy.ControlResponse{Outcome: proxy.OutcomeRunning})
+	target := newFakeTarget(t, peer.ControlResponse{Outcome: peer.OutcomeRunning})
 	f, c, r := settleGuest(t, int32(libvirtx.StateRunning), int32(libvirt.DomainRunningUnpaused), target.addr, 0)
 	s := testSource(t, map[string]*libvirtx.Conn{r.Socket: c}, 0)
 	if err := s.recordDrive(r); err != nil {
@@ -217,7 +218,7 @@ func TestAnUnsettledDriveRunningOnBothWaitsForAnOperator(t *testing.T) {
 	if n := touched(); n != 0 || !recordKept(t, s, r.ID) {
 		t.Fatalf("%d destroys or resumes of a copy that runs, record kept %v", n, recordKept(t, s, r.ID))
 	}
-	if !s.Resolve(r.Socket, r.Domain, proxy.OutcomeStopped) {
+	if !s.Resolve(r.Socket, r.Domain, peer.OutcomeStopped) {
 		t.Fatal("ferryctl resolve could not reach a migration left for an operator")
 	}
 	select {

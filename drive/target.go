@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -76,7 +77,7 @@ func NewTarget(rec Record, conns Conns, socket string, pol libvirtx.IncomingPoli
 // Persisted says whether the migration's guest is defined persistently
 // here, as libvirt has it: its Finish saved the definition before it
 // started the guest, and a guest that was already defined here stays so.
-func (in *Target) Persisted(ctx context.Context, m proxy.IncomingMigration) bool {
+func (in *Target) Persisted(ctx context.Context, m peer.IncomingMigration) bool {
 	c, err := in.conn()
 	if err != nil {
 		return false
@@ -161,31 +162,31 @@ const allowedIncomingFlags = libvirt.MigrateLive | libvirt.MigratePostcopy | lib
 
 // libvirtFlags are a migration's flags as this node's libvirt gets them
 // at Prepare and at a cancelled Finish.
-func libvirtFlags(m proxy.IncomingMigration) libvirt.DomainMigrateFlags {
+func libvirtFlags(m peer.IncomingMigration) libvirt.DomainMigrateFlags {
 	return libvirt.DomainMigrateFlags(m.Flags) &^ libvirt.MigratePersistDest
 }
 
 func (in *Target) conn() (*libvirtx.Conn, error) {
 	c, err := in.conns.Conn(in.socket)
 	if err != nil {
-		return nil, &proxy.Refusal{Reason: ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
+		return nil, &peer.Refusal{Reason: ReasonLibvirtUnavailable, Msg: "this node's libvirt is not connected"}
 	}
 	return c, nil
 }
 
 // Check refuses flags and XML a prepare may not ask for, before the
 // proxy registers anything for it.
-func (in *Target) Check(m proxy.IncomingMigration, domXML string) (*proxy.CheckedXML, error) {
+func (in *Target) Check(m peer.IncomingMigration, domXML string) (*peer.CheckedXML, error) {
 	live, config, err := in.check(m, domXML)
 	if err != nil {
 		return nil, err
 	}
-	return &proxy.CheckedXML{Live: live, Config: config}, nil
+	return &peer.CheckedXML{Live: live, Config: config}, nil
 }
 
 // checked is the proxy's check of m's XML where it ran one (in the peer's
 // turn), else a check now.
-func (in *Target) checked(m proxy.IncomingMigration, domXML string) (live, config string, err error) {
+func (in *Target) checked(m peer.IncomingMigration, domXML string) (live, config string, err error) {
 	if c := m.Checked; c != nil {
 		return c.Live, c.Config, nil
 	}
@@ -195,13 +196,13 @@ func (in *Target) checked(m proxy.IncomingMigration, domXML string) (live, confi
 // check returns the XML to give libvirt, the checked domain, never the
 // peer's bytes; and for a persistent guest the definition to keep here,
 // checked the same way.
-func (in *Target) check(m proxy.IncomingMigration, domXML string) (live, config string, err error) {
+func (in *Target) check(m peer.IncomingMigration, domXML string) (live, config string, err error) {
 	if live, err = in.checkFlags(m, domXML); err != nil {
 		return "", "", err
 	}
 	if libvirt.DomainMigrateFlags(m.Flags)&libvirt.MigratePersistDest == 0 {
 		if m.Config != "" {
-			return "", "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: "a persistent definition came with a migration that keeps none (no persist-dest flag)"}
+			return "", "", &peer.Refusal{Reason: "invalid_domain_xml", Msg: "a persistent definition came with a migration that keeps none (no persist-dest flag)"}
 		}
 		return live, "", nil
 	}
@@ -212,18 +213,18 @@ func (in *Target) check(m proxy.IncomingMigration, domXML string) (live, config 
 		return live, live, nil
 	}
 	if config, err = libvirtx.CanonicalIncomingXML(m.Config, m.Domain, in.policy); err != nil {
-		return "", "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: "the persistent definition: " + err.Error()}
+		return "", "", &peer.Refusal{Reason: "invalid_domain_xml", Msg: "the persistent definition: " + err.Error()}
 	}
 	lu, err1 := libvirtx.DomainUUID(live)
 	cu, err2 := libvirtx.DomainUUID(config)
 	if err1 != nil || err2 != nil || lu != cu {
-		return "", "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("the persistent definition names UUID %q, the live XML %q: not one guest", cu, lu)}
+		return "", "", &peer.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("the persistent definition names UUID %q, the live XML %q: not one guest", cu, lu)}
 	}
 	return live, config, nil
 }
 
 // checkFlags checks the flags and the live XML.
-func (in *Target) checkFlags(m proxy.IncomingMigration, domXML string) (string, error) {
+func (in *Target) checkFlags(m peer.IncomingMigration, domXML string) (string, error) {
 	flags := libvirt.DomainMigrateFlags(m.Flags)
 	allowed := allowedIncomingFlags
 	if m.DiskURI != "" {
@@ -232,44 +233,44 @@ func (in *Target) checkFlags(m proxy.IncomingMigration, domXML string) (string, 
 	if m.Direct != (flags&libvirt.MigrateTLS != 0) {
 		// QEMU's own TLS is the direct path's, and the proxy's path has
 		// its own: the flag and the path come together or not at all.
-		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("the TLS flag goes with the direct path and only with it (direct %v, flags %#x)", m.Direct, uint32(flags))}
+		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("the TLS flag goes with the direct path and only with it (direct %v, flags %#x)", m.Direct, uint32(flags))}
 	}
 	if m.Direct {
 		allowed |= libvirt.MigrateTLS
 	}
 	if extra := flags &^ allowed; extra != 0 {
-		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel, compressed, change protection, and a persistent domain's persist-dest with undefine-source)", uint32(extra))}
+		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("migration flags %#x are not taken here (only live, post-copy, auto-converge, parallel, compressed, change protection, and a persistent domain's persist-dest with undefine-source)", uint32(extra))}
 	}
 	if flags&libvirt.MigrateCompressed != 0 && (flags&libvirt.MigrateParallel == 0 || m.Parallel < 1) {
 		// Ferry's compression is zstd on multifd channels, the only kind
 		// this node prepares; libvirt would take the flag alone for
 		// another method.
-		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: "compression is taken only with parallel (multifd) connections"}
+		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: "compression is taken only with parallel (multifd) connections"}
 	}
 	if flags&libvirt.MigrateCompressed != 0 && flags&libvirt.MigratePostcopy != 0 {
-		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: "compression is not taken with post-copy: QEMU 10.0 takes multifd only without it"}
+		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: "compression is not taken with post-copy: QEMU 10.0 takes multifd only without it"}
 	}
 	if m.PostCopy != (flags&libvirt.MigratePostcopy != 0) {
 		// The streams were counted for one mode; libvirt would run the
 		// other.
-		return "", &proxy.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("postCopy %v does not match the migration flags %#x", m.PostCopy, uint32(flags))}
+		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: fmt.Sprintf("postCopy %v does not match the migration flags %#x", m.PostCopy, uint32(flags))}
 	}
 	canon, err := libvirtx.CanonicalIncomingXML(domXML, m.Domain, in.policy)
 	if err != nil {
-		return "", &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+		return "", &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
 	return canon, nil
 }
 
-func (in *Target) Prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
+func (in *Target) Prepare(ctx context.Context, m peer.IncomingMigration, domXML string, cookie []byte) ([]byte, error) {
 	p, err := in.prepare(ctx, m, domXML, cookie)
 	return p.Cookie, err
 }
 
 // PrepareDirect prepares a migration whose stream comes straight from the
-// source's QEMU (see proxy.Incoming.PrepareDirect): the answer says where this
+// source's QEMU (see peer.Incoming.PrepareDirect): the answer says where this
 // node's QEMU listens.
-func (in *Target) PrepareDirect(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) ([]byte, string, error) {
+func (in *Target) PrepareDirect(ctx context.Context, m peer.IncomingMigration, domXML string, cookie []byte) ([]byte, string, error) {
 	if !m.Direct {
 		return nil, "", errors.New("not a direct migration")
 	}
@@ -281,7 +282,7 @@ func (in *Target) PrepareDirect(ctx context.Context, m proxy.IncomingMigration, 
 	return p.Cookie, p.URI, err
 }
 
-func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML string, cookie []byte) (libvirtx.Prepared, error) {
+func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML string, cookie []byte) (libvirtx.Prepared, error) {
 	var none libvirtx.Prepared
 	flags := libvirtFlags(m)
 	domXML, config, err := in.checked(m, domXML)
@@ -367,7 +368,7 @@ func (in *Target) prepare(ctx context.Context, m proxy.IncomingMigration, domXML
 // connFor opens the migration's own libvirt connection, once neither a
 // running domain of its name nor another guest's definition of its UUID
 // is in its way here.
-func (in *Target) connFor(ctx context.Context, pooled *libvirtx.Conn, m proxy.IncomingMigration, domXML string) (*libvirtx.Conn, error) {
+func (in *Target) connFor(ctx context.Context, pooled *libvirtx.Conn, m peer.IncomingMigration, domXML string) (*libvirtx.Conn, error) {
 	c, err := pooled.Another(ctx)
 	if err != nil {
 		return nil, PeerError(err)
@@ -380,12 +381,12 @@ func (in *Target) connFor(ctx context.Context, pooled *libvirtx.Conn, m proxy.In
 		return nil, PeerError(err)
 	}
 	if active {
-		return nil, &proxy.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
+		return nil, &peer.Refusal{Reason: "domain_exists", Msg: fmt.Sprintf("domain %s already runs on this node", m.Domain)}
 	}
 	uuid, err := libvirtx.DomainUUID(domXML)
 	if err != nil {
 		c.Close()
-		return nil, &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+		return nil, &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
 	if err := in.refuseDefinedHere(ctx, c, m, uuid); err != nil {
 		c.Close()
@@ -395,7 +396,7 @@ func (in *Target) connFor(ctx context.Context, pooled *libvirtx.Conn, m proxy.In
 }
 
 // prepareParams are libvirt's Prepare parameters for m.
-func prepareParams(m proxy.IncomingMigration, runXML string, flags libvirt.DomainMigrateFlags) []libvirt.TypedParam {
+func prepareParams(m peer.IncomingMigration, runXML string, flags libvirt.DomainMigrateFlags) []libvirt.TypedParam {
 	params := []libvirt.TypedParam{
 		{Field: libvirt.MigrateParamDestXML, Value: *libvirt.NewTypedParamValueString(runXML)},
 		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
@@ -421,7 +422,7 @@ func prepareParams(m proxy.IncomingMigration, runXML string, flags libvirt.Domai
 
 // keep holds what a prepared migration's finish needs: its connection,
 // on which libvirt keeps its state, and the definition it saves.
-func (in *Target) keep(m proxy.IncomingMigration, c *libvirtx.Conn, config string) {
+func (in *Target) keep(m peer.IncomingMigration, c *libvirtx.Conn, config string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if config != "" && !m.DryRun {
@@ -460,7 +461,7 @@ func (in *Target) linger(c *libvirtx.Conn) bool {
 	return true
 }
 
-func (in *Target) Finish(ctx context.Context, m proxy.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
+func (in *Target) Finish(ctx context.Context, m peer.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
 	if cancelled {
 		if why, held := in.Held(ctx, m); held {
 			// The source's Perform failed after the switch: the guest
@@ -510,7 +511,7 @@ func (in *Target) Finish(ctx context.Context, m proxy.IncomingMigration, cookie 
 // runs here is then always defined here, as libvirt's own client does it,
 // and never by a Define of a running transient guest, whose failure
 // libvirt answers by dropping the guest from its list while QEMU runs on.
-func (in *Target) finishCookie(m proxy.IncomingMigration, cookie []byte, flags libvirt.DomainMigrateFlags) ([]byte, libvirt.DomainMigrateFlags, error) {
+func (in *Target) finishCookie(m peer.IncomingMigration, cookie []byte, flags libvirt.DomainMigrateFlags) ([]byte, libvirt.DomainMigrateFlags, error) {
 	in.mu.Lock()
 	def, ok := in.definitions[m.ID]
 	in.mu.Unlock()
@@ -526,7 +527,7 @@ func (in *Target) finishCookie(m proxy.IncomingMigration, cookie []byte, flags l
 
 // Instance names the guest a Prepare just started: its libvirt domain ID,
 // which no later domain of this libvirtd takes, and its UUID.
-func (in *Target) Instance(ctx context.Context, m proxy.IncomingMigration) (string, error) {
+func (in *Target) Instance(ctx context.Context, m peer.IncomingMigration) (string, error) {
 	c, err := in.ownConn(m.ID)
 	if err != nil {
 		return "", err
@@ -561,14 +562,14 @@ func sameInstance(instance string, dom libvirt.Domain) bool {
 // libvirt has it once no job of it runs: running, stopped (absent, or
 // defined and shut off), or split (a failed post-copy left part of its
 // memory on the source: neither copy may go).
-func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (string, error) {
+func (in *Target) Outcome(ctx context.Context, m peer.IncomingMigration) (string, error) {
 	c, err := in.conn()
 	if err != nil {
 		return "", err
 	}
 	dom, err := c.LookupDomain(ctx, m.Domain)
 	if libvirtx.IsNoDomain(err) {
-		return proxy.OutcomeStopped, nil
+		return peer.OutcomeStopped, nil
 	}
 	if err != nil {
 		return "", err
@@ -576,7 +577,7 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 	if !sameInstance(m.Instance, dom) {
 		// Another domain took the name since: libvirt names are unique,
 		// so the migration's own guest is not here.
-		return proxy.OutcomeStopped, nil
+		return peer.OutcomeStopped, nil
 	}
 	// The state first: a failed post-copy holds libvirt's incoming job on
 	// the domain (and libvirt answers no job statistics on a target), yet
@@ -584,23 +585,23 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 	state, reason, err := c.DomainState(ctx, dom)
 	switch {
 	case libvirtx.IsNoDomain(err):
-		return proxy.OutcomeStopped, nil
+		return peer.OutcomeStopped, nil
 	case err != nil:
 		return "", err
 	case state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningPostcopyFailed),
 		state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedPostcopyFailed):
-		return proxy.OutcomeSplit, nil
+		return peer.OutcomeSplit, nil
 	case state == libvirtx.StateShutoff && libvirtx.StoppedIncoming(reason):
 		// libvirt stopped it before handing it over, and it is still
 		// defined here: an inactive definition it came into (an earlier
 		// migration's), never proof that it ran. A guest that ran and was
 		// destroyed since is told apart by the proxy's records: a Finish
 		// that returned is kept as running, one under way as unknown.
-		return proxy.OutcomeStopped, nil
+		return peer.OutcomeStopped, nil
 	case state == libvirtx.StateShutoff:
 		// It ran here, and stopped since (powered off, crashed): the
 		// source's copy is older than what ran, and must never resume.
-		return proxy.OutcomeRunning, nil
+		return peer.OutcomeRunning, nil
 	}
 	if st, jerr := c.JobStats(ctx, dom, false); jerr != nil || st.Type.Active() {
 		return "", fmt.Errorf("domain %s still has a libvirt job (%v)", m.Domain, jerr)
@@ -610,7 +611,7 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 	switch {
 	case state == libvirtx.StateRunning && reason != int32(libvirt.DomainRunningPostcopy),
 		state == libvirtx.StatePaused && reason != int32(libvirt.DomainPausedPostcopy) && reason != int32(libvirt.DomainPausedMigration):
-		return proxy.OutcomeRunning, nil
+		return peer.OutcomeRunning, nil
 	}
 	return "", fmt.Errorf("domain %s is %s (reason %d): not settled", m.Domain, state, reason)
 }
@@ -618,7 +619,7 @@ func (in *Target) Outcome(ctx context.Context, m proxy.IncomingMigration) (strin
 // Held says whether the migration's guest runs here in post-copy (or its
 // post-copy failed here): its vCPUs run on pages pulled through the
 // migration's streams, and a cancel would kill the only copy that runs.
-func (in *Target) Held(ctx context.Context, m proxy.IncomingMigration) (string, bool) {
+func (in *Target) Held(ctx context.Context, m peer.IncomingMigration) (string, bool) {
 	// The migration's own connection: the pool's may be cut (one missed
 	// ping) exactly when this is asked. Once the own one is closed (its
 	// libvirtd restarted) the pool's, which reconnects, is asked instead.
@@ -633,7 +634,7 @@ func (in *Target) Held(ctx context.Context, m proxy.IncomingMigration) (string, 
 
 // heldHere says whether c's libvirt holds m's guest in post-copy, or
 // cannot tell (held, to be safe).
-func heldHere(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration) (string, bool) {
+func heldHere(ctx context.Context, c *libvirtx.Conn, m peer.IncomingMigration) (string, bool) {
 	dom, err := c.LookupDomain(ctx, m.Domain)
 	if libvirtx.IsNoDomain(err) || err == nil && !sameInstance(m.Instance, dom) {
 		return "", false
@@ -657,7 +658,7 @@ func heldHere(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration) 
 // an error even when it killed the target QEMU as asked, so what counts is
 // whether the domain still runs afterwards. A guest in post-copy here is
 // never cancelled: it is the copy that runs.
-func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
+func (in *Target) Cancel(ctx context.Context, m peer.IncomingMigration) error {
 	if m.DryRun {
 		// No stream ever came: its connection goes whatever libvirt
 		// answers below, and with it any guest the Finish left.
@@ -700,7 +701,7 @@ func (in *Target) Cancel(ctx context.Context, m proxy.IncomingMigration) error {
 }
 
 // finishParams name the domain, which is how libvirt's Finish finds it.
-func finishParams(m proxy.IncomingMigration) []libvirt.TypedParam {
+func finishParams(m peer.IncomingMigration) []libvirt.TypedParam {
 	return []libvirt.TypedParam{
 		{Field: libvirt.MigrateParamDestName, Value: *libvirt.NewTypedParamValueString(m.Domain)},
 		{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString(m.MemoryURI)},
@@ -732,7 +733,7 @@ func PeerError(err error) error {
 		// No answer from libvirtd at all: the connection is gone, which
 		// the source must hear as this node's hypervisor being away, not
 		// as libvirt refusing the migration.
-		return &proxy.Refusal{Reason: ReasonLibvirtUnavailable, Msg: fmt.Sprintf("this node's libvirt did not answer %s (its connection is gone)", ce.Op)}
+		return &peer.Refusal{Reason: ReasonLibvirtUnavailable, Msg: fmt.Sprintf("this node's libvirt did not answer %s (its connection is gone)", ce.Op)}
 	}
 	return fmt.Errorf("libvirt %s: %w", ce.Op, ce.Err)
 }
@@ -804,7 +805,7 @@ func (in *Target) QEMU(domain string) (int, error) {
 	return libvirtx.QEMUPID(in.socket, domain)
 }
 
-// Every method the proxy calls on a target is in proxy.Incoming, required:
+// Every method the proxy calls on a target is in peer.Incoming, required:
 // one renamed on either side fails here, never silently switches off a
 // rule (Held is the rule never to drop a guest running here in post-copy).
-var _ proxy.Incoming = (*Target)(nil)
+var _ peer.Incoming = (*Target)(nil)

@@ -13,7 +13,7 @@ import (
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/units"
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // An incoming guest is admitted against the memory this node has
@@ -65,7 +65,7 @@ func (procMemory) residentKiB(socket, domain string) uint64 {
 func (in *Target) admit(id, domain, domXML string) error {
 	kib, err := guestKiB(domXML)
 	if err != nil {
-		return &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+		return &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
 	mem := in.memory
 	if mem == nil {
@@ -85,7 +85,7 @@ func (in *Target) admit(id, domain, domXML string) error {
 		}
 	}
 	if owed+kib > avail {
-		return &proxy.Refusal{Reason: ReasonNoMemory, Msg: fmt.Sprintf("the guest needs %s; the %d guest(s) already coming here need %s more; this node has %s available",
+		return &peer.Refusal{Reason: ReasonNoMemory, Msg: fmt.Sprintf("the guest needs %s; the %d guest(s) already coming here need %s more; this node has %s available",
 			units.IEC(kib<<10), len(in.admitted), units.IEC(owed<<10), units.IEC(avail<<10))}
 	}
 	if in.admitted == nil {
@@ -143,7 +143,7 @@ func (in *Target) unadmit(id string) {
 }
 
 // ReasonNoMemory refuses a guest this node has no memory for now.
-const ReasonNoMemory = proxy.ReasonNoMemory
+const ReasonNoMemory = peer.ReasonNoMemory
 
 // guestKiB is the memory the guest comes with, sized as libvirt sizes it
 // (the sum of its NUMA cells where they say more). Not its current memory:

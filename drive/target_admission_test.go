@@ -8,7 +8,7 @@ import (
 
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 type fakeMemory struct {
@@ -35,7 +35,7 @@ func TestIncomingGuestsAreAdmittedAgainstWhatIsAvailableAndTheirSum(t *testing.T
 	}
 	mem.resident["a"], mem.avail = 1<<20, 9<<20
 	err := in.admit("m2", "b", guestOfGiB("b", 6))
-	var r *proxy.Refusal
+	var r *peer.Refusal
 	if !errors.As(err, &r) || r.Reason != ReasonNoMemory || !strings.Contains(r.Msg, "already coming here need 5.0 GiB more") {
 		t.Fatalf("a second 6 GiB guest while the first has 5 GiB to fill of 9 available: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // CPUHostOnly answers a dry run of a guest that sees its host's CPU as it
@@ -20,7 +20,7 @@ const CPUHostOnly = "host (needs an identical CPU)"
 // guest was started with, in libvirt's own words when it does not. A
 // guest that names no CPU model gets QEMU's default for its machine, which
 // any host of the same QEMU offers.
-func (in *Target) CompareCPU(ctx context.Context, m proxy.IncomingMigration, domXML string) (string, error) {
+func (in *Target) CompareCPU(ctx context.Context, m peer.IncomingMigration, domXML string) (string, error) {
 	canon, _, err := in.checked(m, domXML)
 	if err != nil {
 		return "", err
@@ -56,7 +56,7 @@ func (in *Target) CompareCPU(ctx context.Context, m proxy.IncomingMigration, dom
 	var le libvirt.Error
 	switch {
 	case errors.As(err, &le) && le.Code == uint32(libvirt.ErrCPUIncompatible):
-		return "", &proxy.Refusal{Reason: proxy.ReasonCPUIncompatible, Msg: le.Message}
+		return "", &peer.Refusal{Reason: peer.ReasonCPUIncompatible, Msg: le.Message}
 	case err != nil:
 		return "", PeerError(err)
 	}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // ReasonDefinedHere refuses a migration in of a guest this node holds
 // defined and shut off.
-const ReasonDefinedHere = proxy.ReasonDefinedHere
+const ReasonDefinedHere = peer.ReasonDefinedHere
 
 // refuseDefinedHere refuses an incoming guest whose name this node's
 // libvirt holds as a shut-off persistent domain, unless the operator lets
@@ -21,7 +21,7 @@ const ReasonDefinedHere = proxy.ReasonDefinedHere
 // leaves no definition behind (see definition.go); one left by
 // `virsh migrate --persistent` without --undefinesource, or defined on
 // every node by an operator, is what the switch is for.
-func (in *Target) refuseDefinedHere(ctx context.Context, c *libvirtx.Conn, m proxy.IncomingMigration, uuid string) error {
+func (in *Target) refuseDefinedHere(ctx context.Context, c *libvirtx.Conn, m peer.IncomingMigration, uuid string) error {
 	if in.adoptDefined {
 		return nil
 	}
@@ -34,7 +34,7 @@ func (in *Target) refuseDefinedHere(ctx context.Context, c *libvirtx.Conn, m pro
 	}
 	if got := libvirtx.UUIDString(dom.UUID); got != uuid {
 		// libvirt refuses it too; said here in Ferry's words.
-		return &proxy.Refusal{Reason: ReasonDefinedHere, Msg: fmt.Sprintf("domain %s is defined on this node as another guest (UUID %s, not %s)", m.Domain, got, uuid)}
+		return &peer.Refusal{Reason: ReasonDefinedHere, Msg: fmt.Sprintf("domain %s is defined on this node as another guest (UUID %s, not %s)", m.Domain, got, uuid)}
 	}
 	persistent, err := c.Persistent(ctx, dom)
 	if err != nil {
@@ -50,7 +50,7 @@ func (in *Target) refuseDefinedHere(ctx context.Context, c *libvirtx.Conn, m pro
 		// that node, as it was kept, is the guest's own.
 		return nil
 	}
-	return &proxy.Refusal{Reason: ReasonDefinedHere, Msg: fmt.Sprintf("domain %s is defined on this node, shut off: a migration in would run the peer's guest on its definition and files; "+
+	return &peer.Refusal{Reason: ReasonDefinedHere, Msg: fmt.Sprintf("domain %s is defined on this node, shut off: a migration in would run the peer's guest on its definition and files; "+
 		"undefine it here (virsh undefine --keep-nvram --keep-tpm %s; its disks stay) or start ferryd with --migration-adopt-defined", m.Domain, m.Domain)}
 }
 

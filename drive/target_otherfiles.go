@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // takesNoOtherGuestsFiles refuses an incoming domain (its live XML and
@@ -17,7 +17,7 @@ import (
 func takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string) error {
 	uuid, err := libvirtx.DomainUUID(live)
 	if err != nil {
-		return &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+		return &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
 	others, err := c.OtherGuestsFiles(ctx, uuid)
 	if err != nil {
@@ -29,10 +29,10 @@ func takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config
 		}
 		files, err := libvirtx.FilesOf(x)
 		if err != nil {
-			return &proxy.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+			return &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 		}
 		if o, taken := libvirtx.TakenFrom(files, others); taken {
-			return &proxy.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("domain XML refused: %q is a file of domain %s on this node: a migrated guest brings only files of its own", o.File, o.Name)}
+			return &peer.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("domain XML refused: %q is a file of domain %s on this node: a migrated guest brings only files of its own", o.File, o.Name)}
 		}
 	}
 	return nil

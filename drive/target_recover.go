@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // pauseWait bounds how long a target QEMU that had not noticed the break
@@ -20,7 +20,7 @@ const pauseWait = 10 * time.Second
 // listen at socket for the source's resumed stream. It talks to QEMU on
 // the monitor its Prepare gave it: libvirt's failed incoming job holds the
 // domain here, and libvirt answers no call that takes a job on it.
-func (in *Target) Recover(ctx context.Context, m proxy.IncomingMigration, socket string) (string, error) {
+func (in *Target) Recover(ctx context.Context, m peer.IncomingMigration, socket string) (string, error) {
 	if err := in.heldHere(ctx, m); err != nil {
 		return "", err
 	}
@@ -83,7 +83,7 @@ func awaitPaused(ctx context.Context, q *libvirtx.QMP) (string, error) {
 }
 
 // heldHere checks that the migration's own guest is here in post-copy.
-func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error {
+func (in *Target) heldHere(ctx context.Context, m peer.IncomingMigration) error {
 	c, err := in.conn()
 	if err != nil {
 		return err
@@ -91,9 +91,9 @@ func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error
 	dom, err := c.LookupDomain(ctx, m.Domain)
 	switch {
 	case libvirtx.IsNoDomain(err):
-		return fmt.Errorf("%w: libvirt has no domain %s", proxy.ErrGuestGone, m.Domain)
+		return fmt.Errorf("%w: libvirt has no domain %s", peer.ErrGuestGone, m.Domain)
 	case err == nil && !sameInstance(m.Instance, dom):
-		return fmt.Errorf("%w: another domain has the name %s now", proxy.ErrGuestGone, m.Domain)
+		return fmt.Errorf("%w: another domain has the name %s now", peer.ErrGuestGone, m.Domain)
 	case err != nil:
 		return fmt.Errorf("the migration's guest is not here: %w", PeerError(err))
 	}
@@ -102,7 +102,7 @@ func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error
 		return PeerError(err)
 	}
 	if state == libvirtx.StateShutoff {
-		return fmt.Errorf("%w: the guest is shut off here (reason %d)", proxy.ErrGuestGone, reason)
+		return fmt.Errorf("%w: the guest is shut off here (reason %d)", peer.ErrGuestGone, reason)
 	}
 	if !libvirtx.InPostCopy(state, reason) {
 		return fmt.Errorf("the guest is %s (reason %d) here, not in post-copy", state, reason)
@@ -116,7 +116,7 @@ func (in *Target) heldHere(ctx context.Context, m proxy.IncomingMigration) error
 // first looks); once libvirt answers, the records whose guest is no
 // longer held (resumed, or destroyed by an operator since) are
 // forgotten.
-func (in *Target) HoldRecorded(ctx context.Context, held []proxy.IncomingMigration) {
+func (in *Target) HoldRecorded(ctx context.Context, held []peer.IncomingMigration) {
 	if in.recoverFor <= 0 || len(held) == 0 {
 		return
 	}
@@ -129,7 +129,7 @@ func (in *Target) HoldRecorded(ctx context.Context, held []proxy.IncomingMigrati
 
 // forgetUnheld forgets the expectations of those of held whose guest
 // libvirt no longer holds in post-copy here.
-func (in *Target) forgetUnheld(ctx context.Context, held []proxy.IncomingMigration) {
+func (in *Target) forgetUnheld(ctx context.Context, held []peer.IncomingMigration) {
 	for {
 		c, err := in.conn()
 		if err == nil {
@@ -154,7 +154,7 @@ func (in *Target) forgetUnheld(ctx context.Context, held []proxy.IncomingMigrati
 // and whether it is defined here (libvirt's Finish saved its definition
 // before the guest first ran here). A guest still in post-copy (libvirt
 // completes it by itself once QEMU has) is not settled: asked again.
-func (in *Target) Recovered(ctx context.Context, m proxy.IncomingMigration) (string, bool, error) {
+func (in *Target) Recovered(ctx context.Context, m peer.IncomingMigration) (string, bool, error) {
 	c, err := in.conn()
 	if err != nil {
 		return "", false, err
@@ -169,13 +169,13 @@ func (in *Target) Recovered(ctx context.Context, m proxy.IncomingMigration) (str
 	case err != nil:
 		return "", false, PeerError(err)
 	case state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningPostcopyFailed):
-		return proxy.OutcomeSplit, false, nil
+		return peer.OutcomeSplit, false, nil
 	case libvirtx.InPostCopy(state, reason):
 		// libvirt's job runs on; a job statistics call would wait for it.
 		return "", false, fmt.Errorf("the guest is still in post-copy here (%s, reason %d)", state, reason)
 	}
 	outcome, err := in.Outcome(ctx, m)
-	if err != nil || outcome != proxy.OutcomeRunning {
+	if err != nil || outcome != peer.OutcomeRunning {
 		return outcome, false, err
 	}
 	return outcome, in.Persisted(ctx, m), nil

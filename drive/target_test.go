@@ -14,14 +14,14 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // A libvirtd that answered with an error refuses as libvirt; one that did
 // not answer at all is this node's hypervisor being away.
 func TestPeerErrorTellsAnAbsentLibvirtFromARefusingOne(t *testing.T) {
 	gone := &libvirtx.CallError{Op: "Prepare", Socket: "/run/libvirt/libvirt-sock", Err: io.ErrUnexpectedEOF}
-	var r *proxy.Refusal
+	var r *peer.Refusal
 	if err := PeerError(gone); !errors.As(err, &r) || r.Reason != ReasonLibvirtUnavailable || strings.Contains(r.Msg, "/run/") {
 		t.Errorf("connection lost: got %#v, want a %s refusal that names no path", err, ReasonLibvirtUnavailable)
 	}
@@ -54,8 +54,8 @@ func TestTargetLostOnlyFromAGoneOrForgetfulProxy(t *testing.T) {
 	}{
 		{"finish answered", nil, ""},
 		{"nothing listens", refused, "nothing listening"},
-		{"restarted", &proxy.ControlError{Target: "10.77.0.2:9475", Reason: proxy.ReasonUnknownMigration, Msg: "migration m-1 is not known on this node"}, "restarted"},
-		{"another refusal", &proxy.ControlError{Target: "10.77.0.2:9475", Reason: "wrong_state", Msg: "unknown migration, says the peer"}, ""},
+		{"restarted", &peer.ControlError{Target: "10.77.0.2:9475", Reason: peer.ReasonUnknownMigration, Msg: "migration m-1 is not known on this node"}, "restarted"},
+		{"another refusal", &peer.ControlError{Target: "10.77.0.2:9475", Reason: "wrong_state", Msg: "unknown migration, says the peer"}, ""},
 		{"timed out", fmt.Errorf("control answer from 10.77.0.2:9475: %w", context.DeadlineExceeded), ""},
 	}
 	for _, c := range cases {
@@ -84,7 +84,7 @@ func TestCPUListIsCounted(t *testing.T) {
 // check let one peer hold both of the node's checks at once).
 func TestPrepareTakesTheCheckMadeInThePeersTurn(t *testing.T) {
 	in := &Target{}
-	m := proxy.IncomingMigration{Domain: "vm", Checked: &proxy.CheckedXML{Live: "<domain>checked</domain>", Config: "<domain>kept</domain>"}}
+	m := peer.IncomingMigration{Domain: "vm", Checked: &peer.CheckedXML{Live: "<domain>checked</domain>", Config: "<domain>kept</domain>"}}
 	live, config, err := in.checked(m, "<not even XML")
 	if err != nil || live != m.Checked.Live || config != m.Checked.Config {
 		t.Fatalf("checked: %q, %q, %v; want the proxy's check", live, config, err)

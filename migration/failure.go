@@ -42,7 +42,7 @@ var (
 	reRefused       = regexp.MustCompile(`(?i)target refused|refused the prepare|prepare refused|refused:`)
 	reStreamRefused = regexp.MustCompile(`target proxy refused the stream`)
 	// The driver words the target's own answer to a prepare this way (see
-	// proxy.ControlError); what follows is the peer's text, which must not
+	// peer.ControlError); what follows is the peer's text, which must not
 	// pick the class.
 	rePrepareAnswer = regexp.MustCompile(`preparing the migration on the target: target \S+ (refused \(([a-z_]+)\)|answered)?`)
 	reStopped       = regexp.MustCompile(`(?i)domain stopped|not running|crashed|shutoff/(crashed|failed|destroyed)`)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // slowChecker is an Incoming whose XML check takes a while, counting the
@@ -16,15 +18,15 @@ type slowChecker struct {
 	now, peak atomic.Int32
 }
 
-var _ Incoming = (*slowChecker)(nil)
+var _ peer.Incoming = (*slowChecker)(nil)
 
-func (s *slowChecker) Check(IncomingMigration, string) (*CheckedXML, error) {
+func (s *slowChecker) Check(peer.IncomingMigration, string) (*peer.CheckedXML, error) {
 	n := s.now.Add(1)
 	defer s.now.Add(-1)
 	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
 	}
 	time.Sleep(200 * time.Millisecond)
-	return nil, &Refusal{Reason: "invalid_domain_xml", Msg: "checked and refused"}
+	return nil, &peer.Refusal{Reason: "invalid_domain_xml", Msg: "checked and refused"}
 }
 
 // A peer's prepares each cost a check of their XML (at worst hundreds of
@@ -36,13 +38,13 @@ func TestAttackOnePeersChecksStayWithinItsShare(t *testing.T) {
 	dst := startNode(t, nil)
 	ck := &slowChecker{fakeIncoming: dst.in}
 	dst.p.cfg.Incoming = ck
-	peer := net.IPv4(127, 0, 1, 1)
+	who := net.IPv4(127, 0, 1, 1)
 	var wg sync.WaitGroup
 	for i := range 4 * MaxControlConnsPerPeer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			controlRequestFrom(t, dst.addr, peer, fmt.Sprintf(`{"op":"prepare","migration":"m%d","domain":"vm%d","xml":"<domain/>"}`, i, i))
+			controlRequestFrom(t, dst.addr, who, fmt.Sprintf(`{"op":"prepare","migration":"m%d","domain":"vm%d","xml":"<domain/>"}`, i, i))
 		}()
 	}
 	wg.Wait()

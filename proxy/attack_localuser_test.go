@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/neighbour"
 	"github.com/ferry-vm/ferry/internal/testenv"
+	"github.com/ferry-vm/ferry/peer"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,9 +30,9 @@ func TestAttackALocalUserCannotCrowdOutItsNodesFerryd(t *testing.T) {
 	for i := range 10 {
 		id := "m" + strconv.Itoa(i)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := src.p.Control(ctx, dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: "vm" + strconv.Itoa(i), XML: testXML})
+		_, err := src.p.Control(ctx, dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: "vm" + strconv.Itoa(i), XML: testXML})
 		if err == nil {
-			_, err = src.p.Control(ctx, dst.addr, ControlRequest{Op: OpCancel, Migration: id, Domain: "vm" + strconv.Itoa(i)})
+			_, err = src.p.Control(ctx, dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: id, Domain: "vm" + strconv.Itoa(i)})
 		}
 		cancel()
 		if err != nil {
@@ -66,7 +67,7 @@ func dialedFrom(t *testing.T, src, dst *node) (*net.TCPAddr, bool) {
 func TestAttackALocalUserCannotCancelAPlainMigrationByItsID(t *testing.T) {
 	src, dst := startNode(t, nil), startNode(t, nil)
 	prepare(t, src, dst, "plainid", 0, false)
-	hb, _ := Header{Kind: KindControl}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 	req := append(hb, `{"op":"cancel","migration":"plainid","domain":"vm"}`+"\n"...)
 	// On the target node (127.0.0.2 here; the source is 127.0.0.1).
 	user := neighbour.Start(t, neighbour.LocalUser, neighbour.LocalUser, "tcpsend", dst.addr, hex.EncodeToString(req), "127.0.0.2")
@@ -81,7 +82,7 @@ func TestAttackALocalUserCannotCancelAPlainMigrationByItsID(t *testing.T) {
 		t.Errorf("the local user's cancel was answered %s, not refused", line)
 	}
 	// Its own source still cancels it.
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "plainid", Domain: "vm"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: "plainid", Domain: "vm"}); err != nil {
 		t.Fatalf("the source's own cancel: %v", err)
 	}
 	if got := dst.in.cancels(); len(got) != 1 {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // A QEMU of the node's QEMU user reads a victim migration's id from the
@@ -119,7 +121,7 @@ func TestAttackPrepareHideMonitorReplacesTheRealOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := "vict"
-	in := IncomingMigration{ID: id, Domain: "vm", PostCopy: true, MonitorPath: TargetMonitorPath(dir, id)}
+	in := peer.IncomingMigration{ID: id, Domain: "vm", PostCopy: true, MonitorPath: TargetMonitorPath(dir, id)}
 	hidden := HiddenMonitorPath(dir, id)
 	real, err := net.Listen("unix", in.MonitorPath)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/neighbour"
 	"github.com/ferry-vm/ferry/internal/testenv"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // neighbourNode is a node whose socket dir QEMU's group (the neighbours'
@@ -35,7 +36,7 @@ func TestAttackSiblingQEMUTakesATargetSocket(t *testing.T) {
 		return neighbour.Start(t, neighbour.QEMUUid, neighbour.QEMUUid, "listen", path, "victim").Pid
 	}
 	prepare(t, src, dst, "m1", 0, false)
-	target := TargetSocketPath(dst.dir, "m1", KindMemory)
+	target := TargetSocketPath(dst.dir, "m1", peer.KindMemory)
 	if _, err := os.Lstat(target); !os.IsNotExist(err) {
 		t.Fatalf("the target QEMU's socket is still where every QEMU reaches it: %v", err)
 	}
@@ -55,12 +56,12 @@ func TestAttackSiblingQEMUTakesATargetSocket(t *testing.T) {
 // stream is closed before anything comes).
 func firstBytes(t *testing.T, src, dst *node, id string) string {
 	t.Helper()
-	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource(id, dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	c, err := net.Dial("unix", sm.Paths[KindMemory])
+	c, err := net.Dial("unix", sm.Paths[peer.KindMemory])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,12 +83,12 @@ func TestAttackSiblingQEMUFeedsASourceSocket(t *testing.T) {
 	// there, as soon as it can.
 	link := filepath.Join(neighbour.SharedDir(t), "guest.sock")
 	guest := neighbour.Start(t, neighbour.QEMUUid, neighbour.QEMUUid, "send", link, "guest-bytes")
-	sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory}, guest.Pid, 0)
+	sm, err := src.p.OpenSource("m1", dst.addr, []peer.Kind{peer.KindMemory}, guest.Pid, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	sibling := neighbour.Start(t, neighbour.QEMUUid, neighbour.QEMUUid, "send", sm.Paths[KindMemory], "sibling-bytes")
+	sibling := neighbour.Start(t, neighbour.QEMUUid, neighbour.QEMUUid, "send", sm.Paths[peer.KindMemory], "sibling-bytes")
 	if line, err := sibling.Line(10 * time.Second); err != nil || line != `reply ""` {
 		t.Fatalf("the sibling's connection to the source socket: %q %v (its bytes relayed to the target QEMU come back echoed)", line, err)
 	}
@@ -95,19 +96,19 @@ func TestAttackSiblingQEMUFeedsASourceSocket(t *testing.T) {
 		t.Error("the refusal was not counted as local_peer_not_qemu")
 	}
 
-	sm2, err := src.p.OpenSource("m2", dst.addr, []Kind{KindMemory}, guest.Pid, 0)
+	sm2, err := src.p.OpenSource("m2", dst.addr, []peer.Kind{peer.KindMemory}, guest.Pid, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm2.Close("test done")
-	if err := os.Symlink(sm2.Paths[KindMemory], link); err != nil {
+	if err := os.Symlink(sm2.Paths[peer.KindMemory], link); err != nil {
 		t.Fatal(err)
 	}
 	if line, err := guest.Line(10 * time.Second); err != nil || line != `reply "guest-bytes"` {
 		t.Fatalf("the guest's own QEMU was not relayed: %q %v", line, err)
 	}
 	// Nothing on the source node names the target's ids.
-	for _, p := range []string{sm.Paths[KindMemory], sm2.Paths[KindMemory]} {
+	for _, p := range []string{sm.Paths[peer.KindMemory], sm2.Paths[peer.KindMemory]} {
 		if name := filepath.Base(p); strings.Contains(name, "m1") || strings.Contains(name, "m2") {
 			t.Errorf("source socket %s carries the target's id", p)
 		}
@@ -123,12 +124,12 @@ func TestANonRootLibvirtDaemonIsLetIntoTheSourceSocket(t *testing.T) {
 	link := filepath.Join(neighbour.SharedDir(t), "daemon.sock")
 	daemon := neighbour.Start(t, neighbour.QEMUUid, neighbour.QEMUUid, "send", link, "daemon-bytes")
 	qemu := neighbour.Start(t, neighbour.QEMUUid, neighbour.QEMUUid, "send", filepath.Join(neighbour.SharedDir(t), "never.sock"), "x")
-	sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory}, qemu.Pid, daemon.Pid)
+	sm, err := src.p.OpenSource("m1", dst.addr, []peer.Kind{peer.KindMemory}, qemu.Pid, daemon.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	if err := os.Symlink(sm.Paths[KindMemory], link); err != nil {
+	if err := os.Symlink(sm.Paths[peer.KindMemory], link); err != nil {
 		t.Fatal(err)
 	}
 	if line, err := daemon.Line(10 * time.Second); err != nil || line != `reply "daemon-bytes"` {
@@ -148,9 +149,9 @@ func TestAttackAHeldRecoveryMonitorRefusesThePrepare(t *testing.T) {
 	dst.in.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := src.p.Control(ctx, dst.addr, ControlRequest{Op: OpPrepare, Migration: "held", Domain: "vm",
+	_, err := src.p.Control(ctx, dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "held", Domain: "vm",
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300})
-	var ce *ControlError
+	var ce *peer.ControlError
 	if !errors.As(err, &ce) || ce.Reason != reasonPrepareFailed {
 		t.Fatalf("a prepare whose monitor another process holds: %v", err)
 	}
@@ -161,7 +162,7 @@ func TestAttackAHeldRecoveryMonitorRefusesThePrepare(t *testing.T) {
 	dst.in.mu.Lock()
 	dst.in.monitorHeld = false
 	dst.in.mu.Unlock()
-	if _, err := src.p.Control(ctx, dst.addr, ControlRequest{Op: OpPrepare, Migration: "free", Domain: "vm",
+	if _, err := src.p.Control(ctx, dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "free", Domain: "vm",
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300}); err != nil {
 		t.Fatalf("a prepare whose monitor greets ferryd: %v", err)
 	}
@@ -181,7 +182,7 @@ func TestAttackSiblingQEMUSquatsATargetSocketsName(t *testing.T) {
 	}
 	// An earlier migration gives the socket dir to QEMU's group.
 	prepareAs(t, src, dst, "m0", "other", 0, false)
-	target := TargetSocketPath(dst.dir, "m1", KindMemory)
+	target := TargetSocketPath(dst.dir, "m1", peer.KindMemory)
 	neighbour.Start(t, neighbour.QEMUUid, neighbour.QEMUUid, "listen", target, "sibling")
 	waitMetric(t, func() bool { return len(hiddenTargets(dst.dir, target)) == 1 })
 	prepare(t, src, dst, "m1", 0, false)

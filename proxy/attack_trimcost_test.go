@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // With the store full (every node, after 4096 migrations: nothing
@@ -16,7 +18,7 @@ import (
 func TestAttackFullStoreMakesEverySaveSlow(t *testing.T) {
 	dir := t.TempDir()
 	for i := 0; i < maxOutcomeRecords; i++ {
-		r := outcomeRecord{ID: fmt.Sprintf("flood%08d", i), Owner: "peer", Domain: "junk", Prepared: time.Now(), Result: &ControlResponse{Outcome: OutcomeStopped}}
+		r := outcomeRecord{ID: fmt.Sprintf("flood%08d", i), Owner: "peer", Domain: "junk", Prepared: time.Now(), Result: &peer.ControlResponse{Outcome: peer.OutcomeStopped}}
 		b, _ := json.Marshal(r)
 		os.WriteFile(filepath.Join(dir, r.ID+".json"), b, 0o600)
 	}

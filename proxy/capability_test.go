@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // TestTargetChoosesSecretIDs: the id that lets a peer relay, finish or
@@ -22,11 +24,11 @@ func TestTargetChoosesSecretIDs(t *testing.T) {
 	}
 	id := resp.Migration
 	var texts []string
-	for _, req := range []ControlRequest{
-		{Op: OpPrepare, Migration: "label", Domain: "vm", XML: testXML},
-		{Op: OpPrepare, Migration: "mine", Domain: "vm", XML: testXML},
-		{Op: OpFinish, Migration: "label", Domain: "vm"},
-		{Op: OpCancel, Migration: "m-00000000000000000000000000000000", Domain: "vm"},
+	for _, req := range []peer.ControlRequest{
+		{Op: peer.OpPrepare, Migration: "label", Domain: "vm", XML: testXML},
+		{Op: peer.OpPrepare, Migration: "mine", Domain: "vm", XML: testXML},
+		{Op: peer.OpFinish, Migration: "label", Domain: "vm"},
+		{Op: peer.OpCancel, Migration: "m-00000000000000000000000000000000", Domain: "vm"},
 	} {
 		r, err := other.p.Control(context.Background(), dst.addr, req)
 		if err == nil {
@@ -34,8 +36,8 @@ func TestTargetChoosesSecretIDs(t *testing.T) {
 		}
 		texts = append(texts, err.Error(), r.Error, r.Migration)
 	}
-	_, _, err := other.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m-0123456789abcdef0123456789abcdef"})
-	var refused *RefusedError
+	_, _, err := other.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "m-0123456789abcdef0123456789abcdef"})
+	var refused *peer.RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "not prepared") {
 		t.Fatalf("a guessed id opened a stream: %v", err)
 	}
@@ -47,7 +49,7 @@ func TestTargetChoosesSecretIDs(t *testing.T) {
 	if len(dst.p.Registered()) != 1 {
 		t.Fatalf("refused requests changed the migration: %+v", dst.p.Registered())
 	}
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: id, Domain: "vm"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: id, Domain: "vm"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -60,14 +62,14 @@ func TestFinishBoundToTheTLSPeer(t *testing.T) {
 	src, intruder := startNode(t, &a), startNode(t, &b)
 	dst := startNodeIDs(t, Config{TLS: &c}, nil)
 	id := prepare(t, src, dst, "label", 0, false).Migration
-	for _, op := range []string{OpFinish, OpCancel} {
-		_, err := intruder.p.Control(context.Background(), dst.addr, ControlRequest{Op: op, Migration: id, Domain: "vm", Cancelled: true})
-		var ce *ControlError
+	for _, op := range []string{peer.OpFinish, peer.OpCancel} {
+		_, err := intruder.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: op, Migration: id, Domain: "vm", Cancelled: true})
+		var ce *peer.ControlError
 		if !errors.As(err, &ce) || ce.Reason != "unknown_migration" {
 			t.Fatalf("%s from another identity: %v, want unknown_migration", op, err)
 		}
 	}
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: id, Domain: "vm"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: id, Domain: "vm"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -77,12 +79,12 @@ func TestFinishBoundToTheTLSPeer(t *testing.T) {
 func TestRepeatedFinishGetsTheSameAnswer(t *testing.T) {
 	src, dst := startNode(t, nil), startNode(t, nil)
 	prepare(t, src, dst, "again", 0, false)
-	sm, err := src.p.OpenSource("again", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource("again", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	roundTrip(t, sm.Paths[KindMemory], 1024)
+	roundTrip(t, sm.Paths[peer.KindMemory], 1024)
 	first := finish(t, src, dst, "again", false)
 	second := finish(t, src, dst, "again", false)
 	if string(first.Cookie) != "finished:again" || string(second.Cookie) != string(first.Cookie) {
@@ -95,12 +97,12 @@ func TestRepeatedFinishGetsTheSameAnswer(t *testing.T) {
 func TestUnregisterCutsAHeldFinish(t *testing.T) {
 	src, dst := startNode(t, nil), startNode(t, nil)
 	prepare(t, src, dst, "held", 0, false)
-	sm, err := src.p.OpenSource("held", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource("held", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	roundTrip(t, sm.Paths[KindMemory], 1024)
+	roundTrip(t, sm.Paths[peer.KindMemory], 1024)
 	hold := make(chan struct{})
 	defer close(hold)
 	dst.in.mu.Lock()
@@ -108,7 +110,7 @@ func TestUnregisterCutsAHeldFinish(t *testing.T) {
 	dst.in.mu.Unlock()
 	done := make(chan error, 1)
 	go func() {
-		_, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "held", Domain: "vm"})
+		_, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "held", Domain: "vm"})
 		done <- err
 	}()
 	waitMetric(t, func() bool {

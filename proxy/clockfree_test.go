@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // A clock stepped a month forward (a bad RTC corrected) leaves every
@@ -41,11 +43,11 @@ func TestOutcomesOutliveAClockStep(t *testing.T) {
 func TestHeldIncomingListsOldSplitsAndOnlyEachDomainsLatest(t *testing.T) {
 	dir := t.TempDir()
 	n := startNodeWith(t, Config{OutcomeDir: dir})
-	split := &ControlResponse{Outcome: OutcomeSplit}
+	split := &peer.ControlResponse{Outcome: peer.OutcomeSplit}
 	recs := []outcomeRecord{
 		{ID: "0000000000000001", Owner: "a", Domain: "old", Prepared: time.Now().Add(-48 * time.Hour), Result: split},
 		{ID: "0000000000000002", Owner: "a", Domain: "twice", Prepared: time.Now().Add(-2 * time.Hour), Result: split},
-		{ID: "0000000000000003", Owner: "a", Domain: "twice", Prepared: time.Now().Add(-time.Hour), Result: &ControlResponse{Outcome: OutcomeRunning}},
+		{ID: "0000000000000003", Owner: "a", Domain: "twice", Prepared: time.Now().Add(-time.Hour), Result: &peer.ControlResponse{Outcome: peer.OutcomeRunning}},
 	}
 	for _, r := range recs {
 		if err := n.p.outcomes.save(r); err != nil {

@@ -19,26 +19,15 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/faults"
 	"github.com/ferry-vm/ferry/internal/peertext"
+	"github.com/ferry-vm/ferry/peer"
 )
 
-// The only requests one ferryd may make of another: run the target's side
-// of one incoming migration of a named domain.
+// What this proxy holds for peers at once, and how much of an answer it
+// reads.
 const (
-	OpPrepare = "prepare" // validate the domain XML, register the streams, libvirt's Prepare
-	OpFinish  = "finish"  // libvirt's Finish, then end the migration
-	OpCancel  = "cancel"  // drop a prepared migration the source will not perform
-)
-
-// Bounds of what a peer may send: the whole request is read through a
-// limit, and the domain XML, the bulk of it, has its own cap.
-const (
-	MaxControlRequest = 4 << 20
-	MaxDomainXML      = 2 << 20
-	MaxCookie         = 256 << 10
 	// maxReservedExtra is what a finish or a cancel carries besides its
 	// cookie (base64 makes it a third larger), on a kept connection.
 	maxReservedExtra = 128 << 10
-	MaxParallel      = 64
 	// MaxControlConns and MaxIncoming bound what peers may hold at once:
 	// control connections being served, and incoming migrations prepared
 	// and not yet ended, each a target QEMU.
@@ -52,106 +41,11 @@ const (
 	maxControlAnswer = 1 << 20
 )
 
-// ControlRequest is what one ferryd asks of another over the proxy port.
-type ControlRequest struct {
-	Op string `json:"op"`
-	// Migration is, for finish and cancel, the id the target's prepare
-	// answered; for prepare, only the source's own label, for the logs.
-	Migration string `json:"migration"`
-	Domain    string `json:"domain"`
-	// Prepare: libvirt's domain XML and cookie from the source's Begin,
-	// the migration flags, the multifd connection count, whether post-copy
-	// may be used and whether a disk stream comes too; DeadlineSeconds is
-	// how long the source gives the whole migration (the target caps it).
-	XML string `json:"xml,omitempty"`
-	// Config, on a persistent guest's prepare, is its persistent
-	// definition (libvirt's inactive XML): what the target keeps once the
-	// guest is handed over, pending config changes included and live-only
-	// ones not. XML and Config share MaxDomainXML.
-	Config          string  `json:"config,omitempty"`
-	Cookie          []byte  `json:"cookie,omitempty"`
-	Flags           uint32  `json:"flags,omitempty"`
-	Parallel        int     `json:"parallel,omitempty"`
-	PostCopy        bool    `json:"postCopy,omitempty"`
-	Disk            bool    `json:"disk,omitempty"`
-	DeadlineSeconds float64 `json:"deadlineSeconds,omitempty"`
-	// RecoverSeconds, for a post-copy prepare, is how long the source
-	// resumes it should its streams break; 0: never, and the target QEMU
-	// gets no monitor of Ferry's.
-	RecoverSeconds float64 `json:"recoverSeconds,omitempty"`
-	// Finish: the Perform cookie rides in Cookie; Cancelled says Perform
-	// failed.
-	Cancelled bool `json:"cancelled,omitempty"`
-	// DryRun, on a prepare, asks whether this node would take the
-	// migration: its libvirt prepares it and the target stops the guest at
-	// once, before answering; no stream is ever opened.
-	DryRun bool `json:"dryRun,omitempty"`
-	// Direct, on a prepare, asks for the direct path: the target QEMU
-	// listens on the address the source reached this proxy at, under
-	// QEMU's own TLS, and the answer's URI says where.
-	Direct bool `json:"direct,omitempty"`
-}
-
-// ControlResponse answers a ControlRequest. A refusal has a Reason (the
-// ferry_proxy_rejected_total label); a libvirt step that failed has only
-// an Error.
-type ControlResponse struct {
-	// Migration is the id the target chose at prepare. Knowing it is what
-	// lets a peer open the migration's streams, so it is only ever sent to
-	// the peer that prepared it.
-	Migration string                       `json:"migration,omitempty"`
-	Error     string                       `json:"error,omitempty"`
-	Reason    string                       `json:"reason,omitempty"`
-	Cookie    []byte                       `json:"cookie,omitempty"`
-	Counters  map[string]map[string]uint64 `json:"counters,omitempty"`
-	// Outcome, in a finish's answer, says whether the guest runs on the
-	// target now (OutcomeRunning, OutcomeStopped, OutcomeSplit); empty
-	// when the target could not tell, which settles nothing.
-	Outcome string `json:"outcome,omitempty"`
-	// Persisted, in a finish's answer, says the guest is defined
-	// persistently on the target, as libvirt there has it (its Finish
-	// saved the checked definition before starting the guest), so the
-	// source may drop its own: a persistent guest keeps exactly one.
-	Persisted bool `json:"persisted,omitempty"`
-	// CPU, in a dry run's answer, is how the guest's CPU compares with
-	// what the target's hypervisor offers (identical, superset, or
-	// "default" when the domain names no CPU model).
-	CPU string `json:"cpu,omitempty"`
-	// URI, in a direct prepare's answer, is where the target QEMU listens
-	// (tcp://IP:PORT): the source's QEMU connects there itself.
-	URI string `json:"uri,omitempty"`
-	// PeerNode is, on the side that asked, the node the answering
-	// proxy's certificate names; never sent.
-	PeerNode string `json:"-"`
-	// Owner is what binds the rest of the migration to the proxy that
-	// answered: ControlTo and BindTarget take it; never sent.
-	Owner string `json:"-"`
-}
-
-// ControlError is a target's negative answer.
-type ControlError struct {
-	Target string
-	Reason string // empty when a libvirt step failed rather than a refusal
-	Msg    string
-}
-
-func (e *ControlError) Error() string {
-	if e.Reason != "" {
-		return fmt.Sprintf("target %s refused (%s): %s", e.Target, e.Reason, e.Msg)
-	}
-	return fmt.Sprintf("target %s: %s", e.Target, e.Msg)
-}
-
-// Is lets a shutdown refusal match ErrShuttingDown on the source too.
-func (e *ControlError) Is(target error) bool {
-	return target == ErrShuttingDown && e.Reason == reasonShuttingDown
-}
-
 // knownReason: a refusal's code is one this proxy's own peers send, e.g.
 // domain_exists; any other a peer sends is unrecognised, so a code can no
 // more steer a failure's class than the words after it.
 func knownReason(r string) bool {
-	return slices.Contains(rejectReasons, r) || r == ReasonCPUIncompatible
+	return slices.Contains(rejectReasons, r) || r == peer.ReasonCPUIncompatible
 }
 
 // maxPeerText bounds what a peer's answer may put into this node's records.
@@ -190,32 +84,32 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 	// Who asks comes first, before a byte of the request is read: a peer
 	// this node does not take makes it allocate nothing, and hears nothing
 	// about its request.
-	peer, reason, err := p.checkPeer(c)
+	who, reason, err := p.checkPeer(c)
 	if err != nil {
-		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reason, err.Error()))
+		p.answer(c, peer.ControlRequest{}, p.refuseControl(raw, peer.ControlRequest{}, reason, err.Error()))
 		return
 	}
-	peer = p.plainPeer(peer, raw)
+	who = p.plainPeer(who, raw)
 	busy := fmt.Sprintf("more than %d control connections at once", MaxControlConns)
 	if reserved {
-		release, ok := p.takeReserve(peer, raw)
+		release, ok := p.takeReserve(who, raw)
 		if !ok {
-			p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reasonTooManyControls, busy))
+			p.answer(c, peer.ControlRequest{}, p.refuseControl(raw, peer.ControlRequest{}, reasonTooManyControls, busy))
 			return
 		}
 		defer release()
 	}
-	releaseSlot, err := p.takeControlSlot(peer, raw)
+	releaseSlot, err := p.takeControlSlot(who, raw)
 	if err != nil {
-		p.answer(c, ControlRequest{}, p.refuseControl(raw, ControlRequest{}, reasonTooManyFromPeer, err.Error()))
+		p.answer(c, peer.ControlRequest{}, p.refuseControl(raw, peer.ControlRequest{}, reasonTooManyFromPeer, err.Error()))
 		return
 	}
 	defer releaseSlot()
 	c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
-	limit := int64(MaxControlRequest)
+	limit := int64(peer.MaxControlRequest)
 	if reserved {
 		// A finish or a cancel: a cookie and a few names.
-		limit = MaxCookie + maxReservedExtra
+		limit = peer.MaxCookie + maxReservedExtra
 	}
 	lr := &limitedReader{r: c, n: limit}
 	// A request past readGate (a prepare's domain XML) waits for a reading
@@ -225,7 +119,7 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 			// Bounded to a finish's size already, and kept for it.
 			return func() {}, nil
 		}
-		release, err := p.startReading(peer, raw, time.Now().Add(p.cfg.HeaderTimeout))
+		release, err := p.startReading(who, raw, time.Now().Add(p.cfg.HeaderTimeout))
 		if err == nil {
 			// The wait is not the peer's: it gets its whole time to send.
 			c.SetReadDeadline(time.Now().Add(p.cfg.HeaderTimeout))
@@ -235,8 +129,8 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 	defer gr.release()
 	dec := json.NewDecoder(gr)
 	dec.DisallowUnknownFields()
-	var req ControlRequest
-	var resp ControlResponse
+	var req peer.ControlRequest
+	var resp peer.ControlResponse
 	if err := dec.Decode(&req); err != nil {
 		reason := reasonMalformedRequest
 		var ne net.Error
@@ -259,26 +153,26 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 		// wait behind the peer's prepares. A prepare keeps the slot until
 		// its XML is checked: a peer's requests read and waiting to be
 		// checked stay within its share.
-		if req.Op != OpPrepare {
+		if req.Op != peer.OpPrepare {
 			releaseSlot()
 		}
-		if reserved && req.Op != OpFinish && req.Op != OpCancel {
+		if reserved && req.Op != peer.OpFinish && req.Op != peer.OpCancel {
 			resp = p.refuseControl(raw, req, reasonTooManyControls, busy+" (the rest are kept for finishes)")
 		} else {
-			resp = p.control(raw, c, req, peer, releaseSlot)
+			resp = p.control(raw, c, req, who, releaseSlot)
 		}
 	}
 	p.answer(c, req, resp)
 }
 
-func (p *Proxy) answer(c net.Conn, req ControlRequest, resp ControlResponse) {
-	if req.Op == OpFinish && faults.Inject(faults.DropFinishAnswer) {
+func (p *Proxy) answer(c net.Conn, req peer.ControlRequest, resp peer.ControlResponse) {
+	if req.Op == peer.OpFinish && faults.Inject(faults.DropFinishAnswer) {
 		p.log.Warn("fault injected: the finish's answer is dropped", zap.String("migration", req.Migration))
 		c.Close()
 		return
 	}
 	c.SetWriteDeadline(time.Now().Add(p.cfg.HeaderTimeout))
-	if err := json.NewEncoder(c).Encode(resp); err != nil && req.Op == OpPrepare && resp.Error == "" {
+	if err := json.NewEncoder(c).Encode(resp); err != nil && req.Op == peer.OpPrepare && resp.Error == "" {
 		// The source never hears that the target is ready; it will not
 		// perform, so nothing would ever finish this one.
 		p.dropIncoming(resp.Migration, "the source did not take the prepare answer: "+err.Error())
@@ -287,33 +181,33 @@ func (p *Proxy) answer(c net.Conn, req ControlRequest, resp ControlResponse) {
 
 // control serves one request; checked gives the peer's control slot back
 // once a prepare's XML is checked (see serveControl).
-func (p *Proxy) control(raw, c net.Conn, req ControlRequest, peer Peer, checked func()) ControlResponse {
+func (p *Proxy) control(raw, c net.Conn, req peer.ControlRequest, who Peer, checked func()) peer.ControlResponse {
 	defer checked()
 	switch req.Op {
-	case OpPrepare, OpFinish, OpCancel, OpRecover, OpRecovered:
+	case peer.OpPrepare, peer.OpFinish, peer.OpCancel, peer.OpRecover, peer.OpRecovered:
 	default:
 		return p.refuseControl(raw, req, reasonUnknownOp, fmt.Sprintf("unknown control op %q (prepare, finish, cancel, recover or recovered)", req.Op))
 	}
-	if err := ValidID(req.Migration); err != nil {
+	if err := peer.ValidID(req.Migration); err != nil {
 		return p.refuseControl(raw, req, reasonInvalidID, err.Error())
 	}
 	if !domainName.MatchString(req.Domain) {
 		return p.refuseControl(raw, req, reasonInvalidDomain, fmt.Sprintf("domain name %q is empty, too long or has a slash or control character", req.Domain))
 	}
-	if len(req.Cookie) > MaxCookie {
-		return p.refuseControl(raw, req, reasonMalformedRequest, fmt.Sprintf("cookie of %d bytes is over %d", len(req.Cookie), MaxCookie))
+	if len(req.Cookie) > peer.MaxCookie {
+		return p.refuseControl(raw, req, reasonMalformedRequest, fmt.Sprintf("cookie of %d bytes is over %d", len(req.Cookie), peer.MaxCookie))
 	}
 	switch req.Op {
-	case OpPrepare:
-		return p.prepare(raw, c, req, peer, checked)
-	case OpFinish:
-		return p.finish(raw, c, req, peer)
-	case OpRecover:
-		return p.recover(raw, req, peer)
-	case OpRecovered:
-		return p.recovered(raw, req, peer)
+	case peer.OpPrepare:
+		return p.prepare(raw, c, req, who, checked)
+	case peer.OpFinish:
+		return p.finish(raw, c, req, who)
+	case peer.OpRecover:
+		return p.recover(raw, req, who)
+	case peer.OpRecovered:
+		return p.recovered(raw, req, who)
 	default:
-		return p.cancel(raw, req, peer)
+		return p.cancel(raw, req, who)
 	}
 }
 
@@ -329,33 +223,33 @@ func newMigrationID() string {
 
 // refuseControl counts, logs and words a refusal; what goes back to the
 // peer never names a local path.
-func (p *Proxy) refuseControl(raw net.Conn, req ControlRequest, reason, detail string) ControlResponse {
+func (p *Proxy) refuseControl(raw net.Conn, req peer.ControlRequest, reason, detail string) peer.ControlResponse {
 	return p.refusePeer(raw, "", req, reason, detail)
 }
 
 // refusePeer is refuseControl for a request whose peer is known.
-func (p *Proxy) refusePeer(raw net.Conn, peerNode string, req ControlRequest, reason, detail string) ControlResponse {
+func (p *Proxy) refusePeer(raw net.Conn, peerNode string, req peer.ControlRequest, reason, detail string) peer.ControlResponse {
 	p.metrics.reject(reason)
 	p.log.Warn("proxy refused a control request", zap.String("reason", reason), zap.String("detail", detail),
 		zap.String("op", req.Op), zap.String("migration", req.Migration), zap.String("domain", req.Domain),
 		zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peerNode))
-	return ControlResponse{Error: p.scrub(detail), Reason: reason}
+	return peer.ControlResponse{Error: p.scrub(detail), Reason: reason}
 }
 
 // Control sends one request to the proxy at addr and returns its answer.
 // ctx bounds the whole exchange (the header timeout when it has no
 // deadline) and cutting it closes the connection.
-func (p *Proxy) Control(ctx context.Context, addr string, req ControlRequest) (ControlResponse, error) {
+func (p *Proxy) Control(ctx context.Context, addr string, req peer.ControlRequest) (peer.ControlResponse, error) {
 	return p.ControlTo(ctx, addr, "", req)
 }
 
 // ControlTo is Control to the one proxy whose owner key (a prepare's
 // ControlResponse.Owner) is owner: a finish or cancel goes only to the
 // proxy that prepared the migration, whatever else answers at addr.
-func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRequest) (ControlResponse, error) {
-	c, peer, err := p.dialPeer(ctx, addr, owner, Header{Kind: KindControl})
+func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req peer.ControlRequest) (peer.ControlResponse, error) {
+	c, who, err := p.dialPeer(ctx, addr, owner, peer.Header{Kind: peer.KindControl})
 	if err != nil {
-		return ControlResponse{}, err
+		return peer.ControlResponse{}, err
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -366,17 +260,17 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 	}
 	c.SetDeadline(deadline)
 	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return ControlResponse{}, fmt.Errorf("control request to %s: %w", addr, tlsAlert(c, err))
+		return peer.ControlResponse{}, fmt.Errorf("control request to %s: %w", addr, tlsAlert(c, err))
 	}
-	var resp ControlResponse
+	var resp peer.ControlResponse
 	if err := json.NewDecoder(io.LimitReader(c, maxControlAnswer)).Decode(&resp); err != nil {
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
-		return ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
+		return peer.ControlResponse{}, fmt.Errorf("control answer from %s: %w", addr, err)
 	}
-	resp.PeerNode, resp.Owner = peer.Node, peer.owner()
-	if !knownOutcome(resp.Outcome) {
+	resp.PeerNode, resp.Owner = who.Node, who.owner()
+	if !peer.KnownOutcome(resp.Outcome) {
 		resp.Outcome = ""
 	}
 	if resp.Reason != "" && !knownReason(resp.Reason) {
@@ -390,7 +284,7 @@ func (p *Proxy) ControlTo(ctx context.Context, addr, owner string, req ControlRe
 		if resp.Reason == "" {
 			resp.Reason = "unrecognised"
 		}
-		return resp, &ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
+		return resp, &peer.ControlError{Target: addr, Reason: resp.Reason, Msg: resp.Error}
 	}
 	return resp, nil
 }

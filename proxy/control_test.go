@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 func TestControlRoundTrip(t *testing.T) {
@@ -23,18 +25,18 @@ func TestControlRoundTrip(t *testing.T) {
 		t.Fatalf("prepare answered cookie %q, want libvirt's", resp.Cookie)
 	}
 	m := dst.in.prepared[0]
-	wantURI := "unix://" + TargetSocketPath(dst.dir, "rt1", KindMemory)
+	wantURI := "unix://" + TargetSocketPath(dst.dir, "rt1", peer.KindMemory)
 	if m.Domain != "vm" || m.Parallel != 2 || m.Flags != 1 || m.MemoryURI != wantURI || m.DiskURI != "" ||
 		dst.in.xml[0] != testXML || string(dst.in.cookies[0]) != "begin" {
 		t.Fatalf("Incoming prepared %+v with xml %q cookie %q; want vm, parallel 2, flags 1, %s", m, dst.in.xml[0], dst.in.cookies[0], wantURI)
 	}
 
-	sm, err := src.p.OpenSource("rt1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource("rt1", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	held := openStream(t, sm.Paths[KindMemory])
+	held := openStream(t, sm.Paths[peer.KindMemory])
 	defer held.Close()
 
 	// Finish holds, as libvirt's does in post-copy: the streams must keep
@@ -43,7 +45,7 @@ func TestControlRoundTrip(t *testing.T) {
 	dst.in.mu.Lock()
 	dst.in.finishHold = hold
 	dst.in.mu.Unlock()
-	done := make(chan ControlResponse, 1)
+	done := make(chan peer.ControlResponse, 1)
 	go func() { done <- finish(t, src, dst, "rt1", false) }()
 	waitMetric(t, func() bool {
 		dst.in.mu.Lock()
@@ -53,7 +55,7 @@ func TestControlRoundTrip(t *testing.T) {
 	if err := echoBytes(held, 1<<20); err != nil {
 		t.Fatalf("a stream stopped relaying while Finish ran: %v", err)
 	}
-	roundTrip(t, sm.Paths[KindMemory], 1<<20)
+	roundTrip(t, sm.Paths[peer.KindMemory], 1<<20)
 	close(hold)
 	fin := <-done
 	if string(fin.Cookie) != "finished:rt1" || string(dst.in.cookies[1]) != "perform" || dst.in.finished[0] {
@@ -62,7 +64,7 @@ func TestControlRoundTrip(t *testing.T) {
 	if fin.Counters["memory"]["connections"] != 2 {
 		t.Errorf("finish counted %v, want 2 memory connections", fin.Counters)
 	}
-	if _, err := os.Stat(TargetSocketPath(dst.dir, "rt1", KindMemory)); !os.IsNotExist(err) {
+	if _, err := os.Stat(TargetSocketPath(dst.dir, "rt1", peer.KindMemory)); !os.IsNotExist(err) {
 		t.Errorf("target socket left behind after finish: %v", err)
 	}
 	if len(dst.p.Registered()) != 0 {
@@ -74,7 +76,7 @@ func TestControlCancelAndDrop(t *testing.T) {
 	src := startNode(t, nil)
 	dst := startNodeWith(t, Config{FirstStreamWait: 300 * time.Millisecond})
 	prepareAs(t, src, dst, "c1", "vm1", 0, false)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "c1", Domain: "vm1"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: "c1", Domain: "vm1"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := dst.in.cancels(); len(got) != 1 || got[0] != "c1" {
@@ -94,17 +96,17 @@ func TestControlCancelAndDrop(t *testing.T) {
 
 // rawControl sends body on a control stream to addr and returns the
 // answer, without the client's checks.
-func rawControl(t *testing.T, addr string, body []byte) ControlResponse {
+func rawControl(t *testing.T, addr string, body []byte) peer.ControlResponse {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	hb, _ := Header{Kind: KindControl}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	go c.Write(append(hb, body...))
-	var resp ControlResponse
+	var resp peer.ControlResponse
 	json.NewDecoder(c).Decode(&resp)
 	return resp
 }
@@ -127,7 +129,7 @@ func TestControlRefusals(t *testing.T) {
 	// under -race: the refusal asserted is its size, not its pace.
 	src, dst := startNode(t, nil), startNodeWith(t, Config{HeaderTimeout: 5 * time.Second})
 	rejected := func(reason string) float64 { return testutil.ToFloat64(dst.p.metrics.Rejected.WithLabelValues(reason)) }
-	ctl := func(req ControlRequest) string {
+	ctl := func(req peer.ControlRequest) string {
 		_, err := src.p.Control(context.Background(), dst.addr, req)
 		if err == nil {
 			t.Fatalf("%+v accepted", req)
@@ -135,8 +137,8 @@ func TestControlRefusals(t *testing.T) {
 		return err.Error()
 	}
 	stream := func(id string) string {
-		_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: id})
-		var refused *RefusedError
+		_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: id})
+		var refused *peer.RefusedError
 		if !errors.As(err, &refused) {
 			t.Fatalf("stream of %s: %v, want a refusal", id, err)
 		}
@@ -147,37 +149,39 @@ func TestControlRefusals(t *testing.T) {
 	held := openDirect(t, src, dst, "one")
 	defer held.Close()
 	prepareAs(t, src, dst, "gone", "vm-gone", 0, false)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "gone", Domain: "vm-gone"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: "gone", Domain: "vm-gone"}); err != nil {
 		t.Fatal(err)
 	}
-	big := append([]byte(`{"op":"prepare","migration":"big","domain":"vm","xml":"`), bytes.Repeat([]byte("a"), MaxControlRequest+1)...)
+	big := append([]byte(`{"op":"prepare","migration":"big","domain":"vm","xml":"`), bytes.Repeat([]byte("a"), peer.MaxControlRequest+1)...)
 
 	cases := []struct {
 		name, reason string
 		try          func() string
 	}{
-		{"unknown op", reasonUnknownOp, func() string { return ctl(ControlRequest{Op: "register", Migration: "x1", Domain: "vm"}) }},
+		{"unknown op", reasonUnknownOp, func() string { return ctl(peer.ControlRequest{Op: "register", Migration: "x1", Domain: "vm"}) }},
 		{"unknown field", reasonMalformedRequest, func() string {
 			return rawControl(t, dst.addr, []byte(`{"op":"prepare","migration":"x2","domain":"vm","streams":["libvirt"]}`)).Error
 		}},
 		{"oversized body", reasonTooLarge, func() string { return rawControl(t, dst.addr, big).Error }},
 		{"bad id", reasonInvalidID, func() string {
-			return ctl(ControlRequest{Op: OpPrepare, Migration: "../x", Domain: "vm", XML: testXML})
+			return ctl(peer.ControlRequest{Op: peer.OpPrepare, Migration: "../x", Domain: "vm", XML: testXML})
 		}},
-		{"bad domain", reasonInvalidDomain, func() string { return ctl(ControlRequest{Op: OpPrepare, Migration: "x3", Domain: "a/b", XML: testXML}) }},
+		{"bad domain", reasonInvalidDomain, func() string {
+			return ctl(peer.ControlRequest{Op: peer.OpPrepare, Migration: "x3", Domain: "a/b", XML: testXML})
+		}},
 		{"oversized XML", "invalid_domain_xml", func() string {
-			return ctl(ControlRequest{Op: OpPrepare, Migration: "x4", Domain: "vm", XML: strings.Repeat("x", MaxDomainXML+1)})
+			return ctl(peer.ControlRequest{Op: peer.OpPrepare, Migration: "x4", Domain: "vm", XML: strings.Repeat("x", peer.MaxDomainXML+1)})
 		}},
 		{"duplicate prepare", reasonDuplicate, func() string {
-			return ctl(ControlRequest{Op: OpPrepare, Migration: "dup", Domain: "vm-dup", XML: testXML})
+			return ctl(peer.ControlRequest{Op: peer.OpPrepare, Migration: "dup", Domain: "vm-dup", XML: testXML})
 		}},
 		{"second migration of a domain", reasonDuplicate, func() string {
-			return ctl(ControlRequest{Op: OpPrepare, Migration: "dup2", Domain: "vm-dup", XML: testXML})
+			return ctl(peer.ControlRequest{Op: peer.OpPrepare, Migration: "dup2", Domain: "vm-dup", XML: testXML})
 		}},
-		{"finish of an unknown migration", "unknown_migration", func() string { return ctl(ControlRequest{Op: OpFinish, Migration: "nope", Domain: "vm"}) }},
-		{"finish before any stream", reasonNotStarted, func() string { return ctl(ControlRequest{Op: OpFinish, Migration: "dup", Domain: "vm-dup"}) }},
+		{"finish of an unknown migration", "unknown_migration", func() string { return ctl(peer.ControlRequest{Op: peer.OpFinish, Migration: "nope", Domain: "vm"}) }},
+		{"finish before any stream", reasonNotStarted, func() string { return ctl(peer.ControlRequest{Op: peer.OpFinish, Migration: "dup", Domain: "vm-dup"}) }},
 		{"finish of another domain's migration", reasonInvalidDomain, func() string {
-			return ctl(ControlRequest{Op: OpFinish, Migration: "dup", Domain: "vm-other"})
+			return ctl(peer.ControlRequest{Op: peer.OpFinish, Migration: "dup", Domain: "vm-other"})
 		}},
 		{"libvirt stream kind", "malformed_header", func() string { return rawHeader(t, dst.addr, []byte("FRY\x02\x01\x03dup")) }},
 		{"version 1 header", "unsupported_version", func() string { return rawHeader(t, dst.addr, []byte("FRY\x01\x02\x03dup")) }},
@@ -199,7 +203,7 @@ func TestControlRefusals(t *testing.T) {
 // source side would, and checks it relays.
 func openDirect(t *testing.T, src, dst *node, id string) net.Conn {
 	t.Helper()
-	c, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: id})
+	c, _, err := src.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,15 +222,15 @@ func TestRefusalsNeverNameLocalPaths(t *testing.T) {
 		err    error
 		reason string
 	}{
-		{&Refusal{Reason: "invalid_domain_xml", Msg: "disk under " + dst.dir + " refused"}, "invalid_domain_xml"},
+		{&peer.Refusal{Reason: "invalid_domain_xml", Msg: "disk under " + dst.dir + " refused"}, "invalid_domain_xml"},
 		{fmt.Errorf("libvirt migrate prepare (/run/libvirt/libvirt-sock): cannot listen on unix:%s/x.sock", dst.dir), reasonPrepareFailed},
 	} {
 		in.mu.Lock()
 		in.prepareErr = c.err
 		in.mu.Unlock()
 		before := rejected(c.reason)
-		_, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: fmt.Sprintf("p%d", i), Domain: "vm", XML: testXML})
-		var ce *ControlError
+		_, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: fmt.Sprintf("p%d", i), Domain: "vm", XML: testXML})
+		var ce *peer.ControlError
 		if !errors.As(err, &ce) || ce.Reason != c.reason {
 			t.Fatalf("prepare: %v, want a refusal for %s", err, c.reason)
 		}
@@ -247,7 +251,7 @@ func TestRefusalsNeverNameLocalPaths(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	resp := bare.control(a, a, ControlRequest{Op: OpPrepare, Migration: "p9", Domain: "vm", XML: testXML}, Peer{}, func() {})
+	resp := bare.control(a, a, peer.ControlRequest{Op: peer.OpPrepare, Migration: "p9", Domain: "vm", XML: testXML}, Peer{}, func() {})
 	if resp.Reason != reasonIncomingDisabled {
 		t.Fatalf("prepare on a node without Incoming: %+v", resp)
 	}
@@ -301,15 +305,15 @@ func TestAMigrationInPostCopyIsNotDroppedAtItsTime(t *testing.T) {
 // for post-copy, so a migration prepared for post-copy takes 2 + parallel.
 func TestPostCopyMayOpenOneMoreMemoryConnection(t *testing.T) {
 	src, dst := startNode(t, nil), startNode(t, nil)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "pc1", Domain: "vm",
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "pc1", Domain: "vm",
 		XML: testXML, Flags: 1, PostCopy: true}); err != nil {
 		t.Fatal(err)
 	}
 	a, b := openDirect(t, src, dst, "pc1"), openDirect(t, src, dst, "pc1")
 	defer a.Close()
 	defer b.Close()
-	_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "pc1"})
-	var refused *RefusedError
+	_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "pc1"})
+	var refused *peer.RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "prepared for 2 memory") {
 		t.Fatalf("third connection of a post-copy migration: %v, want refused", err)
 	}
@@ -333,14 +337,14 @@ func TestAPeersRefusalAlwaysCarriesAKnownCode(t *testing.T) {
 			}
 			defer c.Close()
 			c.Read(make([]byte, 4096))
-			json.NewEncoder(c).Encode(ControlResponse{Reason: code, Error: "target proxy 10.0.0.9:9475 is node c, not node b asked for"})
+			json.NewEncoder(c).Encode(peer.ControlResponse{Reason: code, Error: "target proxy 10.0.0.9:9475 is node c, not node b asked for"})
 			time.Sleep(200 * time.Millisecond)
 		}()
 		src := startNode(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = src.p.Control(ctx, ln.Addr().String(), ControlRequest{Op: OpFinish, Migration: "m-1", Domain: "vm"})
-		var ce *ControlError
+		_, err = src.p.Control(ctx, ln.Addr().String(), peer.ControlRequest{Op: peer.OpFinish, Migration: "m-1", Domain: "vm"})
+		var ce *peer.ControlError
 		if !errors.As(err, &ce) || ce.Reason != "unrecognised" || !strings.Contains(err.Error(), "refused (unrecognised): ‹target proxy") {
 			t.Errorf("code %q: %v, want a refusal coded unrecognised", code, err)
 		}

@@ -56,8 +56,8 @@ func (g *gatedReader) release() {
 
 // startReading waits, until deadline, for a slot to read a large request
 // of the peer in; release gives it back, once.
-func (p *Proxy) startReading(peer Peer, raw net.Conn, deadline time.Time) (release func(), err error) {
-	release, perPeer := p.reading.take(peerKey(peer, raw), MaxReadingPerPeer, MaxReading, deadline)
+func (p *Proxy) startReading(who Peer, raw net.Conn, deadline time.Time) (release func(), err error) {
+	release, perPeer := p.reading.take(peerKey(who, raw), MaxReadingPerPeer, MaxReading, deadline)
 	switch {
 	case release != nil:
 		return release, nil
@@ -74,8 +74,8 @@ const MaxCheckingPerPeer = 1
 
 // startChecking waits, until deadline, for the peer's turn to have a
 // domain XML checked; release gives it back, once.
-func (p *Proxy) startChecking(peer Peer, raw net.Conn, deadline time.Time) (release func(), err error) {
-	if release, _ := p.checking.take(peerKey(peer, raw), MaxCheckingPerPeer, 0, deadline); release != nil {
+func (p *Proxy) startChecking(who Peer, raw net.Conn, deadline time.Time) (release func(), err error) {
+	if release, _ := p.checking.take(peerKey(who, raw), MaxCheckingPerPeer, 0, deadline); release != nil {
 		return release, nil
 	}
 	return nil, fmt.Errorf("%w: this peer already has %d domain XML check(s) under way; waited for one to end", errBusyReading, MaxCheckingPerPeer)

@@ -8,17 +8,19 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // directFrom says whether this node takes a direct migration from peer,
 // and where its QEMU listens for it: the address the source reached this
 // proxy at, which the source can reach by that token. reason and why are
 // the refusal's when not.
-func (p *Proxy) directFrom(raw net.Conn, peer Peer, req ControlRequest) (host, reason, why string) {
+func (p *Proxy) directFrom(raw net.Conn, who Peer, req peer.ControlRequest) (host, reason, why string) {
 	switch {
 	case p.cfg.Incoming == nil:
 		return "", reasonDirectUnavailable, "this node takes no Ferry-driven incoming migrations"
-	case peer.Node == "" || !slices.Contains(p.cfg.DirectPeers, peer.Node):
+	case who.Node == "" || !slices.Contains(p.cfg.DirectPeers, who.Node):
 		return "", reasonDirectNotAllowed, "this node takes the direct path only from the nodes in its --direct-peers, named by their certificates"
 	case req.PostCopy || req.Disk:
 		return "", reasonDirectNotAllowed, "the direct path carries pre-copy memory only: no post-copy, no disk stream"
@@ -68,14 +70,14 @@ func (p *Proxy) DirectReady(dir string) error {
 // its node), and when the socket table cannot be read, it is looked at
 // again after each wait.
 func (p *Proxy) awaitDirect(e *entry, id, uri string, source net.Addr) {
-	peer := net.IP(nil)
+	who := net.IP(nil)
 	if a, ok := source.(*net.TCPAddr); ok {
-		peer = a.IP
+		who = a.IP
 	}
 	wait := p.cfg.FirstStreamWait
 	var look func()
 	look = func() {
-		w, err := qemuWaitAt(uri, peer)
+		w, err := qemuWaitAt(uri, who)
 		switch {
 		case err != nil:
 			p.log.Warn("cannot tell whether the source reached the target QEMU of a direct migration; looking again",

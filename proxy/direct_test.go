@@ -10,13 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // directIncoming prepares direct migrations as libvirt would: the target
 // QEMU's address, with the port libvirt chose.
 type directIncoming struct{ *fakeIncoming }
 
-func (d directIncoming) PrepareDirect(ctx context.Context, m IncomingMigration, xml string, cookie []byte) ([]byte, string, error) {
+func (d directIncoming) PrepareDirect(ctx context.Context, m peer.IncomingMigration, xml string, cookie []byte) ([]byte, string, error) {
 	d.mu.Lock()
 	d.prepared = append(d.prepared, m)
 	d.mu.Unlock()
@@ -38,8 +40,8 @@ func TestDirectPrepareIsTakenOnlyFromListedPeers(t *testing.T) {
 	dst := startNodeWith(t, Config{TLS: &files, Node: "b", Incoming: in, DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir})
 	a := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
 	c := nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c"))
-	ask := func(src *node, id string, postCopy bool) (ControlResponse, error) {
-		return src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: "vm",
+	ask := func(src *node, id string, postCopy bool) (peer.ControlResponse, error) {
+		return src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: "vm",
 			XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: postCopy, Direct: true})
 	}
 	resp, err := ask(a, "m1", false)
@@ -121,7 +123,7 @@ type listeningIncoming struct {
 	ln net.Listener
 }
 
-func (d listeningIncoming) PrepareDirect(ctx context.Context, m IncomingMigration, xml string, cookie []byte) ([]byte, string, error) {
+func (d listeningIncoming) PrepareDirect(ctx context.Context, m peer.IncomingMigration, xml string, cookie []byte) ([]byte, string, error) {
 	d.mu.Lock()
 	d.prepared = append(d.prepared, m)
 	d.mu.Unlock()
@@ -205,7 +207,7 @@ func TestADirectPrepareTheSourceNeverReachesIsDropped(t *testing.T) {
 			dst := startNodeWith(t, Config{Listen: net.JoinHostPort(c.host, "0"), TLS: ptr(ca.issueNode(t, t.TempDir(), "b")), Node: "b", Incoming: in,
 				DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir, FirstStreamWait: wait})
 			a := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
-			resp, err := a.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm",
+			resp, err := a.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m1", Domain: "vm",
 				XML: testXML, Cookie: []byte("begin"), Flags: 1, Direct: true})
 			if err != nil || resp.URI != "tcp://"+ln.Addr().String() {
 				t.Fatalf("direct prepare: %+v, %v", resp, err)
@@ -234,8 +236,8 @@ func TestADirectDryRunPreparesAndStopsTheTargetQEMU(t *testing.T) {
 	}
 	in := directIncoming{newFakeIncoming()}
 	dst := startNodeWith(t, Config{TLS: ptr(ca.issueNode(t, t.TempDir(), "b")), Node: "b", Incoming: in, DirectPeers: []string{"a"}, QEMUTLSDir: qemuDir})
-	ask := func(src *node) (ControlResponse, error) {
-		return src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m-" + src.p.cfg.Node, Domain: "vm",
+	ask := func(src *node) (peer.ControlResponse, error) {
+		return src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m-" + src.p.cfg.Node, Domain: "vm",
 			XML: testXML, Cookie: []byte("begin"), Flags: 1, Direct: true, DryRun: true})
 	}
 	if resp, err := ask(nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))); err != nil || resp.Error != "" {
@@ -245,7 +247,7 @@ func TestADirectDryRunPreparesAndStopsTheTargetQEMU(t *testing.T) {
 		t.Fatalf("prepared %+v, cancelled %v: want one direct dry run, stopped again", in.prepared, in.cancelled)
 	}
 	_, err := ask(nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c")))
-	var ce *ControlError
+	var ce *peer.ControlError
 	if !errors.As(err, &ce) || ce.Reason != reasonDirectNotAllowed || !strings.Contains(err.Error(), "--direct-peers") {
 		t.Errorf("a node not listed: %v, want refused as not in --direct-peers", err)
 	}

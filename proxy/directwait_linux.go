@@ -35,7 +35,7 @@ const (
 // its open connections do. A half-open one (SYN_RECV) is not counted: a
 // forged SYN makes one. A QEMU in another network namespace than
 // ferryd's is not seen, and reads as gone.
-func qemuWaitAt(uri string, peer net.IP) (qemuWait, error) {
+func qemuWaitAt(uri string, who net.IP) (qemuWait, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return qemuGone, err
@@ -62,7 +62,7 @@ func qemuWaitAt(uri string, peer net.IP) (qemuWait, error) {
 		case netlink.TCP_LISTEN:
 			listening = true
 		case netlink.TCP_ESTABLISHED, netlink.TCP_CLOSE_WAIT:
-			if s.ID.Destination.Equal(peer) {
+			if s.ID.Destination.Equal(who) {
 				source = true
 			} else {
 				other = true

@@ -11,5 +11,7 @@
 // control stream, to prepare, finish or cancel one incoming migration,
 // which the target runs on its own libvirt through Incoming. Between nodes
 // the connection is mutual TLS by default; on a trusted network without TLS
-// the bytes move with splice(2) and never enter user space.
+// the bytes move with splice(2) and never enter user space. The wire
+// contract it serves (the header, the control requests and their answers,
+// Incoming) is package peer's.
 package proxy

@@ -2,28 +2,22 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
-)
 
-// ErrShuttingDown matches the refusals of a proxy that is shutting down.
-var ErrShuttingDown = errors.New("proxy is shutting down")
+	"github.com/ferry-vm/ferry/peer"
+)
 
 // shutdownRefusal carries the node's own words ("ferryd on NODE is
 // shutting down: ...") while still matching ErrShuttingDown.
 type shutdownRefusal string
 
 func (e shutdownRefusal) Error() string      { return string(e) }
-func (shutdownRefusal) Is(target error) bool { return target == ErrShuttingDown }
-
-// reasonShuttingDown is the ferry_proxy_rejected_total reason of migrations
-// refused because ferryd is shutting down.
-const reasonShuttingDown = "shutting_down"
+func (shutdownRefusal) Is(target error) bool { return target == peer.ErrShuttingDown }
 
 // drainPoll is how often Shutdown looks whether the migrations in flight
 // have ended: relays end rarely and the wait is bounded, so polling keeps
@@ -40,7 +34,7 @@ type inFlight struct {
 // streamList names the open streams with their connection counts.
 func (f inFlight) streamList() []string {
 	var out []string
-	for _, k := range DataKinds {
+	for _, k := range peer.DataKinds {
 		if n := f.streams[k]; n > 0 {
 			out = append(out, fmt.Sprintf("%s=%d", k, n))
 		}
@@ -192,12 +186,12 @@ func (p *Proxy) closingReason() string {
 // proxy is shutting down.
 func (p *Proxy) refuseSource(id, why string) error {
 	msg := fmt.Sprintf("%s: migration %s is not started", why, id)
-	p.refuse(reasonShuttingDown, msg, "local")
+	p.refuse(peer.ReasonShuttingDown, msg, "local")
 	return shutdownRefusal(msg)
 }
 
 // refuse counts and logs a refusal whose peer is not a connection.
-func (p *Proxy) refuse(reason, detail, peer string) {
+func (p *Proxy) refuse(reason, detail, who string) {
 	p.metrics.reject(reason)
-	p.log.Warn("proxy refused a migration", zap.String("reason", reason), zap.String("detail", detail), zap.String("peer", peer))
+	p.log.Warn("proxy refused a migration", zap.String("reason", reason), zap.String("detail", detail), zap.String("peer", who))
 }

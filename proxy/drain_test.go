@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // openStream connects to a source socket and waits for one byte to come
@@ -98,7 +100,7 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 			dst := startNodeWith(t, Config{Node: "node-b", TLS: dstFiles})
 			other := startNodeWith(t, Config{Node: "node-c", TLS: otherFiles})
 			prepare(t, src, dst, "m1", 2, false)
-			sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+			sm, err := src.p.OpenSource("m1", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,13 +108,13 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 			// Prepared and given sockets, but not started when the
 			// shutdown begins: new migrations, to be refused.
 			prepareAs(t, src, dst, "m4", "vm4", 0, false)
-			notStarted, err := src.p.OpenSource("m5", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+			notStarted, err := src.p.OpenSource("m5", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer notStarted.Close("test done")
 
-			rpc := openStream(t, sm.Paths[KindMemory])
+			rpc := openStream(t, sm.Paths[peer.KindMemory])
 			defer rpc.Close()
 			const grace = 20 * time.Second
 			srcDone, dstDone := shutdownAsync(src.p, grace), shutdownAsync(dst.p, grace)
@@ -122,28 +124,28 @@ func TestShutdownLetsMigrationsInFlightFinish(t *testing.T) {
 				t.Fatalf("the relay in flight stopped moving bytes during the shutdown: %v", err)
 			}
 			// A migration in flight may still open streams (multifd).
-			roundTrip(t, sm.Paths[KindMemory], 4<<20)
+			roundTrip(t, sm.Paths[peer.KindMemory], 4<<20)
 
 			refusedOn := func(n *node) float64 {
 				return testutil.ToFloat64(n.p.metrics.Rejected.WithLabelValues("shutting_down"))
 			}
 			dstBefore := refusedOn(dst)
-			_, err = other.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m2", Domain: "vm2", XML: testXML})
-			if err == nil || !strings.Contains(err.Error(), "ferryd on node-b is shutting down") || !errors.Is(err, ErrShuttingDown) {
+			_, err = other.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m2", Domain: "vm2", XML: testXML})
+			if err == nil || !strings.Contains(err.Error(), "ferryd on node-b is shutting down") || !errors.Is(err, peer.ErrShuttingDown) {
 				t.Fatalf("prepare during the shutdown: %v, want a refusal naming node-b's shutdown", err)
 			}
-			_, _, err = src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m4"})
-			var refused *RefusedError
+			_, _, err = src.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "m4"})
+			var refused *peer.RefusedError
 			if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "ferryd on node-b is shutting down") {
 				t.Fatalf("first stream of a registered migration that had not started: %v, want refused", err)
 			}
 			waitMetric(t, func() bool { return refusedOn(dst) == dstBefore+2 })
 
 			srcBefore := refusedOn(src)
-			if _, err := src.p.OpenSource("m3", dst.addr, []Kind{KindMemory}, os.Getpid(), 0); !errors.Is(err, ErrShuttingDown) || !strings.Contains(err.Error(), "ferryd on node-a is shutting down") {
+			if _, err := src.p.OpenSource("m3", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0); !errors.Is(err, peer.ErrShuttingDown) || !strings.Contains(err.Error(), "ferryd on node-a is shutting down") {
 				t.Fatalf("outgoing migration during the shutdown: %v, want ErrShuttingDown naming node-a", err)
 			}
-			late, err := net.Dial("unix", notStarted.Paths[KindMemory])
+			late, err := net.Dial("unix", notStarted.Paths[peer.KindMemory])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,12 +205,12 @@ func TestShutdownCutsAndReportsWhatOutlivesTheGrace(t *testing.T) {
 			}
 			src, dst := startNodeWith(t, srcCfg), startNodeWith(t, dstCfg)
 			prepare(t, src, dst, "m9", 2, false)
-			sm, err := src.p.OpenSource("m9", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+			sm, err := src.p.OpenSource("m9", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sm.Close("test done")
-			held := []net.Conn{openStream(t, sm.Paths[KindMemory]), openStream(t, sm.Paths[KindMemory]), openStream(t, sm.Paths[KindMemory])}
+			held := []net.Conn{openStream(t, sm.Paths[peer.KindMemory]), openStream(t, sm.Paths[peer.KindMemory]), openStream(t, sm.Paths[peer.KindMemory])}
 			defer func() {
 				for _, c := range held {
 					c.Close()

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Control requests as a peer sends them, after their header: the proxy
@@ -26,7 +28,7 @@ func FuzzControlRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		hb, _ := Header{Kind: KindControl}.Encode()
+		hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		go func() {
 			c.Write(append(hb, body...))
@@ -45,7 +47,7 @@ func FuzzControlRequest(f *testing.F) {
 		if len(out) == 0 {
 			return
 		}
-		var resp ControlResponse
+		var resp peer.ControlResponse
 		dec := json.NewDecoder(bytes.NewReader(out))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&resp); err != nil || dec.More() {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Before, HeldIncoming kept each domain's "latest" record by the wall clock the
@@ -16,7 +18,7 @@ import (
 func TestHeldIncomingPicksTheSplitWhoseQEMUListensWhateverTheClock(t *testing.T) {
 	dir := t.TempDir()
 	n := startNodeWith(t, Config{OutcomeDir: dir})
-	split := &ControlResponse{Outcome: OutcomeSplit}
+	split := &peer.ControlResponse{Outcome: peer.OutcomeSplit}
 	stale := outcomeRecord{ID: "stale00000000001", Owner: "a", Domain: "vm", Instance: "1/old", Prepared: time.Now().Add(30 * 24 * time.Hour), Result: split}
 	live := outcomeRecord{ID: "live000000000002", Owner: "a", Domain: "vm", Instance: "2/new", Prepared: time.Now(), Result: split}
 	for _, r := range []outcomeRecord{stale, live} {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-vm/ferry/internal/testsock"
 	"github.com/ferry-vm/ferry/metrics"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 func tlsClient(raw net.Conn, p *Proxy) *tls.Conn { return tls.Client(raw, p.tls.clientConfig()) }
@@ -30,7 +31,7 @@ func testMetrics() Metrics { return Metrics(metrics.NewProxy(prometheus.NewRegis
 // recorded.
 type fakeIncoming struct {
 	mu         sync.Mutex
-	prepared   []IncomingMigration
+	prepared   []peer.IncomingMigration
 	xml        []string
 	cookies    [][]byte
 	finished   []bool // cancelled flag of each Finish
@@ -44,7 +45,7 @@ type fakeIncoming struct {
 	// running are the domains a Finish left running; outcome, when set,
 	// answers Outcome instead, as a restarted node's libvirt would.
 	running map[string]bool
-	outcome func(IncomingMigration) (string, error)
+	outcome func(peer.IncomingMigration) (string, error)
 	// hold says the guest runs here in post-copy (see Held).
 	hold bool
 	// qemuPID, when set, is the target QEMU's pid; otherwise this
@@ -83,54 +84,56 @@ func (f *fakeIncoming) QEMU(string) (int, error) {
 	return os.Getpid(), nil
 }
 
-func (f *fakeIncoming) Held(context.Context, IncomingMigration) (string, bool) {
+func (f *fakeIncoming) Held(context.Context, peer.IncomingMigration) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return "in post-copy here", f.hold
 }
 
-func (f *fakeIncoming) Instance(_ context.Context, m IncomingMigration) (string, error) {
+func (f *fakeIncoming) Instance(_ context.Context, m peer.IncomingMigration) (string, error) {
 	return "1/" + m.ID, nil
 }
 
-func (f *fakeIncoming) Outcome(_ context.Context, m IncomingMigration) (string, error) {
+func (f *fakeIncoming) Outcome(_ context.Context, m peer.IncomingMigration) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.outcome != nil {
 		return f.outcome(m)
 	}
 	if f.running[m.Domain] {
-		return OutcomeRunning, nil
+		return peer.OutcomeRunning, nil
 	}
-	return OutcomeStopped, nil
+	return peer.OutcomeStopped, nil
 }
 
 // What the fake does not stand in for is refused or answered as a target
 // without it would: no check beyond Prepare's, no CPU to compare, no
 // direct path, nothing defined here, no recovery.
-func (f *fakeIncoming) Check(IncomingMigration, string) (*CheckedXML, error) { return nil, nil }
+func (f *fakeIncoming) Check(peer.IncomingMigration, string) (*peer.CheckedXML, error) {
+	return nil, nil
+}
 
-func (f *fakeIncoming) CompareCPU(context.Context, IncomingMigration, string) (string, error) {
+func (f *fakeIncoming) CompareCPU(context.Context, peer.IncomingMigration, string) (string, error) {
 	return "", nil
 }
 
-func (f *fakeIncoming) PrepareDirect(context.Context, IncomingMigration, string, []byte) ([]byte, string, error) {
-	return nil, "", &Refusal{Reason: reasonDirectUnavailable, Msg: "this fake prepares no direct migration"}
+func (f *fakeIncoming) PrepareDirect(context.Context, peer.IncomingMigration, string, []byte) ([]byte, string, error) {
+	return nil, "", &peer.Refusal{Reason: reasonDirectUnavailable, Msg: "this fake prepares no direct migration"}
 }
 
-func (f *fakeIncoming) Persisted(context.Context, IncomingMigration) bool { return false }
+func (f *fakeIncoming) Persisted(context.Context, peer.IncomingMigration) bool { return false }
 
-func (f *fakeIncoming) Recover(context.Context, IncomingMigration, string) (string, error) {
-	return "", &Refusal{Reason: reasonIncomingDisabled, Msg: "this fake recovers no post-copy migration"}
+func (f *fakeIncoming) Recover(context.Context, peer.IncomingMigration, string) (string, error) {
+	return "", &peer.Refusal{Reason: reasonIncomingDisabled, Msg: "this fake recovers no post-copy migration"}
 }
 
-func (f *fakeIncoming) Recovered(context.Context, IncomingMigration) (string, bool, error) {
+func (f *fakeIncoming) Recovered(context.Context, peer.IncomingMigration) (string, bool, error) {
 	return "", false, errors.New("this fake recovers no post-copy migration")
 }
 
 func newFakeIncoming() *fakeIncoming { return &fakeIncoming{listeners: map[string][]net.Listener{}} }
 
-func (f *fakeIncoming) Prepare(_ context.Context, m IncomingMigration, xml string, cookie []byte) ([]byte, error) {
+func (f *fakeIncoming) Prepare(_ context.Context, m peer.IncomingMigration, xml string, cookie []byte) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.prepared = append(f.prepared, m)
@@ -165,7 +168,7 @@ func (f *fakeIncoming) Prepare(_ context.Context, m IncomingMigration, xml strin
 	return []byte("prepared:" + m.ID), nil
 }
 
-func (f *fakeIncoming) Finish(_ context.Context, m IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
+func (f *fakeIncoming) Finish(_ context.Context, m peer.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
 	f.mu.Lock()
 	f.finished = append(f.finished, cancelled)
 	f.cookies = append(f.cookies, cookie)
@@ -187,7 +190,7 @@ func (f *fakeIncoming) Finish(_ context.Context, m IncomingMigration, cookie []b
 	return []byte("finished:" + m.ID), nil
 }
 
-func (f *fakeIncoming) Cancel(_ context.Context, m IncomingMigration) error {
+func (f *fakeIncoming) Cancel(_ context.Context, m peer.IncomingMigration) error {
 	f.mu.Lock()
 	f.cancelled = append(f.cancelled, m.ID)
 	f.mu.Unlock()
@@ -214,14 +217,14 @@ const testXML = "<domain><name>vm</name></domain>"
 
 // prepare asks dst, from src, to prepare migration id of domain vm for
 // 1+parallel memory connections (and a disk stream if disk).
-func prepare(t *testing.T, src, dst *node, id string, parallel int, disk bool) ControlResponse {
+func prepare(t *testing.T, src, dst *node, id string, parallel int, disk bool) peer.ControlResponse {
 	t.Helper()
 	return prepareAs(t, src, dst, id, "vm", parallel, disk)
 }
 
-func prepareAs(t *testing.T, src, dst *node, id, domain string, parallel int, disk bool) ControlResponse {
+func prepareAs(t *testing.T, src, dst *node, id, domain string, parallel int, disk bool) peer.ControlResponse {
 	t.Helper()
-	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: domain,
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: domain,
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, Parallel: parallel, Disk: disk})
 	if err != nil {
 		t.Fatal(err)
@@ -229,9 +232,9 @@ func prepareAs(t *testing.T, src, dst *node, id, domain string, parallel int, di
 	return resp
 }
 
-func finish(t *testing.T, src, dst *node, id string, cancelled bool) ControlResponse {
+func finish(t *testing.T, src, dst *node, id string, cancelled bool) peer.ControlResponse {
 	t.Helper()
-	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: id, Domain: "vm",
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: id, Domain: "vm",
 		Cookie: []byte("perform"), Cancelled: cancelled})
 	if err != nil {
 		t.Fatal(err)

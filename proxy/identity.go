@@ -134,12 +134,12 @@ func (p Peer) owner() string {
 // cancel one, or feed its QEMU, by the id. On the source node, which
 // shares the address, no socket is named by the target's id (see
 // OpenSource).
-func (p *Proxy) plainPeer(peer Peer, raw net.Conn) Peer {
+func (p *Proxy) plainPeer(who Peer, raw net.Conn) Peer {
 	if p.tls != nil {
-		return peer
+		return who
 	}
-	peer.Plain = remoteAddr(raw).String()
-	return peer
+	who.Plain = remoteAddr(raw).String()
+	return who
 }
 
 // String names the peer for logs and refusals.
@@ -165,30 +165,30 @@ func (p *Proxy) peerOf(c net.Conn) (Peer, error) {
 		return Peer{}, nil
 	}
 	sum := sha256.Sum256(certs[0].Raw)
-	peer := Peer{Cert: hex.EncodeToString(sum[:])}
+	who := Peer{Cert: hex.EncodeToString(sum[:])}
 	id, err := identityOfCert(certs[0], p.tls.files.PeerName)
 	if err == nil {
 		err = p.checkForm(id)
 	}
 	if err != nil || id.Pod == "" {
-		peer.Node = id.Node
-		return peer, err
+		who.Node = id.Node
+		return who, err
 	}
-	peer.Pod = id.Namespace + "/" + id.Pod
+	who.Pod = id.Namespace + "/" + id.Pod
 	if p.cfg.ResolvePod == nil {
-		return peer, fmt.Errorf("certificate names %s, and this node has no Kubernetes API to find its node", id)
+		return who, fmt.Errorf("certificate names %s, and this node has no Kubernetes API to find its node", id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.HeaderTimeout)
 	defer cancel()
 	node, err := p.cfg.ResolvePod(ctx, id.Namespace, id.Pod)
 	if err != nil {
-		return peer, fmt.Errorf("certificate names %s: %w", id, err)
+		return who, fmt.Errorf("certificate names %s: %w", id, err)
 	}
 	if !validName(node) {
-		return peer, fmt.Errorf("certificate names %s, which runs on no valid node (%q)", id, node)
+		return who, fmt.Errorf("certificate names %s, which runs on no valid node (%q)", id, node)
 	}
-	peer.Node = node
-	return peer, nil
+	who.Node = node
+	return who, nil
 }
 
 // checkForm refuses the identity form this cluster does not use.
@@ -236,14 +236,14 @@ func (p *Proxy) checkOwnIdentity() error {
 // checkPeer is peerOf with this node's policy: a required identity that is
 // missing is refused with its reason.
 func (p *Proxy) checkPeer(c net.Conn) (Peer, string, error) {
-	peer, err := p.peerOf(c)
+	who, err := p.peerOf(c)
 	switch {
 	case err != nil:
-		return peer, reasonInvalidIdentity, err
-	case p.tls != nil && p.tls.files.RequireNodeIdentity && peer.Node == "":
-		return peer, reasonNoIdentity, fmt.Errorf("this node requires peers' certificates to name their node (a URI SAN %s)", NodeIdentityURI(p.tls.files.PeerName, "NODE"))
+		return who, reasonInvalidIdentity, err
+	case p.tls != nil && p.tls.files.RequireNodeIdentity && who.Node == "":
+		return who, reasonNoIdentity, fmt.Errorf("this node requires peers' certificates to name their node (a URI SAN %s)", NodeIdentityURI(p.tls.files.PeerName, "NODE"))
 	}
-	return peer, "", nil
+	return who, "", nil
 }
 
 // ownerMatches says whether what a migration was bound to (have) is the

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // nodeWithCert starts a node named name whose proxy presents files.
@@ -75,13 +77,13 @@ func TestNodeIdentityRequired(t *testing.T) {
 	reqFiles.RequireNodeIdentity = true
 	dst := nodeWithCert(t, "b", reqFiles)
 
-	for _, req := range []ControlRequest{
-		{Op: OpPrepare, Migration: "m1", Domain: "vm", XML: testXML},
-		{Op: OpFinish, Migration: "m1", Domain: "vm"},
+	for _, req := range []peer.ControlRequest{
+		{Op: peer.OpPrepare, Migration: "m1", Domain: "vm", XML: testXML},
+		{Op: peer.OpFinish, Migration: "m1", Domain: "vm"},
 		{Op: "libvirt", Migration: "m1", Domain: "vm"},
 	} {
 		_, err := anon.p.Control(context.Background(), dst.addr, req)
-		var ce *ControlError
+		var ce *peer.ControlError
 		if !errors.As(err, &ce) || ce.Reason != reasonNoIdentity {
 			t.Fatalf("%s from a certificate naming no node: %v, want %s", req.Op, err, reasonNoIdentity)
 		}
@@ -106,7 +108,7 @@ func TestNodeIdentityRequired(t *testing.T) {
 	srcFiles.RequireNodeIdentity = true
 	src := nodeWithCert(t, "a", srcFiles)
 	anonTarget := startNode(t, ptr(ca.issue(t, t.TempDir(), "ferry")))
-	if _, err := src.p.Control(context.Background(), anonTarget.addr, ControlRequest{Op: OpPrepare, Migration: "m3", Domain: "vm", XML: testXML}); err == nil || !strings.Contains(err.Error(), "name their node") {
+	if _, err := src.p.Control(context.Background(), anonTarget.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m3", Domain: "vm", XML: testXML}); err == nil || !strings.Contains(err.Error(), "name their node") {
 		t.Fatalf("prepare on a target naming no node: %v", err)
 	}
 	if len(anonTarget.in.prepared) != 0 {
@@ -126,7 +128,7 @@ func TestNodeIdentityMalformed(t *testing.T) {
 	} {
 		// No proxy starts with such a certificate: a bare TLS client
 		// presents it.
-		resp := tlsControlAs(t, files, dst.addr, ControlRequest{Op: OpPrepare, Migration: "m", Domain: "vm", XML: testXML})
+		resp := tlsControlAs(t, files, dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m", Domain: "vm", XML: testXML})
 		if resp.Reason != reasonInvalidIdentity {
 			t.Fatalf("%s: %+v, want %s", name, resp, reasonInvalidIdentity)
 		}
@@ -173,8 +175,8 @@ func TestStreamsBoundToThePreparingNode(t *testing.T) {
 	intruder := nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c"))
 	prepare(t, src, dst, "m1", 0, false)
 
-	_, _, err := intruder.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m1"})
-	var refused *RefusedError
+	_, _, err := intruder.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "m1"})
+	var refused *peer.RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "not prepared") {
 		t.Fatalf("node c opened a stream of node a's migration: %v", err)
 	}
@@ -182,7 +184,7 @@ func TestStreamsBoundToThePreparingNode(t *testing.T) {
 		t.Fatalf("wrong_peer counted %v times, want 1", n)
 	}
 	renewed := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
-	c, _, err := renewed.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m1"})
+	c, _, err := renewed.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "m1"})
 	if err != nil {
 		t.Fatalf("node a with a renewed certificate: %v", err)
 	}
@@ -192,10 +194,10 @@ func TestStreamsBoundToThePreparingNode(t *testing.T) {
 	anonA := startNode(t, ptr(ca.issue(t, t.TempDir(), "ferry")))
 	anonB := startNode(t, ptr(ca.issue(t, t.TempDir(), "ferry")))
 	prepare(t, anonA, dst, "m2", 0, false)
-	if _, _, err := anonB.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m2"}); !errors.As(err, &refused) {
+	if _, _, err := anonB.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "m2"}); !errors.As(err, &refused) {
 		t.Fatalf("another certificate opened a stream of a migration prepared without identity: %v", err)
 	}
-	c, _, err = anonA.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "m2"})
+	c, _, err = anonA.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "m2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,10 +211,10 @@ func TestSourceStreamsGoOnlyToTheTargetThatPrepared(t *testing.T) {
 	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
 	dst := nodeWithCert(t, "b", ca.issueNode(t, t.TempDir(), "b"))
 	prepare(t, src, dst, "m1", 0, false)
-	if _, _, err := src.p.dialPeer(context.Background(), dst.addr, "node:c", Header{Kind: KindMemory, ID: "m1"}); err == nil || !strings.Contains(err.Error(), "not the node c") {
+	if _, _, err := src.p.dialPeer(context.Background(), dst.addr, "node:c", peer.Header{Kind: peer.KindMemory, ID: "m1"}); err == nil || !strings.Contains(err.Error(), "not the node c") {
 		t.Fatalf("a stream bound to node c went to node b: %v", err)
 	}
-	c, _, err := src.p.dialPeer(context.Background(), dst.addr, "node:b", Header{Kind: KindMemory, ID: "m1"})
+	c, _, err := src.p.dialPeer(context.Background(), dst.addr, "node:b", peer.Header{Kind: peer.KindMemory, ID: "m1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +225,7 @@ func ptr[T any](v T) *T { return &v }
 
 // tlsControlAs sends one control request over TLS with files' certificate,
 // as any holder of it could, and returns the answer.
-func tlsControlAs(t *testing.T, files TLSFiles, addr string, req ControlRequest) ControlResponse {
+func tlsControlAs(t *testing.T, files TLSFiles, addr string, req peer.ControlRequest) peer.ControlResponse {
 	t.Helper()
 	pair, err := tls.LoadX509KeyPair(files.Cert, files.Key)
 	if err != nil {
@@ -240,7 +242,7 @@ func tlsControlAs(t *testing.T, files TLSFiles, addr string, req ControlRequest)
 		t.Fatal(err)
 	}
 	defer c.Close()
-	hb, err := Header{Kind: KindControl}.Encode()
+	hb, err := peer.Header{Kind: peer.KindControl}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func tlsControlAs(t *testing.T, files TLSFiles, addr string, req ControlRequest)
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		t.Fatal(err)
 	}
-	var resp ControlResponse
+	var resp peer.ControlResponse
 	if err := json.NewDecoder(c).Decode(&resp); err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +290,7 @@ func TestPodIdentityNamesItsNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := tlsControlAs(t, TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}, dst.addr, ControlRequest{Op: OpPrepare, Migration: "m2", Domain: "vm", XML: testXML})
+	r := tlsControlAs(t, TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}, dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m2", Domain: "vm", XML: testXML})
 	if r.Reason != reasonInvalidIdentity || !strings.Contains(r.Error, "no such ferryd pod") {
 		t.Fatalf("a pod nobody knows: %+v, want %s", r, reasonInvalidIdentity)
 	}
@@ -306,18 +308,18 @@ func TestFinishGoesOnlyToTheProxyThatPrepared(t *testing.T) {
 	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
 	dst := nodeWithCert(t, "b", ca.issueNode(t, t.TempDir(), "b"))
 	impostor := nodeWithCert(t, "c", ca.issueNode(t, t.TempDir(), "c"))
-	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm", XML: testXML})
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m1", Domain: "vm", XML: testXML})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.Owner != "node:b" {
 		t.Fatalf("prepare answered by owner %q, want node:b", resp.Owner)
 	}
-	_, err = src.p.ControlTo(context.Background(), impostor.addr, resp.Owner, ControlRequest{Op: OpFinish, Migration: resp.Migration, Domain: "vm"})
+	_, err = src.p.ControlTo(context.Background(), impostor.addr, resp.Owner, peer.ControlRequest{Op: peer.OpFinish, Migration: resp.Migration, Domain: "vm"})
 	if err == nil || !strings.Contains(err.Error(), "not the node b") {
 		t.Fatalf("finish sent to node c: %v", err)
 	}
-	if _, err := src.p.ControlTo(context.Background(), dst.addr, resp.Owner, ControlRequest{Op: OpCancel, Migration: resp.Migration, Domain: "vm"}); err != nil {
+	if _, err := src.p.ControlTo(context.Background(), dst.addr, resp.Owner, peer.ControlRequest{Op: peer.OpCancel, Migration: resp.Migration, Domain: "vm"}); err != nil {
 		t.Fatalf("cancel to the preparing node: %v", err)
 	}
 }
@@ -337,7 +339,7 @@ func TestIdentityFormPodRefusesNodeCertificates(t *testing.T) {
 	dst.p.tls.files.IdentityForm = "pod"
 	src := nodeWithCert(t, "a", ca.issueNode(t, t.TempDir(), "a"))
 	before := rejectedOf(dst, reasonInvalidIdentity)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m1", Domain: "vm", XML: testXML}); err == nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m1", Domain: "vm", XML: testXML}); err == nil {
 		t.Fatal("a node-form certificate prepared a migration where proxies are named by pod")
 	}
 	if rejectedOf(dst, reasonInvalidIdentity) != before+1 {
@@ -356,7 +358,7 @@ func TestAPeerIsCheckedBeforeItsRequestIsRead(t *testing.T) {
 	dst := nodeWithCert(t, "b", reqFiles)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, _, err := anon.p.dialPeer(ctx, dst.addr, "", Header{Kind: KindControl})
+	c, _, err := anon.p.dialPeer(ctx, dst.addr, "", peer.Header{Kind: peer.KindControl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +366,7 @@ func TestAPeerIsCheckedBeforeItsRequestIsRead(t *testing.T) {
 	// Half a request, and no more: the answer must not wait for the rest.
 	c.Write([]byte(`{"op":"prepare","xml":"`))
 	c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	var resp ControlResponse
+	var resp peer.ControlResponse
 	if err := json.NewDecoder(c).Decode(&resp); err != nil || resp.Reason != reasonNoIdentity {
 		t.Fatalf("answer to a half-sent request from a peer naming no node: %+v %v, want %s at once", resp, err, reasonNoIdentity)
 	}

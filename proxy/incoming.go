@@ -12,126 +12,15 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/peer"
 )
-
-// Incoming runs the target's side of libvirt's migration protocol on this
-// node's own libvirt. The proxy calls it for the control requests of a
-// peer; it is the only way a peer reaches libvirt here. Every method is
-// required: drive.Target asserts it implements Incoming, so a method
-// renamed on either side fails to compile rather than silently switching a
-// rule off (Held is what keeps a guest running here in post-copy).
-type Incoming interface {
-	// Check validates a prepare's request before anything is registered
-	// for it; Prepare checks again. nil, nil: nothing to hand on.
-	Check(m IncomingMigration, domainXML string) (*CheckedXML, error)
-	// CompareCPU compares a guest's CPU with what this node's hypervisor
-	// offers; a dry run asks it before libvirt's Prepare.
-	CompareCPU(ctx context.Context, m IncomingMigration, domainXML string) (string, error)
-	// Prepare validates what the peer sent and runs libvirt's Prepare,
-	// which starts the target QEMU listening at m.MemoryURI (and
-	// m.DiskURI); it returns libvirt's cookie for the source's Perform.
-	// A *Refusal error is counted under its own reason.
-	Prepare(ctx context.Context, m IncomingMigration, domainXML string, cookie []byte) ([]byte, error)
-	// PrepareDirect is Prepare for a direct migration, with the URI
-	// libvirt chose for the target QEMU (tcp://IP:PORT).
-	PrepareDirect(ctx context.Context, m IncomingMigration, domainXML string, cookie []byte) (cookieOut []byte, uri string, err error)
-	// Finish runs libvirt's Finish with the source's Perform cookie and
-	// returns libvirt's cookie for the source's Confirm. In post-copy it
-	// returns only when the migration has ended.
-	Finish(ctx context.Context, m IncomingMigration, cookie []byte, cancelled bool) ([]byte, error)
-	// Cancel tells libvirt a prepared migration will not happen, so it
-	// kills the target QEMU.
-	Cancel(ctx context.Context, m IncomingMigration) error
-	// QEMU is the process ID, in ferryd's PID namespace, of the QEMU
-	// libvirt runs for domain here, as libvirt's own pid file has it: the
-	// one process the proxy hands that domain's streams to.
-	QEMU(domain string) (int, error)
-	// Instance names the guest a Prepare just started; Outcome answers
-	// for that instance only, and another domain of the same name is not
-	// it: OutcomeRunning, OutcomeStopped or OutcomeSplit, or an error
-	// while that is not settled (libvirt's job on it still runs, or
-	// libvirt cannot be asked).
-	Instance(ctx context.Context, m IncomingMigration) (string, error)
-	Outcome(ctx context.Context, m IncomingMigration) (string, error)
-	// Persisted says whether a migrated guest is defined persistently on
-	// this node now.
-	Persisted(ctx context.Context, m IncomingMigration) bool
-	// Held says a migration must not be dropped now, and why: its guest
-	// runs here in post-copy, pulling pages through the migration's
-	// streams.
-	Held(ctx context.Context, m IncomingMigration) (string, bool)
-	// Recover has the target QEMU of m, paused in post-copy, listen at
-	// socket for the source's resumed stream. It returns QEMU's
-	// migration state; on QEMUCompleted nothing was armed.
-	Recover(ctx context.Context, m IncomingMigration, socket string) (string, error)
-	// Recovered says whether the guest of m now runs whole here
-	// (OutcomeRunning, with whether it was defined persistently), is still
-	// split, or an error while libvirt's job still runs.
-	Recovered(ctx context.Context, m IncomingMigration) (string, bool, error)
-}
-
-// CheckedXML is what a check made of a peer's XML: the domain to give
-// libvirt and the definition to keep, re-marshalled from what was
-// checked. The proxy hands it to the same migration's Prepare, so that
-// the work is done once, in the peer's turn.
-type CheckedXML struct {
-	Live, Config string
-}
-
-// IncomingMigration is one migration the target prepares, as Incoming
-// sees it. The URIs are chosen here, in this node's socket dir, never by
-// the peer.
-type IncomingMigration struct {
-	ID     string
-	Domain string
-	// Config is the source's persistent definition of the guest, checked
-	// like the live XML; empty for a transient guest, or from a source
-	// that sends none.
-	Config    string
-	Flags     uint32
-	Parallel  int
-	PostCopy  bool
-	MemoryURI string
-	DiskURI   string // empty unless the source asked for a disk stream
-	// MonitorPath, for a post-copy migration its source will resume, is
-	// where Ferry's own monitor of the target QEMU is (see
-	// TargetMonitorPath), and RecoverFor how long the source resumes it.
-	MonitorPath string
-	RecoverFor  time.Duration
-	// PeerNode is the node the source's certificate names; empty when it
-	// names none or without TLS.
-	PeerNode string
-	// Instance names the guest instance Prepare started (see
-	// Incoming.Instance), so that an outcome is never read from another
-	// domain given the same name since.
-	Instance string
-	// DryRun: libvirt's Prepare only, stopped at once.
-	DryRun bool
-	// Direct: QEMU's stream comes straight from the source's QEMU, under
-	// QEMU's own TLS, to MemoryURI (tcp://IP, the port libvirt's), the
-	// target QEMU listening on ListenAddress only. No stream of it
-	// crosses this proxy.
-	Direct        bool
-	ListenAddress string
-	// Checked is the check of the request's XML, handed to Prepare (and
-	// a dry run's CPU comparison) only; nil where none ran.
-	Checked *CheckedXML
-}
-
-// Refusal is an Incoming's "no" to a request, with the reason it is
-// counted under in ferry_proxy_rejected_total.
-type Refusal struct {
-	Reason string
-	Msg    string
-}
-
-func (r *Refusal) Error() string { return r.Msg }
 
 // TargetSocketPath is where the target QEMU of a migration listens for a
 // stream on this node.
-func TargetSocketPath(dir, id string, k Kind) string {
+func TargetSocketPath(dir, id string, k peer.Kind) string {
 	port := "49152"
-	if k == KindDisk {
+	if k == peer.KindDisk {
 		port = "49153"
 	}
 	return filepath.Join(dir, id+"-"+port+"-target.sock")
@@ -147,20 +36,20 @@ func (p *Proxy) newIncoming(id, domain string, parallel int, postCopy, disk bool
 		memory++
 	}
 	m := Migration{ID: id, Domain: domain, State: statePreparing, Expires: time.Now().Add(ttl),
-		Targets: map[Kind]string{KindMemory: TargetSocketPath(p.cfg.SocketDir, id, KindMemory)},
-		Limits:  map[Kind]int{KindMemory: memory}}
+		Targets: map[peer.Kind]string{peer.KindMemory: TargetSocketPath(p.cfg.SocketDir, id, peer.KindMemory)},
+		Limits:  map[peer.Kind]int{peer.KindMemory: memory}}
 	if disk {
-		m.Targets[KindDisk] = TargetSocketPath(p.cfg.SocketDir, id, KindDisk)
-		m.Limits[KindDisk] = 1
+		m.Targets[peer.KindDisk] = TargetSocketPath(p.cfg.SocketDir, id, peer.KindDisk)
+		m.Limits[peer.KindDisk] = 1
 	}
 	return m
 }
 
-func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked func()) ControlResponse {
+func (p *Proxy) prepare(raw, c net.Conn, req peer.ControlRequest, who Peer, checked func()) peer.ControlResponse {
 	if req.DryRun {
 		req.RecoverSeconds = 0
 	}
-	pr := &preparing{p: p, raw: raw, req: req, peer: peer}
+	pr := &preparing{p: p, raw: raw, req: req, who: who}
 	if resp, ok := pr.build(); !ok {
 		return resp
 	}
@@ -169,7 +58,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 		return resp
 	}
 	m := pr.m
-	if err := p.reg.add(m, pr.in, peer.owner()); err != nil {
+	if err := p.reg.add(m, pr.in, who.owner()); err != nil {
 		return pr.refuse(refusalReason(err, reasonMalformedRequest), err.Error())
 	}
 	if _, err := p.socketGroup(); err != nil {
@@ -206,7 +95,7 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 		// Cut meanwhile (the node is shutting down): libvirt must not
 		// keep a target QEMU nobody will finish.
 		p.cancelLibvirt(in, "cut while preparing")
-		return pr.refuse(refusalReason(err, reasonShuttingDown), err.Error())
+		return pr.refuse(refusalReason(err, peer.ReasonShuttingDown), err.Error())
 	}
 	pr.arm(e)
 	if resp, ok := pr.record(e); !ok {
@@ -214,70 +103,70 @@ func (p *Proxy) prepare(raw, c net.Conn, req ControlRequest, peer Peer, checked 
 	}
 	p.log.Info("incoming migration prepared", zap.String("migration", m.ID), zap.String("label", req.Migration), zap.String("domain", m.Domain),
 		zap.Int("parallel", req.Parallel), zap.Bool("postCopy", req.PostCopy), zap.Bool("disk", req.Disk), zap.Duration("took", time.Since(start)),
-		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peer.Node))
+		zap.Time("expires", m.Expires), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", who.Node))
 	if in.Direct {
 		// From the answer on, which names QEMU's address to the source.
 		p.awaitDirect(e, m.ID, uri, raw.RemoteAddr())
 	}
-	return ControlResponse{Migration: m.ID, Cookie: cookie, URI: uri}
+	return peer.ControlResponse{Migration: m.ID, Cookie: cookie, URI: uri}
 }
 
 // preparing is one peer's prepare request while it is taken: the
 // migration it comes to and how it is refused.
 type preparing struct {
-	p    *Proxy
-	raw  net.Conn
-	req  ControlRequest
-	peer Peer
-	m    Migration
+	p   *Proxy
+	raw net.Conn
+	req peer.ControlRequest
+	who Peer
+	m   Migration
 	// in is the migration as the registry keeps it, from add on: a value
 	// of its own, so that the registry never keeps the request (its XML)
 	// alive with it.
-	in      *IncomingMigration
+	in      *peer.IncomingMigration
 	ttl     time.Duration
 	started time.Time // libvirt's Prepare
 }
 
 // refuse says no to the peer; a dry run's "no" is its answer, not a
 // refusal of the peer.
-func (pr *preparing) refuse(reason, detail string) ControlResponse {
+func (pr *preparing) refuse(reason, detail string) peer.ControlResponse {
 	if pr.req.DryRun {
-		return pr.p.answerDryRun(pr.raw, pr.peer.Node, pr.req, reason, detail)
+		return pr.p.answerDryRun(pr.raw, pr.who.Node, pr.req, reason, detail)
 	}
-	return pr.p.refusePeer(pr.raw, pr.peer.Node, pr.req, reason, detail)
+	return pr.p.refusePeer(pr.raw, pr.who.Node, pr.req, reason, detail)
 }
 
 // build checks the request's bounds and makes the migration it asks for,
 // with its sockets here, never where the peer says.
-func (pr *preparing) build() (ControlResponse, bool) {
-	p, req, peer := pr.p, pr.req, pr.peer
+func (pr *preparing) build() (peer.ControlResponse, bool) {
+	p, req, who := pr.p, pr.req, pr.who
 	if p.cfg.Incoming == nil {
 		return pr.refuse(reasonIncomingDisabled, "this node takes no Ferry-driven incoming migrations"), false
 	}
-	if len(req.XML) == 0 || len(req.XML)+len(req.Config) > MaxDomainXML {
-		return pr.refuse("invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes and definition of %d (1 to %d together)", len(req.XML), len(req.Config), MaxDomainXML)), false
+	if len(req.XML) == 0 || len(req.XML)+len(req.Config) > peer.MaxDomainXML {
+		return pr.refuse("invalid_domain_xml", fmt.Sprintf("domain XML of %d bytes and definition of %d (1 to %d together)", len(req.XML), len(req.Config), peer.MaxDomainXML)), false
 	}
-	if req.Parallel < 0 || req.Parallel > MaxParallel {
-		return pr.refuse(reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, MaxParallel)), false
+	if req.Parallel < 0 || req.Parallel > peer.MaxParallel {
+		return pr.refuse(reasonMalformedRequest, fmt.Sprintf("parallel %d is outside 0-%d", req.Parallel, peer.MaxParallel)), false
 	}
 	pr.ttl = p.cfg.RegistrationTTL
 	if req.DeadlineSeconds > 0 && req.DeadlineSeconds < pr.ttl.Seconds() {
 		pr.ttl = min(pr.ttl, time.Duration(req.DeadlineSeconds*float64(time.Second))+p.cfg.PrepareTimeout)
 	}
 	m := p.newIncoming(p.newID(req.Migration), req.Domain, req.Parallel, req.PostCopy, req.Disk, pr.ttl)
-	m.PeerNode = peer.Node
-	in := IncomingMigration{ID: m.ID, Domain: m.Domain, Config: req.Config, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
-		MemoryURI: "unix://" + m.Targets[KindMemory], PeerNode: peer.Node, DryRun: req.DryRun}
+	m.PeerNode = who.Node
+	in := peer.IncomingMigration{ID: m.ID, Domain: m.Domain, Config: req.Config, Flags: req.Flags, Parallel: req.Parallel, PostCopy: req.PostCopy,
+		MemoryURI: "unix://" + m.Targets[peer.KindMemory], PeerNode: who.Node, DryRun: req.DryRun}
 	if req.Disk {
-		in.DiskURI = "unix://" + m.Targets[KindDisk]
+		in.DiskURI = "unix://" + m.Targets[peer.KindDisk]
 	}
 	if req.Direct {
-		host, reason, why := p.directFrom(pr.raw, peer, req)
+		host, reason, why := p.directFrom(pr.raw, who, req)
 		if why != "" && reason == reasonDirectNotAllowed {
 			// What the direct path is never open to (a peer not listed,
 			// or post-copy or a disk stream, which Ferry's own sources do
 			// not ask) is refused, and counted, in a dry run too.
-			return p.refusePeer(pr.raw, peer.Node, req, reason, why), false
+			return p.refusePeer(pr.raw, who.Node, req, reason, why), false
 		}
 		if why != "" {
 			return pr.refuse(reason, why), false
@@ -285,22 +174,22 @@ func (pr *preparing) build() (ControlResponse, bool) {
 		in.Direct, in.ListenAddress = true, host
 		in.MemoryURI = "tcp://" + hostForURI(host)
 		// No stream of it may come through here.
-		m.Limits[KindMemory] = 0
+		m.Limits[peer.KindMemory] = 0
 	}
 	if req.PostCopy && req.RecoverSeconds > 0 && !req.Direct {
 		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
 		in.RecoverFor = time.Duration(min(req.RecoverSeconds, maxRecoverSeconds) * float64(time.Second))
 	}
 	pr.m, pr.in = m, &in
-	return ControlResponse{}, true
+	return peer.ControlResponse{}, true
 }
 
 // check has the target check the request's XML, in the peer's turn. The
 // result goes to this migration's Prepare alone, never into what the
 // registry keeps and copies.
-func (pr *preparing) check(checked func()) (*CheckedXML, ControlResponse, bool) {
+func (pr *preparing) check(checked func()) (*peer.CheckedXML, peer.ControlResponse, bool) {
 	defer checked()
-	turn, err := pr.p.startChecking(pr.peer, pr.raw, time.Now().Add(pr.p.cfg.PrepareTimeout))
+	turn, err := pr.p.startChecking(pr.who, pr.raw, time.Now().Add(pr.p.cfg.PrepareTimeout))
 	if err != nil {
 		return nil, pr.refuse(reasonTooManyReading, "prepare: "+err.Error()), false
 	}
@@ -309,12 +198,12 @@ func (pr *preparing) check(checked func()) (*CheckedXML, ControlResponse, bool) 
 	if err != nil {
 		return nil, pr.refuse(refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error()), false
 	}
-	return checkedXML, ControlResponse{}, true
+	return checkedXML, peer.ControlResponse{}, true
 }
 
 // prepareLibvirt runs libvirt's Prepare (a dry run compares the CPU
 // first): its cookie and, for a direct migration, the target QEMU's URI.
-func (pr *preparing) prepareLibvirt(checkedXML *CheckedXML) (cookie []byte, uri, cpu string, resp ControlResponse, ok bool) {
+func (pr *preparing) prepareLibvirt(checkedXML *peer.CheckedXML) (cookie []byte, uri, cpu string, resp peer.ControlResponse, ok bool) {
 	p, req, id := pr.p, pr.req, pr.m.ID
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PrepareTimeout)
 	defer cancel()
@@ -339,7 +228,7 @@ func (pr *preparing) prepareLibvirt(checkedXML *CheckedXML) (cookie []byte, uri,
 		p.dropMonitor(id) // moved already by the watch
 		return nil, "", "", pr.refuse(refusalReason(err, reasonPrepareFailed), "prepare: "+err.Error()), false
 	}
-	return cookie, uri, cpu, ControlResponse{}, true
+	return cookie, uri, cpu, peer.ControlResponse{}, true
 }
 
 // arm sets the timers of a prepared migration: a source that never opens
@@ -374,7 +263,7 @@ func (pr *preparing) arm(e *entry) {
 // record keeps the prepared migration before the answer, with the guest
 // instance it started: a ferryd restarted later still knows what it
 // prepared, and so what a finish of it asks.
-func (pr *preparing) record(e *entry) (ControlResponse, bool) {
+func (pr *preparing) record(e *entry) (peer.ControlResponse, bool) {
 	p, id := pr.p, pr.m.ID
 	ictx, icancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout+30*time.Second)
 	inst, err := p.cfg.Incoming.Instance(ictx, *pr.in)
@@ -384,38 +273,38 @@ func (pr *preparing) record(e *entry) (ControlResponse, bool) {
 		return pr.refuse(reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)"), false
 	}
 	p.reg.setInstance(e, inst)
-	if err := p.saveOutcome(id, pr.peer.owner(), pr.m.Domain, p.reg.incomingOf(e).Instance, nil); err != nil {
+	if err := p.saveOutcome(id, pr.who.owner(), pr.m.Domain, p.reg.incomingOf(e).Instance, nil); err != nil {
 		p.dropIncoming(id, "its record could not be kept")
 		return pr.refuse(reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)"), false
 	}
-	return ControlResponse{}, true
+	return peer.ControlResponse{}, true
 }
 
 // endDryRun stops the guest a dry run's Prepare started, before the
 // answer: nothing of a dry run waits on its source.
-func (p *Proxy) endDryRun(in IncomingMigration, cpu string, took time.Duration) ControlResponse {
+func (p *Proxy) endDryRun(in peer.IncomingMigration, cpu string, took time.Duration) peer.ControlResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
 	err := p.cfg.Incoming.Cancel(ctx, in)
 	p.Unregister(in.ID, "dry run")
 	if err != nil {
 		p.log.Warn("a dry run's guest was started and not stopped", zap.String("domain", in.Domain), zap.Error(err))
-		return ControlResponse{Error: p.scrub("the target's libvirt prepared the migration, and stopping its guest failed: " + err.Error())}
+		return peer.ControlResponse{Error: p.scrub("the target's libvirt prepared the migration, and stopping its guest failed: " + err.Error())}
 	}
 	p.log.Info("dry run: this node would take the migration", zap.String("domain", in.Domain), zap.String("peerNode", in.PeerNode),
 		zap.String("cpu", cpu), zap.Bool("direct", in.Direct), zap.Duration("prepareTook", took))
 	if cpu == "" {
 		cpu = "not compared"
 	}
-	return ControlResponse{CPU: cpu}
+	return peer.ControlResponse{CPU: cpu}
 }
 
 // answerDryRun is a dry run's negative answer: logged, not counted as a
 // refusal of the peer.
-func (p *Proxy) answerDryRun(raw net.Conn, peerNode string, req ControlRequest, reason, detail string) ControlResponse {
+func (p *Proxy) answerDryRun(raw net.Conn, peerNode string, req peer.ControlRequest, reason, detail string) peer.ControlResponse {
 	p.log.Info("dry run: this node would not take the migration", zap.String("reason", reason), zap.String("detail", detail),
 		zap.String("domain", req.Domain), zap.String("peer", raw.RemoteAddr().String()), zap.String("peerNode", peerNode))
-	return ControlResponse{Error: p.scrub(detail), Reason: reason}
+	return peer.ControlResponse{Error: p.scrub(detail), Reason: reason}
 }
 
 // finish runs libvirt's Finish. The migration's streams stay relayable
@@ -423,17 +312,17 @@ func (p *Proxy) answerDryRun(raw net.Conn, peerNode string, req ControlRequest, 
 // pages through them meanwhile. The answer says whether the guest runs
 // here afterwards (Outcome), which is what the source decides by; it is
 // kept, on disk too, for a repeat of the finish.
-func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlResponse {
-	owner := peer.owner()
+func (p *Proxy) finish(raw, c net.Conn, req peer.ControlRequest, who Peer) peer.ControlResponse {
+	owner := who.owner()
 	if p.reg.recovery(req.Migration) {
-		return p.refusePeer(raw, peer.Node, req, reasonWrongState, fmt.Sprintf("%s names a recovery's streams: the migration it resumes is what is finished", req.Migration))
+		return p.refusePeer(raw, who.Node, req, reasonWrongState, fmt.Sprintf("%s names a recovery's streams: the migration it resumes is what is finished", req.Migration))
 	}
 	if !req.Cancelled && p.reg.notStarted(req.Migration, req.Domain, owner) {
 		// libvirt's Finish would wait for a migration that never came,
 		// holding its job and this node's shutdown.
-		return p.refusePeer(raw, peer.Node, req, reasonNotStarted, fmt.Sprintf("migration %s has relayed no stream: nothing to finish (cancel it)", req.Migration))
+		return p.refusePeer(raw, who.Node, req, reasonNotStarted, fmt.Sprintf("migration %s has relayed no stream: nothing to finish (cancel it)", req.Migration))
 	}
-	e, resp, ok := p.claimFinish(raw, c, req, peer)
+	e, resp, ok := p.claimFinish(raw, c, req, who)
 	if !ok {
 		return resp
 	}
@@ -451,7 +340,7 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	// its own deadline.
 	c.SetDeadline(time.Time{})
 	start := time.Now()
-	var in IncomingMigration
+	var in peer.IncomingMigration
 	var cookie []byte
 	var outcome string
 	var err error
@@ -474,14 +363,14 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 		p.log.Log(level, "incoming migration did not finish", zap.String("migration", req.Migration), zap.String("domain", req.Domain),
 			zap.Bool("cancelled", req.Cancelled), zap.String("outcome", outcome), zap.Error(err), zap.Duration("took", time.Since(start)))
 	}
-	resp = ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
+	resp = peer.ControlResponse{Cookie: cookie, Counters: counters, Outcome: outcome}
 	if err != nil {
-		resp = ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
+		resp = peer.ControlResponse{Error: p.scrub(err.Error()), Counters: counters, Outcome: outcome}
 	}
-	if e.in != nil && outcome == OutcomeRunning {
+	if e.in != nil && outcome == peer.OutcomeRunning {
 		resp.Persisted = p.persisted(in)
 	}
-	if outcome == OutcomeRunning || outcome == OutcomeStopped {
+	if outcome == peer.OutcomeRunning || outcome == peer.OutcomeStopped {
 		// Whole on one node: nothing will resume it.
 		p.dropMonitor(e.m.ID)
 	}
@@ -493,13 +382,13 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 	}
 	// Its own end must not cut the connection that carries the answer.
 	p.reg.setStopFinish(e, cancel)
-	if outcome == OutcomeSplit && e.in != nil && in.MonitorPath != "" {
+	if outcome == peer.OutcomeSplit && e.in != nil && in.MonitorPath != "" {
 		// libvirt may call a post-copy failed whose stream still moves:
 		// its streams stay until the recovery pauses the target QEMU.
 		p.log.Info("incoming post-copy split: its streams stay for its recovery", zap.String("migration", req.Migration), zap.String("domain", req.Domain))
 		return resp
 	}
-	if err != nil && e.in != nil && in.PostCopy && outcome != OutcomeStopped {
+	if err != nil && e.in != nil && in.PostCopy && outcome != peer.OutcomeStopped {
 		p.log.Info("incoming post-copy's finish failed: its streams stay while QEMU moves them", zap.String("migration", req.Migration), zap.String("domain", req.Domain))
 		p.unregisterOnceStill(e, req.Migration, why)
 		return resp
@@ -512,11 +401,11 @@ func (p *Proxy) finish(raw, c net.Conn, req ControlRequest, peer Peer) ControlRe
 // first answer was lost on the way, the source's connection broke while
 // libvirt's Finish ran, or this ferryd restarted since) is not claimed:
 // the same peer hears the same truth.
-func (p *Proxy) claimFinish(raw, c net.Conn, req ControlRequest, peer Peer) (*entry, ControlResponse, bool) {
-	owner := peer.owner()
+func (p *Proxy) claimFinish(raw, c net.Conn, req peer.ControlRequest, who Peer) (*entry, peer.ControlResponse, bool) {
+	owner := who.owner()
 	e, err := p.reg.claim(req.Migration, req.Domain, owner, true, statePrepared, stateFinishing)
 	if err == nil {
-		return e, ControlResponse{}, true
+		return e, peer.ControlResponse{}, true
 	}
 	if resp, ok := p.reg.finishedResult(req.Migration, req.Domain, owner); ok {
 		return nil, resp, false
@@ -524,16 +413,16 @@ func (p *Proxy) claimFinish(raw, c net.Conn, req ControlRequest, peer Peer) (*en
 	if resp, ok := p.awaitFinish(c, req, owner); ok {
 		return nil, resp, false
 	}
-	if resp, ok := p.recordedOutcome(raw, req, peer); ok {
+	if resp, ok := p.recordedOutcome(raw, req, who); ok {
 		return nil, resp, false
 	}
-	return nil, p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error()), false
+	return nil, p.refusePeer(raw, who.Node, req, refusalReason(err, reasonWrongState), err.Error()), false
 }
 
 // finishLibvirt runs libvirt's Finish: its cookie for the source's
 // Confirm, and whether the guest runs here (an outcome), or "" while that
 // is not settled.
-func (p *Proxy) finishLibvirt(ctx context.Context, e *entry, in IncomingMigration, req ControlRequest, owner string) ([]byte, string, error) {
+func (p *Proxy) finishLibvirt(ctx context.Context, e *entry, in peer.IncomingMigration, req peer.ControlRequest, owner string) ([]byte, string, error) {
 	cancelled := req.Cancelled
 	if !cancelled {
 		// Kept before libvirt may hand the guest over: a ferryd that dies
@@ -554,19 +443,19 @@ func (p *Proxy) finishLibvirt(ctx context.Context, e *entry, in IncomingMigratio
 	if err == nil && !cancelled {
 		// libvirt's Finish handed the guest over here: whatever it does
 		// next (power off, crash), the source must never resume.
-		return cookie, OutcomeRunning, nil
+		return cookie, peer.OutcomeRunning, nil
 	}
 	return cookie, p.outcomeOf(in), err
 }
 
 // awaitFinish waits for the answer of a finish still running, for a repeat
 // of it; false if there is none to wait for, or the wait was cut.
-func (p *Proxy) awaitFinish(c net.Conn, req ControlRequest, owner string) (ControlResponse, bool) {
+func (p *Proxy) awaitFinish(c net.Conn, req peer.ControlRequest, owner string) (peer.ControlResponse, bool) {
 	cut := make(chan struct{})
 	var once sync.Once
 	e, ok := p.reg.finishing(req.Migration, req.Domain, owner, func() { once.Do(func() { close(cut) }) })
 	if !ok {
-		return ControlResponse{}, false
+		return peer.ControlResponse{}, false
 	}
 	c.SetDeadline(time.Time{})
 	select {
@@ -579,12 +468,12 @@ func (p *Proxy) awaitFinish(c net.Conn, req ControlRequest, owner string) (Contr
 // recordedOutcome answers a repeated finish from what this node kept (its
 // registry's ended migrations, its outcome records across restarts) and,
 // where no answer was kept, from libvirt: the domain running here, or not.
-func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (ControlResponse, bool) {
-	owner := peer.owner()
+func (p *Proxy) recordedOutcome(raw net.Conn, req peer.ControlRequest, who Peer) (peer.ControlResponse, bool) {
+	owner := who.owner()
 	if p.reg.stillFinishing(req.Migration, req.Domain, owner) {
 		// A repeat whose wait a newer one cut: the Finish still runs, and
 		// its own answer is the one to give.
-		return p.refusePeer(raw, peer.Node, req, reasonUnsettled, fmt.Sprintf("migration %s is still finishing on this node: ask again", req.Migration)), true
+		return p.refusePeer(raw, who.Node, req, reasonUnsettled, fmt.Sprintf("migration %s is still finishing on this node: ask again", req.Migration)), true
 	}
 	in, known := p.reg.endedIncoming(req.Migration, req.Domain, owner)
 	fromDisk, finishing := false, false
@@ -598,13 +487,13 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 				return *r.Result, true
 			}
 			if !known {
-				in, known, fromDisk = IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance}, true, true
+				in, known, fromDisk = peer.IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance}, true, true
 			}
 			finishing = r.Finishing
 		}
 	}
 	if !known {
-		return ControlResponse{}, false
+		return peer.ControlResponse{}, false
 	}
 	if req.Cancelled {
 		// The source will not go on: a guest this node still holds for
@@ -620,29 +509,29 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 	if outcome == "" {
 		reason, since := reasonUnsettled, ""
 		if fromDisk {
-			reason, since = ReasonRestarted, "; this node's ferryd restarted since the prepare"
+			reason, since = peer.ReasonRestarted, "; this node's ferryd restarted since the prepare"
 		}
-		return p.refusePeer(raw, peer.Node, req, reason, fmt.Sprintf("the outcome of migration %s on this node is not settled yet (libvirt's job still runs, or libvirt is not reachable)%s: ask again", req.Migration, since)), true
+		return p.refusePeer(raw, who.Node, req, reason, fmt.Sprintf("the outcome of migration %s on this node is not settled yet (libvirt's job still runs, or libvirt is not reachable)%s: ask again", req.Migration, since)), true
 	}
-	if outcome == OutcomeStopped && finishing {
+	if outcome == peer.OutcomeStopped && finishing {
 		// libvirt's Finish was under way when this ferryd stopped: the
 		// guest may have been handed over and be gone since. Only an
 		// operator who has looked can tell.
-		return p.refusePeer(raw, peer.Node, req, ReasonRestarted, fmt.Sprintf("migration %s: this node's ferryd restarted during libvirt's Finish, and the guest is not here now; whether it ran here first cannot be told (ferryctl resolve on the source)", req.Migration)), true
+		return p.refusePeer(raw, who.Node, req, peer.ReasonRestarted, fmt.Sprintf("migration %s: this node's ferryd restarted during libvirt's Finish, and the guest is not here now; whether it ran here first cannot be told (ferryctl resolve on the source)", req.Migration)), true
 	}
-	resp := ControlResponse{Outcome: outcome}
+	resp := peer.ControlResponse{Outcome: outcome}
 	switch {
-	case outcome == OutcomeStopped && fromDisk:
+	case outcome == peer.OutcomeStopped && fromDisk:
 		// Known only from its record: this ferryd restarted since the
 		// prepare, and libvirt ended the incoming guest with the
 		// connection that prepared it.
-		resp.Error, resp.Reason = fmt.Sprintf("domain %s does not run on this node: its ferryd restarted since the prepare, and the incoming migration ended without it", req.Domain), ReasonRestarted
-	case outcome == OutcomeStopped:
+		resp.Error, resp.Reason = fmt.Sprintf("domain %s does not run on this node: its ferryd restarted since the prepare, and the incoming migration ended without it", req.Domain), peer.ReasonRestarted
+	case outcome == peer.OutcomeStopped:
 		resp.Error = fmt.Sprintf("domain %s does not run on this node: its incoming migration ended without it", req.Domain)
-	case outcome == OutcomeSplit:
+	case outcome == peer.OutcomeSplit:
 		resp.Error = fmt.Sprintf("domain %s is held here by a failed post-copy: its memory is split between the two nodes", req.Domain)
 	}
-	if outcome == OutcomeRunning {
+	if outcome == peer.OutcomeRunning {
 		resp.Persisted = p.persisted(in)
 	}
 	p.saveOutcome(req.Migration, owner, req.Domain, in.Instance, &resp)
@@ -651,7 +540,7 @@ func (p *Proxy) recordedOutcome(raw net.Conn, req ControlRequest, peer Peer) (Co
 
 // persisted asks libvirt, not this process's memory, whether the
 // migration's guest is defined here: what a restart cannot lose.
-func (p *Proxy) persisted(in IncomingMigration) bool {
+func (p *Proxy) persisted(in peer.IncomingMigration) bool {
 	if p.cfg.Incoming == nil {
 		return false
 	}
@@ -661,7 +550,7 @@ func (p *Proxy) persisted(in IncomingMigration) bool {
 }
 
 // outcomeOf asks libvirt whether the migration's domain runs here.
-func (p *Proxy) outcomeOf(in IncomingMigration) string {
+func (p *Proxy) outcomeOf(in peer.IncomingMigration) string {
 	if p.cfg.Incoming == nil {
 		return "" // not settled: this ferryd cannot ask, as one restarted without a libvirt socket
 	}
@@ -677,7 +566,7 @@ func (p *Proxy) outcomeOf(in IncomingMigration) string {
 
 // saveOutcome records a migration, with its finish's answer once it has
 // one; without a state directory nothing outlives this process.
-func (p *Proxy) saveOutcome(id, owner, domain, instance string, result *ControlResponse) error {
+func (p *Proxy) saveOutcome(id, owner, domain, instance string, result *peer.ControlResponse) error {
 	return p.saveRecord(outcomeRecord{ID: id, Owner: owner, Domain: domain, Instance: instance, Result: result})
 }
 
@@ -694,13 +583,13 @@ func (p *Proxy) saveRecord(r outcomeRecord) error {
 	return err
 }
 
-func (p *Proxy) cancel(raw net.Conn, req ControlRequest, peer Peer) ControlResponse {
+func (p *Proxy) cancel(raw net.Conn, req peer.ControlRequest, who Peer) peer.ControlResponse {
 	if p.reg.recovery(req.Migration) {
-		return p.refusePeer(raw, peer.Node, req, reasonWrongState, fmt.Sprintf("%s names a recovery's streams: there is nothing to cancel", req.Migration))
+		return p.refusePeer(raw, who.Node, req, reasonWrongState, fmt.Sprintf("%s names a recovery's streams: there is nothing to cancel", req.Migration))
 	}
-	e, err := p.reg.claim(req.Migration, req.Domain, peer.owner(), true, statePrepared, stateFinishing)
+	e, err := p.reg.claim(req.Migration, req.Domain, who.owner(), true, statePrepared, stateFinishing)
 	if err != nil {
-		return p.refusePeer(raw, peer.Node, req, refusalReason(err, reasonWrongState), err.Error())
+		return p.refusePeer(raw, who.Node, req, refusalReason(err, reasonWrongState), err.Error())
 	}
 	if e.in != nil {
 		p.cancelLibvirt(p.reg.incomingOf(e), "cancelled by the source")
@@ -708,7 +597,7 @@ func (p *Proxy) cancel(raw net.Conn, req ControlRequest, peer Peer) ControlRespo
 	p.dropMonitor(e.m.ID)
 	counters := e.counters.Snapshot()
 	p.Unregister(req.Migration, "cancelled by the source")
-	return ControlResponse{Counters: counters}
+	return peer.ControlResponse{Counters: counters}
 }
 
 // streamEnded forgets a relayed connection; when it was the migration's
@@ -759,7 +648,7 @@ func (p *Proxy) held(e *entry) (string, bool) {
 // a QEMU.
 const cancelTimeout = 30 * time.Second
 
-func (p *Proxy) cancelLibvirt(in IncomingMigration, why string) {
+func (p *Proxy) cancelLibvirt(in peer.IncomingMigration, why string) {
 	if p.cfg.Incoming == nil {
 		return
 	}
@@ -832,15 +721,15 @@ func (p *Proxy) Unregister(id, why string) *Counters {
 }
 
 func refusalReason(err error, def string) string {
-	var r *Refusal
+	var r *peer.Refusal
 	var re *regError
 	switch {
 	case errors.As(err, &r):
 		return r.Reason
 	case errors.As(err, &re):
 		return re.reason
-	case errors.Is(err, ErrShuttingDown):
-		return reasonShuttingDown
+	case errors.Is(err, peer.ErrShuttingDown):
+		return peer.ReasonShuttingDown
 	}
 	return def
 }

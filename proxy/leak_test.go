@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 func openFDs(t *testing.T) int {
@@ -26,7 +28,7 @@ func TestThousandBrokenConnectionsLeaveNothingBehind(t *testing.T) {
 	if _, err := dst.p.Register("leak", "vm", 1000, false); err != nil {
 		t.Fatal(err)
 	}
-	target := TargetSocketPath(dst.dir, "leak", KindMemory)
+	target := TargetSocketPath(dst.dir, "leak", peer.KindMemory)
 	ln, err := net.Listen("unix", target)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +59,7 @@ func TestThousandBrokenConnectionsLeaveNothingBehind(t *testing.T) {
 			}(n)
 		}
 	}()
-	sm, err := src.p.OpenSource("leak", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource("leak", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func TestThousandBrokenConnectionsLeaveNothingBehind(t *testing.T) {
 	baseFDs, baseG := openFDs(t), runtime.NumGoroutine()
 	payload := make([]byte, 64<<10)
 	for i := 0; i < 1000; i++ {
-		c, err := net.Dial("unix", sm.Paths[KindMemory])
+		c, err := net.Dial("unix", sm.Paths[peer.KindMemory])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 func TestIncomingMigrationsAreCapped(t *testing.T) {
@@ -18,8 +20,8 @@ func TestIncomingMigrationsAreCapped(t *testing.T) {
 	for i := range MaxIncoming {
 		prepareAs(t, src, dst, fmt.Sprintf("cap%d", i), fmt.Sprintf("vm%d", i), 0, false)
 	}
-	_, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "over", Domain: "vm-over", XML: testXML})
-	var ce *ControlError
+	_, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "over", Domain: "vm-over", XML: testXML})
+	var ce *peer.ControlError
 	if !errors.As(err, &ce) || ce.Reason != reasonTooManyIncoming {
 		t.Fatalf("prepare past the cap: %v, want %s", err, reasonTooManyIncoming)
 	}
@@ -29,7 +31,7 @@ func TestIncomingMigrationsAreCapped(t *testing.T) {
 // header and never their request.
 func holdControls(t *testing.T, to string, from net.IP, n int) {
 	t.Helper()
-	hb, _ := Header{Kind: KindControl}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
 	for range n {
 		c, err := d.Dial("tcp", to)
@@ -41,13 +43,13 @@ func holdControls(t *testing.T, to string, from net.IP, n int) {
 	}
 }
 
-func controlFrom(t *testing.T, to string, from net.IP) ControlResponse {
+func controlFrom(t *testing.T, to string, from net.IP) peer.ControlResponse {
 	t.Helper()
 	return controlRequestFrom(t, to, from, `{"op":"cancel","migration":"x","domain":"vm"}`)
 }
 
 // controlRequestFrom sends one control request from address from.
-func controlRequestFrom(t *testing.T, to string, from net.IP, req string) ControlResponse {
+func controlRequestFrom(t *testing.T, to string, from net.IP, req string) peer.ControlResponse {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
 	c, err := d.Dial("tcp", to)
@@ -55,10 +57,10 @@ func controlRequestFrom(t *testing.T, to string, from net.IP, req string) Contro
 		t.Fatal(err)
 	}
 	defer c.Close()
-	hb, _ := Header{Kind: KindControl}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	c.Write(append(hb, req...))
-	var resp ControlResponse
+	var resp peer.ControlResponse
 	json.NewDecoder(c).Decode(&resp)
 	return resp
 }
@@ -146,16 +148,16 @@ func TestRequestsAreReadAFewAtATimePerPeer(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	peer := Peer{Node: "a"}
+	who := Peer{Node: "a"}
 	var releases []func()
 	for i := 0; i < MaxReadingPerPeer; i++ {
-		r, err := p.startReading(peer, a, time.Now())
+		r, err := p.startReading(who, a, time.Now())
 		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
 		}
 		releases = append(releases, r)
 	}
-	if _, err := p.startReading(peer, a, time.Now().Add(50*time.Millisecond)); err == nil {
+	if _, err := p.startReading(who, a, time.Now().Add(50*time.Millisecond)); err == nil {
 		t.Fatal("a peer read one more request than its share")
 	}
 	other, err := p.startReading(Peer{Node: "b"}, a, time.Now())
@@ -165,7 +167,7 @@ func TestRequestsAreReadAFewAtATimePerPeer(t *testing.T) {
 	other()
 	releases[0]()
 	releases[0]() // once only
-	if r, err := p.startReading(peer, a, time.Now()); err != nil {
+	if r, err := p.startReading(who, a, time.Now()); err != nil {
 		t.Fatalf("a slot given back is not taken again: %v", err)
 	} else {
 		r()
@@ -195,8 +197,8 @@ func TestSmallRequestsNeverWaitForAReadingSlot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := src.p.Control(ctx, dst.addr, ControlRequest{Op: OpCancel, Migration: "gone", Domain: "vm"})
-	var ce *ControlError
+	_, err := src.p.Control(ctx, dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: "gone", Domain: "vm"})
+	var ce *peer.ControlError
 	if !errors.As(err, &ce) || ce.Reason == reasonTooManyReading {
 		t.Fatalf("a cancel while every reading slot is held: %v", err)
 	}
@@ -228,13 +230,13 @@ func TestHeldFinishesLeaveThePeerItsControlConnections(t *testing.T) {
 	for i := range n {
 		id, dom := fmt.Sprintf("held%d", i), fmt.Sprintf("vm%d", i)
 		prepareAs(t, src, dst, id, dom, 0, false)
-		sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+		sm, err := src.p.OpenSource(id, dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sm.Close("test done")
-		roundTrip(t, sm.Paths[KindMemory], 1024)
-		go src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: id, Domain: dom})
+		roundTrip(t, sm.Paths[peer.KindMemory], 1024)
+		go src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: id, Domain: dom})
 	}
 	waitMetric(t, func() bool {
 		dst.in.mu.Lock()
@@ -244,7 +246,7 @@ func TestHeldFinishesLeaveThePeerItsControlConnections(t *testing.T) {
 	if resp := prepareAs(t, src, dst, "more", "vm-more", 0, false); resp.Error != "" {
 		t.Fatalf("a prepare behind %d held finishes: %+v", n, resp)
 	}
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "more", Domain: "vm-more"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: "more", Domain: "vm-more"}); err != nil {
 		t.Fatalf("a cancel behind %d held finishes: %v", n, err)
 	}
 }
@@ -259,8 +261,8 @@ func TestOnePeerPreparesItsShareOfIncomingMigrations(t *testing.T) {
 	for i := range MaxIncomingPerPeer {
 		prepareAs(t, greedy, dst, fmt.Sprintf("g%d", i), fmt.Sprintf("vm%d", i), 0, false)
 	}
-	_, err := greedy.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "over", Domain: "vm-over", XML: testXML, Flags: 1})
-	var ce *ControlError
+	_, err := greedy.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "over", Domain: "vm-over", XML: testXML, Flags: 1})
+	var ce *peer.ControlError
 	if !errors.As(err, &ce) || ce.Reason != reasonTooManyIncoming || !strings.Contains(err.Error(), "one peer") {
 		t.Fatalf("the greedy peer's next prepare: %v, want %s saying one peer's share", err, reasonTooManyIncoming)
 	}
@@ -276,7 +278,7 @@ func TestOnePeerPreparesItsShareOfIncomingMigrations(t *testing.T) {
 // where it was.
 func holdControlsAs(t *testing.T, as, dst *node, from net.IP, n int) {
 	t.Helper()
-	hb, _ := Header{Kind: KindControl}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
 	held := dst.p.controls.Load()
 	for range n {
@@ -328,27 +330,27 @@ func TestAPreparedMigrationFinishesWhileOthersHoldEveryControlConnection(t *test
 	}
 
 	late := nodeWithCert(t, "d", ca.issueNode(t, t.TempDir(), "d"))
-	_, err := late.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "m1", Domain: "vm"})
-	var ce *ControlError
+	_, err := late.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: "m1", Domain: "vm"})
+	var ce *peer.ControlError
 	if !errors.As(err, &ce) || ce.Reason != reasonTooManyControls {
 		t.Fatalf("a peer with nothing prepared, past the cap: %v, want %s", err, reasonTooManyControls)
 	}
-	_, err = src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "m2", Domain: "vm2", XML: testXML, Flags: 1})
+	_, err = src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "m2", Domain: "vm2", XML: testXML, Flags: 1})
 	if !errors.As(err, &ce) || ce.Reason != reasonTooManyControls || !strings.Contains(err.Error(), "kept for finishes") {
 		t.Fatalf("a prepare on a kept connection: %v, want %s", err, reasonTooManyControls)
 	}
-	sm, err := src.p.OpenSource("m1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource("m1", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test done")
-	roundTrip(t, sm.Paths[KindMemory], 1024)
-	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "m1", Domain: "vm", Cookie: []byte("perform")})
+	roundTrip(t, sm.Paths[peer.KindMemory], 1024)
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "m1", Domain: "vm", Cookie: []byte("perform")})
 	if err != nil || resp.Error != "" {
 		t.Fatalf("the preparer's finish while others hold every control connection: %+v, %v", resp, err)
 	}
 	// The answer was lost, say: the finish asked again hears it again.
-	again, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "m1", Domain: "vm", Cookie: []byte("perform")})
+	again, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "m1", Domain: "vm", Cookie: []byte("perform")})
 	if err != nil || again.Error != "" || again.Outcome != resp.Outcome {
 		t.Fatalf("the finish asked again while others hold every control connection: %+v, %v; first %+v", again, err, resp)
 	}

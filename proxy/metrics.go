@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Reasons of ferry_proxy_rejected_total beyond the header and stream ones.
@@ -25,35 +27,12 @@ const (
 	reasonTooManyReading   = "too_many_requests_being_read"
 	reasonTooManyFromPeer  = "too_many_control_connections_from_peer"
 	reasonUnsettled        = "outcome_unsettled"
-	// ReasonRestarted: the target's ferryd restarted since it prepared
-	// the migration it is asked about.
-	ReasonRestarted = "restarted_since_prepare"
 	// A peer whose certificate names no node, where one is required; one
 	// that names a node badly; one that is not the node that prepared the
 	// migration it names.
 	reasonNoIdentity      = "no_node_identity"
 	reasonInvalidIdentity = "invalid_node_identity"
 	reasonWrongPeer       = "wrong_peer"
-	// ReasonGuestGone: the post-copy a recovery names no longer has its
-	// guest here (the node rebooted, the copy destroyed): it can never be
-	// resumed.
-	ReasonGuestGone = "guest_gone"
-	// ReasonUnknownMigration: the migration a stream or a finish names was
-	// never prepared on this node, or by another peer.
-	ReasonUnknownMigration = "unknown_migration"
-	// ReasonCPUIncompatible: a dry run found the guest's CPU is not one
-	// this node's hypervisor offers. Only a dry run's answer carries it, and
-	// it is never counted as a refusal.
-	ReasonCPUIncompatible = "cpu_incompatible"
-	// ReasonInboundBusy: this node takes as many incoming migrations as
-	// its inbound slots allow; the source waits its turn and asks again.
-	ReasonInboundBusy = "inbound_slots_busy"
-	// ReasonNoMemory: the guest does not fit the memory this node has
-	// available beside the guests already coming here.
-	ReasonNoMemory = "insufficient_memory"
-	// ReasonDefinedHere: this node holds the guest defined and shut off,
-	// and does not adopt such definitions.
-	ReasonDefinedHere = "domain_defined_here"
 	// reasonDirectNotAllowed: a prepare asked for the direct path from a
 	// peer this node does not take it from, or for what it does not
 	// carry; reasonDirectUnavailable: this node cannot serve it (its
@@ -66,12 +45,12 @@ const (
 // has a series to work on before the first refusal. Refusals an Incoming
 // returns with reasons of its own add theirs when they happen.
 var rejectReasons = []string{"malformed_header", "unsupported_version", "header_timeout", "tls_handshake",
-	ReasonUnknownMigration, "expired_migration", "stream_not_registered", "dial_failed", reasonShuttingDown,
+	peer.ReasonUnknownMigration, "expired_migration", "stream_not_registered", "dial_failed", peer.ReasonShuttingDown,
 	reasonMalformedRequest, reasonTooLarge, reasonUnknownOp, reasonInvalidID, reasonInvalidDomain, reasonDuplicate,
 	reasonWrongState, reasonTooManyStreams, reasonIncomingDisabled, reasonPrepareFailed, reasonNotStarted, reasonTooManyControls, reasonTooManyIncoming,
-	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, ReasonRestarted, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
-	ReasonGuestGone, "invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", ReasonInboundBusy, reasonDirectNotAllowed, reasonDirectUnavailable,
-	ReasonNoMemory, ReasonDefinedHere}
+	reasonTooManyOpening, reasonTooManyReading, reasonTooManyFromPeer, reasonUnsettled, peer.ReasonRestarted, reasonNoIdentity, reasonInvalidIdentity, reasonWrongPeer,
+	peer.ReasonGuestGone, "invalid_domain_xml", "flags_not_allowed", "domain_exists", "libvirt_unavailable", peer.ReasonInboundBusy, reasonDirectNotAllowed, reasonDirectUnavailable,
+	peer.ReasonNoMemory, peer.ReasonDefinedHere}
 
 // Metrics are the vectors the proxy counts into. Package metrics declares
 // them (every series ferryd exports is named, described and labelled
@@ -113,7 +92,7 @@ func (m Metrics) dialed(leg string, start time.Time) {
 }
 
 // open counts an open relayed connection until the returned func is called.
-func (m Metrics) open(k Kind, side string) (closed func()) {
+func (m Metrics) open(k peer.Kind, side string) (closed func()) {
 	if m.Connections == nil {
 		return func() {}
 	}
@@ -124,7 +103,7 @@ func (m Metrics) open(k Kind, side string) (closed func()) {
 
 // counter returns a live byte counter for one stream and direction that
 // also feeds the migration's own counter.
-func (m Metrics) counter(k Kind, toTarget bool, own *Counters) func(int64) {
+func (m Metrics) counter(k peer.Kind, toTarget bool, own *Counters) func(int64) {
 	dir := "from_target"
 	slot := &own.FromTarget[k]
 	if toTarget {
@@ -132,7 +111,7 @@ func (m Metrics) counter(k Kind, toTarget bool, own *Counters) func(int64) {
 		slot = &own.ToTarget[k]
 	}
 	add := func(n int64) { slot.Add(uint64(n)) }
-	if k == KindMemory && toTarget {
+	if k == peer.KindMemory && toTarget {
 		add = func(n int64) {
 			slot.Add(uint64(n))
 			own.wire.add(n, time.Now())

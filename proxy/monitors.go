@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // A post-copy target QEMU creates Ferry's QMP monitor socket in the socket
@@ -41,7 +43,7 @@ const maxSocketPath = 107
 func monitorPathFits(socketDir string) error {
 	id := newMigrationID()
 	for what, p := range map[string]string{
-		"a target QEMU's migration socket":             HiddenPath(socketDir, TargetSocketPath(socketDir, id, KindDisk)) + "." + strconv.FormatUint(math.MaxUint64, 16),
+		"a target QEMU's migration socket":             HiddenPath(socketDir, TargetSocketPath(socketDir, id, peer.KindDisk)) + "." + strconv.FormatUint(math.MaxUint64, 16),
 		"a QEMU monitor (post-copy recovery needs it)": HiddenMonitorPath(socketDir, id),
 	} {
 		if n := len(p); n > maxSocketPath {
@@ -76,7 +78,7 @@ func makeMonitorDir(socketDir string) error {
 
 // hideMonitor moves migration in's monitor socket out of QEMU's reach;
 // one that is not a socket QEMU made (a link, a file) is removed instead.
-func (p *Proxy) hideMonitor(in IncomingMigration) {
+func (p *Proxy) hideMonitor(in peer.IncomingMigration) {
 	if in.MonitorPath == "" {
 		return
 	}
@@ -220,7 +222,7 @@ func boundPath(socketDir, hiddenName string) string {
 
 // hideTargets moves migration in's target sockets, which its QEMU listens
 // on since its Prepare, out of QEMU's reach, if the watch has not yet.
-func (p *Proxy) hideTargets(in IncomingMigration) {
+func (p *Proxy) hideTargets(in peer.IncomingMigration) {
 	for _, uri := range []string{in.MemoryURI, in.DiskURI} {
 		path, ok := strings.CutPrefix(uri, "unix://")
 		if !ok || path == "" {
@@ -258,7 +260,7 @@ const monitorGreeting = 2 * time.Second
 // of the node that reached the monitor before it was hidden, and holds it,
 // leaves ferryd ungreeted, and would hold the guest's recovery hostage.
 // Such a migration is not taken.
-func (p *Proxy) monitorIsOurs(in IncomingMigration) error {
+func (p *Proxy) monitorIsOurs(in peer.IncomingMigration) error {
 	if in.MonitorPath == "" {
 		return nil
 	}
@@ -283,7 +285,7 @@ func (p *Proxy) monitorIsOurs(in IncomingMigration) error {
 // one whose listener is that QEMU (another QEMU's, bound first under the
 // name, is connected to and let go: it learns nothing). reason is the
 // refusal's code when none is.
-func (p *Proxy) dialTargetQEMU(e *entry, target string, h Header) (net.Conn, string, error) {
+func (p *Proxy) dialTargetQEMU(e *entry, target string, h peer.Header) (net.Conn, string, error) {
 	what := fmt.Sprintf("the %s socket of migration %s", h.Kind, h.ID)
 	reason, last := "dial_failed", fmt.Errorf("cannot reach %s: no QEMU listens on it", what)
 	// Twice: the watch may move a socket between its listing and its dial.

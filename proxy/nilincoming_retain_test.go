@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // A ferryd with no libvirt socket (one watching a glob, KubeVirt's one
@@ -30,8 +32,8 @@ func TestARepeatedFinishIsAnsweredWithNoIncoming(t *testing.T) {
 	raw, other := net.Pipe()
 	defer raw.Close()
 	defer other.Close()
-	resp := p.finish(raw, raw, ControlRequest{Op: OpFinish, Migration: "left", Domain: "vm"}, Peer{Plain: "10.0.0.1"})
-	if resp.Reason != ReasonRestarted {
+	resp := p.finish(raw, raw, peer.ControlRequest{Op: peer.OpFinish, Migration: "left", Domain: "vm"}, Peer{Plain: "10.0.0.1"})
+	if resp.Reason != peer.ReasonRestarted {
 		t.Fatalf("answered %+v; want the restarted refusal (ask again)", resp)
 	}
 }
@@ -40,8 +42,8 @@ func TestARepeatedFinishIsAnsweredWithNoIncoming(t *testing.T) {
 // already runs there, keeping nothing of what it is given.
 type refusingIncoming struct{ *fakeIncoming }
 
-func (refusingIncoming) Prepare(context.Context, IncomingMigration, string, []byte) ([]byte, error) {
-	return nil, &Refusal{Reason: "domain_exists", Msg: "domain already runs on this node"}
+func (refusingIncoming) Prepare(context.Context, peer.IncomingMigration, string, []byte) ([]byte, error) {
+	return nil, &peer.Refusal{Reason: "domain_exists", Msg: "domain already runs on this node"}
 }
 
 // The registry keeps an ended migration ten minutes, and with it what it
@@ -59,7 +61,7 @@ func TestRefusedPreparesDoNotKeepTheirXML(t *testing.T) {
 	before := heapMiB()
 	const n = 40
 	for i := range n {
-		resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: fmt.Sprintf("r%d", i), Domain: "vm",
+		resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: fmt.Sprintf("r%d", i), Domain: "vm",
 			XML: big, Cookie: []byte("begin"), Flags: 1})
 		if resp.Reason != "domain_exists" {
 			t.Fatalf("prepare %d: %+v, %v; want refused", i, resp, err)

@@ -27,15 +27,15 @@ func fromAddr(ip string, port int) *addrConn {
 // reserved port and have a room of their own.
 func TestStrangersFromManyAddressesNeverCloseAPeersConnections(t *testing.T) {
 	p := &Proxy{}
-	peer := fromAddr("10.77.0.1", 550)
-	if _, _, why := p.open(peer); why != "" {
+	who := fromAddr("10.77.0.1", 550)
+	if _, _, why := p.open(who); why != "" {
 		t.Fatal(why)
 	}
 	for i := range 3 * MaxOpeningConns {
 		p.open(fromAddr(net.IPv4(10, 1, byte(i>>8), byte(i)).String(), 40000))
 		p.open(fromAddr(fmt.Sprintf("2001:db8:%x::1", i), 40000))
 	}
-	if peer.closed {
+	if who.closed {
 		t.Fatal("a peer's connection from a reserved port was closed for strangers' room")
 	}
 	if n := len(p.openingRooms[0]); n != MaxOpeningConns {
@@ -80,15 +80,15 @@ func TestPrivilegedStrangersNeverCloseAPeerThatSpoke(t *testing.T) {
 		"ferryd's ports, its node":    func(_, j int) *addrConn { return fromAddr("10.77.0.1", 512+j%88) },
 	} {
 		p := &Proxy{}
-		peer := fromAddr("10.77.0.1", 550)
-		c, _, _ := p.open(peer)
+		who := fromAddr("10.77.0.1", 550)
+		c, _, _ := p.open(who)
 		spoke(c)
 		for i := range 2*MaxOpeningConns/MaxOpeningPerAddr + 1 {
 			for j := range MaxOpeningPerAddr {
 				p.open(flood(i, j))
 			}
 		}
-		if peer.closed {
+		if who.closed {
 			t.Errorf("%s: a peer ferryd's connection that spoke was closed for silent ones", name)
 		}
 	}
@@ -100,14 +100,14 @@ func TestPrivilegedStrangersNeverCloseAPeerThatSpoke(t *testing.T) {
 // connection from another host is not the one closed.
 func TestAPrivilegedFloodThatSpeaksClosesItsOwnFirst(t *testing.T) {
 	p := &Proxy{}
-	peer := fromAddr("10.77.0.1", 550)
-	c, _, _ := p.open(peer)
+	who := fromAddr("10.77.0.1", 550)
+	c, _, _ := p.open(who)
 	spoke(c)
 	for i := range 2 * MaxOpeningConns {
 		fc, _, _ := p.open(fromAddr(fmt.Sprintf("2001:db8:%x::%x", i%40, i+1), 512+i%88))
 		spoke(fc)
 	}
-	if peer.closed {
+	if who.closed {
 		t.Fatal("a peer ferryd's connection was closed for a flood that speaks")
 	}
 	if n := len(p.openingRooms[1]); n > MaxOpeningConns {

@@ -13,28 +13,8 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/internal/atomicfile"
+	"github.com/ferry-vm/ferry/peer"
 )
-
-// What a target says of its copy of the guest when it answers a finish.
-// The source decides by it alone whether to resume its own copy: only
-// OutcomeStopped lets it, since a guest must never run on both nodes.
-const (
-	// OutcomeRunning: the target's copy runs (or is held in post-copy);
-	// the source must not resume its own.
-	OutcomeRunning = "running"
-	// OutcomeStopped: the target has no copy of the guest any more.
-	OutcomeStopped = "stopped"
-	// OutcomeSplit: post-copy failed, and the guest's memory is split
-	// between the two copies: neither may be resumed or destroyed. The
-	// source ends its side as libvirt's own client does after a failed
-	// Finish, and libvirt keeps its copy paused.
-	OutcomeSplit = "split"
-)
-
-// knownOutcome says whether o is one of the outcomes a target may name.
-func knownOutcome(o string) bool {
-	return o == OutcomeRunning || o == OutcomeStopped || o == OutcomeSplit
-}
 
 // outcomeRecord is a prepared migration as the target keeps it on disk:
 // written before the prepare is answered, and again with the finish's
@@ -48,8 +28,8 @@ type outcomeRecord struct {
 	Prepared time.Time `json:"prepared"`
 	// Finishing: libvirt's Finish (not cancelled) began, and may have
 	// handed the guest over; without a Result, absence proves nothing.
-	Finishing bool             `json:"finishing,omitempty"`
-	Result    *ControlResponse `json:"result,omitempty"`
+	Finishing bool                  `json:"finishing,omitempty"`
+	Result    *peer.ControlResponse `json:"result,omitempty"`
 }
 
 // maxOutcomeFile bounds what is read back of one record.
@@ -72,7 +52,7 @@ func openOutcomes(dir string) (*outcomeStore, error) {
 }
 
 func (s *outcomeStore) path(id string) (string, error) {
-	if err := ValidID(id); err != nil {
+	if err := peer.ValidID(id); err != nil {
 		return "", err
 	}
 	return filepath.Join(s.dir, id+".json"), nil
@@ -107,7 +87,7 @@ func (s *outcomeStore) all() []outcomeRecord {
 	var out []outcomeRecord
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || ValidID(id) != nil {
+		if !ok || peer.ValidID(id) != nil {
 			continue
 		}
 		if r, err := s.read(filepath.Join(s.dir, e.Name()), id); err == nil {
@@ -119,7 +99,7 @@ func (s *outcomeStore) all() []outcomeRecord {
 
 // recovered replaces a split answer with a recovered migration's: the
 // guest runs whole here now. No other answer is ever replaced.
-func (s *outcomeStore) recovered(id string, resp ControlResponse) error {
+func (s *outcomeStore) recovered(id string, resp peer.ControlResponse) error {
 	p, err := s.path(id)
 	if err != nil {
 		return err
@@ -130,7 +110,7 @@ func (s *outcomeStore) recovered(id string, resp ControlResponse) error {
 	if err != nil {
 		return err
 	}
-	if old.Result == nil || old.Result.Outcome != OutcomeSplit || resp.Outcome != OutcomeRunning {
+	if old.Result == nil || old.Result.Outcome != peer.OutcomeSplit || resp.Outcome != peer.OutcomeRunning {
 		return nil
 	}
 	old.Result = &resp
@@ -168,7 +148,7 @@ func (s *outcomeStore) trim() {
 	var recs []rec
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || ValidID(id) != nil {
+		if !ok || peer.ValidID(id) != nil {
 			continue
 		}
 		fi, err := e.Info()
@@ -176,7 +156,7 @@ func (s *outcomeStore) trim() {
 			continue
 		}
 		r, err := s.read(filepath.Join(s.dir, e.Name()), id)
-		held := err == nil && (r.Finishing && r.Result == nil || r.Result != nil && r.Result.Outcome == OutcomeSplit)
+		held := err == nil && (r.Finishing && r.Result == nil || r.Result != nil && r.Result.Outcome == peer.OutcomeSplit)
 		recs = append(recs, rec{e.Name(), fi.ModTime(), held})
 	}
 	sort.SliceStable(recs, func(i, j int) bool {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // relayed prepares id on dst from src and relays a little of its memory
@@ -15,12 +17,12 @@ import (
 func relayed(t *testing.T, src, dst *node, id string) {
 	t.Helper()
 	prepare(t, src, dst, id, 0, false)
-	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource(id, dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sm.Close("test done") })
-	roundTrip(t, sm.Paths[KindMemory], 1024)
+	roundTrip(t, sm.Paths[peer.KindMemory], 1024)
 }
 
 func finishes(n *node) int {
@@ -36,7 +38,7 @@ func TestFinishSaysWhetherTheGuestRunsThereAndSaysItAgain(t *testing.T) {
 	relayed(t, src, dst, "lost")
 	first := finish(t, src, dst, "lost", false)
 	second := finish(t, src, dst, "lost", false)
-	if first.Outcome != OutcomeRunning || second.Outcome != OutcomeRunning || string(second.Cookie) != "finished:lost" {
+	if first.Outcome != peer.OutcomeRunning || second.Outcome != peer.OutcomeRunning || string(second.Cookie) != "finished:lost" {
 		t.Fatalf("finish answered %+v, then %+v; want running twice with libvirt's cookie", first, second)
 	}
 	if n := finishes(dst); n != 1 {
@@ -53,8 +55,8 @@ func TestARestartedTargetAnswersFromItsRecord(t *testing.T) {
 	first := finish(t, src, dst, "kept", false)
 	dst.p.Shutdown(context.Background())
 	again := startNodeWith(t, Config{OutcomeDir: dir})
-	resp, err := src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "kept", Domain: "vm"})
-	if err != nil || resp.Outcome != OutcomeRunning || string(resp.Cookie) != string(first.Cookie) {
+	resp, err := src.p.Control(context.Background(), again.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "kept", Domain: "vm"})
+	if err != nil || resp.Outcome != peer.OutcomeRunning || string(resp.Cookie) != string(first.Cookie) {
 		t.Fatalf("restarted target answered %+v, %v; want the first answer %+v", resp, err, first)
 	}
 	if n := finishes(again); n != 0 {
@@ -81,24 +83,26 @@ func TestARestartedTargetWorksTheOutcomeOutFromLibvirt(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := startNodeWith(t, Config{OutcomeDir: dir})
-	ask := func() (ControlResponse, error) {
-		return src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "crashed", Domain: "vm"})
+	ask := func() (peer.ControlResponse, error) {
+		return src.p.Control(context.Background(), again.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "crashed", Domain: "vm"})
 	}
 	for _, c := range []struct {
-		libvirt func(IncomingMigration) (string, error)
+		libvirt func(peer.IncomingMigration) (string, error)
 		outcome string
 		reason  string
 	}{
-		{func(IncomingMigration) (string, error) { return "", errors.New("domain vm still has a libvirt job") }, "", ReasonRestarted},
-		{func(IncomingMigration) (string, error) { return OutcomeRunning, nil }, OutcomeRunning, ""},
+		{func(peer.IncomingMigration) (string, error) {
+			return "", errors.New("domain vm still has a libvirt job")
+		}, "", peer.ReasonRestarted},
+		{func(peer.IncomingMigration) (string, error) { return peer.OutcomeRunning, nil }, peer.OutcomeRunning, ""},
 		// Settled once: a later change of libvirt's view does not undo it.
-		{func(IncomingMigration) (string, error) { return OutcomeStopped, nil }, OutcomeRunning, ""},
+		{func(peer.IncomingMigration) (string, error) { return peer.OutcomeStopped, nil }, peer.OutcomeRunning, ""},
 	} {
 		again.in.mu.Lock()
 		again.in.outcome = c.libvirt
 		again.in.mu.Unlock()
 		resp, err := ask()
-		var ce *ControlError
+		var ce *peer.ControlError
 		errors.As(err, &ce)
 		if resp.Outcome != c.outcome || (c.reason != "") != (ce != nil && ce.Reason == c.reason) {
 			t.Fatalf("answered %+v, %v; want outcome %q, refusal %q", resp, err, c.outcome, c.reason)
@@ -110,14 +114,14 @@ func TestARestartedTargetWorksTheOutcomeOutFromLibvirt(t *testing.T) {
 		t.Fatal(err)
 	}
 	again.in.mu.Lock()
-	again.in.outcome = func(IncomingMigration) (string, error) { return OutcomeStopped, nil }
+	again.in.outcome = func(peer.IncomingMigration) (string, error) { return peer.OutcomeStopped, nil }
 	again.in.mu.Unlock()
-	resp, err := src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "gone", Domain: "vm2"})
-	if err == nil || resp.Outcome != OutcomeStopped || !strings.Contains(err.Error(), "does not run on this node") {
+	resp, err := src.p.Control(context.Background(), again.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "gone", Domain: "vm2"})
+	if err == nil || resp.Outcome != peer.OutcomeStopped || !strings.Contains(err.Error(), "does not run on this node") {
 		t.Fatalf("answered %+v, %v; want an error with outcome stopped", resp, err)
 	}
 	// A record names its peer and domain: another domain learns nothing.
-	if resp, err := src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "gone", Domain: "vm"}); resp.Outcome != "" || err == nil {
+	if resp, err := src.p.Control(context.Background(), again.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "gone", Domain: "vm"}); resp.Outcome != "" || err == nil {
 		t.Fatalf("a finish naming another domain answered %+v, %v", resp, err)
 	}
 }
@@ -132,12 +136,12 @@ func TestARepeatWaitsForTheFinishStillRunning(t *testing.T) {
 	dst.in.finishHold = hold
 	dst.in.mu.Unlock()
 	ctx, cut := context.WithCancel(context.Background())
-	go src.p.Control(ctx, dst.addr, ControlRequest{Op: OpFinish, Migration: "slow", Domain: "vm"})
+	go src.p.Control(ctx, dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "slow", Domain: "vm"})
 	waitMetric(t, func() bool { return finishes(dst) == 1 })
 	cut()
-	done := make(chan ControlResponse, 1)
+	done := make(chan peer.ControlResponse, 1)
 	go func() {
-		resp, _ := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "slow", Domain: "vm"})
+		resp, _ := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "slow", Domain: "vm"})
 		done <- resp
 	}()
 	select {
@@ -148,7 +152,7 @@ func TestARepeatWaitsForTheFinishStillRunning(t *testing.T) {
 	close(hold)
 	select {
 	case resp := <-done:
-		if resp.Outcome != OutcomeRunning || string(resp.Cookie) != "finished:slow" {
+		if resp.Outcome != peer.OutcomeRunning || string(resp.Cookie) != "finished:slow" {
 			t.Fatalf("the repeat answered %+v", resp)
 		}
 	case <-time.After(5 * time.Second):
@@ -171,18 +175,18 @@ func TestAFinishBegunNeverSettlesAsStopped(t *testing.T) {
 	}
 	again := startNodeWith(t, Config{OutcomeDir: dir})
 	again.in.mu.Lock()
-	again.in.outcome = func(IncomingMigration) (string, error) { return OutcomeStopped, nil }
+	again.in.outcome = func(peer.IncomingMigration) (string, error) { return peer.OutcomeStopped, nil }
 	again.in.mu.Unlock()
-	resp, err := src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "begun", Domain: "vm"})
-	var ce *ControlError
-	if resp.Outcome != "" || !errors.As(err, &ce) || ce.Reason != ReasonRestarted || !strings.Contains(err.Error(), "cannot be told") {
+	resp, err := src.p.Control(context.Background(), again.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "begun", Domain: "vm"})
+	var ce *peer.ControlError
+	if resp.Outcome != "" || !errors.As(err, &ce) || ce.Reason != peer.ReasonRestarted || !strings.Contains(err.Error(), "cannot be told") {
 		t.Fatalf("answered %+v, %v; want no outcome, a refusal saying it cannot be told", resp, err)
 	}
 	// Running is still running: the guest is there.
 	again.in.mu.Lock()
-	again.in.outcome = func(IncomingMigration) (string, error) { return OutcomeRunning, nil }
+	again.in.outcome = func(peer.IncomingMigration) (string, error) { return peer.OutcomeRunning, nil }
 	again.in.mu.Unlock()
-	if resp, err := src.p.Control(context.Background(), again.addr, ControlRequest{Op: OpFinish, Migration: "begun", Domain: "vm"}); err != nil || resp.Outcome != OutcomeRunning {
+	if resp, err := src.p.Control(context.Background(), again.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "begun", Domain: "vm"}); err != nil || resp.Outcome != peer.OutcomeRunning {
 		t.Fatalf("with the guest there: %+v, %v", resp, err)
 	}
 }
@@ -209,8 +213,8 @@ func TestNoPreCopyFinishWithoutItsGuardRecord(t *testing.T) {
 	src, dst := startNode(t, nil), startNodeWith(t, Config{OutcomeDir: dir})
 	relayed(t, src, dst, "unguarded")
 	breakOutcomeDir(t, dir)
-	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "unguarded", Domain: "vm", Cookie: []byte("perform")})
-	if err == nil || resp.Outcome != OutcomeStopped {
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "unguarded", Domain: "vm", Cookie: []byte("perform")})
+	if err == nil || resp.Outcome != peer.OutcomeStopped {
 		t.Fatalf("finish answered %+v, %v; want the guest stopped here, with an error", resp, err)
 	}
 	dst.in.mu.Lock()
@@ -225,18 +229,18 @@ func TestNoPreCopyFinishWithoutItsGuardRecord(t *testing.T) {
 func TestAPostCopyFinishGoesOnWithoutItsGuardRecord(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "outcomes")
 	src, dst := startNode(t, nil), startNodeWith(t, Config{OutcomeDir: dir})
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "pc", Domain: "vm",
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "pc", Domain: "vm",
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true}); err != nil {
 		t.Fatal(err)
 	}
-	sm, err := src.p.OpenSource("pc", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource("pc", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sm.Close("test done") })
-	roundTrip(t, sm.Paths[KindMemory], 1024)
+	roundTrip(t, sm.Paths[peer.KindMemory], 1024)
 	breakOutcomeDir(t, dir)
-	if resp := finish(t, src, dst, "pc", false); resp.Outcome != OutcomeRunning {
+	if resp := finish(t, src, dst, "pc", false); resp.Outcome != peer.OutcomeRunning {
 		t.Fatalf("finish answered %+v, want running", resp)
 	}
 }

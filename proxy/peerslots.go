@@ -14,8 +14,8 @@ import (
 const MaxControlConnsPerPeer = 8
 
 // peerKey tells peers apart: by certificate, or with TLS off by address.
-func peerKey(peer Peer, raw net.Conn) string {
-	if k := peer.owner(); k != "" {
+func peerKey(who Peer, raw net.Conn) string {
+	if k := who.owner(); k != "" {
 		return k
 	}
 	return "addr:" + remoteAddr(raw).String()
@@ -23,13 +23,13 @@ func peerKey(peer Peer, raw net.Conn) string {
 
 // takeControlSlot takes one of the peer's control slots, or says why not;
 // release gives it back, once.
-func (p *Proxy) takeControlSlot(peer Peer, raw net.Conn) (release func(), err error) {
+func (p *Proxy) takeControlSlot(who Peer, raw net.Conn) (release func(), err error) {
 	p.controlMu.Lock()
 	defer p.controlMu.Unlock()
 	if p.controlBy == nil {
 		p.controlBy = map[string]int{}
 	}
-	release, ok := p.countIn(p.controlBy, peerKey(peer, raw), MaxControlConnsPerPeer)
+	release, ok := p.countIn(p.controlBy, peerKey(who, raw), MaxControlConnsPerPeer)
 	if !ok {
 		return nil, fmt.Errorf("this peer already holds %d control connections whose requests are not read yet", MaxControlConnsPerPeer)
 	}
@@ -45,8 +45,8 @@ func (p *Proxy) takeControlSlot(peer Peer, raw net.Conn) (release func(), err er
 // than twice its share of incoming migrations; all peers together hold
 // at most twice MaxIncoming. Only a peer known by its certificate has
 // any: without TLS, no peer can be told from another.
-func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
-	owner := peer.owner()
+func (p *Proxy) takeReserve(who Peer, raw net.Conn) (release func(), ok bool) {
+	owner := who.owner()
 	if owner == "" {
 		return nil, false
 	}
@@ -63,7 +63,7 @@ func (p *Proxy) takeReserve(peer Peer, raw net.Conn) (release func(), ok bool) {
 	if total >= 2*MaxIncoming {
 		return nil, false
 	}
-	return p.countIn(p.reserveBy, peerKey(peer, raw), allowed)
+	return p.countIn(p.reserveBy, peerKey(who, raw), allowed)
 }
 
 // countIn counts one more for key in counts, below limit; release counts

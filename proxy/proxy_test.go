@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // node is one proxy on loopback with its own socket dir and a fake
@@ -124,7 +126,7 @@ func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
 			dst := startNode(t, dstFiles)
 			const id = "m1"
 			prepare(t, src, dst, id, 3, true)
-			sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory, KindDisk}, os.Getpid(), 0)
+			sm, err := src.p.OpenSource(id, dst.addr, []peer.Kind{peer.KindMemory, peer.KindDisk}, os.Getpid(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +134,7 @@ func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
 			var wg sync.WaitGroup
 			// Four memory connections, as multifd opens them with
 			// three channels.
-			for _, k := range []Kind{KindMemory, KindMemory, KindMemory, KindMemory, KindDisk} {
+			for _, k := range []peer.Kind{peer.KindMemory, peer.KindMemory, peer.KindMemory, peer.KindMemory, peer.KindDisk} {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -140,10 +142,10 @@ func TestRelaysEveryStreamPlainAndTLS(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if got := sm.Counters.ToTarget[KindMemory].Load(); got != 4*size {
+			if got := sm.Counters.ToTarget[peer.KindMemory].Load(); got != 4*size {
 				t.Errorf("source counted %d bytes to the target on memory, want %d", got, 4*size)
 			}
-			if got := sm.Counters.Conns[KindMemory].Load(); got != 4 {
+			if got := sm.Counters.Conns[peer.KindMemory].Load(); got != 4 {
 				t.Errorf("%d memory connections counted, want 4", got)
 			}
 			fin := finish(t, src, dst, id, false)
@@ -172,7 +174,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 		f := other.issue(t, t.TempDir(), "ferry")
 		stranger := startNode(t, &f)
 		before := rejected("tls_handshake")
-		if _, err := stranger.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "x", Domain: "vm", XML: testXML}); err == nil {
+		if _, err := stranger.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "x", Domain: "vm", XML: testXML}); err == nil {
 			t.Fatal("a peer with a foreign certificate prepared a migration")
 		}
 		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
@@ -185,7 +187,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 		f := other.issue(t, t.TempDir(), "ferry")
 		f.CA = dstFiles.CA
 		stranger := startNode(t, &f)
-		_, err := stranger.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "x", Domain: "vm", XML: testXML})
+		_, err := stranger.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "x", Domain: "vm", XML: testXML})
 		if err == nil || !strings.Contains(err.Error(), "tls:") {
 			t.Fatalf("refusal of an untrusted client certificate: %v, want the TLS alert named", err)
 		}
@@ -195,7 +197,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 		f.PeerName = "ferry"
 		impostor := startNode(t, &f)
 		before := rejected("tls_handshake")
-		if _, err := impostor.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "x", Domain: "vm", XML: testXML}); err == nil {
+		if _, err := impostor.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "x", Domain: "vm", XML: testXML}); err == nil {
 			t.Fatal("a certificate without the peer name prepared a migration")
 		}
 		waitMetric(t, func() bool { return rejected("tls_handshake") == before+1 })
@@ -206,7 +208,7 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hb, _ := Header{Kind: KindMemory, ID: "m1"}.Encode()
+		hb, _ := peer.Header{Kind: peer.KindMemory, ID: "m1"}.Encode()
 		c.Write(hb)
 		io.ReadAll(c)
 		c.Close()
@@ -214,8 +216,8 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	})
 	t.Run("unregistered migration", func(t *testing.T) {
 		before := rejected("unknown_migration")
-		_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "never-registered"})
-		var refused *RefusedError
+		_, _, err := src.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "never-registered"})
+		var refused *peer.RefusedError
 		if !errorsAs(err, &refused) || !bytes.Contains([]byte(refused.Reason), []byte("not prepared")) {
 			t.Fatalf("error %v, want a refusal naming the unregistered migration", err)
 		}
@@ -243,17 +245,17 @@ func TestRefusesWhatItMustAndKeepsServing(t *testing.T) {
 	})
 	t.Run("still serving a prepared migration", func(t *testing.T) {
 		prepare(t, src, dst, "ok1", 0, false)
-		sm, err := src.p.OpenSource("ok1", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+		sm, err := src.p.OpenSource("ok1", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sm.Close("done")
-		roundTrip(t, sm.Paths[KindMemory], 1<<20)
+		roundTrip(t, sm.Paths[peer.KindMemory], 1<<20)
 	})
 	t.Run("ended migration", func(t *testing.T) {
 		finish(t, src, dst, "ok1", false)
 		before := rejected("expired_migration")
-		if _, _, err := src.p.dialPeer(context.Background(), dst.addr, "", Header{Kind: KindMemory, ID: "ok1"}); err == nil {
+		if _, _, err := src.p.dialPeer(context.Background(), dst.addr, "", peer.Header{Kind: peer.KindMemory, ID: "ok1"}); err == nil {
 			t.Fatal("relay of an ended migration accepted")
 		}
 		waitMetric(t, func() bool { return rejected("expired_migration") == before+1 })

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ferry-vm/ferry/internal/testsock"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // recoveringIncoming is fakeIncoming that resumes post-copy: Recover
@@ -23,12 +24,12 @@ type recoveringIncoming struct {
 	completed bool   // QEMU here has every page: Recover arms nothing
 }
 
-func (f *recoveringIncoming) Recover(_ context.Context, m IncomingMigration, socket string) (string, error) {
+func (f *recoveringIncoming) Recover(_ context.Context, m peer.IncomingMigration, socket string) (string, error) {
 	f.rmu.Lock()
 	completed := f.completed
 	f.rmu.Unlock()
 	if completed {
-		return QEMUCompleted, nil
+		return peer.QEMUCompleted, nil
 	}
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
@@ -42,7 +43,7 @@ func (f *recoveringIncoming) Recover(_ context.Context, m IncomingMigration, soc
 	return "postcopy-paused", nil
 }
 
-func (f *recoveringIncoming) Recovered(context.Context, IncomingMigration) (string, bool, error) {
+func (f *recoveringIncoming) Recovered(context.Context, peer.IncomingMigration) (string, bool, error) {
 	f.rmu.Lock()
 	defer f.rmu.Unlock()
 	if f.recovered == "" {
@@ -56,20 +57,20 @@ func (f *recoveringIncoming) Recovered(context.Context, IncomingMigration) (stri
 func splitPostCopy(t *testing.T, src *node, dir, id string) (*node, *recoveringIncoming) {
 	t.Helper()
 	in := &recoveringIncoming{fakeIncoming: newFakeIncoming()}
-	in.outcome = func(IncomingMigration) (string, error) { return OutcomeSplit, nil }
+	in.outcome = func(peer.IncomingMigration) (string, error) { return peer.OutcomeSplit, nil }
 	in.finishErr = errors.New("job 'migration in' failed in post-copy phase")
 	dst := startNodeWith(t, Config{OutcomeDir: dir, Incoming: in})
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: id, Domain: "vm",
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: "vm",
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300}); err != nil {
 		t.Fatal(err)
 	}
-	sm, err := src.p.OpenSource(id, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource(id, dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, sm.Paths[KindMemory], 1024)
+	roundTrip(t, sm.Paths[peer.KindMemory], 1024)
 	sm.Close("the streams broke")
-	if resp, _ := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: id, Domain: "vm"}); resp.Outcome != OutcomeSplit {
+	if resp, _ := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: id, Domain: "vm"}); resp.Outcome != peer.OutcomeSplit {
 		t.Fatalf("the finish answered %+v, want split", resp)
 	}
 	return dst, in
@@ -82,15 +83,15 @@ func TestRecoveryOpensAFreshStreamEachAttempt(t *testing.T) {
 	dst, in := splitPostCopy(t, src, t.TempDir(), "pc")
 	var streams []string
 	for attempt := 0; attempt < 2; attempt++ {
-		resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "pc", Domain: "vm"})
-		if err != nil || ValidID(resp.Migration) != nil {
+		resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "pc", Domain: "vm"})
+		if err != nil || peer.ValidID(resp.Migration) != nil {
 			t.Fatalf("recover answered %+v, %v", resp, err)
 		}
-		sm, err := src.p.OpenSource(resp.Migration, dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+		sm, err := src.p.OpenSource(resp.Migration, dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		roundTrip(t, sm.Paths[KindMemory], 4096)
+		roundTrip(t, sm.Paths[peer.KindMemory], 4096)
 		sm.Close("attempt over")
 		streams = append(streams, resp.Migration)
 	}
@@ -104,18 +105,18 @@ func TestRecoveryOpensAFreshStreamEachAttempt(t *testing.T) {
 	in.rmu.Unlock()
 	// Another peer, knowing the id, gets nothing.
 	other := startNode(t, nil)
-	if _, err := other.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "pc", Domain: "other"}); err == nil {
+	if _, err := other.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "pc", Domain: "other"}); err == nil {
 		t.Fatal("a recovery of another domain's name was armed")
 	}
 	// Once the guest runs whole there, the kept answer says so.
 	in.rmu.Lock()
-	in.recovered = OutcomeRunning
+	in.recovered = peer.OutcomeRunning
 	in.rmu.Unlock()
-	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecovered, Migration: "pc", Domain: "vm"})
-	if err != nil || resp.Outcome != OutcomeRunning || !resp.Persisted {
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecovered, Migration: "pc", Domain: "vm"})
+	if err != nil || resp.Outcome != peer.OutcomeRunning || !resp.Persisted {
 		t.Fatalf("recovered answered %+v, %v", resp, err)
 	}
-	if again := finish(t, src, dst, "pc", false); again.Outcome != OutcomeRunning {
+	if again := finish(t, src, dst, "pc", false); again.Outcome != peer.OutcomeRunning {
 		t.Fatalf("a repeated finish after the recovery answered %+v, want running", again)
 	}
 }
@@ -125,10 +126,10 @@ func TestRecoveryOpensAFreshStreamEachAttempt(t *testing.T) {
 func TestRecoveryOnlyOfASplitPostCopy(t *testing.T) {
 	src := startNode(t, nil)
 	dst, in := splitPostCopy(t, src, t.TempDir(), "pc")
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecovered, Migration: "pc", Domain: "vm"}); err == nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecovered, Migration: "pc", Domain: "vm"}); err == nil {
 		t.Fatal("recovered answered while libvirt's job still runs")
 	}
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "never", Domain: "vm"}); err == nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "never", Domain: "vm"}); err == nil {
 		t.Fatal("a recovery of an unknown migration was armed")
 	}
 	in.rmu.Lock()
@@ -144,7 +145,7 @@ func TestRecoveryOnlyOfASplitPostCopy(t *testing.T) {
 func TestTheMonitorIsMovedOutOfQEMUsReach(t *testing.T) {
 	n := startNode(t, nil)
 	dir := n.p.SocketDir()
-	in := IncomingMigration{ID: "pc", Domain: "vm", MonitorPath: TargetMonitorPath(dir, "pc")}
+	in := peer.IncomingMigration{ID: "pc", Domain: "vm", MonitorPath: TargetMonitorPath(dir, "pc")}
 	testsock.Serve(t, in.MonitorPath, func(c net.Conn) { c.Write([]byte("hello\n")) })
 	n.p.hideMonitor(in)
 	if _, err := os.Lstat(in.MonitorPath); !os.IsNotExist(err) {
@@ -158,7 +159,7 @@ func TestTheMonitorIsMovedOutOfQEMUsReach(t *testing.T) {
 	if fi, err := os.Stat(filepath.Dir(HiddenMonitorPath(dir, "pc"))); err != nil || fi.Mode().Perm()&0o077 != 0 {
 		t.Fatalf("the monitors' directory is %v, %v: not ferryd's alone", fi.Mode(), err)
 	}
-	planted := IncomingMigration{ID: "pl", Domain: "vm", MonitorPath: TargetMonitorPath(dir, "pl")}
+	planted := peer.IncomingMigration{ID: "pl", Domain: "vm", MonitorPath: TargetMonitorPath(dir, "pl")}
 	if err := os.Symlink("/run/libvirt/libvirt-sock", planted.MonitorPath); err != nil {
 		t.Fatal(err)
 	}
@@ -180,14 +181,14 @@ func TestARecoveryOfAMigrationCompletedHereHandsOutNoStream(t *testing.T) {
 	in.rmu.Lock()
 	in.completed = true
 	in.rmu.Unlock()
-	resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecover, Migration: "pc", Domain: "vm"})
-	if err != nil || resp.Outcome != OutcomeRunning || resp.Migration != "" {
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "pc", Domain: "vm"})
+	if err != nil || resp.Outcome != peer.OutcomeRunning || resp.Migration != "" {
 		t.Fatalf("recover answered %+v, %v; want running with no stream", resp, err)
 	}
 	in.rmu.Lock()
-	in.recovered = OutcomeRunning
+	in.recovered = peer.OutcomeRunning
 	in.rmu.Unlock()
-	if resp, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpRecovered, Migration: "pc", Domain: "vm"}); err != nil || resp.Outcome != OutcomeRunning {
+	if resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecovered, Migration: "pc", Domain: "vm"}); err != nil || resp.Outcome != peer.OutcomeRunning {
 		t.Fatalf("recovered answered %+v, %v", resp, err)
 	}
 }

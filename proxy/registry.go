@@ -8,18 +8,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Migration is one incoming migration on the target side: the only
 // streams the proxy will relay, the only sockets it will relay them to, and
 // how many connections each stream may open.
 type Migration struct {
-	ID      string          `json:"id"`
-	Domain  string          `json:"domain"`
-	Targets map[Kind]string `json:"targets"` // stream -> local unix socket
-	Limits  map[Kind]int    `json:"limits"`  // stream -> connections allowed
-	Expires time.Time       `json:"expires"`
-	State   string          `json:"state"`
+	ID      string               `json:"id"`
+	Domain  string               `json:"domain"`
+	Targets map[peer.Kind]string `json:"targets"` // stream -> local unix socket
+	Limits  map[peer.Kind]int    `json:"limits"`  // stream -> connections allowed
+	Expires time.Time            `json:"expires"`
+	State   string               `json:"state"`
 	// PeerNode is the node that prepared it, as its certificate names it.
 	PeerNode string `json:"peerNode,omitempty"`
 	// RecoveryOf, for the streams of a post-copy's recovery, is the
@@ -48,7 +50,7 @@ type Counters struct {
 // Snapshot copies the counters as stream -> direction -> bytes.
 func (c *Counters) Snapshot() map[string]map[string]uint64 {
 	out := map[string]map[string]uint64{}
-	for _, k := range DataKinds {
+	for _, k := range peer.DataKinds {
 		if c.Conns[k].Load() == 0 {
 			continue
 		}
@@ -60,7 +62,7 @@ func (c *Counters) Snapshot() map[string]map[string]uint64 {
 type entry struct {
 	m        Migration
 	counters *Counters
-	conns    map[net.Conn]Kind
+	conns    map[net.Conn]peer.Kind
 	// accepted counts the connections let in per stream, open or not: QEMU
 	// opens each of its connections once, so one more than prepared for is
 	// not QEMU's.
@@ -70,7 +72,7 @@ type entry struct {
 	started bool
 	// in is what libvirt was prepared with, to finish or cancel it; nil
 	// for a migration whose libvirt side the caller of Register runs.
-	in *IncomingMigration
+	in *peer.IncomingMigration
 	// owner is the TLS identity that prepared it: only that peer may
 	// finish or cancel it. Empty without TLS.
 	owner string
@@ -79,7 +81,7 @@ type entry struct {
 	// result is what its finish answered, given again to a finish
 	// repeated because the first answer was lost; resultReady is closed
 	// once it is set, for a repeat that came while the first still ran.
-	result      *ControlResponse
+	result      *peer.ControlResponse
 	resultReady chan struct{}
 	// cutWaiter ends the repeat waiting on resultReady, if one does: a
 	// newer repeat replaces it, so one peer holds one wait per migration.
@@ -146,15 +148,15 @@ func (r *registry) inboundSlot(owner string, moving, mineMoving int) error {
 	switch {
 	case moving >= r.inbound:
 		r.turnedAway[owner] = now
-		return &regError{ReasonInboundBusy, fmt.Sprintf("%d migrations are coming into this node, the most it takes at once: wait your turn", moving)}
+		return &regError{peer.ReasonInboundBusy, fmt.Sprintf("%d migrations are coming into this node, the most it takes at once: wait your turn", moving)}
 	case contended && mineMoving >= share:
-		return &regError{ReasonInboundBusy, fmt.Sprintf("this peer has %d of this node's %d inbound slots while another waits: wait your turn", mineMoving, r.inbound)}
+		return &regError{peer.ReasonInboundBusy, fmt.Sprintf("this peer has %d of this node's %d inbound slots while another waits: wait your turn", mineMoving, r.inbound)}
 	}
 	return nil
 }
 
-func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
-	if err := ValidID(m.ID); err != nil {
+func (r *registry) add(m Migration, in *peer.IncomingMigration, owner string) error {
+	if err := peer.ValidID(m.ID); err != nil {
 		return &regError{reasonInvalidID, err.Error()}
 	}
 	if len(m.Targets) == 0 {
@@ -191,7 +193,7 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 		}
 	}
 	if in != nil && in.DryRun && trials >= maxDryRuns {
-		return &regError{ReasonInboundBusy, fmt.Sprintf("%d dry runs are under way on this node, the most it takes at once: ask again", trials)}
+		return &regError{peer.ReasonInboundBusy, fmt.Sprintf("%d dry runs are under way on this node, the most it takes at once: ask again", trials)}
 	}
 	if in != nil && !in.DryRun && r.inbound > 0 {
 		if err := r.inboundSlot(owner, moving, mineMoving); err != nil {
@@ -214,7 +216,7 @@ func (r *registry) add(m Migration, in *IncomingMigration, owner string) error {
 			return &regError{reasonDuplicate, fmt.Sprintf("domain %s already has an incoming migration on this node", m.Domain)}
 		}
 	}
-	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]Kind{}, in: in, owner: owner, resultReady: make(chan struct{})}
+	r.entries[m.ID] = &entry{m: m, counters: &Counters{}, conns: map[net.Conn]peer.Kind{}, in: in, owner: owner, resultReady: make(chan struct{})}
 	return nil
 }
 
@@ -233,7 +235,7 @@ func (r *registry) claim(id, domain, owner string, checkOwner bool, from, to str
 	e, ok := r.entries[id]
 	switch {
 	case !ok || (checkOwner && !ownerMatches(e.owner, owner)):
-		return nil, &regError{ReasonUnknownMigration, fmt.Sprintf("migration %s is not known on this node", id)}
+		return nil, &regError{peer.ReasonUnknownMigration, fmt.Sprintf("migration %s is not known on this node", id)}
 	case e.ended != "":
 		return nil, &regError{"expired_migration", fmt.Sprintf("migration %s has ended (%s)", id, e.ended)}
 	case domain != "" && e.m.Domain != domain:
@@ -247,12 +249,12 @@ func (r *registry) claim(id, domain, owner string, checkOwner bool, from, to str
 
 // finishedResult is the stored answer of a migration's finish, for the
 // peer that prepared it.
-func (r *registry) finishedResult(id, domain, owner string) (ControlResponse, bool) {
+func (r *registry) finishedResult(id, domain, owner string) (peer.ControlResponse, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	if !ok || !ownerMatches(e.owner, owner) || e.m.Domain != domain || e.result == nil {
-		return ControlResponse{}, false
+		return peer.ControlResponse{}, false
 	}
 	return *e.result, true
 }
@@ -278,7 +280,7 @@ func (r *registry) setStopFinish(e *entry, stop func()) bool {
 	return true
 }
 
-func (r *registry) setResult(e *entry, resp ControlResponse) {
+func (r *registry) setResult(e *entry, resp peer.ControlResponse) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e.result == nil {
@@ -289,10 +291,10 @@ func (r *registry) setResult(e *entry, resp ControlResponse) {
 
 // recovered replaces a split finish's kept answer once a recovery has the
 // guest running whole here.
-func (r *registry) recovered(id string, resp ControlResponse) {
+func (r *registry) recovered(id string, resp peer.ControlResponse) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.entries[id]; ok && e.result != nil && e.result.Outcome == OutcomeSplit && resp.Outcome == OutcomeRunning {
+	if e, ok := r.entries[id]; ok && e.result != nil && e.result.Outcome == peer.OutcomeSplit && resp.Outcome == peer.OutcomeRunning {
 		e.result = &resp
 	}
 }
@@ -317,20 +319,20 @@ func (r *registry) finishing(id, domain, owner string, cut func()) (*entry, bool
 // lookup finds the socket to relay a stream to and reserves one of the
 // stream's connections, or says why not. A migration a peer prepared takes
 // streams only from that peer: knowing its id is not enough.
-func (r *registry) lookup(h Header, owner string, now time.Time) (string, *entry, string, string) {
+func (r *registry) lookup(h peer.Header, owner string, now time.Time) (string, *entry, string, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.gcLocked(now)
 	e, ok := r.entries[h.ID]
 	switch {
 	case !ok:
-		return "", nil, ReasonUnknownMigration, fmt.Sprintf("migration %s is not prepared on this node", h.ID)
+		return "", nil, peer.ReasonUnknownMigration, fmt.Sprintf("migration %s is not prepared on this node", h.ID)
 	case e.ended != "":
 		return "", nil, "expired_migration", fmt.Sprintf("migration %s has ended (%s)", h.ID, e.ended)
 	case !ownerMatches(e.owner, owner) && e.owner != "":
 		return "", nil, reasonWrongPeer, fmt.Sprintf("a %s stream of migration %s, which another peer prepared", h.Kind, h.ID)
 	case r.closing != "" && !e.started:
-		return "", nil, reasonShuttingDown, fmt.Sprintf("%s: migration %s had not started and is not let in", r.closing, h.ID)
+		return "", nil, peer.ReasonShuttingDown, fmt.Sprintf("%s: migration %s had not started and is not let in", r.closing, h.ID)
 	}
 	target, ok := e.m.Targets[h.Kind]
 	switch {
@@ -346,13 +348,13 @@ func (r *registry) lookup(h Header, owner string, now time.Time) (string, *entry
 }
 
 // release gives back a connection lookup reserved but never relayed.
-func (r *registry) release(e *entry, k Kind) {
+func (r *registry) release(e *entry, k peer.Kind) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.accepted[k]--
 }
 
-func (r *registry) track(e *entry, c net.Conn, k Kind) bool {
+func (r *registry) track(e *entry, c net.Conn, k peer.Kind) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e.ended != "" {
@@ -461,12 +463,12 @@ func (r *registry) recovery(id string) bool {
 // answeredIncoming is migration id of domain, prepared by owner, whose
 // finish has answered, whether the registry still holds it live (a split
 // whose streams are kept) or has ended it, with that answer.
-func (r *registry) answeredIncoming(id, domain, owner string) (IncomingMigration, ControlResponse, bool) {
+func (r *registry) answeredIncoming(id, domain, owner string) (peer.IncomingMigration, peer.ControlResponse, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	if !ok || e.in == nil || !ownerMatches(e.owner, owner) || e.m.Domain != domain || e.result == nil {
-		return IncomingMigration{}, ControlResponse{}, false
+		return peer.IncomingMigration{}, peer.ControlResponse{}, false
 	}
 	in := *e.in
 	in.Instance = e.instance
@@ -475,12 +477,12 @@ func (r *registry) answeredIncoming(id, domain, owner string) (IncomingMigration
 
 // finishingIncoming is the libvirt side of migration id of domain, prepared
 // by owner, whose finish is running still, with no answer yet.
-func (r *registry) finishingIncoming(id, domain, owner string) (IncomingMigration, bool) {
+func (r *registry) finishingIncoming(id, domain, owner string) (peer.IncomingMigration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	if !ok || e.ended != "" || e.in == nil || !ownerMatches(e.owner, owner) || e.m.Domain != domain || e.m.State != stateFinishing || e.result != nil {
-		return IncomingMigration{}, false
+		return peer.IncomingMigration{}, false
 	}
 	in := *e.in
 	in.Instance = e.instance
@@ -495,7 +497,7 @@ func (r *registry) setInstance(e *entry, instance string) {
 }
 
 // incomingOf is the libvirt side of e, with its guest instance.
-func (r *registry) incomingOf(e *entry) IncomingMigration {
+func (r *registry) incomingOf(e *entry) peer.IncomingMigration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	in := *e.in
@@ -505,12 +507,12 @@ func (r *registry) incomingOf(e *entry) IncomingMigration {
 
 // endedIncoming is the libvirt side of an ended migration id of domain,
 // prepared by owner, while the registry keeps it.
-func (r *registry) endedIncoming(id, domain, owner string) (IncomingMigration, bool) {
+func (r *registry) endedIncoming(id, domain, owner string) (peer.IncomingMigration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.entries[id]
 	if !ok || e.ended == "" || e.in == nil || !ownerMatches(e.owner, owner) || e.m.Domain != domain {
-		return IncomingMigration{}, false
+		return peer.IncomingMigration{}, false
 	}
 	in := *e.in
 	in.Instance = e.instance
@@ -518,11 +520,11 @@ func (r *registry) endedIncoming(id, domain, owner string) (IncomingMigration, b
 }
 
 // resultOf is e's finish answer, if it has one.
-func (r *registry) resultOf(e *entry) (ControlResponse, bool) {
+func (r *registry) resultOf(e *entry) (peer.ControlResponse, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e.result == nil {
-		return ControlResponse{}, false
+		return peer.ControlResponse{}, false
 	}
 	return *e.result, true
 }

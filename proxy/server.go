@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // Config configures a node's proxy.
@@ -38,7 +40,7 @@ type Config struct {
 	SocketGroup func(ctx context.Context) (int, error)
 	// Incoming runs the target's side of Ferry-driven migrations on this
 	// node's libvirt; nil refuses every prepare.
-	Incoming Incoming
+	Incoming peer.Incoming
 	// OutcomeDir keeps each incoming migration's record and its finish's
 	// answer across restarts; empty keeps them in memory only.
 	OutcomeDir string
@@ -313,7 +315,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 	if !ok {
 		return
 	}
-	if h.Kind == KindControl {
+	if h.Kind == peer.KindControl {
 		// A finish may hold its connection as long as a post-copy
 		// migration: past a bound, more would only pile up.
 		if p.controls.Add(1) > MaxControlConns {
@@ -331,7 +333,7 @@ func (p *Proxy) handle(ctx context.Context, raw net.Conn) {
 // openConn secures a peer's connection and reads its header, within the
 // header timeout and the room for connections opening; !ok: refused and
 // closed.
-func (p *Proxy) openConn(ctx context.Context, raw net.Conn) (net.Conn, Header, bool) {
+func (p *Proxy) openConn(ctx context.Context, raw net.Conn) (net.Conn, peer.Header, bool) {
 	counted, release, why := p.open(raw)
 	if why != "" {
 		// Thousands of half-sent headers would each hold a goroutine
@@ -357,11 +359,11 @@ func (p *Proxy) openConn(ctx context.Context, raw net.Conn) (net.Conn, Header, b
 		if err != nil {
 			p.reject(raw, "tls_handshake", err.Error())
 			raw.Close()
-			return nil, Header{}, false
+			return nil, peer.Header{}, false
 		}
 		c = tc
 	}
-	h, err := ReadHeader(c)
+	h, err := peer.ReadHeader(c)
 	opened = true
 	release()
 	if p.tls == nil {
@@ -375,38 +377,38 @@ func (p *Proxy) openConn(ctx context.Context, raw net.Conn) (net.Conn, Header, b
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
 			reason = "header_timeout"
-		case errors.Is(err, ErrVersion):
+		case errors.Is(err, peer.ErrVersion):
 			reason = "unsupported_version"
 		}
 		p.reject(raw, reason, err.Error())
 		c.Close()
-		return nil, Header{}, false
+		return nil, peer.Header{}, false
 	}
 	return c, h, true
 }
 
 // serveStream relays one stream of a prepared migration between the peer
 // and the target QEMU here.
-func (p *Proxy) serveStream(raw, c net.Conn, h Header) {
-	peer, err := p.peerOf(c)
+func (p *Proxy) serveStream(raw, c net.Conn, h peer.Header) {
+	who, err := p.peerOf(c)
 	if err != nil {
 		p.reject(raw, reasonInvalidIdentity, err.Error())
-		writeStatus(c, err.Error())
+		peer.WriteStatus(c, err.Error())
 		c.Close()
 		return
 	}
-	peer = p.plainPeer(peer, raw)
-	target, e, reason, detail := p.reg.lookup(h, peer.owner(), time.Now())
+	who = p.plainPeer(who, raw)
+	target, e, reason, detail := p.reg.lookup(h, who.owner(), time.Now())
 	if reason != "" {
 		if reason == reasonWrongPeer {
 			// Told as unknown: the peer learns nothing of it.
-			p.reject(raw, reason, peer.String()+" opened "+detail)
-			writeStatus(c, fmt.Sprintf("migration %s is not prepared on this node", h.ID))
+			p.reject(raw, reason, who.String()+" opened "+detail)
+			peer.WriteStatus(c, fmt.Sprintf("migration %s is not prepared on this node", h.ID))
 			c.Close()
 			return
 		}
 		p.reject(raw, reason, detail)
-		writeStatus(c, p.scrub(detail))
+		peer.WriteStatus(c, p.scrub(detail))
 		c.Close()
 		return
 	}
@@ -417,7 +419,7 @@ func (p *Proxy) serveStream(raw, c net.Conn, h Header) {
 		// The error names the socket; the peer hears only that the
 		// target QEMU is not listening.
 		p.reject(raw, reason, err.Error())
-		writeStatus(c, fmt.Sprintf("the target QEMU of migration %s does not take its %s stream", h.ID, h.Kind))
+		peer.WriteStatus(c, fmt.Sprintf("the target QEMU of migration %s does not take its %s stream", h.ID, h.Kind))
 		c.Close()
 		return
 	}
@@ -428,7 +430,7 @@ func (p *Proxy) serveStream(raw, c net.Conn, h Header) {
 		return
 	}
 	defer p.streamEnded(e, c)
-	if err := writeStatus(c, ""); err != nil {
+	if err := peer.WriteStatus(c, ""); err != nil {
 		local.Close()
 		c.Close()
 		return
@@ -446,9 +448,9 @@ func (p *Proxy) serveStream(raw, c net.Conn, h Header) {
 // SocketPath is KubeVirt's naming of a migration's source-side sockets:
 // <dir>/<id>-<port>-source.sock for the memory (49152) and disk (49153)
 // streams.
-func SocketPath(dir, id string, k Kind) string {
+func SocketPath(dir, id string, k peer.Kind) string {
 	port := "49152"
-	if k == KindDisk {
+	if k == peer.KindDisk {
 		port = "49153"
 	}
 	return filepath.Join(dir, id+"-"+port+"-source.sock")

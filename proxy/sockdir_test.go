@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ferry-vm/ferry/internal/testenv"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // The socket dir and the source sockets go to QEMU's group, and nobody
@@ -39,12 +40,12 @@ func TestSocketsGoToQEMUsGroup(t *testing.T) {
 		t.Fatalf("socket dir %v before QEMU's group is known, want root-only", fi.Mode())
 	}
 	for _, id := range []string{"m-one", "m-two"} {
-		s, err := p.OpenSource(id, "127.0.0.1:1", []Kind{KindMemory}, os.Getpid(), 0)
+		s, err := p.OpenSource(id, "127.0.0.1:1", []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close("test over")
-		checkOwner(t, s.Paths[KindMemory], os.ModeSocket|0o660, gid)
+		checkOwner(t, s.Paths[peer.KindMemory], os.ModeSocket|0o660, gid)
 	}
 	checkOwner(t, dir, socketDirMode, gid)
 	if asked != 1 {
@@ -64,7 +65,7 @@ func TestSocketsRefusedWhenQEMUsGroupIsUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.OpenSource("m-x", "127.0.0.1:1", []Kind{KindMemory}, os.Getpid(), 0); err == nil {
+	if _, err := p.OpenSource("m-x", "127.0.0.1:1", []peer.Kind{peer.KindMemory}, os.Getpid(), 0); err == nil {
 		t.Fatal("source sockets opened with no group QEMU could use")
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != monitorDirName {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // SourceMigration is the source side of one migration: a unix listener per
@@ -20,14 +22,14 @@ import (
 type SourceMigration struct {
 	ID       string
 	Target   string
-	Paths    map[Kind]string
+	Paths    map[peer.Kind]string
 	Counters *Counters
 
 	p *Proxy
 	// qemu and daemon are the guest's QEMU and its libvirt daemon, the
 	// non-root processes let connect.
 	qemu, daemon int
-	listeners    map[Kind]net.Listener
+	listeners    map[peer.Kind]net.Listener
 	mu           sync.Mutex
 	conns        map[net.Conn]struct{}
 	// open counts the relays open per stream; started says one was, so
@@ -71,8 +73,8 @@ func (s *SourceMigration) targetNode() string {
 // daemon connects QEMU's main channel itself and hands QEMU the
 // descriptor, and a session daemon is no root). A sibling QEMU of the
 // same uid that connects first is refused, never relayed.
-func (p *Proxy) OpenSource(id, target string, kinds []Kind, qemu, daemon int) (*SourceMigration, error) {
-	if err := ValidID(id); err != nil {
+func (p *Proxy) OpenSource(id, target string, kinds []peer.Kind, qemu, daemon int) (*SourceMigration, error) {
+	if err := peer.ValidID(id); err != nil {
 		return nil, err
 	}
 	if why := p.closingReason(); why != "" {
@@ -82,8 +84,8 @@ func (p *Proxy) OpenSource(id, target string, kinds []Kind, qemu, daemon int) (*
 	if err != nil {
 		return nil, fmt.Errorf("source sockets: %w", err)
 	}
-	s := &SourceMigration{ID: id, Target: target, Paths: map[Kind]string{}, Counters: &Counters{}, qemu: qemu, daemon: daemon,
-		p: p, listeners: map[Kind]net.Listener{}, conns: map[net.Conn]struct{}{}}
+	s := &SourceMigration{ID: id, Target: target, Paths: map[peer.Kind]string{}, Counters: &Counters{}, qemu: qemu, daemon: daemon,
+		p: p, listeners: map[peer.Kind]net.Listener{}, conns: map[net.Conn]struct{}{}}
 	// Named by an id of this node's own, never the target's: the names
 	// show in /proc/net/unix, and the target's id is what a peer is
 	// known by over plain TCP.
@@ -127,7 +129,7 @@ func (p *Proxy) OpenSource(id, target string, kinds []Kind, qemu, daemon int) (*
 	return s, nil
 }
 
-func (s *SourceMigration) accept(k Kind, ln net.Listener) {
+func (s *SourceMigration) accept(k peer.Kind, ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -149,12 +151,12 @@ func (s *SourceMigration) accept(k Kind, ln net.Listener) {
 
 // forward dials the target proxy for one accepted stream connection and
 // relays it.
-func (s *SourceMigration) forward(k Kind, local net.Conn) {
+func (s *SourceMigration) forward(k peer.Kind, local net.Conn) {
 	p := s.p
 	ok, refusal := s.begin(k, local)
 	if refusal != "" {
 		s.fail(fmt.Sprintf("%s stream: %s", k, refusal))
-		p.refuse(reasonShuttingDown, refusal, "local "+k.String()+" socket")
+		p.refuse(peer.ReasonShuttingDown, refusal, "local "+k.String()+" socket")
 	}
 	if !ok {
 		local.Close()
@@ -162,7 +164,7 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 	}
 	defer s.finish(k, local)
 	start := time.Now()
-	remote, _, err := p.dialPeer(context.Background(), s.Target, s.targetNode(), Header{Kind: k, ID: s.ID})
+	remote, _, err := p.dialPeer(context.Background(), s.Target, s.targetNode(), peer.Header{Kind: k, ID: s.ID})
 	if err != nil {
 		s.fail(fmt.Sprintf("%s stream: %v", k, err))
 		p.log.Warn("cannot reach the target proxy", zap.String("migration", s.ID), zap.String("stream", k.String()), zap.String("target", s.Target), zap.Error(err))
@@ -188,7 +190,7 @@ func (s *SourceMigration) forward(k Kind, local net.Conn) {
 // dialPeer connects to a peer proxy, secures it, sends the header and waits
 // for the peer's answer; the returned connection is ready to relay.
 // want, when set, is the node the target's certificate must name.
-func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.Conn, Peer, error) {
+func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h peer.Header) (net.Conn, Peer, error) {
 	hb, err := h.Encode()
 	if err != nil {
 		return nil, Peer{}, err
@@ -206,20 +208,20 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 	if deadline, ok := ctx.Deadline(); ok {
 		raw.SetDeadline(deadline)
 	}
-	var peer Peer
+	var who Peer
 	if p.tls != nil {
 		tc := tls.Client(&wire{Conn: raw}, p.tls.clientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			return nil, Peer{}, fmt.Errorf("TLS with target proxy %s: %w", addr, err)
 		}
-		if peer, _, err = p.checkPeer(tc); err != nil {
+		if who, _, err = p.checkPeer(tc); err != nil {
 			tc.Close()
 			return nil, Peer{}, fmt.Errorf("target proxy %s: %w", addr, err)
 		}
-		if want != "" && peer.owner() != want {
+		if want != "" && who.owner() != want {
 			tc.Close()
-			return nil, Peer{}, &WrongPeerError{Addr: addr, Got: peer.String(), Want: ownerName(want)}
+			return nil, Peer{}, &WrongPeerError{Addr: addr, Got: who.String(), Want: ownerName(want)}
 		}
 		c = tc
 	}
@@ -227,14 +229,14 @@ func (p *Proxy) dialPeer(ctx context.Context, addr, want string, h Header) (net.
 		c.Close()
 		return nil, Peer{}, fmt.Errorf("header to target proxy %s: %w", addr, err)
 	}
-	if h.Kind != KindControl {
-		if err := readStatus(c); err != nil {
+	if h.Kind != peer.KindControl {
+		if err := peer.ReadStatus(c); err != nil {
 			c.Close()
 			return nil, Peer{}, err
 		}
 	}
 	raw.SetDeadline(time.Time{})
-	return c, peer, nil
+	return c, who, nil
 }
 
 // WrongPeerError: the proxy at a target's address is not the one a
@@ -258,7 +260,7 @@ func ownerName(owner string) string {
 
 // begin records a relay of stream k; once the node is shutting down it
 // refuses the first relay of a migration, which would start a new one.
-func (s *SourceMigration) begin(k Kind, local net.Conn) (bool, string) {
+func (s *SourceMigration) begin(k peer.Kind, local net.Conn) (bool, string) {
 	closing := s.p.closingReason()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -297,7 +299,7 @@ func (s *SourceMigration) Performed() {
 	s.performing, s.onCut = false, nil
 }
 
-func (s *SourceMigration) finish(k Kind, local net.Conn) {
+func (s *SourceMigration) finish(k peer.Kind, local net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, local)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // A post-copy whose libvirt Finish fails (a target libvirtd restarted)
@@ -19,19 +21,19 @@ func TestAPostCopyWhoseFinishFailsKeepsItsStreamWhileItMoves(t *testing.T) {
 	t.Cleanup(func() { stillFor, streamCheck = still, check })
 	src := startNode(t, nil)
 	in := newFakeIncoming()
-	in.outcome = func(IncomingMigration) (string, error) { return "", errors.New("libvirt's job still runs") }
+	in.outcome = func(peer.IncomingMigration) (string, error) { return "", errors.New("libvirt's job still runs") }
 	in.finishErr = errors.New("libvirt: the connection to libvirtd was lost")
 	dst := startNodeWith(t, Config{Incoming: in})
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpPrepare, Migration: "pc", Domain: "vm",
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "pc", Domain: "vm",
 		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true}); err != nil {
 		t.Fatal(err)
 	}
-	sm, err := src.p.OpenSource("pc", dst.addr, []Kind{KindMemory}, os.Getpid(), 0)
+	sm, err := src.p.OpenSource("pc", dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sm.Close("test over")
-	c, err := net.Dial("unix", sm.Paths[KindMemory])
+	c, err := net.Dial("unix", sm.Paths[peer.KindMemory])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestAPostCopyWhoseFinishFailsKeepsItsStreamWhileItMoves(t *testing.T) {
 	if err := echo(); err != nil {
 		t.Fatal(err)
 	}
-	if resp, _ := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "pc", Domain: "vm"}); resp.Outcome != "" {
+	if resp, _ := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "pc", Domain: "vm"}); resp.Outcome != "" {
 		t.Fatalf("the finish answered %+v, want no outcome yet", resp)
 	}
 	for end := time.Now().Add(3 * stillFor); time.Now().Before(end); time.Sleep(stillFor / 4) {

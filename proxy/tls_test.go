@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // TestRotatedCertificatesTakeEffectWithoutRestart replaces the target's
@@ -28,7 +30,7 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 
 	// The source's identity changed since its prepare: the migration is
 	// bound to the old one, and only that one may finish it.
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpFinish, Migration: "before", Domain: "vm"}); err == nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpFinish, Migration: "before", Domain: "vm"}); err == nil {
 		t.Fatal("a finish from a new certificate ended a migration prepared under the old one")
 	}
 	dst.p.Unregister("before", "test")
@@ -46,7 +48,7 @@ func TestRotatedCertificatesTakeEffectWithoutRestart(t *testing.T) {
 	// A file that stops parsing keeps the last good one in use.
 	os.WriteFile(dstFiles.Cert, []byte("not a certificate"), 0o600)
 	time.Sleep(1100 * time.Millisecond)
-	if _, err := src.p.Control(context.Background(), dst.addr, ControlRequest{Op: OpCancel, Migration: "after", Domain: "vm"}); err != nil {
+	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpCancel, Migration: "after", Domain: "vm"}); err != nil {
 		t.Fatalf("a corrupt certificate file broke the proxy instead of keeping the last good one: %v", err)
 	}
 }

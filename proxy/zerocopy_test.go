@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/internal/neighbour"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // TestMain lets the test binary double as a bare target proxy in its own
@@ -67,7 +68,7 @@ func procIO(t *testing.T, pid int) map[string]int64 {
 // not carry the bytes: splice(2) moved them inside the kernel.
 func TestPlainRelayIsZeroCopy(t *testing.T) {
 	dir := t.TempDir()
-	sink, err := net.Listen("unix", TargetSocketPath(dir, "zc", KindMemory))
+	sink, err := net.Listen("unix", TargetSocketPath(dir, "zc", peer.KindMemory))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +109,9 @@ func TestPlainRelayIsZeroCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hb, _ := Header{Kind: KindMemory, ID: "zc"}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindMemory, ID: "zc"}.Encode()
 	c.Write(hb)
-	if err := readStatus(c); err != nil {
+	if err := peer.ReadStatus(c); err != nil {
 		t.Fatal(err)
 	}
 	before := procIO(t, cmd.Process.Pid)

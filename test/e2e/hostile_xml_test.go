@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/proxy"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -41,7 +41,7 @@ func TestAPeerCannotPrepareAGuestThatReachesTheHost(t *testing.T) {
 		{"more memory than the node", strings.Replace(domain(""), "<memory unit='MiB'>128</memory>", "<memory unit='TiB'>4</memory>", 1), "more than this node's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := prepareAsNodeA(t, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: "hostile", Domain: "hostile", XML: tc.xml, Flags: 1})
+			resp := prepareAsNodeA(t, peer.ControlRequest{Op: peer.OpPrepare, Migration: "hostile", Domain: "hostile", XML: tc.xml, Flags: 1})
 			if resp.Reason != "invalid_domain_xml" || !strings.Contains(resp.Error, tc.says) {
 				t.Errorf("prepare answered %+v, want invalid_domain_xml naming %q", resp, tc.says)
 			}
@@ -59,7 +59,7 @@ func TestAPeerCannotPrepareAGuestThatReachesTheHost(t *testing.T) {
 
 // prepareAsNodeA speaks to node b's proxy from inside node a, with node a's
 // certificate, as node a's ferryd would.
-func prepareAsNodeA(t *testing.T, req proxy.ControlRequest) proxy.ControlResponse {
+func prepareAsNodeA(t *testing.T, req peer.ControlRequest) peer.ControlResponse {
 	t.Helper()
 	dir := filepath.Join(bed.Dir(), "tls", "a")
 	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
@@ -76,7 +76,7 @@ func prepareAsNodeA(t *testing.T, req proxy.ControlRequest) proxy.ControlRespons
 	defer raw.Close()
 	raw.SetDeadline(time.Now().Add(20 * time.Second))
 	c := tls.Client(raw, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: testbed.PeerName, MinVersion: tls.VersionTLS13})
-	hb, err := proxy.Header{Kind: proxy.KindControl}.Encode()
+	hb, err := peer.Header{Kind: peer.KindControl}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func prepareAsNodeA(t *testing.T, req proxy.ControlRequest) proxy.ControlRespons
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		t.Fatal(err)
 	}
-	var resp proxy.ControlResponse
+	var resp peer.ControlResponse
 	if err := json.NewDecoder(c).Decode(&resp); err != nil {
 		t.Fatalf("no answer from node b's proxy: %v", err)
 	}

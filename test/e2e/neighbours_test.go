@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -85,7 +86,7 @@ func TestADryRunNamingAnotherGuestsImageIsRefusedByName(t *testing.T) {
 		"its image as a shareable disk": `<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='` + image + `'/><shareable/><target dev='vda' bus='virtio'/></disk>`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			resp := prepareAsNodeA(t, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: "taker", Domain: "taker", XML: hostile(devices), Flags: 1, DryRun: true})
+			resp := prepareAsNodeA(t, peer.ControlRequest{Op: peer.OpPrepare, Migration: "taker", Domain: "taker", XML: hostile(devices), Flags: 1, DryRun: true})
 			if resp.Reason != "invalid_domain_xml" || !strings.Contains(resp.Error, image) || !strings.Contains(resp.Error, "domain owner") {
 				t.Errorf("dry run answered %+v, want invalid_domain_xml naming %s of domain owner", resp, image)
 			}
@@ -104,7 +105,7 @@ func TestAGuestLargerThanTheAvailableMemoryIsRefused(t *testing.T) {
 	size := (total + avail) / 2
 	x := fmt.Sprintf(`<domain type='qemu'><name>large</name><uuid>2d6e8f10-3b1c-4d7a-9e5f-6a7b8c9d0e1f</uuid><memory unit='MiB'>%d</memory><vcpu>1</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type></os><devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices></domain>`, size)
-	resp := prepareAsNodeA(t, proxy.ControlRequest{Op: proxy.OpPrepare, Migration: "large", Domain: "large", XML: x, Flags: 1, DryRun: true})
+	resp := prepareAsNodeA(t, peer.ControlRequest{Op: peer.OpPrepare, Migration: "large", Domain: "large", XML: x, Flags: 1, DryRun: true})
 	if resp.Reason != "insufficient_memory" || !strings.Contains(resp.Error, "available") {
 		t.Fatalf("a dry run of a %d MiB guest on a node with %d of %d MiB available answered %+v", size, avail, total, resp)
 	}

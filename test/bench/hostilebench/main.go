@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/internal/testpki"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -187,8 +188,8 @@ func holdControls(addr string, ids []testpki.Files, n int, stop <-chan struct{})
 		}
 		cfgs = append(cfgs, cfg)
 	}
-	hb, _ := proxy.Header{Kind: proxy.KindControl}.Encode()
-	body := append([]byte(`{"op":"prepare","migration":"x","domain":"vm","xml":"`), strings.Repeat("a", proxy.MaxControlRequest-100)...)
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
+	body := append([]byte(`{"op":"prepare","migration":"x","domain":"vm","xml":"`), strings.Repeat("a", peer.MaxControlRequest-100)...)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
@@ -258,12 +259,12 @@ func ping(addr string, f testpki.Files) error {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	hb, _ := proxy.Header{Kind: proxy.KindControl}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 	c.Write(hb)
-	if err := json.NewEncoder(c).Encode(proxy.ControlRequest{Op: proxy.OpCancel, Migration: "nothing", Domain: "vm"}); err != nil {
+	if err := json.NewEncoder(c).Encode(peer.ControlRequest{Op: peer.OpCancel, Migration: "nothing", Domain: "vm"}); err != nil {
 		return err
 	}
-	var resp proxy.ControlResponse
+	var resp peer.ControlResponse
 	return json.NewDecoder(c).Decode(&resp)
 }
 
@@ -311,7 +312,7 @@ type hostileXML struct {
 func hostileXMLs() []hostileXML {
 	head := "<domain type='kvm'><name>vm</name><uuid>7c3a2c5e-2b36-4a7b-9d8e-0a4c1b2e3f40</uuid><metadata><f:x xmlns:f='urn:f'"
 	var attrs strings.Builder
-	for i := 0; attrs.Len() < proxy.MaxDomainXML-4096; i++ {
+	for i := 0; attrs.Len() < peer.MaxDomainXML-4096; i++ {
 		fmt.Fprintf(&attrs, " a%d=''", i)
 	}
 	var under strings.Builder
@@ -335,7 +336,7 @@ func sendChecks(addr string, id testpki.Files, n int, xml string, stop <-chan st
 	if err != nil {
 		return err
 	}
-	hb, _ := proxy.Header{Kind: proxy.KindControl}.Encode()
+	hb, _ := peer.Header{Kind: peer.KindControl}.Encode()
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
@@ -354,8 +355,8 @@ func sendChecks(addr string, id testpki.Files, n int, xml string, stop <-chan st
 				}
 				c.SetDeadline(time.Now().Add(30 * time.Second))
 				c.Write(hb)
-				json.NewEncoder(c).Encode(proxy.ControlRequest{Op: proxy.OpPrepare, Migration: fmt.Sprintf("h%d-%d", i, j), Domain: "vm", XML: xml})
-				var resp proxy.ControlResponse
+				json.NewEncoder(c).Encode(peer.ControlRequest{Op: peer.OpPrepare, Migration: fmt.Sprintf("h%d-%d", i, j), Domain: "vm", XML: xml})
+				var resp peer.ControlResponse
 				json.NewDecoder(c).Decode(&resp)
 				c.Close()
 				answers.Store(resp.Reason+": "+resp.Error, true)

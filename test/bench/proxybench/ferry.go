@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-vm/ferry/metrics"
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -51,7 +52,7 @@ func ferryTargetMain(args []string) error {
 	}
 	// Registered before the port opens, since the orchestrator takes an
 	// open port as "ready"; as many connections as any variant opens.
-	if _, err := p.Register(benchMigration, "bench", proxy.MaxParallel, false); err != nil {
+	if _, err := p.Register(benchMigration, "bench", peer.MaxParallel, false); err != nil {
 		return err
 	}
 	if _, err := p.Listen(); err != nil {
@@ -83,7 +84,7 @@ func ferrySourceMain(args []string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- p.Serve(context.Background()) }()
 	// The bench's "QEMU" runs as root, as every process here does.
-	if _, err := p.OpenSource(benchMigration, *target, []proxy.Kind{proxy.KindMemory}, 0, 0); err != nil {
+	if _, err := p.OpenSource(benchMigration, *target, []peer.Kind{peer.KindMemory}, 0, 0); err != nil {
 		return err
 	}
 	return <-errc

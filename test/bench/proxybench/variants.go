@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/ferry-vm/ferry/peer"
 	"github.com/ferry-vm/ferry/proxy"
 )
 
@@ -119,8 +120,8 @@ func setupFerry(withTLS bool) func(*bench) (plan, error) {
 			target = append(target, "-tls", b.tlsDir)
 			source = append(source, "-tls", b.tlsDir)
 		}
-		p, err := startPair(b, target, source, proxy.SocketPath(dirA, benchMigration, proxy.KindMemory))
-		p.sinkAt = "unix:" + proxy.TargetSocketPath(dirB, benchMigration, proxy.KindMemory)
+		p, err := startPair(b, target, source, proxy.SocketPath(dirA, benchMigration, peer.KindMemory))
+		p.sinkAt = "unix:" + proxy.TargetSocketPath(dirB, benchMigration, peer.KindMemory)
 		return p, err
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package peer
 
 import (
 	"errors"
@@ -123,7 +123,9 @@ func ReadHeader(r io.Reader) (Header, error) {
 	return h, nil
 }
 
-func writeStatus(w io.Writer, refusal string) error {
+// WriteStatus answers a data stream: relaying (refusal empty) or refused
+// with a reason, as the source learns it before it relays anything.
+func WriteStatus(w io.Writer, refusal string) error {
 	if refusal == "" {
 		_, err := w.Write([]byte{statusOK})
 		return err
@@ -140,9 +142,9 @@ type RefusedError struct{ Reason string }
 
 func (e *RefusedError) Error() string { return "target proxy refused the stream: " + e.Reason }
 
-// readStatus reads the answer byte by byte, unbuffered: whatever follows it
+// ReadStatus reads the answer byte by byte, unbuffered: whatever follows it
 // belongs to the relayed stream.
-func readStatus(r io.Reader) error {
+func ReadStatus(r io.Reader) error {
 	var b [1]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return fmt.Errorf("reading the target proxy's answer: %w", err)

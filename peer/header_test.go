@@ -1,4 +1,4 @@
-package proxy
+package peer
 
 import (
 	"bytes"
