@@ -156,7 +156,7 @@ func (d *Daemon) getDomains(w http.ResponseWriter, r *http.Request) {
 		d.meter.Annotate(doms)
 	}
 	if r.URL.Query().Get("check") == "1" {
-		d.annotateMigratable(r.Context(), doms)
+		d.checks.Annotate(r.Context(), doms)
 	}
 	writeJSON(w, http.StatusOK, api.DomainsResponse{Node: d.cfg.NodeName, Domains: doms, Libvirt: socketsForAPI(d.Pool.Status())})
 }

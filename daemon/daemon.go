@@ -35,9 +35,6 @@ import (
 type Daemon struct {
 	cfg Config
 	log *zap.Logger
-	// listChecks bounds the domain checks the domain list makes at once,
-	// across requests.
-	listChecks chan struct{}
 	// readyzSlots bounds the /readyz bodies built at once.
 	readyzSlots chan struct{}
 	Tracker     *migration.Tracker
@@ -53,8 +50,12 @@ type Daemon struct {
 	act   *drive.Actuator
 	steer *steerer
 	// meter measures the domains' dirty rates; nil when that is off.
-	meter    *measure.Meter
+	meter *measure.Meter
+	// evac runs evacuations, plans makes their plans and checks tells
+	// what keeps a domain here.
 	evac     *evacuate.Runner
+	plans    *evacuate.Planner
+	checks   *evacuate.Checker
 	reporter *kubevirt.Reporter
 	// uids are the VMI UIDs of running jobs' domains, by job ID, read
 	// when each job started.
@@ -104,7 +105,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		log.Info("no libvirt socket configured: watching "+why,
 			zap.String("glob", cfg.LibvirtGlob), zap.Strings("sockets", cfg.LibvirtSockets))
 	}
-	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{}, listChecks: make(chan struct{}, listChecksAtOnce),
+	d := &Daemon{cfg: cfg, log: log, ShutdownGrace: DefaultShutdownGrace, uids: map[string]string{},
 		readyzSlots: make(chan struct{}, readyzAtOnce)}
 	d.reg = prometheus.NewRegistry()
 	times := metrics.NewTimes(cfg.NodeName, d.reg)
@@ -165,11 +166,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 	}
 	d.act = drive.NewActuator(d.source, d.Pool, d.record())
 	d.steer.act = d.act
-	var mover evacuate.Mover
-	if d.source != nil {
-		mover = d.source
-	}
-	d.evac = evacuate.NewRunner(mover, d.Tracker.JobByName, cfg.Peers, log.Named("evacuate"))
+	d.setupEvacuation(cfg, log.Named("evacuate"))
 	return d, nil
 }
 

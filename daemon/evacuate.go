@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/evacuate"
 )
 
 // startEvacuation answers POST /v1/evacuations: it plans, and runs the
@@ -28,7 +29,7 @@ func (d *Daemon) startEvacuation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "an evacuation needs at least one target node (ferryctl evacuate --to NODE[,NODE...])")
 		return
 	}
-	if err := validPlanRequest(req); err != nil {
+	if err := evacuate.ValidRequest(req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -38,7 +39,7 @@ func (d *Daemon) startEvacuation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
-	p, err := d.buildPlan(ctx, req)
+	p, err := d.plans.Plan(ctx, req)
 	cancel()
 	if err != nil {
 		release()

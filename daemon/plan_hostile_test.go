@@ -16,6 +16,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/evacuate"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 	"github.com/ferry-vm/ferry/measure"
@@ -101,7 +102,9 @@ func neverSized(t *testing.T) func() ([]byte, *libvirt.Error, bool) {
 
 // One pod whose 30 disks' sizes are never answered is reported as not
 // measured, naming it and what it left unanswered; the node's other guest
-// is planned as ever, and the plan and the evacuation answer in time.
+// is planned as ever, and the plan and the evacuation answer in time. Here
+// through the routes and the pool, over launchers' libvirt: evacuate/'s
+// own test plans the same node over fakes.
 func TestAPodThatNeverAnswersSizesIsNotMeasuredAndTheRestIsPlanned(t *testing.T) {
 	const hostileDisks = 30
 	pods := filepath.Join(t.TempDir(), "pods")
@@ -131,8 +134,8 @@ func TestAPodThatNeverAnswersSizesIsNotMeasuredAndTheRestIsPlanned(t *testing.T)
 		t.Fatalf("the plan took %v", took)
 	}
 	checkHostilePlan(t, p.Entries, normal.Name, hostile.Name)
-	if n := len(fh.Calls(procDomainGetBlockInfo)); n > sizesAtOnce {
-		t.Errorf("the hostile domain was asked %d sizes; once one went unanswered, no more than the %d under way at once should be", n, sizesAtOnce)
+	if n := len(fh.Calls(procDomainGetBlockInfo)); n > evacuate.SizesAtOnce {
+		t.Errorf("the hostile domain was asked %d sizes; once one went unanswered, no more than the %d under way at once should be", n, evacuate.SizesAtOnce)
 	}
 
 	// Whatever the pool made of the calls left hanging, the evacuation

@@ -1,9 +1,15 @@
-// Package evacuate runs the evacuation of a node: the plan's domains moved
-// in its order, as many at once as it allows, each to its target, or
-// checked against it in a dry run; and it keeps the last one's account for
-// whoever follows it. The plan is made before (daemon's buildPlan, from
-// preflight, measure and plan); the source's slots and the link's sharing
-// stay the driver's scheduler's.
+// Package evacuate owns the evacuation of a node. A Checker tells what
+// keeps a domain here (preflight's blockers, its disks' storage and
+// sizes). A Planner checks every domain, has the meter measure it and plan
+// predict its migration (for a VMI, with what KubeVirt will apply: the
+// plan is its advice), and orders them over the slots and the link. A
+// Runner moves the plan's domains in its order, as many at once as it
+// allows, each to its target, or checks them against it in a dry run; and
+// it keeps the last one's account for whoever follows it. The source's
+// slots and the link's sharing stay the driver's scheduler's.
+//
+// What it reads of libvirt, the tracker and the meter comes through the
+// interfaces it declares, which daemon/ wires; daemon/ serves the routes.
 package evacuate
 
 import (

@@ -48,7 +48,7 @@ func (f *fakeMover) job(_, domain string) (api.Job, error) {
 	return api.Job{Phase: phase, FailureReason: "cut", Proxy: &api.ProxyInfo{MigrationID: "m-" + domain}}, nil
 }
 
-func plan(entries ...api.PlanEntry) api.Plan {
+func planOf(entries ...api.PlanEntry) api.Plan {
 	return api.Plan{Node: "a", Targets: []string{"b"}, Entries: entries, Parallel: 1}
 }
 
@@ -69,7 +69,7 @@ func waitEnded(t *testing.T, r *Runner) api.Evacuation {
 func TestAnEvacuationMovesThePlanInItsOrder(t *testing.T) {
 	f := &fakeMover{fail: map[string]bool{"v3": true}}
 	r := NewRunner(f, f.job, map[string]string{"b": "10.0.0.2:9475"}, zap.NewNop())
-	r.Start(plan(
+	r.Start(planOf(
 		api.PlanEntry{Domain: "v1", Target: "b"},
 		api.PlanEntry{Domain: "stuck"},
 		api.PlanEntry{Domain: "v2", Target: "b", Prediction: &api.Prediction{Strategy: api.StrategyPostCopy}},
@@ -99,7 +99,7 @@ func TestAnEvacuationMovesThePlanInItsOrder(t *testing.T) {
 func TestADryRunChecksEachDomainAndMovesNone(t *testing.T) {
 	f := &fakeMover{fail: map[string]bool{"v2": true}}
 	r := NewRunner(f, f.job, map[string]string{"b": "10.0.0.2:9475"}, zap.NewNop())
-	r.Start(plan(api.PlanEntry{Domain: "v1", Target: "b"}, api.PlanEntry{Domain: "v2", Target: "b"}), true)
+	r.Start(planOf(api.PlanEntry{Domain: "v1", Target: "b"}, api.PlanEntry{Domain: "v2", Target: "b"}), true)
 	ev := waitEnded(t, r)
 	if len(f.started) != 0 {
 		t.Fatalf("a dry run started %v", f.started)
@@ -125,7 +125,7 @@ func TestOneEvacuationAtATime(t *testing.T) {
 	if _, ok := r.Last(); ok {
 		t.Fatal("a failed plan left an evacuation behind")
 	}
-	r.Start(plan(api.PlanEntry{Domain: "v1", Target: "b"}), false)
+	r.Start(planOf(api.PlanEntry{Domain: "v1", Target: "b"}), false)
 	if _, err := r.Hold("a", []string{"b"}); !errors.Is(err, ErrRunning) {
 		t.Fatalf("a second evacuation while the first runs: %v", err)
 	}

@@ -1,4 +1,4 @@
-package daemon
+package evacuate
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
@@ -20,6 +21,7 @@ var namespaceResource = schema.GroupVersionResource{Version: "v1", Resource: "na
 // kubeVirtContext is what a plan reads once of the cluster: the KubeVirt
 // CR, the MigrationPolicies, and namespaces' labels as asked.
 type kubeVirtContext struct {
+	dyn      dynamic.Interface
 	cr       *unstructured.Unstructured
 	policies []*unstructured.Unstructured
 	err      error
@@ -30,23 +32,23 @@ type kubeVirtContext struct {
 
 // readKubeVirtContext reads the cluster's migration configuration; nil
 // without an API server.
-func (d *Daemon) readKubeVirtContext(ctx context.Context) *kubeVirtContext {
-	if d.dyn == nil {
+func readKubeVirtContext(ctx context.Context, dyn dynamic.Interface) *kubeVirtContext {
+	if dyn == nil {
 		return nil
 	}
-	kc := &kubeVirtContext{namespaces: map[string]map[string]string{}}
-	kc.cr, kc.policies, kc.err = kubevirt.ReadMigrationContext(ctx, d.dyn)
+	kc := &kubeVirtContext{dyn: dyn, namespaces: map[string]map[string]string{}}
+	kc.cr, kc.policies, kc.err = kubevirt.ReadMigrationContext(ctx, dyn)
 	return kc
 }
 
-func (kc *kubeVirtContext) namespaceLabels(ctx context.Context, d *Daemon, ns string) (map[string]string, error) {
+func (kc *kubeVirtContext) namespaceLabels(ctx context.Context, ns string) (map[string]string, error) {
 	kc.mu.Lock()
 	l, ok := kc.namespaces[ns]
 	kc.mu.Unlock()
 	if ok {
 		return l, nil
 	}
-	u, err := d.dyn.Resource(namespaceResource).Get(ctx, ns, metav1.GetOptions{})
+	u, err := kc.dyn.Resource(namespaceResource).Get(ctx, ns, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -59,17 +61,17 @@ func (kc *kubeVirtContext) namespaceLabels(ctx context.Context, d *Daemon, ns st
 // kubeVirtAdvice fills a VMI's entry with what KubeVirt will do: its
 // effective migration configuration, and whether it would hold up a
 // drain. It returns the limits and the bandwidth cap to predict with.
-func (d *Daemon) kubeVirtAdvice(ctx context.Context, kc *kubeVirtContext, dom api.Domain, e *api.PlanEntry) (plan.Limits, uint64, error) {
+func kubeVirtAdvice(ctx context.Context, kc *kubeVirtContext, dom api.Domain, e *api.PlanEntry) (plan.Limits, uint64, error) {
 	if kc.err != nil {
 		return plan.Limits{}, 0, fmt.Errorf("reading KubeVirt's migration configuration: %w", kc.err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	vmi, err := d.dyn.Resource(kubevirt.VMIResource).Namespace(dom.Namespace).Get(ctx, dom.VMI, metav1.GetOptions{})
+	vmi, err := kc.dyn.Resource(kubevirt.VMIResource).Namespace(dom.Namespace).Get(ctx, dom.VMI, metav1.GetOptions{})
 	if err != nil {
 		return plan.Limits{}, 0, fmt.Errorf("reading VMI %s/%s: %w", dom.Namespace, dom.VMI, err)
 	}
-	nsLabels, err := kc.namespaceLabels(ctx, d, dom.Namespace)
+	nsLabels, err := kc.namespaceLabels(ctx, dom.Namespace)
 	if err != nil {
 		return plan.Limits{}, 0, fmt.Errorf("reading namespace %s: %w", dom.Namespace, err)
 	}

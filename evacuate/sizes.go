@@ -1,15 +1,11 @@
-package daemon
+package evacuate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
-	libvirt "github.com/digitalocean/go-libvirt"
-
 	"github.com/ferry-vm/ferry/api"
-	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/preflight"
 )
 
@@ -19,11 +15,11 @@ import (
 // leaves unanswered holds a goroutine until its socket closes. One after
 // the other, 30 such disks outlasted a whole plan.
 const (
-	// sizesAtOnce is how many sizes are asked together; once one of them
+	// SizesAtOnce is how many sizes are asked together; once one of them
 	// goes unanswered, no more are asked of the domain. libvirtd serves 5
 	// calls of a client at a time (max_client_requests): sizes stuck on a
 	// hung mount leave room for the tracker's and the pool's.
-	sizesAtOnce = 2
+	SizesAtOnce = 2
 	// maxSizedDisks is how many disks' sizes are asked of a domain at most.
 	maxSizedDisks = 32
 )
@@ -31,15 +27,15 @@ const (
 // askSizes fills in the sizes of the local disks among blockers, a few at
 // a time. It returns the disk whose size libvirt left unanswered in time,
 // or "" when it answered all it was asked.
-func askSizes(ctx context.Context, conn *libvirtx.Conn, dom libvirt.Domain, blockers []api.Blocker) string {
+func askSizes(ctx context.Context, dom LiveDomain, blockers []api.Blocker) string {
 	disks := localDiskIndexes(blockers)
 	if len(disks) > maxSizedDisks {
 		noteUnsized(blockers, disks[maxSizedDisks:], fmt.Sprintf("not asked: ferryd asks the sizes of %d disks of a domain at most", maxSizedDisks))
 		disks = disks[:maxSizedDisks]
 	}
 	for len(disks) > 0 {
-		n := min(sizesAtOnce, len(disks))
-		if late := askBatch(ctx, conn, dom, blockers, disks[:n]); len(late) > 0 {
+		n := min(SizesAtOnce, len(disks))
+		if late := askBatch(ctx, dom, blockers, disks[:n]); len(late) > 0 {
 			noteUnsized(blockers, late, "unknown: libvirt did not answer in time")
 			noteUnsized(blockers, disks[n:], "not asked: libvirt left another disk's size unanswered")
 			return blockers[late[0]].Device
@@ -60,23 +56,22 @@ func localDiskIndexes(blockers []api.Blocker) []int {
 }
 
 // askBatch asks the sizes of the disks at blockers' indexes together, and
-// returns the indexes libvirt left unanswered: given up on, or ended with
-// its connection. An error libvirt answers leaves a disk without its size,
-// as ever: some disks have none.
-func askBatch(ctx context.Context, conn *libvirtx.Conn, dom libvirt.Domain, blockers []api.Blocker, disks []int) []int {
+// returns the indexes libvirt left unanswered (LiveDomain.DiskSize's
+// errors). An error libvirt answers leaves a disk without its size, as
+// ever: some disks have none.
+func askBatch(ctx context.Context, dom LiveDomain, blockers []api.Blocker, disks []int) []int {
 	late := make([]bool, len(disks))
 	var wg sync.WaitGroup
 	for k, i := range disks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			size, err := conn.BlockSize(ctx, dom, blockers[i].Device)
-			var answered libvirt.Error
+			size, known, err := dom.DiskSize(ctx, blockers[i].Device)
 			switch {
-			case err == nil:
-				blockers[i].SizeBytes = size.Capacity
-			case !errors.As(err, &answered):
+			case err != nil:
 				late[k] = true
+			case known:
+				blockers[i].SizeBytes = size
 			}
 		}()
 	}

@@ -1,15 +1,12 @@
-package daemon
+package evacuate
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/internal/peertext"
-	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/plan"
 )
 
@@ -21,8 +18,8 @@ import (
 const domainPlanBase = 30 * time.Second
 
 // domainPlanWait bounds what a plan asks about one domain.
-func (d *Daemon) domainPlanWait() time.Duration {
-	return domainPlanBase + d.cfg.DirtyRate.Sample
+func (p *Planner) domainPlanWait() time.Duration {
+	return domainPlanBase + p.cfg.DirtyRate.Sample
 }
 
 // planEntries plans the running domains a few at a time (measured as the
@@ -30,7 +27,7 @@ func (d *Daemon) domainPlanWait() time.Duration {
 // leaves unanswered is said in its entry, and the others are planned all
 // the same; should the plan's own time run out, the domains not planned
 // yet are entered as such, and the plan still answers for the node.
-func (d *Daemon) planEntries(ctx context.Context, kc *kubeVirtContext, doms []api.Domain, path plan.Path, limits plan.Limits) []api.PlanEntry {
+func (p *Planner) planEntries(ctx context.Context, kc *kubeVirtContext, doms []api.Domain, path plan.Path, limits plan.Limits) []api.PlanEntry {
 	type planned struct {
 		i int
 		e api.PlanEntry
@@ -38,13 +35,13 @@ func (d *Daemon) planEntries(ctx context.Context, kc *kubeVirtContext, doms []ap
 	// Buffered for every domain: a late one never blocks once the plan
 	// has stopped collecting.
 	results := make(chan planned, len(doms))
-	sem := make(chan struct{}, max(d.cfg.DirtyRate.Concurrent, 1))
+	sem := make(chan struct{}, max(p.cfg.DirtyRate.Concurrent, 1))
 	for i, dom := range doms {
 		go func() {
 			select {
 			case sem <- struct{}{}:
 				defer func() { <-sem }()
-				results <- planned{i, d.planDomain(ctx, kc, dom, path, limits)}
+				results <- planned{i, p.planDomain(ctx, kc, dom, path, limits)}
 			case <-ctx.Done():
 			}
 		}()
@@ -56,24 +53,24 @@ func (d *Daemon) planEntries(ctx context.Context, kc *kubeVirtContext, doms []ap
 		case r := <-results:
 			entries[r.i], got[r.i] = r.e, true
 		case <-ctx.Done():
-			return d.unplanned(entries, got, doms)
+			return p.unplanned(entries, got, doms)
 		}
 	}
 	return entries
 }
 
 // planDomain is planEntry within the domain's own time.
-func (d *Daemon) planDomain(ctx context.Context, kc *kubeVirtContext, dom api.Domain, path plan.Path, limits plan.Limits) api.PlanEntry {
-	ctx, cancel := context.WithTimeout(ctx, d.domainPlanWait())
+func (p *Planner) planDomain(ctx context.Context, kc *kubeVirtContext, dom api.Domain, path plan.Path, limits plan.Limits) api.PlanEntry {
+	ctx, cancel := context.WithTimeout(ctx, p.domainPlanWait())
 	defer cancel()
-	return d.planEntry(ctx, kc, dom, path, limits)
+	return p.planEntry(ctx, kc, dom, path, limits)
 }
 
 // unplanned fills in the entries of the domains the plan's time ran out on.
-func (d *Daemon) unplanned(entries []api.PlanEntry, got []bool, doms []api.Domain) []api.PlanEntry {
+func (p *Planner) unplanned(entries []api.PlanEntry, got []bool, doms []api.Domain) []api.PlanEntry {
 	for i, dom := range doms {
 		if !got[i] {
-			entries[i] = d.newEntry(dom)
+			entries[i] = p.newEntry(dom)
 			entries[i].Error = fmt.Sprintf("not measured: the plan's time ran out before domain %q (%s) was checked and measured", dom.Name, dom.Socket)
 		}
 	}
@@ -81,9 +78,9 @@ func (d *Daemon) unplanned(entries []api.PlanEntry, got []bool, doms []api.Domai
 }
 
 // newEntry is a domain's entry before anything is asked of its libvirt.
-func (d *Daemon) newEntry(dom api.Domain) api.PlanEntry {
+func (p *Planner) newEntry(dom api.Domain) api.PlanEntry {
 	e := api.PlanEntry{Domain: dom.Name, Socket: dom.Socket, State: "planned", Mover: api.MoverFerry}
-	if c, err := d.Pool.Conn(dom.Socket); err == nil && c.Matched() {
+	if p.lv.Launcher(dom.Socket) {
 		// A launcher's domain is KubeVirt's to move, and its socket a
 		// pod's: Ferry never drives it, whatever it reports.
 		e.Mover = api.MoverKubeVirt
@@ -91,11 +88,14 @@ func (d *Daemon) newEntry(dom api.Domain) api.PlanEntry {
 	return e
 }
 
+// maxEntryError bounds an entry's error text.
+const maxEntryError = 512
+
 // entryError is what an entry says of a step that failed: which question
 // the domain's libvirt left unanswered in time, or else its error.
-func (d *Daemon) entryError(ctx context.Context, dom api.Domain, step string, err error) string {
-	if errors.Is(err, libvirtx.ErrTimeout) || ctx.Err() != nil {
-		return d.notAnswered(dom, step)
+func (p *Planner) entryError(ctx context.Context, dom api.Domain, step string, err error) string {
+	if p.lv.TimedOut(err) || ctx.Err() != nil {
+		return p.notAnswered(dom, step)
 	}
 	// A launcher's libvirt is a pod's: its words are quoted, and bounded.
 	return peertext.Quote(err.Error(), maxEntryError)
@@ -103,7 +103,7 @@ func (d *Daemon) entryError(ctx context.Context, dom api.Domain, step string, er
 
 // notAnswered says the domain is not measured, and what of it did not
 // answer. The domain's name is a pod's word, hence quoted.
-func (d *Daemon) notAnswered(dom api.Domain, what string) string {
+func (p *Planner) notAnswered(dom api.Domain, what string) string {
 	return fmt.Sprintf("not measured: the libvirt of domain %q (%s) did not answer %s in time (%v a call, %v a domain)",
-		dom.Name, dom.Socket, what, cmp.Or(d.cfg.CallTimeout, libvirtx.DefaultCallTimeout), d.domainPlanWait())
+		dom.Name, dom.Socket, what, p.cfg.CallTimeout, p.domainPlanWait())
 }
