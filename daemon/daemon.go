@@ -46,6 +46,9 @@ type Daemon struct {
 	source *drive.Source
 	target *drive.Target
 
+	// trials are the domains the driver's migrations that move nothing
+	// hold, which the tracker reads.
+	trials *drive.Trials
 	// act carries out operators' and the policy's acts on migrations.
 	act   *drive.Actuator
 	steer *steerer
@@ -109,8 +112,10 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		readyzSlots: make(chan struct{}, readyzAtOnce)}
 	d.reg = prometheus.NewRegistry()
 	times := metrics.NewTimes(cfg.NodeName, d.reg)
+	d.trials = drive.NewTrials()
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,
+		Trials:         d.trials,
 		SampleInterval: cfg.SampleInterval,
 		HistorySize:    cfg.HistorySize,
 		CPU:            &libvirtx.QEMUCgroups{},
@@ -173,7 +178,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 // record is the tracker as the driver meets it: the jobs it reads, its
 // books for the driver's account, and its acts.
 func (d *Daemon) record() drive.Record {
-	return drive.Record{Jobs: d.Tracker, Account: d.Tracker.Books(), Acts: d.Tracker.Acts()}
+	return drive.Record{Jobs: d.Tracker, Account: d.Tracker.Books(), Acts: d.Tracker.Acts(), Trials: d.trials}
 }
 
 // setupMigrations makes the proxy, this node's target side of migrations

@@ -19,6 +19,7 @@ type Source struct {
 	tracker Jobs    // what the record shows, read
 	books   Account // the driver's own account, given
 	acts    Acts
+	trials  *Trials
 	proxy   *proxy.Proxy
 	log     *zap.Logger
 	running *drives
@@ -74,5 +75,5 @@ type Conns interface {
 
 // NewSource builds the source side of Ferry-driven migrations.
 func NewSource(cfg SourceConfig) *Source {
-	return &Source{cfg: cfg, tracker: cfg.Record.Jobs, books: cfg.Record.Account, acts: cfg.Record.Acts, proxy: cfg.Proxy, log: cfg.Log, running: newDrives(), slots: newSlots(cfg.OutboundSlots)}
+	return &Source{cfg: cfg, tracker: cfg.Record.Jobs, books: cfg.Record.Account, acts: cfg.Record.Acts, trials: cfg.Record.Trials, proxy: cfg.Proxy, log: cfg.Log, running: newDrives(), slots: newSlots(cfg.OutboundSlots)}
 }

@@ -18,6 +18,8 @@ type Record struct {
 	Jobs    Jobs
 	Account Account
 	Acts    Acts
+	// Trials are the driver's own: the record reads them (Trials.Holds).
+	Trials *Trials
 }
 
 // Jobs is what the driver reads of the node's migration jobs and domains.
@@ -37,8 +39,8 @@ type Jobs interface {
 
 // Account is the driver's account of its migrations, which the record
 // shows on their jobs: each one it drives and how it ended (settled, in
-// doubt, lost, paused for recovery, given up), the dry runs it makes
-// (trials), and the incoming migrations it prepares for a peer.
+// doubt, lost, paused for recovery, given up), and the incoming
+// migrations it prepares for a peer.
 type Account interface {
 	Drive(socket, domain string, info api.ProxyInfo)
 	Undrive(socket, domain string)
@@ -52,8 +54,6 @@ type Account interface {
 	DriveRecoveryOverdue(socket, domain string)
 	DriveResumed(socket, domain string, attempt int, took time.Duration)
 	DriveRearmed(socket string, dom libvirt.Domain)
-	Trial(socket, domain string) (end func())
-	EndTrials(socket, domain string)
 	ExpectIncoming(socket, domain, id, peerNode string)
 	ForgetIncoming(socket, domain, id string)
 	IncomingRecoverable(socket, domain, id string, recoverFor time.Duration)

@@ -124,7 +124,7 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	// Between Begin and Perform libvirt holds a migration job that may yet
 	// be cancelled (a target with no inbound slot free, asked again): it
 	// is not taken for the migration until Perform starts.
-	defer s.books.Trial(p.conn.Socket(), req.Domain)()
+	defer s.trials.Hold(p.conn.Socket(), req.Domain)()
 	defer st.cancelUnlessPerforming()
 	domXML, cookie, err := st.begin(ctx, p.conn, req)
 	if err != nil {
@@ -165,7 +165,7 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	// nothing acts on it but through the owner.
 	postCopy := flags&libvirt.MigratePostcopy != 0
 	o := newOwner(own.Socket(), req.Domain, p.dom, own, ownerRecord{s.acts, s.books}, postCopy, s.log.With(zap.String("domain", req.Domain), zap.String("migration", id)))
-	s.books.EndTrials(p.conn.Socket(), req.Domain)
+	s.trials.End(p.conn.Socket(), req.Domain)
 	s.running.own(p.drive, id, o, Driven{Settings: p.pol, PostCopy: postCopy, Deadline: p.deadline, Act: o.Policy(), CapMiBs: p.capMiBs})
 	s.books.Drive(p.conn.Socket(), req.Domain, info)
 	if postCopy {

@@ -48,7 +48,7 @@ func (s *Source) DryRun(ctx context.Context, req MigrateRequest) (api.DryRun, er
 		return api.DryRun{}, fmt.Errorf("%w: Ferry is driving a migration of %s", ErrConflict, req.Domain)
 	}
 	defer s.running.end(drive)
-	defer s.books.Trial(conn.Socket(), req.Domain)()
+	defer s.trials.Hold(conn.Socket(), req.Domain)()
 	// Begin starts libvirt's migration job, tied to the connection that
 	// ran it, which Confirm must end: one of the dry run's own.
 	own, err := conn.Another(ctx)

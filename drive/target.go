@@ -34,6 +34,7 @@ import (
 type Target struct {
 	tracker Jobs    // what the record shows, read
 	books   Account // the driver's own account, given
+	holds   *Trials
 	conns   Conns
 	socket  string
 	policy  libvirtx.IncomingPolicy
@@ -71,7 +72,7 @@ type Target struct {
 // NewTarget builds the target side on the libvirt at socket, taking what
 // pol allows.
 func NewTarget(rec Record, conns Conns, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
-	return &Target{tracker: rec.Jobs, books: rec.Account, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
+	return &Target{tracker: rec.Jobs, books: rec.Account, holds: rec.Trials, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
 // Persisted says whether the migration's guest is defined persistently
@@ -312,9 +313,9 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	if m.DryRun {
 		// The guest a dry run starts is no migration, until well after
 		// Cancel (see release) has stopped it.
-		in.trial(m.ID, in.books.Trial(in.socket, m.Domain))
+		in.trial(m.ID, in.holds.Hold(in.socket, m.Domain))
 	} else {
-		in.books.EndTrials(in.socket, m.Domain)
+		in.holds.End(in.socket, m.Domain)
 	}
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.

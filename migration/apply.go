@@ -449,7 +449,7 @@ func (t *Tracker) vanish(j *job, at time.Time, why string) bool {
 // incoming migration in its life, and a new one has a new domain ID.
 func (t *Tracker) openTarget(in input, why string) *job {
 	key := jobKey{in.socket, in.dom.Name}
-	if t.trials[key].n > 0 {
+	if t.cfg.Trials != nil && t.cfg.Trials.Holds(key.socket, key.domain) {
 		return nil
 	}
 	if last := t.latest[key]; last != nil && in.dom.ID > 0 && last.domID == in.dom.ID {
@@ -466,7 +466,7 @@ func (t *Tracker) openTarget(in input, why string) *job {
 // libvirt keeps "active" on a source paused by a failed post-copy.
 func (t *Tracker) openSource(in input) *job {
 	key := jobKey{in.socket, in.dom.Name}
-	if t.trials[key].n > 0 {
+	if t.cfg.Trials != nil && t.cfg.Trials.Holds(key.socket, key.domain) {
 		return nil
 	}
 	if d, ok := t.domains[in.socket][in.dom.Name]; ok {

@@ -2,7 +2,6 @@ package migration
 
 import (
 	"strings"
-	"sync"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -187,53 +186,6 @@ func (b Books) ExpectIncoming(socket, domain, id, peerNode string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.incoming[jobKey{socket, domain}] = incomingInfo{id: id, peer: peerNode}
-}
-
-// trialGrace is how long past a dry run its domain's lifecycle events and
-// job readings, which may arrive late, are still not taken for a migration.
-const trialGrace = 2 * time.Second
-
-// Trial marks a dry run of a migration of domain, on either node: libvirt
-// starts a migration job for it (and on the target, a guest) that never
-// migrates anything, and no job is opened for it until end is called and
-// trialGrace has passed, or EndTrials.
-func (b Books) Trial(socket, domain string) (end func()) {
-	t := b.t
-	key := jobKey{socket, domain}
-	t.mu.Lock()
-	tr := t.trials[key]
-	tr.n++
-	t.trials[key] = tr
-	epoch := tr.epoch
-	t.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			time.AfterFunc(trialGrace, func() {
-				t.mu.Lock()
-				defer t.mu.Unlock()
-				// Ended since by EndTrials: this hold is gone already,
-				// and a later one is not this one's to end.
-				if tr, ok := t.trials[key]; ok && tr.epoch == epoch {
-					if tr.n--; tr.n <= 0 {
-						tr.n = 0
-					}
-					t.trials[key] = tr
-				}
-			})
-		})
-	}
-}
-
-// EndTrials ends at once every dry run's hold on domain: a real migration
-// of it starts, which must be seen from its first moment.
-func (b Books) EndTrials(socket, domain string) {
-	t := b.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	key := jobKey{socket, domain}
-	tr := t.trials[key]
-	t.trials[key] = trial{epoch: tr.epoch + 1}
 }
 
 // ForgetIncoming drops what ExpectIncoming recorded of migration id, which

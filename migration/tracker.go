@@ -33,6 +33,12 @@ type Config struct {
 	Log            *zap.Logger
 	// OnFinish is called, outside the tracker's lock, with each job that ends.
 	OnFinish func(api.Job)
+	// Trials says which domains a migration that moves nothing holds
+	// (a dry run, one not yet performing): libvirt's job for one is no
+	// migration, and no job is opened for it. nil: none are.
+	Trials interface {
+		Holds(socket, domain string) bool
+	}
 	// OnStart is called, outside the tracker's lock, with each job found.
 	OnStart func(api.Job)
 	// VerifyPostCopyFailure asks a source's QEMU (through libvirt's
@@ -138,10 +144,6 @@ type job struct {
 	maxDowntimeSetAt time.Time
 }
 
-// trial is the dry runs holding a domain: how many, and the epoch
-// EndTrials moves on, which ends the holds of every earlier one.
-type trial struct{ n, epoch int }
-
 // Tracker tracks the migration jobs of every libvirt connection on a node.
 // It implements libvirtx.Handler.
 type Tracker struct {
@@ -176,9 +178,6 @@ type Tracker struct {
 	// incoming is what prepared a domain's incoming migration, for its
 	// target job.
 	incoming map[jobKey]incomingInfo
-	// trials are the domains a dry run holds: what libvirt does for one
-	// is never a migration (see Trial).
-	trials map[jobKey]trial
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
 	// stateAt is when an event last told a domain's state, so an older
@@ -224,7 +223,6 @@ func NewTracker(cfg Config) *Tracker {
 		latest:           map[jobKey]*job{},
 		driven:           map[jobKey]*drivenInfo{},
 		incoming:         map[jobKey]incomingInfo{},
-		trials:           map[jobKey]trial{},
 		ledger:           openLedger(cfg.StateDir, cfg.Log),
 		stateAt:          map[jobKey]time.Time{},
 	}
