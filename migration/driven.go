@@ -83,7 +83,7 @@ func (b Books) DriveSettled(socket, domain, uuid string, start time.Time, info a
 			// Still running: its end takes the driver's account, as a
 			// driven job's does.
 			j.setProxy(&info)
-			t.driven[key] = &drivenInfo{proxy: &info, reason: reason, ended: true}
+			t.driven[key] = &drivenInfo{proxy: &info, reason: reason, ended: true, completed: phase == api.PhaseCompleted}
 			t.publish(j)
 		}
 		return
@@ -226,7 +226,7 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 		di = &drivenInfo{}
 		t.driven[jobKey{socket, domain}] = di
 	}
-	di.proxy, di.reason, di.ended = &info, failure, true
+	di.proxy, di.reason, di.ended, di.completed = &info, failure, true, failure == ""
 	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
 	var best *job
 	for k, j := range t.jobs {
@@ -288,6 +288,10 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 	}
 }
 
+// driverSawCompletion is the evidence on a job completed on the driver's
+// word.
+const driverSawCompletion = "libvirt's Confirm on the driver's own connection ended the migration, the guest running on the target; this node's monitoring connection had missed how it ended"
+
 // completedByDriver takes the driver's word for a driven job the tracker
 // could only call lost: the domain went while this node's monitoring
 // connection was cut (a libvirtd that froze, then went on) or before its
@@ -295,7 +299,7 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 // Confirm end the migration with the guest running on the target. The
 // caller holds t.mu and classifies the job after.
 func (t *Tracker) completedByDriver(j *job, at time.Time) {
-	t.addEvent(j, at, "driver", "libvirt's Confirm on the driver's own connection ended the migration, the guest running on the target; this node's monitoring connection had missed how it ended")
+	t.addEvent(j, at, "driver", driverSawCompletion)
 	v := &j.view
 	v.Phase, v.FailureReason, v.UpdateTime = api.PhaseCompleted, "", at
 	v.ProgressPercent, v.DataRemainingBytes, v.MemoryRemainingBytes = 100, 0, 0

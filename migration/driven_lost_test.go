@@ -61,3 +61,31 @@ func TestALostJobCompletedByTheDriverIsToldAgain(t *testing.T) {
 		}
 	}
 }
+
+// The other order: the driver's own connection saw Confirm end the
+// migration while this node's monitoring connection was held up (a frozen
+// libvirtd); once it goes on, the domain is gone without an event. The
+// job is the completed migration the driver said it was, not lost.
+func TestADrivenJobLostAfterTheDriverSaidItCompletedIsCompleted(t *testing.T) {
+	f := newFeed(t, "a")
+	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+	f.stats(outgoing(4, 300))
+	f.tr.Books().DriveEnded(dom.Name, dom, sock, f.job().StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	f.wantPhase(api.PhaseRunning)
+	f.list()
+	f.ended(notActive, noDomain, 0, 0, noDomain)
+	f.wantPhase(api.PhaseCompleted)
+	f.wantTotal(api.RoleSource, "completed", 1)
+}
+
+// A driver that said the migration failed is not taken for one that
+// completed: the job lost stays lost.
+func TestADrivenJobLostAfterTheDriverSaidItFailedStaysLost(t *testing.T) {
+	f := newFeed(t, "a")
+	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+	f.stats(outgoing(4, 300))
+	f.tr.Books().DriveEnded(dom.Name, dom, sock, f.job().StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "the target refused the finish")
+	f.list()
+	f.ended(notActive, noDomain, 0, 0, noDomain)
+	f.wantPhase(api.PhaseLost)
+}

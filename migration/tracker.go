@@ -188,11 +188,12 @@ type Tracker struct {
 }
 
 type drivenInfo struct {
-	// ended: the driver has given its final account.
-	ended    bool
-	proxy    *api.ProxyInfo
-	reason   string
-	deadline bool
+	// ended: the driver has given its final account; completed: that the
+	// migration completed, the guest running on the target.
+	ended, completed bool
+	proxy            *api.ProxyInfo
+	reason           string
+	deadline         bool
 	// recoverFor is how long a broken post-copy of it is resumed.
 	recoverFor time.Duration
 }
@@ -531,6 +532,12 @@ func (t *Tracker) finish(j *job, phase api.Phase, reason string, at time.Time) {
 		driverPending = !di.ended
 		if di.reason != "" && (phase == api.PhaseFailed || (phase == api.PhaseAborted && di.deadline)) {
 			reason = di.reason
+		}
+		if di.completed && phase == api.PhaseLost {
+			// The driver's account came first (DriveEnded covers the
+			// other order): its own connection saw the migration end.
+			t.addEvent(j, at, "driver", driverSawCompletion)
+			phase, reason = api.PhaseCompleted, ""
 		}
 		if di.proxy != nil {
 			j.setProxy(di.proxy)
