@@ -1,6 +1,7 @@
 package evacuate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,8 +65,13 @@ type Planner struct {
 // NewPlanner returns a Planner checking domains with checks, which tells
 // runner each plan's prediction.
 func NewPlanner(cfg PlanConfig, checks *Checker, runner *Runner) *Planner {
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, defaultCallTimeout)
 	return &Planner{cfg: cfg, checks: checks, lv: checks.cfg.Libvirt, runner: runner}
 }
+
+// defaultCallTimeout is libvirtx's own: what a plan says a libvirt call
+// may take when its caller set none.
+const defaultCallTimeout = 5 * time.Second
 
 // ErrBadPlan is a plan request that names what cannot be planned.
 var ErrBadPlan = errors.New("bad plan request")

@@ -103,7 +103,8 @@ type ControlResponse struct {
 	// proxy's certificate names; never sent.
 	PeerNode string `json:"-"`
 	// Owner is what binds the rest of the migration to the proxy that
-	// answered: ControlTo and BindTarget take it; never sent.
+	// answered: the proxy's ControlTo and a source migration's BindTarget
+	// take it; never sent.
 	Owner string `json:"-"`
 }
 

@@ -87,7 +87,8 @@ type IncomingMigration struct {
 	DiskURI   string // empty unless the source asked for a disk stream
 	// MonitorPath, for a post-copy migration its source will resume, is
 	// where Ferry's own monitor of the target QEMU is (see
-	// TargetMonitorPath), and RecoverFor how long the source resumes it.
+	// proxy.TargetMonitorPath), and RecoverFor how long the source resumes
+	// it.
 	MonitorPath string
 	RecoverFor  time.Duration
 	// PeerNode is the node the source's certificate names; empty when it

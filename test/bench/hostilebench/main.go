@@ -82,7 +82,7 @@ func run(controls, halfOpen int, hold time.Duration) error {
 		}
 		peers = append(peers, f)
 	}
-	peer := peers[0]
+	taken := peers[0]
 	stranger, err := ca.Issue(filepath.Join(dir, "stranger"), "ferry") // names no node
 	if err != nil {
 		return err
@@ -140,12 +140,12 @@ func run(controls, halfOpen int, hold time.Duration) error {
 	}
 	for _, x := range hostileXMLs() {
 		if err := measure(fmt.Sprintf("%d prepares of one peer at full rate: %s", controls, x.name), fmt.Sprintf("%d per peer read or checked, 2 checked at a time; goal %d MiB", proxy.MaxControlConnsPerPeer, checksGoalMiB),
-			func(stop <-chan struct{}) error { return sendChecks(addr, peer, controls, x.xml, stop) }); err != nil {
+			func(stop <-chan struct{}) error { return sendChecks(addr, taken, controls, x.xml, stop) }); err != nil {
 			return err
 		}
 		phases[len(phases)-1].goalMiB = checksGoalMiB
 	}
-	if err := ping(addr, peer); err != nil {
+	if err := ping(addr, taken); err != nil {
 		return fmt.Errorf("after the loads, the peer's control request: %w", err)
 	}
 	rest := phases[0].peakMiB
