@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -42,7 +43,7 @@ func checkDirtyRate(t *testing.T, name string, asked int) {
 	}
 	// The guest's own figure over its last seconds, each second's rate as
 	// it printed it.
-	own := median(printed[len(printed)-10:])
+	own := migration.Median(printed[len(printed)-10:])
 	measured := float64(got.DirtyBytesPerSecond) / (1 << 20)
 	var each []string
 	for _, m := range got.DirtyRates {

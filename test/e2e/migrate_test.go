@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -110,21 +111,11 @@ func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
 		t.Logf("source QEMU (pid %d, cgroup %s): %.1f CPU-seconds during the job, %.0f%% of a core at the end, throttled %.1fs",
 			q.PID, q.CgroupPath, q.CPUUsageSeconds, q.CPUPercent, q.ThrottledSeconds)
 	}
-	g, f := median(guestRates), median(ferryRates)
+	g, f := migration.Median(guestRates), migration.Median(ferryRates)
 	t.Logf("dirty rate: guest printed median %.1f MiB/s over %d lines, ferry reported median %.1f MiB/s over %d samples (%d iterations)",
 		g, len(guestRates), f, len(ferryRates), src.Iteration)
 	if math.Abs(f-g) > 0.3*g {
 		t.Fatalf("ferry's dirty rate %.1f MiB/s is not within 30%% of the guest's %.1f MiB/s (guest: %v, ferry: %v)", f, g, guestRates, ferryRates)
 	}
 	assertTruth(t, "dirty", "a", "b", start)
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/ferry-vm/ferry/test/bench/benchstat"
 )
 
 // sample is one run of one variant.
@@ -65,15 +67,6 @@ func round(x float64, places int) float64 {
 	return math.Round(x*p) / p
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func summarize(vs []variant, samples map[string][]sample, bytes int64, runs int) report {
 	gib := float64(bytes) / (1 << 30)
 	r := report{Bytes: bytes, Runs: runs}
@@ -86,9 +79,9 @@ func summarize(vs []variant, samples map[string][]sample, bytes int64, runs int)
 			relay = append(relay, (s.SourceCPU+s.TargetCPU)/gib)
 			host = append(host, s.HostCPU/gib)
 		}
-		m := median(mibps)
+		m := benchstat.Of(mibps).Median
 		r.Variants = append(r.Variants, variantResult{Key: v.key, Name: v.name, Conns: v.conns, Baseline: v.baseline,
-			MiBps: round(m, 1), RelayCPUPerGiB: round(median(relay), 3), HostCPUPerGiB: round(median(host), 3),
+			MiBps: round(m, 1), RelayCPUPerGiB: round(benchstat.Of(relay).Median, 3), HostCPUPerGiB: round(benchstat.Of(host).Median, 3),
 			SpreadPercent: round((slices.Max(mibps)-slices.Min(mibps))/m*100, 1), Runs: ss})
 	}
 	for i := range r.Variants {
