@@ -34,7 +34,7 @@ import (
 type Target struct {
 	tracker Jobs    // what the record shows, read
 	books   Account // the driver's own account, given
-	holds   *Trials
+	trials  *Trials
 	conns   Conns
 	socket  string
 	policy  libvirtx.IncomingPolicy
@@ -60,8 +60,8 @@ type Target struct {
 	// migrated, by id, which libvirt's Finish saves before it starts the
 	// guest here (see finishCookie).
 	definitions map[string]string
-	// trials end the Trial of each dry run's guest, by id.
-	trials map[string]func()
+	// dryRuns end the trial hold of each dry run's guest, by id.
+	dryRuns map[string]func()
 	// admitted are the guests coming here, by migration id, whose memory
 	// the next ones are admitted against (see target_admission.go); memory is
 	// what tells the node's memory, /proc's when nil.
@@ -72,7 +72,7 @@ type Target struct {
 // NewTarget builds the target side on the libvirt at socket, taking what
 // pol allows.
 func NewTarget(rec Record, conns Conns, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
-	return &Target{tracker: rec.Jobs, books: rec.Account, holds: rec.Trials, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
+	return &Target{tracker: rec.Jobs, books: rec.Account, trials: rec.Trials, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
 // Persisted says whether the migration's guest is defined persistently
@@ -133,20 +133,20 @@ func (in *Target) forgetDefinition(id string) {
 	delete(in.definitions, id)
 }
 
-// trial keeps the end of a dry run's Trial until its guest is stopped.
+// trial keeps the end of a dry run's hold until its guest is stopped.
 func (in *Target) trial(id string, end func()) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.trials == nil {
-		in.trials = map[string]func(){}
+	if in.dryRuns == nil {
+		in.dryRuns = map[string]func(){}
 	}
-	in.trials[id] = end
+	in.dryRuns[id] = end
 }
 
 func (in *Target) endTrial(id string) {
 	in.mu.Lock()
-	end := in.trials[id]
-	delete(in.trials, id)
+	end := in.dryRuns[id]
+	delete(in.dryRuns, id)
 	in.mu.Unlock()
 	if end != nil {
 		end()
@@ -313,9 +313,9 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	if m.DryRun {
 		// The guest a dry run starts is no migration, until well after
 		// Cancel (see release) has stopped it.
-		in.trial(m.ID, in.holds.Hold(in.socket, m.Domain))
+		in.trial(m.ID, in.trials.Hold(in.socket, m.Domain))
 	} else {
-		in.holds.End(in.socket, m.Domain)
+		in.trials.End(in.socket, m.Domain)
 	}
 	// The target job appears while Prepare runs; it names the peer from
 	// its first moment.
@@ -337,6 +337,7 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	runXML := domXML
 	if m.PostCopy && m.MonitorPath != "" {
 		if runXML, err = libvirtx.WithRecoveryMonitor(domXML, m.MonitorPath); err != nil {
+			in.endTrial(m.ID)
 			c.Close()
 			return none, err
 		}

@@ -10,7 +10,7 @@ import (
 // may yet be cancelled. libvirt runs a migration job for each (and on a
 // target, a guest) that the node's record must not take for a migration:
 // it asks Holds before it opens a job. The driver keeps them; one Trials
-// serves a node's source and target sides.
+// serves a node's source and target sides. A nil Trials holds nothing.
 type Trials struct {
 	mu   sync.Mutex
 	held map[trialKey]trial
@@ -38,16 +38,19 @@ func NewTrials() *Trials { return &Trials{held: map[trialKey]trial{}, grace: tri
 // Hold holds domain on socket until end is called and the grace has
 // passed, or End.
 func (ts *Trials) Hold(socket, domain string) (end func()) {
+	if ts == nil {
+		return func() {}
+	}
 	key := trialKey{socket, domain}
 	ts.mu.Lock()
-	tr, ok := ts.held[key]
+	held, ok := ts.held[key]
 	if !ok {
 		ts.epochs++
-		tr.epoch = ts.epochs
+		held.epoch = ts.epochs
 	}
-	tr.n++
-	ts.held[key] = tr
-	epoch := tr.epoch
+	held.n++
+	ts.held[key] = held
+	epoch := held.epoch
 	ts.mu.Unlock()
 	var once sync.Once
 	return func() {
@@ -72,6 +75,9 @@ func (ts *Trials) Hold(socket, domain string) (end func()) {
 // End ends at once every hold on domain: a real migration of it starts,
 // which must be seen from its first moment.
 func (ts *Trials) End(socket, domain string) {
+	if ts == nil {
+		return
+	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	delete(ts.held, trialKey{socket, domain})
@@ -80,6 +86,9 @@ func (ts *Trials) End(socket, domain string) {
 // Holds says whether a hold is on domain now: what the node's record asks
 // before it opens a job.
 func (ts *Trials) Holds(socket, domain string) bool {
+	if ts == nil {
+		return false
+	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return ts.held[trialKey{socket, domain}].n > 0

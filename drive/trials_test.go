@@ -52,3 +52,13 @@ func TestTwoHoldsHoldUntilBothEnd(t *testing.T) {
 	b()
 	waitFor(t, "both holds to end", func() bool { return !ts.Holds("/s", "vm") })
 }
+
+// A nil Trials holds nothing, as the tracker's nil Config.Trials does.
+func TestANilTrialsHoldsNothing(t *testing.T) {
+	var ts *Trials
+	ts.Hold("/s", "vm")()
+	ts.End("/s", "vm")
+	if ts.Holds("/s", "vm") {
+		t.Fatal("a nil Trials held a domain")
+	}
+}

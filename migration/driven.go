@@ -83,7 +83,11 @@ func (b Books) DriveSettled(socket, domain, uuid string, start time.Time, info a
 			// Still running: its end takes the driver's account, as a
 			// driven job's does.
 			j.setProxy(&info)
-			t.driven[key] = &drivenInfo{proxy: &info, reason: reason, ended: true, completed: phase == api.PhaseCompleted}
+			di := &drivenInfo{proxy: &info, reason: reason, ended: true}
+			if phase == api.PhaseCompleted {
+				di.completedBy = driverSettledIt
+			}
+			t.driven[key] = di
 			t.publish(j)
 		}
 		return
@@ -93,11 +97,21 @@ func (b Books) DriveSettled(socket, domain, uuid string, start time.Time, info a
 			// Seen to its end by this process, which knew nothing of the
 			// driver: the job is the migration's, and names it now.
 			j.setProxy(&info)
-			if reason != "" && j.view.Phase == api.PhaseFailed && phase == api.PhaseFailed {
+			lost := j.view.Phase == api.PhaseLost && phase == api.PhaseCompleted
+			switch {
+			case lost:
+				t.completedByDriver(j, time.Now(), driverSettledIt)
+				t.classify(j, time.Now())
+			case reason != "" && j.view.Phase == api.PhaseFailed && phase == api.PhaseFailed:
 				j.view.FailureReason = reason
 				t.classify(j, time.Now())
 			}
 			t.publish(j)
+			if lost && t.cfg.OnFinish != nil {
+				// Told again, as DriveEnded does: it heard only "lost".
+				v := j.view
+				go t.cfg.OnFinish(v)
+			}
 		}
 		return
 	}
@@ -226,7 +240,10 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 		di = &drivenInfo{}
 		t.driven[jobKey{socket, domain}] = di
 	}
-	di.proxy, di.reason, di.ended, di.completed = &info, failure, true, failure == ""
+	di.proxy, di.reason, di.ended = &info, failure, true
+	if failure == "" {
+		di.completedBy = driverSawCompletion
+	}
 	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
 	var best *job
 	for k, j := range t.jobs {
@@ -255,7 +272,7 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 		best.setProxy(&info)
 		corrected := best.view.Phase == api.PhaseLost && failure == ""
 		if corrected {
-			t.completedByDriver(best, time.Now())
+			t.completedByDriver(best, time.Now(), driverSawCompletion)
 		}
 		if failure != "" && (best.view.Phase == api.PhaseFailed || (best.view.Phase == api.PhaseAborted && di.deadline)) {
 			best.view.FailureReason = failure
@@ -288,18 +305,22 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 	}
 }
 
-// driverSawCompletion is the evidence on a job completed on the driver's
-// word.
-const driverSawCompletion = "libvirt's Confirm on the driver's own connection ended the migration, the guest running on the target; this node's monitoring connection had missed how it ended"
+// The evidence on a job completed on the driver's word, by where the word
+// comes from: the driver's own end of the migration (its Confirm, or a
+// resumed post-copy that completed), or its settling with the target
+// after ferryd restarted.
+const (
+	driverSawCompletion = "the driver's own connection saw the migration end, the guest running on the target; this node's monitoring connection had missed how it ended"
+	driverSettledIt     = "the driver settled the migration with the target after ferryd restarted: the guest runs there; this node's monitoring connection had missed how it ended"
+)
 
-// completedByDriver takes the driver's word for a driven job the tracker
-// could only call lost: the domain went while this node's monitoring
-// connection was cut (a libvirtd that froze, then went on) or before its
-// lifecycle event came, and the driver's own connection saw libvirt's
-// Confirm end the migration with the guest running on the target. The
-// caller holds t.mu and classifies the job after.
-func (t *Tracker) completedByDriver(j *job, at time.Time) {
-	t.addEvent(j, at, "driver", driverSawCompletion)
+// completedByDriver takes the driver's word (why says which) for a driven
+// job the tracker could only call lost: the domain went while this node's
+// monitoring connection was cut (a libvirtd that froze, then went on) or
+// before its lifecycle event came. The caller holds t.mu and classifies
+// the job after.
+func (t *Tracker) completedByDriver(j *job, at time.Time, why string) {
+	t.addEvent(j, at, "driver", why)
 	v := &j.view
 	v.Phase, v.FailureReason, v.UpdateTime = api.PhaseCompleted, "", at
 	v.ProgressPercent, v.DataRemainingBytes, v.MemoryRemainingBytes = 100, 0, 0

@@ -89,3 +89,41 @@ func TestADrivenJobLostAfterTheDriverSaidItFailedStaysLost(t *testing.T) {
 	f.ended(notActive, noDomain, 0, 0, noDomain)
 	f.wantPhase(api.PhaseLost)
 }
+
+// A migration a restarted ferryd settled with its target as completed is
+// completed whichever of the settling and the loss comes first, with the
+// settling as its evidence, counted once.
+func TestADrivenJobSettledCompletedIsCompletedInEitherOrder(t *testing.T) {
+	for _, settledFirst := range []bool{true, false} {
+		f := newFeed(t, "a")
+		f.stats(outgoing(4, 300))
+		start := f.job().StartTime
+		settle := func() {
+			f.tr.Books().DriveSettled(sock, dom.Name, "", start, api.ProxyInfo{MigrationID: "m-1", Ended: true}, api.PhaseCompleted, "")
+		}
+		if settledFirst {
+			settle()
+		}
+		f.list()
+		f.ended(notActive, noDomain, 0, 0, noDomain)
+		if !settledFirst {
+			f.wantPhase(api.PhaseLost)
+			settle()
+		}
+		j := f.wantPhase(api.PhaseCompleted)
+		f.wantTotal(api.RoleSource, "completed", 1)
+		f.wantTotal(api.RoleSource, "lost", 0)
+		if !hasEvent(j, "driver", driverSettledIt) || hasEvent(j, "driver", driverSawCompletion) {
+			t.Errorf("settled first %v: events %+v, want the settling as the evidence", settledFirst, j.Events)
+		}
+	}
+}
+
+func hasEvent(j api.Job, kind, detail string) bool {
+	for _, e := range j.Events {
+		if e.Kind == kind && e.Detail == detail {
+			return true
+		}
+	}
+	return false
+}

@@ -35,7 +35,8 @@ type Config struct {
 	OnFinish func(api.Job)
 	// Trials says which domains a migration that moves nothing holds
 	// (a dry run, one not yet performing): libvirt's job for one is no
-	// migration, and no job is opened for it. nil: none are.
+	// migration, and no job is opened for it. nil: none are. Holds is
+	// asked under the tracker's lock, so it must not call back into it.
 	Trials interface {
 		Holds(socket, domain string) bool
 	}
@@ -188,12 +189,14 @@ type Tracker struct {
 }
 
 type drivenInfo struct {
-	// ended: the driver has given its final account; completed: that the
-	// migration completed, the guest running on the target.
-	ended, completed bool
-	proxy            *api.ProxyInfo
-	reason           string
-	deadline         bool
+	// ended: the driver has given its final account; completedBy, when
+	// it said the migration completed (the guest running on the target),
+	// is the evidence of where its word came from.
+	ended       bool
+	completedBy string
+	proxy       *api.ProxyInfo
+	reason      string
+	deadline    bool
 	// recoverFor is how long a broken post-copy of it is resumed.
 	recoverFor time.Duration
 }
@@ -533,10 +536,10 @@ func (t *Tracker) finish(j *job, phase api.Phase, reason string, at time.Time) {
 		if di.reason != "" && (phase == api.PhaseFailed || (phase == api.PhaseAborted && di.deadline)) {
 			reason = di.reason
 		}
-		if di.completed && phase == api.PhaseLost {
-			// The driver's account came first (DriveEnded covers the
-			// other order): its own connection saw the migration end.
-			t.addEvent(j, at, "driver", driverSawCompletion)
+		if di.completedBy != "" && phase == api.PhaseLost {
+			// The driver's account came first (DriveEnded and
+			// DriveSettled cover the other order).
+			t.addEvent(j, at, "driver", di.completedBy)
 			phase, reason = api.PhaseCompleted, ""
 		}
 		if di.proxy != nil {
