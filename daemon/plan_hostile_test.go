@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/evacuate"
+	"github.com/ferry-vm/ferry/evacuate/evacuatetest"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 	"github.com/ferry-vm/ferry/measure"
@@ -133,7 +134,7 @@ func TestAPodThatNeverAnswersSizesIsNotMeasuredAndTheRestIsPlanned(t *testing.T)
 	if took := time.Since(start); took > bound {
 		t.Fatalf("the plan took %v", took)
 	}
-	checkHostilePlan(t, p.Entries, normal.Name, hostile.Name)
+	evacuatetest.CheckHostilePlan(t, p.Entries, normal.Name, hostile.Name)
 	if n := len(fh.Calls(procDomainGetBlockInfo)); n > evacuate.SizesAtOnce {
 		t.Errorf("the hostile domain was asked %d sizes; once one went unanswered, no more than the %d under way at once should be", n, evacuate.SizesAtOnce)
 	}
@@ -146,7 +147,7 @@ func TestAPodThatNeverAnswersSizesIsNotMeasuredAndTheRestIsPlanned(t *testing.T)
 	if code := askPlan(t, hc, bound, http.MethodPost, "/v1/evacuations", body, &ev); code != http.StatusAccepted {
 		t.Fatalf("POST /v1/evacuations: %d", code)
 	}
-	checkHostilePlan(t, ev.Entries, normal.Name, hostile.Name)
+	evacuatetest.CheckHostilePlan(t, ev.Entries, normal.Name, hostile.Name)
 }
 
 // waitDomains waits for the tracker to list n running domains.
@@ -184,29 +185,4 @@ func askPlan(t *testing.T, hc *http.Client, bound time.Duration, method, path st
 		t.Fatal(err)
 	}
 	return resp.StatusCode
-}
-
-func checkHostilePlan(t *testing.T, entries []api.PlanEntry, normal, hostile string) {
-	t.Helper()
-	byName := map[string]api.PlanEntry{}
-	for _, e := range entries {
-		byName[e.Domain] = e
-	}
-	if e, ok := byName[normal]; !ok || e.Error != "" || !e.Migratable || e.Prediction == nil {
-		t.Errorf("the normal guest is not planned: %+v (present %v)", e, ok)
-	} else if len(e.Blockers) != 1 || e.Blockers[0].SizeBytes != 10<<30 {
-		t.Errorf("the normal guest's disk size is not reported: %+v", e.Blockers)
-	}
-	e, ok := byName[hostile]
-	if !ok {
-		t.Fatalf("the hostile domain is missing from the plan: %+v", entries)
-	}
-	for _, want := range []string{"not measured", hostile, "block info"} {
-		if !strings.Contains(e.Error, want) {
-			t.Errorf("the hostile domain's error %q does not say %q", e.Error, want)
-		}
-	}
-	if e.Migratable || e.Prediction != nil || e.Target != "" {
-		t.Errorf("the hostile domain, not measured, is planned to move: %+v", e)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/evacuate/evacuatetest"
 	"github.com/ferry-vm/ferry/measure"
 )
 
@@ -142,7 +143,7 @@ func TestAPodThatNeverAnswersSizesIsNotMeasuredAndTheRestIsPlanned(t *testing.T)
 	if took := time.Since(start); took > bound {
 		t.Fatalf("the plan took %v", took)
 	}
-	checkHostilePlan(t, p.Entries, normal.name, hostile.name)
+	evacuatetest.CheckHostilePlan(t, p.Entries, normal.name, hostile.name)
 	if n := hostile.sizeCalls(); n > SizesAtOnce {
 		t.Errorf("the hostile domain was asked %d sizes; once one went unanswered, no more than the %d under way at once should be", n, SizesAtOnce)
 	}
@@ -156,31 +157,6 @@ func TestAPodThatNeverAnswersSizesIsNotMeasuredAndTheRestIsPlanned(t *testing.T)
 		t.Fatalf("the evacuation's plan: %v", err)
 	}
 	ev := runner.Start(p, true)
-	checkHostilePlan(t, ev.Entries, normal.name, hostile.name)
+	evacuatetest.CheckHostilePlan(t, ev.Entries, normal.name, hostile.name)
 	waitEnded(t, runner)
-}
-
-func checkHostilePlan(t *testing.T, entries []api.PlanEntry, normal, hostile string) {
-	t.Helper()
-	byName := map[string]api.PlanEntry{}
-	for _, e := range entries {
-		byName[e.Domain] = e
-	}
-	if e, ok := byName[normal]; !ok || e.Error != "" || !e.Migratable || e.Prediction == nil {
-		t.Errorf("the normal guest is not planned: %+v (present %v)", e, ok)
-	} else if len(e.Blockers) != 1 || e.Blockers[0].SizeBytes != 10<<30 {
-		t.Errorf("the normal guest's disk size is not reported: %+v", e.Blockers)
-	}
-	e, ok := byName[hostile]
-	if !ok {
-		t.Fatalf("the hostile domain is missing from the plan: %+v", entries)
-	}
-	for _, want := range []string{"not measured", hostile, "block info"} {
-		if !strings.Contains(e.Error, want) {
-			t.Errorf("the hostile domain's error %q does not say %q", e.Error, want)
-		}
-	}
-	if e.Migratable || e.Prediction != nil || e.Target != "" {
-		t.Errorf("the hostile domain, not measured, is planned to move: %+v", e)
-	}
 }
