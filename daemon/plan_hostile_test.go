@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -43,22 +42,10 @@ func launcherSocket(t *testing.T, pods string, dom libvirtxtest.Domain, disks in
 	return f
 }
 
-// guestXML is a KVM guest with n disks, each a file of the pod's.
-func guestXML(name string, n int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "<domain type='kvm'><name>%s</name><memory unit='KiB'>1048576</memory><devices>", name)
-	for i := range n {
-		fmt.Fprintf(&b, "<disk type='file' device='disk'><source file='/var/run/kubevirt-private/vmi-disks/d%d/disk.img'/><target dev='vd%c%c' bus='virtio'/></disk>",
-			i, 'a'+i/26, 'a'+i%26)
-	}
-	b.WriteString("</devices></domain>")
-	return b.String()
-}
-
 // answerGuest serves what a plan asks of a launcher's guest: its XML, a
 // dirty-rate measurement of 8 MiB/s, and each disk's size through size.
 func answerGuest(dom libvirtxtest.Domain, disks int, size func() ([]byte, *libvirt.Error, bool)) libvirtxtest.AnswerFunc {
-	xml := guestXML(dom.Name, disks)
+	xml := evacuatetest.GuestXML(dom.Name, disks)
 	return func(proc uint32, args []byte) ([]byte, *libvirt.Error, bool) {
 		switch proc {
 		case libvirtxtest.ProcDomainGetXMLDesc:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,8 +47,10 @@ type fakeDomain struct {
 	sizes int
 }
 
-func (d *fakeDomain) Socket() string                      { return d.socket }
-func (d *fakeDomain) XML(context.Context) (string, error) { return guestXML(d.name, d.disks), nil }
+func (d *fakeDomain) Socket() string { return d.socket }
+func (d *fakeDomain) XML(context.Context) (string, error) {
+	return evacuatetest.GuestXML(d.name, d.disks), nil
+}
 
 // StorageRoot: a launcher's QEMU whose pid file is not found.
 func (d *fakeDomain) StorageRoot() string { return "" }
@@ -65,18 +66,6 @@ func (d *fakeDomain) sizeCalls() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.sizes
-}
-
-// guestXML is a KVM guest with n disks, each a file of the pod's.
-func guestXML(name string, n int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "<domain type='kvm'><name>%s</name><memory unit='KiB'>1048576</memory><devices>", name)
-	for i := range n {
-		fmt.Fprintf(&b, "<disk type='file' device='disk'><source file='/var/run/kubevirt-private/vmi-disks/d%d/disk.img'/><target dev='vd%c%c' bus='virtio'/></disk>",
-			i, 'a'+i/26, 'a'+i%26)
-	}
-	b.WriteString("</devices></domain>")
-	return b.String()
 }
 
 // sized answers a disk's size: 10 GiB.

@@ -3,6 +3,7 @@
 package evacuatetest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -36,4 +37,16 @@ func CheckHostilePlan(t *testing.T, entries []api.PlanEntry, normal, hostile str
 	if e.Migratable || e.Prediction != nil || e.Target != "" {
 		t.Errorf("the hostile domain, not measured, is planned to move: %+v", e)
 	}
+}
+
+// GuestXML is a KVM guest with n disks, each a file of its launcher pod's.
+func GuestXML(name string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<domain type='kvm'><name>%s</name><memory unit='KiB'>1048576</memory><devices>", name)
+	for i := range n {
+		fmt.Fprintf(&b, "<disk type='file' device='disk'><source file='/var/run/kubevirt-private/vmi-disks/d%d/disk.img'/><target dev='vd%c%c' bus='virtio'/></disk>",
+			i, 'a'+i/26, 'a'+i%26)
+	}
+	b.WriteString("</devices></domain>")
+	return b.String()
 }
