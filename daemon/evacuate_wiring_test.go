@@ -12,7 +12,7 @@ import (
 )
 
 // sizedBy is a domain on a fake libvirt that answers its size calls with
-// answer, on a connection whose calls give up after a short while.
+// answer, on a connection whose calls give up after 2 s.
 func sizedBy(t *testing.T, answer func() ([]byte, *libvirt.Error, bool)) liveDomain {
 	t.Helper()
 	f := libvirtxtest.New(t, "")
@@ -23,7 +23,7 @@ func sizedBy(t *testing.T, answer func() ([]byte, *libvirt.Error, bool)) liveDom
 		}
 		return answer()
 	})
-	c, err := libvirtx.Dial(context.Background(), f.Path(), 300*time.Millisecond)
+	c, err := libvirtx.Dial(context.Background(), f.Path(), 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
