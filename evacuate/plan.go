@@ -1,7 +1,6 @@
 package evacuate
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +42,8 @@ type PlanConfig struct {
 	// Limits are what the node's policy allows a migration Ferry drives.
 	Limits plan.Limits
 	// DirtyRate is how the meter measures; CallTimeout bounds a libvirt
-	// call. A plan waits for them, and says so when they run out.
+	// call (its caller sets libvirtx's default). A plan waits for them,
+	// and says so when they run out.
 	DirtyRate   measure.Config
 	CallTimeout time.Duration
 	Tracker     Tracker
@@ -58,20 +58,14 @@ type PlanConfig struct {
 type Planner struct {
 	cfg    PlanConfig
 	checks *Checker
-	lv     Libvirt // the checks'
 	runner *Runner
 }
 
 // NewPlanner returns a Planner checking domains with checks, which tells
 // runner each plan's prediction.
 func NewPlanner(cfg PlanConfig, checks *Checker, runner *Runner) *Planner {
-	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, defaultCallTimeout)
-	return &Planner{cfg: cfg, checks: checks, lv: checks.cfg.Libvirt, runner: runner}
+	return &Planner{cfg: cfg, checks: checks, runner: runner}
 }
-
-// defaultCallTimeout is libvirtx's own: what a plan says a libvirt call
-// may take when its caller set none.
-const defaultCallTimeout = 5 * time.Second
 
 // ErrBadPlan is a plan request that names what cannot be planned.
 var ErrBadPlan = errors.New("bad plan request")

@@ -80,7 +80,7 @@ func (p *Planner) unplanned(entries []api.PlanEntry, got []bool, doms []api.Doma
 // newEntry is a domain's entry before anything is asked of its libvirt.
 func (p *Planner) newEntry(dom api.Domain) api.PlanEntry {
 	e := api.PlanEntry{Domain: dom.Name, Socket: dom.Socket, State: "planned", Mover: api.MoverFerry}
-	if p.lv.Launcher(dom.Socket) {
+	if p.checks.cfg.Libvirt.Launcher(dom.Socket) {
 		// A launcher's domain is KubeVirt's to move, and its socket a
 		// pod's: Ferry never drives it, whatever it reports.
 		e.Mover = api.MoverKubeVirt
@@ -94,7 +94,7 @@ const maxEntryError = 512
 // entryError is what an entry says of a step that failed: which question
 // the domain's libvirt left unanswered in time, or else its error.
 func (p *Planner) entryError(ctx context.Context, dom api.Domain, step string, err error) string {
-	if p.lv.TimedOut(err) || ctx.Err() != nil {
+	if p.checks.cfg.Libvirt.TimedOut(err) || ctx.Err() != nil {
 		return p.notAnswered(dom, step)
 	}
 	// A launcher's libvirt is a pod's: its words are quoted, and bounded.
