@@ -49,6 +49,7 @@ type Daemon struct {
 	// trials are the domains the driver's migrations that move nothing
 	// hold, which the tracker reads.
 	trials *drive.Trials
+	books  *drive.Books
 	// act carries out operators' and the policy's acts on migrations.
 	act   *drive.Actuator
 	steer *steerer
@@ -112,10 +113,11 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		readyzSlots: make(chan struct{}, readyzAtOnce)}
 	d.reg = prometheus.NewRegistry()
 	times := metrics.NewTimes(cfg.NodeName, d.reg)
-	d.trials = drive.NewTrials()
+	d.trials, d.books = drive.NewTrials(), drive.NewBooks()
 	d.Tracker = migration.NewTracker(migration.Config{
 		Node:           cfg.NodeName,
 		Trials:         d.trials,
+		Driver:         d.books,
 		SampleInterval: cfg.SampleInterval,
 		HistorySize:    cfg.HistorySize,
 		CPU:            &libvirtx.QEMUCgroups{},
@@ -130,6 +132,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		StateDir:              cfg.StateDir,
 		OnTimes:               times.Observe,
 	})
+	d.books.ShowOn(d.Tracker.Books())
 	d.Pool = libvirtx.NewPool(libvirtx.PoolConfig{
 		Sockets:        cfg.LibvirtSockets,
 		Glob:           cfg.LibvirtGlob,
@@ -176,9 +179,9 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 }
 
 // record is the tracker as the driver meets it: the jobs it reads, its
-// books for the driver's account, and its acts.
+// acts, and the driver's own books and trials, which it reads.
 func (d *Daemon) record() drive.Record {
-	return drive.Record{Jobs: d.Tracker, Account: d.Tracker.Books(), Acts: d.Tracker.Acts(), Trials: d.trials}
+	return drive.Record{Jobs: d.Tracker, Acts: d.Tracker.Acts(), Books: d.books, Trials: d.trials}
 }
 
 // setupMigrations makes the proxy, this node's target side of migrations

@@ -79,21 +79,23 @@ func stalledPasses(t *testing.T, tr *migration.Tracker, s *steerer, f *libvirtxt
 	}
 }
 
-func newTestSteerer(t *testing.T, node policy.Settings) (*migration.Tracker, *steerer, *applied) {
-	tr := migration.NewTracker(migration.Config{Node: "n1", SampleInterval: 20 * time.Millisecond})
+func newTestSteerer(t *testing.T, node policy.Settings) (*migration.Tracker, *drive.Books, *steerer, *applied) {
+	books := drive.NewBooks()
+	tr := migration.NewTracker(migration.Config{Node: "n1", SampleInterval: 20 * time.Millisecond, Driver: books})
+	books.ShowOn(tr.Books())
 	s := newSteerer(tr, node, "n1", zap.NewNop(), metrics.NewPolicyActions(prometheus.NewRegistry()))
 	a := &applied{}
 	s.apply = a.record
-	return tr, s, a
+	return tr, books, s, a
 }
 
 func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 	node := policy.Defaults()
 	node.Mode = policy.Act
-	tr, s, a := newTestSteerer(t, node)
+	tr, books, s, a := newTestSteerer(t, node)
 	d := policyDomain("ns_vm", 1)
 	fa := policyLibvirt(t, tr, d)
-	tr.Books().Drive(fa.Path(), d.Name, api.ProxyInfo{MigrationID: "m-1"})
+	books.Drive(fa.Path(), d.Name, api.ProxyInfo{MigrationID: "m-1"})
 	s.driven = func(id string) (drive.Driven, bool) {
 		return drive.Driven{Settings: node}, id == "m-1"
 	}
@@ -128,11 +130,11 @@ func TestSteererActsOncePerPassOnTheDrivenJobOnly(t *testing.T) {
 func TestSteererLeavesADrivenMigrationWithoutItsOwnerAlone(t *testing.T) {
 	node := policy.Defaults()
 	node.Mode = policy.Act
-	tr, s, a := newTestSteerer(t, node)
+	tr, books, s, a := newTestSteerer(t, node)
 	s.driven = func(string) (drive.Driven, bool) { return drive.Driven{}, false }
 	d := policyDomain("ns_gone", 4)
 	f := policyLibvirt(t, tr, d)
-	tr.Books().Drive(f.Path(), d.Name, api.ProxyInfo{MigrationID: "m-2"})
+	books.Drive(f.Path(), d.Name, api.ProxyInfo{MigrationID: "m-2"})
 	stalledPasses(t, tr, s, f, d, 6)
 	if a.count() != 0 {
 		t.Fatalf("applied %v to a driven migration with no owner", a.calls)
@@ -140,7 +142,7 @@ func TestSteererLeavesADrivenMigrationWithoutItsOwnerAlone(t *testing.T) {
 }
 
 func TestSteererKeepsNoMemoryWhenObservingAndSweepsEndedJobs(t *testing.T) {
-	tr, s, a := newTestSteerer(t, policy.Defaults())
+	tr, _, s, a := newTestSteerer(t, policy.Defaults())
 	d := policyDomain("ns_obs", 3)
 	f := policyLibvirt(t, tr, d)
 	stalledPasses(t, tr, s, f, d, 5)

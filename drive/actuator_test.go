@@ -27,9 +27,9 @@ func (p poolConn) Conn(string) (*libvirtx.Conn, error) { return p.c, p.err }
 
 // migratingOut is a fake libvirt whose guest "vm" migrates out, read by
 // tr's sampler, and a connection of the pool's to it.
-func migratingOut(t *testing.T) (*migration.Tracker, *libvirtxtest.Server, *libvirtx.Conn) {
+func migratingOut(t *testing.T) (*migration.Tracker, Record, *libvirtxtest.Server, *libvirtx.Conn) {
 	t.Helper()
-	tr := migration.NewTracker(migration.Config{Node: "n1", SampleInterval: 20 * time.Millisecond})
+	tr, rec := newRecord(migration.Config{Node: "n1", SampleInterval: 20 * time.Millisecond})
 	f := libvirtxtest.New(t, "")
 	f.SetDomains(libvirtxtest.Domain{Name: "vm", UUID: libvirt.UUID{9}, ID: 1, State: int32(libvirtx.StateRunning), Reason: 1})
 	migrationtest.Serve(t, tr, f)
@@ -41,15 +41,15 @@ func migratingOut(t *testing.T) (*migration.Tracker, *libvirtxtest.Server, *libv
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return tr, f, c
+	return tr, rec, f, c
 }
 
 // An act whose libvirt the pool cannot reach asks it nothing, and so
 // leaves nothing on the job: an abort no libvirt heard of must not class
 // the migration's end as the operator's.
 func TestAnActThatCannotReachLibvirtLeavesNoRecord(t *testing.T) {
-	tr, f, _ := migratingOut(t)
-	a := NewActuator(nil, poolConn{err: libvirtx.ErrNotConnected}, recordOf(tr))
+	tr, rec, f, _ := migratingOut(t)
+	a := NewActuator(nil, poolConn{err: libvirtx.ErrNotConnected}, rec)
 	ref := migration.JobRef{Domain: "vm"}
 	before, _ := tr.Job("vm")
 	ctx := context.Background()
@@ -77,8 +77,8 @@ func TestAnActThatCannotReachLibvirtLeavesNoRecord(t *testing.T) {
 // A migration Ferry does not drive is acted on by the pool's connection
 // to its libvirt, and the tracker records what libvirt took.
 func TestAnActOnAMigrationFerryDoesNotDriveIsMadeAndRecorded(t *testing.T) {
-	tr, f, c := migratingOut(t)
-	a := NewActuator(nil, poolConn{c: c}, recordOf(tr))
+	tr, rec, f, c := migratingOut(t)
+	a := NewActuator(nil, poolConn{c: c}, rec)
 	ref := migration.JobRef{Domain: "vm"}
 	ctx := context.Background()
 	if err := a.SetMaxDowntime(ctx, ref, 700*time.Millisecond); err != nil {
@@ -111,7 +111,7 @@ type ownerActs struct{ policy.Actuator }
 // of its job.
 func TestThePolicyActsThroughTheOwnerWhileItRuns(t *testing.T) {
 	s := &Source{running: newDrives()}
-	a := NewActuator(s, poolConn{err: libvirtx.ErrNotConnected}, recordOf(migration.NewTracker(migration.Config{Node: "n1"})))
+	a := NewActuator(s, poolConn{err: libvirtx.ErrNotConnected}, recordOnly(migration.Config{Node: "n1"}))
 	key := driveKey("/run/libvirt/libvirt-sock", "vm")
 	if !s.running.start(key) {
 		t.Fatal("a first drive was refused")

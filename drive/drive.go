@@ -16,8 +16,8 @@ import (
 // restart those its previous process left.
 type Source struct {
 	cfg     SourceConfig
-	tracker Jobs    // what the record shows, read
-	books   Account // the driver's own account, given
+	tracker Jobs   // what the record shows, read
+	books   *Books // the driver's own account
 	acts    Acts
 	trials  *Trials
 	proxy   *proxy.Proxy
@@ -75,5 +75,5 @@ type Conns interface {
 
 // NewSource builds the source side of Ferry-driven migrations.
 func NewSource(cfg SourceConfig) *Source {
-	return &Source{cfg: cfg, tracker: cfg.Record.Jobs, books: cfg.Record.Account, acts: cfg.Record.Acts, trials: cfg.Record.Trials, proxy: cfg.Proxy, log: cfg.Log, running: newDrives(), slots: newSlots(cfg.OutboundSlots)}
+	return &Source{cfg: cfg, tracker: cfg.Record.Jobs, books: cfg.Record.Books, acts: cfg.Record.Acts, trials: cfg.Record.Trials, proxy: cfg.Proxy, log: cfg.Log, running: newDrives(), slots: newSlots(cfg.OutboundSlots)}
 }

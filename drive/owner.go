@@ -73,7 +73,7 @@ type record interface {
 // the driver's account.
 type ownerRecord struct {
 	Acts
-	Account
+	*Books
 }
 
 type op int

@@ -10,15 +10,16 @@ import (
 )
 
 // Record is the node's record of its migrations as the driver meets it:
-// what it reads there, where it gives its account of the migrations it
-// drives and prepares, and where its acts are let through and kept. The
+// what it reads there, where its own account of the migrations it drives
+// and prepares is shown, and where its acts are let through and kept. The
 // interfaces are the driver's own; ferryd hands it a tracker's views
 // (migration.Tracker, its Books and its Acts), a test what it likes.
 type Record struct {
-	Jobs    Jobs
-	Account Account
-	Acts    Acts
-	// Trials are the driver's own: the record reads them (Trials.Holds).
+	Jobs Jobs
+	Acts Acts
+	// Books and Trials are the driver's own: the record reads them
+	// (migration.Driver, Trials.Holds) and is shown what changed.
+	Books  *Books
 	Trials *Trials
 }
 
@@ -37,26 +38,20 @@ type Jobs interface {
 	AmbiguousBeside(socket, domain string) error
 }
 
-// Account is the driver's account of its migrations, which the record
-// shows on their jobs: each one it drives and how it ended (settled, in
-// doubt, lost, paused for recovery, given up), and the incoming
-// migrations it prepares for a peer.
-type Account interface {
-	Drive(socket, domain string, info api.ProxyInfo)
-	Undrive(socket, domain string)
-	DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string)
+// Show is where the record shows the driver's account as it changes:
+// the migrations it drives (read from Books when told), and what befalls
+// them as it happens.
+type Show interface {
+	DriveBegan(socket, domain string)
+	DriveEnded(domain string, ref libvirt.Domain, socket string)
+	DriveSettled(socket, domain, uuid string, phase api.Phase)
 	PrepareFailed(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string)
-	DriveSettled(socket, domain, uuid string, start time.Time, info api.ProxyInfo, phase api.Phase, reason string)
 	DriveInDoubt(socket, domain, why string)
-	DriveRecoverable(socket, domain string, d time.Duration)
 	DrivePaused(socket, domain string, until time.Time)
 	DriveRecoveryAttempt(socket, domain string, attempt int, err error)
 	DriveRecoveryOverdue(socket, domain string)
 	DriveResumed(socket, domain string, attempt int, took time.Duration)
 	DriveRearmed(socket string, dom libvirt.Domain)
-	ExpectIncoming(socket, domain, id, peerNode string)
-	ForgetIncoming(socket, domain, id string)
-	IncomingRecoverable(socket, domain, id string, recoverFor time.Duration)
 	// Note puts an event on the domain's in-flight source job.
 	Note(socket, domain, kind, detail string)
 }

@@ -2,8 +2,18 @@ package drive
 
 import "github.com/ferry-vm/ferry/migration"
 
-// recordOf is the record ferryd hands the driver: a tracker's, with
-// trials of its own.
-func recordOf(tr *migration.Tracker) Record {
-	return Record{Jobs: tr, Account: tr.Books(), Acts: tr.Acts(), Trials: NewTrials()}
+// newRecord is the record ferryd hands the driver: a tracker that reads
+// the driver's books, with trials of its own.
+func newRecord(cfg migration.Config) (*migration.Tracker, Record) {
+	books := NewBooks()
+	cfg.Driver = books
+	tr := migration.NewTracker(cfg)
+	books.ShowOn(tr.Books())
+	return tr, Record{Jobs: tr, Acts: tr.Acts(), Books: books, Trials: NewTrials()}
+}
+
+// recordOnly is newRecord's record alone.
+func recordOnly(cfg migration.Config) Record {
+	_, rec := newRecord(cfg)
+	return rec
 }

@@ -51,7 +51,7 @@ func testSource(t *testing.T, conns map[string]*libvirtx.Conn, recoverFor time.D
 		t.Fatal(err)
 	}
 	return NewSource(SourceConfig{
-		Record: recordOf(migration.NewTracker(migration.Config{})),
+		Record: recordOnly(migration.Config{}),
 		Conns: connsFunc(func(socket string) (*libvirtx.Conn, error) {
 			if c, ok := conns[socket]; ok {
 				return c, nil

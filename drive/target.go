@@ -32,8 +32,8 @@ import (
 // exist yet cannot pick a socket for itself. A ferryd watching only a glob
 // (KubeVirt, one libvirt per pod) takes no Ferry-driven migrations.
 type Target struct {
-	tracker Jobs    // what the record shows, read
-	books   Account // the driver's own account, given
+	tracker Jobs   // what the record shows, read
+	books   *Books // the driver's own account
 	trials  *Trials
 	conns   Conns
 	socket  string
@@ -72,7 +72,7 @@ type Target struct {
 // NewTarget builds the target side on the libvirt at socket, taking what
 // pol allows.
 func NewTarget(rec Record, conns Conns, socket string, pol libvirtx.IncomingPolicy, recoverFor time.Duration, log *zap.Logger) *Target {
-	return &Target{tracker: rec.Jobs, books: rec.Account, trials: rec.Trials, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
+	return &Target{tracker: rec.Jobs, books: rec.Books, trials: rec.Trials, conns: conns, socket: socket, policy: pol, recoverFor: recoverFor, log: log}
 }
 
 // Persisted says whether the migration's guest is defined persistently

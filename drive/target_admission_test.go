@@ -90,8 +90,8 @@ func TestOnlyAGuestInItsMigrationIsStillComing(t *testing.T) {
 // Prepare ran past a minute was dropped from the sum while its QEMU filled.
 func TestAGuestCountsAsComingUntilItsPrepareIsSeen(t *testing.T) {
 	mem := &fakeMemory{avail: 10 << 20, resident: map[string]uint64{}}
-	tr := migration.NewTracker(migration.Config{})
-	in := &Target{memory: mem, tracker: tr, books: tr.Books()}
+	tr, rec := newRecord(migration.Config{})
+	in := &Target{memory: mem, tracker: tr, books: rec.Books}
 	if err := in.admit("slow", "slow", guestOfGiB("slow", 6)); err != nil {
 		t.Fatal(err)
 	}

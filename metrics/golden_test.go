@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/proxy"
 )
@@ -52,7 +53,10 @@ func storyHandler(t *testing.T) (h http.Handler, root string) {
 	s := loadStory(t, storyPath)
 	reg := prometheus.NewPedanticRegistry()
 	times := NewTimes(s.Node, reg)
-	tr := migration.NewTracker(migration.Config{Node: s.Node, SampleInterval: sampleEvery, OnTimes: times.Observe})
+	// The driver's account, told as ferryd's driver tells it.
+	books := drive.NewBooks()
+	tr := migration.NewTracker(migration.Config{Node: s.Node, SampleInterval: sampleEvery, OnTimes: times.Observe, Driver: books})
+	books.ShowOn(tr.Books())
 	col := NewCollector(s.Node, s.Version, tr, fixedSockets(s))
 	col.VMIUID = func(_, domain, _ string) string { return s.VMIs[domain].UID }
 	col.ExpectedVMIs = func() []api.VMIInfo {
@@ -80,7 +84,7 @@ func storyHandler(t *testing.T) (h http.Handler, root string) {
 		t.Fatal(err)
 	}
 	root = t.TempDir()
-	s.replay(t, tr, root, func(sp storyPolicy) { actions.WithLabelValues(s.Node, sp.Action, sp.Mode).Inc() }, p, pm)
+	s.replay(t, tr, books, root, func(sp storyPolicy) { actions.WithLabelValues(s.Node, sp.Action, sp.Mode).Inc() }, p, pm)
 	return NewHandler(reg, col, zap.NewNop()), root
 }
 

@@ -13,6 +13,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/drive"
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 	"github.com/ferry-vm/ferry/migration"
@@ -266,7 +267,7 @@ func (l *storyLibvirt) said(where string, st storyStep) {
 // libvirt per socket (laid out under root) that tr's sampler reads; what
 // the driver and the steerer say straight to tr, as they do; the proxy's
 // to p and its vectors.
-func (s story) replay(t *testing.T, tr *migration.Tracker, root string, count func(p storyPolicy), p *proxy.Proxy, pm Proxy) {
+func (s story) replay(t *testing.T, tr *migration.Tracker, books *drive.Books, root string, count func(p storyPolicy), p *proxy.Proxy, pm Proxy) {
 	t.Helper()
 	l := &storyLibvirt{t: t, tr: tr, root: root, fakes: map[string]*libvirtxtest.Server{}, feeds: map[string]*migrationtest.Feed{}}
 	for i, st := range s.Steps {
@@ -284,24 +285,24 @@ func (s story) replay(t *testing.T, tr *migration.Tracker, root string, count fu
 			l.said(where, st)
 		case st.Drive != nil:
 			needDomain()
-			tr.Books().Drive(l.root+st.Socket, st.Domain.Name, *st.Drive)
+			books.Drive(l.root+st.Socket, st.Domain.Name, *st.Drive)
 		case st.Recoverable != "":
 			needDomain()
 			d, err := time.ParseDuration(st.Recoverable)
 			if err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
-			tr.Books().DriveRecoverable(l.root+st.Socket, st.Domain.Name, d)
+			books.DriveRecoverable(l.root+st.Socket, st.Domain.Name, d)
 		case st.RecoveryAttempt != nil:
 			needDomain()
-			tr.Books().DriveRecoveryAttempt(l.root+st.Socket, st.Domain.Name, st.RecoveryAttempt.Attempt, errors.New(st.RecoveryAttempt.Error))
+			books.DriveRecoveryAttempt(l.root+st.Socket, st.Domain.Name, st.RecoveryAttempt.Attempt, errors.New(st.RecoveryAttempt.Error))
 		case st.Resumed != nil:
 			needDomain()
 			took, err := time.ParseDuration(st.Resumed.Took)
 			if err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
-			tr.Books().DriveResumed(l.root+st.Socket, st.Domain.Name, st.Resumed.Attempt, took)
+			books.DriveResumed(l.root+st.Socket, st.Domain.Name, st.Resumed.Attempt, took)
 		case st.Policy != nil:
 			needDomain()
 			j, err := tr.JobByName(l.root+st.Socket, st.Domain.Name)

@@ -1,7 +1,6 @@
 package migration
 
 import (
-	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -63,85 +62,73 @@ func (t *Tracker) addEventOnce(j *job, at time.Time, kind, detail string) bool {
 // begun and still be the migration's.
 const settledJobWithin = 5 * time.Minute
 
-// DriveSettled records the end of a migration a previous ferryd of this
-// node was driving when it stopped, settled with the target since: its
+// DriveSettled shows the end of a migration a previous ferryd of this
+// node was driving when it stopped, settled with the target since (the
+// driver's account says how it ended, phase in the tracker's words): its
 // job was lost with that process, so one is made for it, unless this
 // tracker already has one from after its start.
-func (b Books) DriveSettled(socket, domain, uuid string, start time.Time, info api.ProxyInfo, phase api.Phase, reason string) {
+func (b Books) DriveSettled(socket, domain, uuid string, phase api.Phase) {
 	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, domain}
+	d, ok := t.driving(key)
+	if !ok || !d.Ended {
+		return
+	}
+	start := d.Begun
 	// The migration's own job, if this process has seen it: the same
 	// guest, begun when the driver began it (Begin to Perform is short).
 	ours := func(j *job) bool {
 		return j.view.Role == api.RoleSource && (uuid == "" || j.view.UUID == uuid) &&
 			!j.view.StartTime.Before(start.Add(-2*time.Second)) && j.view.StartTime.Before(start.Add(settledJobWithin))
 	}
-	if j, ok := t.jobs[key]; ok {
-		if ours(j) {
-			// Still running: its end takes the driver's account, as a
-			// driven job's does.
-			j.setProxy(&info)
-			di := &drivenInfo{proxy: &info, reason: reason, ended: true}
-			if phase == api.PhaseCompleted {
-				di.completedBy = driverSettledIt
-			}
-			t.driven[key] = di
-			t.publish(j)
-		}
+	if j, ok := t.jobs[key]; ok && ours(j) {
+		// Still running: its end takes the driver's account, as a driven
+		// job's does.
+		j.setProxy(d.Proxy)
+		t.publish(j)
+		return
+	}
+	// Whatever comes next, no later job of the name takes this account.
+	t.applied[key] = d.Number
+	if _, ok := t.jobs[key]; ok {
 		return
 	}
 	if j := t.latest[key]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) {
 		if ours(j) {
-			// Seen to its end by this process, which knew nothing of the
-			// driver: the job is the migration's, and names it now.
-			j.setProxy(&info)
-			lost := j.view.Phase == api.PhaseLost && phase == api.PhaseCompleted
-			switch {
-			case lost:
-				t.completedByDriver(j, time.Now(), driverSettledIt)
-				t.classify(j, time.Now())
-			case reason != "" && j.view.Phase == api.PhaseFailed && phase == api.PhaseFailed:
-				j.view.FailureReason = reason
-				t.classify(j, time.Now())
-			}
-			t.publish(j)
-			if lost && t.cfg.OnFinish != nil {
-				// Told again, as DriveEnded does: it heard only "lost".
-				v := j.view
-				go t.cfg.OnFinish(v)
-			}
+			t.settledSeen(j, d, phase)
 		}
 		return
 	}
 	ref := libvirt.Domain{Name: domain}
-	if d, ok := t.domains[socket][domain]; ok {
-		ref = d.Ref
+	if dom, ok := t.domains[socket][domain]; ok {
+		ref = dom.Ref
 	}
 	j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry, settled after ferryd restarted")
-	j.setProxy(&info)
-	t.finish(j, phase, reason, time.Now())
+	j.setProxy(d.Proxy)
+	t.finish(j, phase, d.Failure, time.Now())
 }
 
-// DriveRecoverable says the domain's driven post-copy is resumed for up
-// to d should it break, so its job pauses instead of failing.
-func (b Books) DriveRecoverable(socket, domain string, d time.Duration) {
-	t := b.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if di := t.driven[jobKey{socket, domain}]; di != nil {
-		di.recoverFor = d
+// settledSeen gives a job this process saw to its end, knowing nothing of
+// the driver, the driver's settled account: the job is the migration's,
+// and names it now. The caller holds t.mu.
+func (t *Tracker) settledSeen(j *job, d Driving, phase api.Phase) {
+	j.setProxy(d.Proxy)
+	lost := j.view.Phase == api.PhaseLost && phase == api.PhaseCompleted
+	switch {
+	case lost:
+		t.completedByDriver(j, time.Now(), driverSettledIt)
+		t.classify(j, time.Now())
+	case d.Failure != "" && j.view.Phase == api.PhaseFailed && phase == api.PhaseFailed:
+		j.view.FailureReason = d.Failure
+		t.classify(j, time.Now())
 	}
-}
-
-// Undrive forgets a driven mark no account was given for.
-func (b Books) Undrive(socket, domain string) {
-	t := b.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if di := t.driven[jobKey{socket, domain}]; di != nil && !di.ended {
-		delete(t.driven, jobKey{socket, domain})
+	t.publish(j)
+	if lost && t.cfg.OnFinish != nil {
+		// Told again, as DriveEnded does: it heard only "lost".
+		v := j.view
+		go t.cfg.OnFinish(v)
 	}
 }
 
@@ -164,16 +151,19 @@ func (b Books) DriveInDoubt(socket, domain, why string) {
 	}
 }
 
-// Drive tells the tracker that Ferry is driving the domain's migration
-// through its proxy; the job shows it from its first moment.
-func (b Books) Drive(socket, domain string, info api.ProxyInfo) {
+// DriveBegan shows the driver's account of the migration of domain it
+// now drives from socket on the domain's job, from its first moment.
+func (b Books) DriveBegan(socket, domain string) {
 	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.driven[jobKey{socket, domain}] = &drivenInfo{proxy: &info}
+	d, ok := t.driving(jobKey{socket, domain})
+	if !ok {
+		return
+	}
 	for k, j := range t.jobs {
 		if k.domain == domain && k.socket == socket && j.view.Role == api.RoleSource {
-			j.setProxy(&info)
+			j.setProxy(d.Proxy)
 			t.publish(j)
 		}
 	}
@@ -185,31 +175,6 @@ func (j *job) setProxy(info *api.ProxyInfo) {
 	j.view.Proxy = info
 	if info != nil && info.TargetNode != "" {
 		j.view.PeerNode = info.TargetNode
-	}
-}
-
-// ExpectIncoming records the target's id of an incoming migration of
-// domain and the node that prepared it, for its target job, which
-// libvirt's Prepare is about to start.
-//
-// Only a job found after this takes them: a target job of the domain that
-// exists already is an older migration's (one KubeVirt drove, or one from
-// before a ferryd restart), whatever its end is still to show.
-func (b Books) ExpectIncoming(socket, domain, id, peerNode string) {
-	t := b.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.incoming[jobKey{socket, domain}] = incomingInfo{id: id, peer: peerNode}
-}
-
-// ForgetIncoming drops what ExpectIncoming recorded of migration id, which
-// will not come.
-func (b Books) ForgetIncoming(socket, domain, id string) {
-	t := b.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.incoming[jobKey{socket, domain}].id == id {
-		delete(t.incoming, jobKey{socket, domain})
 	}
 }
 
@@ -226,25 +191,27 @@ func (b Books) PrepareFailed(domain string, ref libvirt.Domain, socket string, s
 	t.finish(j, api.PhaseFailed, failure, time.Now())
 }
 
-// DriveEnded records the driver's final word: proxy figures and, if the
-// migrate call failed, its reason, which replaces the tracker's own guess
-// (libvirt keeps no record of why a migration failed; the caller hears it).
-// With no job to put it on (the migration failed before libvirt started a
-// job) a failed job is recorded so the failure is not lost.
-func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, start time.Time, info api.ProxyInfo, failure string) {
+// DriveEnded shows the driver's final word on the migration of domain
+// (ref, when libvirt named it) from socket: proxy figures and, if the migrate call failed, its reason, which
+// replaces the tracker's own guess (libvirt keeps no record of why a
+// migration failed; the driver heard it). With no job to put it on (the
+// migration failed before libvirt started a job) a failed job is recorded
+// so the failure is not lost.
+func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string) {
 	t := b.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	di := t.driven[jobKey{socket, domain}]
-	if di == nil {
-		di = &drivenInfo{}
-		t.driven[jobKey{socket, domain}] = di
+	key := jobKey{socket, domain}
+	// This account, even if a job that ended took it already: that job's
+	// count waits for it (driverPending in finish).
+	if t.cfg.Driver == nil {
+		return
 	}
-	di.proxy, di.reason, di.ended = &info, failure, true
-	if failure == "" {
-		di.completedBy = driverSawCompletion
+	d, ok := t.cfg.Driver.Driving(socket, domain)
+	if !ok || !d.Ended {
+		return
 	}
-	di.deadline = strings.Contains(failure, libvirtx.ErrMigrationDeadline.Error())
+	start, info, failure := d.Begun, d.Proxy, d.Failure
 	var best *job
 	for k, j := range t.jobs {
 		if k.domain == domain && k.socket == socket && j.view.Role == api.RoleSource {
@@ -254,7 +221,7 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 	if best == nil {
 		// The migration's own ended job: the same guest, begun when the
 		// driver began it.
-		if j := t.latest[jobKey{socket, domain}]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) &&
+		if j := t.latest[key]; j != nil && !j.view.StartTime.Before(start.Add(-2*time.Second)) &&
 			j.view.StartTime.Before(start.Add(settledJobWithin)) && (j.view.UUID == "" || j.view.UUID == libvirtx.UUIDString(ref.UUID)) {
 			best = j
 		}
@@ -262,19 +229,19 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 	switch {
 	case best == nil && failure != "":
 		j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry")
-		j.setProxy(&info)
+		j.setProxy(info)
 		t.finish(j, api.PhaseFailed, failure, time.Now())
 	case best == nil:
 	case best.view.Phase == api.PhasePostCopyPaused && failure != "":
-		best.setProxy(&info)
+		best.setProxy(info)
 		t.giveUp(best, failure, time.Now())
 	case best.view.Phase.Finished():
-		best.setProxy(&info)
+		best.setProxy(info)
 		corrected := best.view.Phase == api.PhaseLost && failure == ""
 		if corrected {
 			t.completedByDriver(best, time.Now(), driverSawCompletion)
 		}
-		if failure != "" && (best.view.Phase == api.PhaseFailed || (best.view.Phase == api.PhaseAborted && di.deadline)) {
+		if failure != "" && (best.view.Phase == api.PhaseFailed || (best.view.Phase == api.PhaseAborted && byDeadline(failure))) {
 			best.view.FailureReason = failure
 		}
 		// The driver's account may name what libvirt's could not (the
@@ -295,13 +262,13 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string, star
 	default:
 		// Still running in the tracker's eyes; finish() applies the
 		// driver's account when libvirt's job goes away.
-		best.setProxy(&info)
+		best.setProxy(info)
 		t.publish(best)
 	}
 	if best == nil && failure == "" || best != nil && best.view.Phase.Finished() {
 		// Nothing left for it to tell: a later migration of the name,
 		// one Ferry does not drive, must not inherit it.
-		delete(t.driven, jobKey{socket, domain})
+		t.applied[key] = d.Number
 	}
 }
 

@@ -14,13 +14,13 @@ import (
 // time of Begin, so that its account finds the job it lost sight of.
 func TestALostDrivenJobBegunAtBeginIsCompleted(t *testing.T) {
 	f := newFeed(t, "a")
-	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+	driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
 	f.stats(outgoing(4, 300))                               // libvirt's job began at Begin, 4 s ago
 	begin := f.job().StartTime.Add(-500 * time.Millisecond) // the driver's record of Begin
 	f.list()
 	f.ended(notActive, noDomain, 0, 0, noDomain)
 	f.wantPhase(api.PhaseLost)
-	f.tr.Books().DriveEnded(dom.Name, dom, sock, begin, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, begin, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
 	f.wantPhase(api.PhaseCompleted)
 	f.wantTotal(api.RoleSource, "completed", 1)
 }
@@ -32,8 +32,8 @@ func TestALostDrivenJobBegunAtBeginIsCompleted(t *testing.T) {
 func TestALostJobCompletedByTheDriverIsToldAgain(t *testing.T) {
 	ends := make(chan api.Job, 8)
 	f := &feed{t: t, tr: NewTracker(Config{Node: "a", OnFinish: func(j api.Job) { ends <- j }}), dom: dom, now: time.Now()}
-	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", TargetNode: "b"})
-	f.tr.Books().DriveRecoverable(sock, dom.Name, 5*time.Minute)
+	driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", TargetNode: "b"})
+	driverOf(f.tr).DriveRecoverable(sock, dom.Name, 5*time.Minute)
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
@@ -44,7 +44,7 @@ func TestALostJobCompletedByTheDriverIsToldAgain(t *testing.T) {
 	f.list()
 	f.ended(notActive, noDomain, 0, 0, noDomain)
 	j := f.wantPhase(api.PhaseLost)
-	f.tr.Books().DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
 	if j = f.wantPhase(api.PhaseCompleted); j.Recovery == nil {
 		t.Fatal("no recovery on the job")
 	}
@@ -68,9 +68,9 @@ func TestALostJobCompletedByTheDriverIsToldAgain(t *testing.T) {
 // job is the completed migration the driver said it was, not lost.
 func TestADrivenJobLostAfterTheDriverSaidItCompletedIsCompleted(t *testing.T) {
 	f := newFeed(t, "a")
-	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+	driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
 	f.stats(outgoing(4, 300))
-	f.tr.Books().DriveEnded(dom.Name, dom, sock, f.job().StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, f.job().StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "")
 	f.wantPhase(api.PhaseRunning)
 	f.list()
 	f.ended(notActive, noDomain, 0, 0, noDomain)
@@ -82,9 +82,9 @@ func TestADrivenJobLostAfterTheDriverSaidItCompletedIsCompleted(t *testing.T) {
 // completed: the job lost stays lost.
 func TestADrivenJobLostAfterTheDriverSaidItFailedStaysLost(t *testing.T) {
 	f := newFeed(t, "a")
-	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+	driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
 	f.stats(outgoing(4, 300))
-	f.tr.Books().DriveEnded(dom.Name, dom, sock, f.job().StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "the target refused the finish")
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, f.job().StartTime, api.ProxyInfo{MigrationID: "m-1", Ended: true}, "the target refused the finish")
 	f.list()
 	f.ended(notActive, noDomain, 0, 0, noDomain)
 	f.wantPhase(api.PhaseLost)
@@ -99,7 +99,7 @@ func TestADrivenJobSettledCompletedIsCompletedInEitherOrder(t *testing.T) {
 		f.stats(outgoing(4, 300))
 		start := f.job().StartTime
 		settle := func() {
-			f.tr.Books().DriveSettled(sock, dom.Name, "", start, api.ProxyInfo{MigrationID: "m-1", Ended: true}, api.PhaseCompleted, "")
+			driverOf(f.tr).DriveSettled(sock, dom.Name, "", start, api.ProxyInfo{MigrationID: "m-1", Ended: true}, api.PhaseCompleted, "")
 		}
 		if settledFirst {
 			settle()

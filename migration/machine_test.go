@@ -271,12 +271,12 @@ func TestConcurrentInputs(t *testing.T) {
 func TestADrivenSourceGoneUnseenIsCompletedOnTheDriversWord(t *testing.T) {
 	for _, failure := range []string{"", "the target did not finish it: EOF"} {
 		f := newFeed(t, "a")
-		f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
+		driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1"})
 		f.stats(outgoing(2, 300))
 		f.list()
 		f.ended(notActive, noDomain, 0, 0, noDomain)
 		f.wantPhase(api.PhaseLost)
-		f.tr.Books().DriveEnded(dom.Name, dom, sock, f.now.Add(-time.Minute), api.ProxyInfo{MigrationID: "m-1", Ended: true}, failure)
+		driverOf(f.tr).DriveEnded(dom.Name, dom, sock, f.now.Add(-time.Minute), api.ProxyInfo{MigrationID: "m-1", Ended: true}, failure)
 		if failure != "" {
 			// A failure the driver saw says nothing of where the guest is.
 			f.wantPhase(api.PhaseLost)

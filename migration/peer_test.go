@@ -11,10 +11,10 @@ import (
 
 // TestTargetJobNamesThePreparingNode: the node that prepared an incoming
 // migration, and the migration's id, are on its target job from the first
-// moment, and forgotten when the job ends.
+// moment, and not given to the next incoming job, one it did not prepare.
 func TestTargetJobNamesThePreparingNode(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-1", "a")
+	driverOf(f.tr).ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	if j := f.wantPhase(api.PhaseRunning); j.PeerNode != "a" || j.IncomingID != "m-1" {
 		t.Fatalf("target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
@@ -23,9 +23,8 @@ func TestTargetJobNamesThePreparingNode(t *testing.T) {
 	if j := f.wantPhase(api.PhaseCompleted); j.PeerNode != "a" || j.IncomingID != "m-1" {
 		t.Fatalf("finished target job names peer node %q and migration %q, want a and m-1", j.PeerNode, j.IncomingID)
 	}
-	left := f.prepared()
-	if left != (incomingInfo{}) {
-		t.Fatalf("the prepare %+v outlives its job: the next incoming migration would name it", left)
+	if j := f.nextIncoming(); j.PeerNode != "" || j.IncomingID != "" {
+		t.Fatalf("the prepare outlives its job: the next incoming migration names peer %q, migration %q", j.PeerNode, j.IncomingID)
 	}
 }
 
@@ -33,7 +32,7 @@ func TestTargetJobNamesThePreparingNode(t *testing.T) {
 // target node, and the job shows it as its peer.
 func TestSourceJobNamesTheAnsweringNode(t *testing.T) {
 	tr := NewTracker(Config{Node: "a"})
-	tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
+	driverOf(tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
 	tr.mu.Lock()
 	j := tr.newJob(sock, dom, api.RoleSource, time.Now(), "test")
 	tr.mu.Unlock()
@@ -47,17 +46,16 @@ func TestSourceJobNamesTheAnsweringNode(t *testing.T) {
 // the old job, and the old job keeps its own.
 func TestALateEndKeepsTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-1", "a")
+	driverOf(f.tr).ExpectIncoming(sock, dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.wantPhase(api.PhaseRunning)
-	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-2", "a")
+	driverOf(f.tr).ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
 	if j := f.wantPhase(api.PhaseCompleted); j.IncomingID != "m-1" {
 		t.Fatalf("the ended job names migration %q, want m-1", j.IncomingID)
 	}
-	next := f.prepared()
-	if next.id != "m-2" {
-		t.Fatalf("the next prepare is %+v after the old job's end, want m-2", next)
+	if next := f.nextIncoming(); next.IncomingID != "m-2" {
+		t.Fatalf("the next incoming job names migration %q after the old job's end, want m-2", next.IncomingID)
 	}
 }
 
@@ -69,35 +67,31 @@ func TestAnOlderJobDoesNotTakeTheNextPrepare(t *testing.T) {
 	f := newFeed(t, "b")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.wantPhase(api.PhaseRunning)
-	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-2", "a")
+	driverOf(f.tr).ExpectIncoming(sock, dom.Name, "m-2", "a")
 	f.list(running(libvirtx.RunningMigrated))
 	if j := f.wantPhase(api.PhaseCompleted); j.IncomingID != "" || j.PeerNode != "" {
 		t.Fatalf("the older job took the new prepare: migration %q, peer %q", j.IncomingID, j.PeerNode)
 	}
-	next := f.prepared()
-	if next.id != "m-2" {
-		t.Fatalf("the new prepare is %+v after the older job's end, want m-2", next)
-	}
-	f.tr.Books().ForgetIncoming(sock, dom.Name, "m-1")
-	next = f.prepared()
-	if next.id != "m-2" {
-		t.Fatal("forgetting another migration dropped m-2's prepare")
+	if next := f.nextIncoming(); next.IncomingID != "m-2" || next.PeerNode != "a" {
+		t.Fatalf("the new migration's job names migration %q, peer %q after the older job's end, want m-2 and a", next.IncomingID, next.PeerNode)
 	}
 }
 
-// prepared is what the tracker holds of the domain's next incoming
-// migration.
-func (f *feed) prepared() incomingInfo {
-	f.tr.mu.Lock()
-	defer f.tr.mu.Unlock()
-	return f.tr.incoming[jobKey{sock, dom.Name}]
+// nextIncoming starts the domain's next incoming migration job, the last
+// one having ended, and returns it.
+func (f *feed) nextIncoming() api.Job {
+	f.t.Helper()
+	f.list()   // the guest left again
+	f.dom.ID++ // and comes back in a QEMU of its own
+	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
+	return f.wantPhase(api.PhaseRunning)
 }
 
 // A prepare is the target job's only on the socket it was made on: a
 // namesake's incoming job on another libvirt (a pod's) does not take it.
 func TestAPrepareIsTakenOnlyOnItsSocket(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.Books().ExpectIncoming("/pods/x/virtqemud-sock", dom.Name, "m-1", "a")
+	driverOf(f.tr).ExpectIncoming("/pods/x/virtqemud-sock", dom.Name, "m-1", "a")
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	if j := f.wantPhase(api.PhaseRunning); j.PeerNode != "" || j.IncomingID != "" {
 		t.Fatalf("a target job on %s took another socket's prepare: peer %q, migration %q", sock, j.PeerNode, j.IncomingID)
@@ -119,7 +113,7 @@ func TestASettledDriveNamesTheJobThisProcessSaw(t *testing.T) {
 			tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
 		why := "ferryd restarted during the migration; the target dropped its copy"
-		tr.Books().DriveSettled(sock, dom.Name, libvirtx.UUIDString(dom.UUID), start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, why)
+		driverOf(tr).DriveSettled(sock, dom.Name, libvirtx.UUIDString(dom.UUID), start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, why)
 		if !ended {
 			tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
 		}
@@ -140,7 +134,7 @@ func TestASettledDriveLeavesOtherJobsAlone(t *testing.T) {
 	tr.feedStats(sock, d, libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 60000,
 		DataTotal: 1 << 30, DataRemaining: 1 << 29, MemoryIteration: 2}, time.Now())
 	tr.feedEnded(sock, d, libvirtx.JobStats{}, time.Now())
-	tr.Books().DriveSettled(sock, dom.Name, "another-guest-uuid", start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, "ferryd restarted")
+	driverOf(tr).DriveSettled(sock, dom.Name, "another-guest-uuid", start, api.ProxyInfo{MigrationID: "m-0123456789abcdef"}, api.PhaseFailed, "ferryd restarted")
 	for _, j := range tr.Jobs(true) {
 		if j.Proxy != nil || strings.Contains(j.FailureReason, "ferryd restarted") {
 			t.Fatalf("another guest's job took the settled drive's account: %+v", j)

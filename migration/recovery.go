@@ -25,12 +25,12 @@ func (t *Tracker) recoverable(j *job) (time.Duration, bool) {
 	}
 	switch j.view.Role {
 	case api.RoleSource:
-		if di := t.driven[key]; di != nil && !di.ended && di.recoverFor > 0 {
-			return di.recoverFor, true
+		if d, ok := t.driving(key); ok && !d.Ended && d.RecoverFor > 0 {
+			return d.RecoverFor, true
 		}
 	case api.RoleTarget:
-		if in, ok := t.incoming[key]; ok && in.id == j.view.IncomingID && in.recoverFor > 0 {
-			return in.recoverFor, true
+		if p, ok := t.preparing(key); ok && p.ID == j.view.IncomingID && p.RecoverFor > 0 {
+			return p.RecoverFor, true
 		}
 	}
 	return 0, false
@@ -268,19 +268,6 @@ func (b Books) DriveResumed(socket, domain string, attempt int, took time.Durati
 	j.view.UpdateTime = now
 	t.publish(j)
 	t.recoveryChanged(j, RecoveryResumedStream)
-}
-
-// IncomingRecoverable says a post-copy incoming migration is resumed by
-// its source if it breaks, for up to recoverFor.
-func (b Books) IncomingRecoverable(socket, domain, id string, recoverFor time.Duration) {
-	t := b.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	key := jobKey{socket, domain}
-	if in, ok := t.incoming[key]; ok && in.id == id {
-		in.recoverFor = recoverFor
-		t.incoming[key] = in
-	}
 }
 
 // DriveRearmed shows again, as paused, a post-copy whose recovery an

@@ -14,8 +14,8 @@ import (
 // for up to recoverFor, switched to post-copy.
 func drivenPostCopy(t *testing.T, recoverFor time.Duration) *feed {
 	f := newFeed(t, "a")
-	f.tr.Books().Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
-	f.tr.Books().DriveRecoverable(sock, dom.Name, recoverFor)
+	driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", Target: "10.0.0.2:9475", TLS: true, TargetNode: "b"})
+	driverOf(f.tr).DriveRecoverable(sock, dom.Name, recoverFor)
 	f.stats(outgoing(1, 300))
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopy)
 	return f
@@ -52,7 +52,7 @@ func TestABrokenDrivenPostCopyPausesInsteadOfFailing(t *testing.T) {
 	if j.Recovery.Resumed != 2 {
 		t.Fatalf("recovery %+v, want 2 resumed", j.Recovery)
 	}
-	f.tr.Books().DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "")
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "")
 	f.wantTotal(api.RoleSource, "completed", 1)
 	f.wantTotal(api.RoleSource, "postcopy_failed", 0)
 	s := f.tr.Snapshot()
@@ -65,7 +65,7 @@ func TestAPausedPostCopyTheDriverGivesUpOnFailsOnce(t *testing.T) {
 	f := drivenPostCopy(t, 5*time.Minute)
 	f.lifecycle(libvirtx.EventSuspended, libvirtx.SuspendedPostCopyFailed)
 	j := f.wantPhase(api.PhasePostCopyPaused)
-	f.tr.Books().DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "post-copy broke and was not resumed within 5m0s")
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, j.StartTime, api.ProxyInfo{MigrationID: "m-1"}, "post-copy broke and was not resumed within 5m0s")
 	j = f.wantPhase(api.PhasePostCopyFailed)
 	if !strings.Contains(j.FailureReason, "not resumed within") {
 		t.Fatalf("reason %q", j.FailureReason)
@@ -84,8 +84,8 @@ func TestAPausedPostCopyNobodyResumesIsOverdueOnTheTargetUntilAnOperatorGivesUp(
 	recoveryGrace = 10 * time.Millisecond
 	t.Cleanup(func() { recoveryGrace = grace })
 	f := newFeed(t, "b")
-	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-t", "a")
-	f.tr.Books().IncomingRecoverable(sock, dom.Name, "m-t", 10*time.Millisecond)
+	driverOf(f.tr).ExpectIncoming(sock, dom.Name, "m-t", "a")
+	driverOf(f.tr).IncomingRecoverable(sock, dom.Name, "m-t", 10*time.Millisecond)
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)
@@ -151,8 +151,8 @@ func TestAPostCopyNotResumedFailsAtOnce(t *testing.T) {
 
 func TestATargetOfARecoverablePostCopyPauses(t *testing.T) {
 	f := newFeed(t, "b")
-	f.tr.Books().ExpectIncoming(sock, dom.Name, "m-t", "a")
-	f.tr.Books().IncomingRecoverable(sock, dom.Name, "m-t", 5*time.Minute)
+	driverOf(f.tr).ExpectIncoming(sock, dom.Name, "m-t", "a")
+	driverOf(f.tr).IncomingRecoverable(sock, dom.Name, "m-t", 5*time.Minute)
 	f.lifecycle(libvirtx.EventStarted, libvirtx.StartedMigrated)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopy)
 	f.lifecycle(libvirtx.EventResumed, libvirtx.ResumedPostCopyFailed)

@@ -105,7 +105,7 @@ func TestSplitBrainSourceIsKeptAcrossRestarts(t *testing.T) {
 func TestDeadlineAbortKeepsTheDriversReason(t *testing.T) {
 	f := newFeed(t, "a")
 	f.stats(outgoing(1, 300))
-	f.tr.Books().DriveEnded(dom.Name, dom, sock, f.now.Add(-time.Minute), api.ProxyInfo{MigrationID: "m-1"},
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, f.now.Add(-time.Minute), api.ProxyInfo{MigrationID: "m-1"},
 		"migration failed: "+libvirtx.ErrMigrationDeadline.Error()+" of 5m0s; libvirt job aborted")
 	f.stats(idle)
 	f.ended(libvirtx.JobStats{Type: libvirtx.JobCancelled, Operation: libvirtx.OperationMigrationOut, ErrMsg: "canceled by client"},

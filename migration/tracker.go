@@ -40,6 +40,11 @@ type Config struct {
 	Trials interface {
 		Holds(socket, domain string) bool
 	}
+	// Driver is where the driver keeps its account of the migrations it
+	// drives and prepares, which the tracker shows; nil: it drives none.
+	// It is read under the tracker's lock, so it must not call back into
+	// it.
+	Driver Driver
 	// OnStart is called, outside the tracker's lock, with each job found.
 	OnStart func(api.Job)
 	// VerifyPostCopyFailure asks a source's QEMU (through libvirt's
@@ -172,13 +177,14 @@ type Tracker struct {
 	// latest is each domain's newest finished job, still kept current with
 	// the domain's state (a failed migration leaves it in a telling state).
 	latest map[jobKey]*job
-	// driven holds what a driver told of a domain's migration before the
-	// job existed or ended: its proxy, and its own account of a failure.
-	// By socket and domain: a namesake on another socket is not driven.
-	driven map[jobKey]*drivenInfo
-	// incoming is what prepared a domain's incoming migration, for its
-	// target job.
-	incoming map[jobKey]incomingInfo
+	// applied is the driver's account (Driving.Number) each domain's last
+	// driven job ended with: a later job of the name, one Ferry may not
+	// drive, must not take it again. By socket and domain: a namesake on
+	// another socket is not driven.
+	applied map[jobKey]uint64
+	// taken is the prepared incoming migration (Preparing.ID) each
+	// domain's last target job was given.
+	taken map[jobKey]string
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
 	// stateAt is when an event last told a domain's state, so an older
@@ -186,19 +192,6 @@ type Tracker struct {
 	stateAt map[jobKey]time.Time
 	// lastID numbers jobs for their IDs.
 	lastID uint64
-}
-
-type drivenInfo struct {
-	// ended: the driver has given its final account; completedBy, when
-	// it said the migration completed (the guest running on the target),
-	// is the evidence of where its word came from.
-	ended       bool
-	completedBy string
-	proxy       *api.ProxyInfo
-	reason      string
-	deadline    bool
-	// recoverFor is how long a broken post-copy of it is resumed.
-	recoverFor time.Duration
 }
 
 // Total counts finished jobs by role and result.
@@ -225,8 +218,8 @@ func NewTracker(cfg Config) *Tracker {
 		subs:             map[*subscriber]struct{}{},
 		finals:           map[jobKey]*job{},
 		latest:           map[jobKey]*job{},
-		driven:           map[jobKey]*drivenInfo{},
-		incoming:         map[jobKey]incomingInfo{},
+		applied:          map[jobKey]uint64{},
+		taken:            map[jobKey]string{},
 		ledger:           openLedger(cfg.StateDir, cfg.Log),
 		stateAt:          map[jobKey]time.Time{},
 	}
@@ -480,12 +473,16 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role api.Role, start
 	}
 	j.view.Namespace, j.view.Name, _ = vmiName(ref.Name)
 	j.domID, j.opened, j.seen = ref.ID, start, start
-	if di := t.driven[jobKey{socket, ref.Name}]; di != nil && role == api.RoleSource {
-		j.setProxy(di.proxy)
+	key := jobKey{socket, ref.Name}
+	if d, ok := t.driving(key); ok && role == api.RoleSource {
+		j.setProxy(d.Proxy)
 	}
-	if role == api.RoleTarget {
-		in := t.incoming[jobKey{socket, ref.Name}]
-		j.view.PeerNode, j.view.IncomingID = in.peer, in.id
+	// Only the first job found after the prepare takes it: a target job
+	// found again (a connection back after a cut) is no longer sure to be
+	// that migration's.
+	if p, ok := t.preparing(key); ok && role == api.RoleTarget && t.taken[key] != p.ID {
+		j.view.PeerNode, j.view.IncomingID = p.PeerNode, p.ID
+		t.taken[key] = p.ID
 	}
 	t.jobs[jobKey{socket, ref.Name}] = j
 	t.addEvent(j, time.Now(), "tracker", "job found: "+why)
@@ -495,14 +492,6 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role api.Role, start
 		go t.cfg.OnStart(v)
 	}
 	return j
-}
-
-// incomingInfo is a Ferry-driven incoming migration as its prepare left it:
-// the target's id of it and the node that prepared it.
-type incomingInfo struct {
-	id, peer string
-	// recoverFor is how long its source resumes a broken post-copy.
-	recoverFor time.Duration
 }
 
 // finish ends a job and moves it to history; the caller holds t.mu.
@@ -527,30 +516,26 @@ func (t *Tracker) finish(j *job, phase api.Phase, reason string, at time.Time) {
 		}
 	}
 	driverPending := false
-	if di := t.driven[jobKey{j.view.Socket, j.view.Domain}]; di != nil && j.view.Role == api.RoleSource {
+	key := jobKey{j.view.Socket, j.view.Domain}
+	if d, ok := t.driving(key); ok && j.view.Role == api.RoleSource {
 		// The driver's account names what libvirt cannot: the proxy, the
 		// link, a deadline that aborted the job (which libvirt records as
 		// a cancel, as if a client had asked). Until it has given it, the
 		// job is not counted: its class may still change.
-		driverPending = !di.ended
-		if di.reason != "" && (phase == api.PhaseFailed || (phase == api.PhaseAborted && di.deadline)) {
-			reason = di.reason
+		driverPending = !d.Ended
+		if d.Failure != "" && (phase == api.PhaseFailed || (phase == api.PhaseAborted && byDeadline(d.Failure))) {
+			reason = d.Failure
 		}
-		if di.completedBy != "" && phase == api.PhaseLost {
+		if by := d.completedBy(); by != "" && phase == api.PhaseLost {
 			// The driver's account came first (DriveEnded and
 			// DriveSettled cover the other order).
-			t.addEvent(j, at, "driver", di.completedBy)
+			t.addEvent(j, at, "driver", by)
 			phase, reason = api.PhaseCompleted, ""
 		}
-		if di.proxy != nil {
-			j.setProxy(di.proxy)
+		if d.Proxy != nil {
+			j.setProxy(d.Proxy)
 		}
-		delete(t.driven, jobKey{j.view.Socket, j.view.Domain})
-	}
-	// A prepare of the domain's next migration may already be recorded
-	// when this job's end is seen late; it stays.
-	if in, ok := t.incoming[jobKey{j.view.Socket, j.view.Domain}]; ok && j.view.Role == api.RoleTarget && in.id == j.view.IncomingID {
-		delete(t.incoming, jobKey{j.view.Socket, j.view.Domain})
+		t.applied[key] = d.Number
 	}
 	switch j.view.AbortStatus {
 	case api.AbortAborting:
@@ -592,7 +577,6 @@ func (t *Tracker) finish(j *job, phase api.Phase, reason string, at time.Time) {
 		detail += ": " + reason
 	}
 	t.addEvent(j, at, "tracker", "job ended "+detail)
-	key := jobKey{j.view.Socket, j.view.Domain}
 	delete(t.jobs, key)
 	if old := t.history.push(j); old != nil && t.latest[jobKey{old.view.Socket, old.view.Domain}] == old {
 		delete(t.latest, jobKey{old.view.Socket, old.view.Domain})
