@@ -98,9 +98,13 @@ func (b *Bed) up(ctx context.Context) error {
 	if err := createNetwork(ctx); err != nil {
 		return err
 	}
+	if err := ensureStacks(ctx, b.cfg); err != nil {
+		return err
+	}
 	for _, d := range nodeDefs {
 		p, err := startHolder(b.cfg, d)
-		b.setProc(d.name, func(n *nodeState) { n.Holder = p })
+		stack := b.cfg.stackOf(d.name)
+		b.setProc(d.name, func(n *nodeState) { n.Holder, n.Stack = p, stack })
 		if err != nil {
 			return err
 		}
@@ -114,6 +118,7 @@ func (b *Bed) up(ctx context.Context) error {
 		return err
 	}
 	for _, d := range nodeDefs {
+		logf(b.cfg.Log, "node %s runs the %s stack", d.name, b.StackVersions(d.name))
 		sec, err := b.checkSecurity(d.name)
 		if err != nil {
 			return err

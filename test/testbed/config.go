@@ -23,6 +23,10 @@ type Config struct {
 	FerrydBin string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+	// Stacks names the libvirt and QEMU each node runs (stack.go), by
+	// node; a node not named runs the host's. Default from
+	// $FERRY_BED_STACKS ("newest", or "a=oldest,b=newest").
+	Stacks map[string]string
 }
 
 const (
@@ -75,6 +79,11 @@ func (c Config) resolve() (Config, error) {
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
+	}
+	if c.Stacks == nil {
+		if c.Stacks, err = parseStacks(os.Getenv("FERRY_BED_STACKS")); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }

@@ -53,6 +53,9 @@ func Prepare(ctx context.Context, cfg Config) error {
 	if err := ensureInitrd(ctx, cfg); err != nil {
 		return err
 	}
+	if err := ensureStacks(ctx, cfg); err != nil {
+		return err
+	}
 	logf(cfg.Log, "prepared in %.1fs (cache %s)", time.Since(t0).Seconds(), cfg.CacheDir)
 	return nil
 }
@@ -98,6 +101,10 @@ func installPackages(ctx context.Context, cfg Config) error {
 	}
 	if _, err := exec.LookPath("zsh"); err != nil {
 		pkgs = append(pkgs, "zsh")
+	}
+	// Other stacks' root filesystems are built from Debian's packages.
+	if _, err := exec.LookPath("mmdebstrap"); err != nil && cfg.needsStacks() {
+		pkgs = append(pkgs, "mmdebstrap")
 	}
 	if len(pkgs) == 0 {
 		return nil

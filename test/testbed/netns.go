@@ -104,6 +104,8 @@ mount --bind %[1]s/kubelet /var/lib/kubelet
 	if kvm != "" {
 		script += "mount --bind " + kvm + " /dev/kvm\n"
 	}
+	// Last: the shell runs on from the host's /usr until it is replaced.
+	script += stackMounts(cfg.CacheDir, cfg.stackOf(d.name))
 	script += "exec sleep infinity"
 	// nsenter rather than "ip netns exec": the latter mounts a fresh sysfs
 	// without the host's cgroup hierarchies, which ferryd reads QEMU's CPU

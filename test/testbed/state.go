@@ -43,6 +43,8 @@ type nodeState struct {
 	Holder   proc `json:"holder"`
 	Libvirtd proc `json:"libvirtd"`
 	Ferryd   proc `json:"ferryd"`
+	// Stack is the libvirt and QEMU the node runs (stack.go).
+	Stack string `json:"stack,omitempty"`
 	// FerrydArgs are extra ferryd flags for this node only, after the
 	// bed-wide ones (so they win where both set a flag).
 	FerrydArgs []string `json:"ferryd_args,omitempty"`
