@@ -13,39 +13,27 @@ import (
 // Books is the driver's account of the migrations it drives and prepares:
 // for each domain, the newest migration it drives from a socket and the
 // newest incoming one it prepared there. The driver keeps it; the node's
-// record reads it (migration.Driver) and is told when it changed (Show).
+// record reads it (migration.Driver), is told when it changed (Show), and
+// says when the job that showed an account has ended: an ended migration's
+// account is kept until then, however long the record's sight of libvirt
+// is cut, and let go at once after.
 type Books struct {
 	show Show
 
 	mu        sync.Mutex
 	last      uint64
 	driving   map[bookKey]migration.Driving
-	ended     map[bookKey]time.Time
-	preparing map[bookKey]prepared
+	preparing map[bookKey]migration.Preparing
 }
 
 type bookKey struct{ socket, domain string }
 
-type prepared struct {
-	migration.Preparing
-	at time.Time
-}
-
-// Accounts the record no longer needs are dropped when the next is given:
-// an ended migration's once its job has long ended (the record's match
-// window is 5 minutes), a prepare's once its migration has long run.
-const (
-	keepEnded    = time.Hour
-	keepPrepared = 24 * time.Hour
-)
-
-// NewBooks returns empty books, which tell the record what changed once
-// it is named (ShowOn).
+// NewBooks returns empty books; name the record that shows them (ShowOn)
+// before the driver writes in them.
 func NewBooks() *Books {
 	return &Books{
 		driving:   map[bookKey]migration.Driving{},
-		ended:     map[bookKey]time.Time{},
-		preparing: map[bookKey]prepared{},
+		preparing: map[bookKey]migration.Preparing{},
 	}
 }
 
@@ -66,19 +54,41 @@ func (b *Books) Preparing(socket, domain string) (migration.Preparing, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p, ok := b.preparing[bookKey{socket, domain}]
-	return p.Preparing, ok
+	return p, ok
+}
+
+// Shown implements migration.Driver: account number was shown on a job
+// that ended.
+func (b *Books) Shown(socket, domain string, number uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	key := bookKey{socket, domain}
+	d, ok := b.driving[key]
+	switch {
+	case !ok || d.Number != number:
+	case d.Ended:
+		delete(b.driving, key)
+	default:
+		// The record is told of its end when the driver gives it.
+		d.Shown = true
+		b.driving[key] = d
+	}
+}
+
+// IncomingEnded implements migration.Driver: the target job of incoming
+// migration id ended.
+func (b *Books) IncomingEnded(socket, domain, id string) {
+	b.ForgetIncoming(socket, domain, id)
 }
 
 // Drive begins the account of the domain's migration from socket, through
 // the proxy info names.
 func (b *Books) Drive(socket, domain string, info api.ProxyInfo) {
 	b.mu.Lock()
-	b.pruneLocked(time.Now())
 	b.last++
-	key := bookKey{socket, domain}
-	b.driving[key] = migration.Driving{Number: b.last, Begun: time.Now(), Proxy: &info}
-	delete(b.ended, key)
+	b.driving[bookKey{socket, domain}] = migration.Driving{Number: b.last, Begun: time.Now(), Proxy: &info}
 	b.mu.Unlock()
+	// Told outside b.mu: the record reads the books under its own lock.
 	b.show.DriveBegan(socket, domain)
 }
 
@@ -125,10 +135,11 @@ func (b *Books) end(socket, domain string, start time.Time, info api.ProxyInfo, 
 		b.last++
 		d = migration.Driving{Number: b.last}
 	}
+	// An account a job showed already stays until the record has had
+	// the end too (it says Shown again).
 	d.Begun, d.Proxy, d.Failure = start, &info, failure
 	d.Ended, d.Completed, d.Settled = true, completed, settled
 	b.driving[key] = d
-	b.ended[key] = time.Now()
 }
 
 func (b *Books) change(socket, domain string, f func(*migration.Driving)) {
@@ -145,8 +156,7 @@ func (b *Books) change(socket, domain string, f func(*migration.Driving)) {
 func (b *Books) ExpectIncoming(socket, domain, id, peerNode string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.pruneLocked(time.Now())
-	b.preparing[bookKey{socket, domain}] = prepared{migration.Preparing{ID: id, PeerNode: peerNode}, time.Now()}
+	b.preparing[bookKey{socket, domain}] = migration.Preparing{ID: id, PeerNode: peerNode}
 }
 
 // IncomingRecoverable says incoming migration id is resumed by its source
@@ -166,22 +176,6 @@ func (b *Books) ForgetIncoming(socket, domain, id string) {
 	defer b.mu.Unlock()
 	if b.preparing[bookKey{socket, domain}].ID == id {
 		delete(b.preparing, bookKey{socket, domain})
-	}
-}
-
-// pruneLocked drops the accounts the record no longer needs; the caller
-// holds b.mu.
-func (b *Books) pruneLocked(now time.Time) {
-	for key, at := range b.ended {
-		if now.Sub(at) > keepEnded {
-			delete(b.ended, key)
-			delete(b.driving, key)
-		}
-	}
-	for key, p := range b.preparing {
-		if now.Sub(p.at) > keepPrepared {
-			delete(b.preparing, key)
-		}
 	}
 }
 

@@ -72,7 +72,9 @@ func (b Books) DriveSettled(socket, domain, uuid string, phase api.Phase) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := jobKey{socket, domain}
-	d, ok := t.driving(key)
+	// This account, even if a job that ended showed it already (the
+	// driver began it before it settled it): that job is the migration's.
+	d, ok := t.account(key)
 	if !ok || !d.Ended {
 		return
 	}
@@ -83,7 +85,7 @@ func (b Books) DriveSettled(socket, domain, uuid string, phase api.Phase) {
 		return j.view.Role == api.RoleSource && (uuid == "" || j.view.UUID == uuid) &&
 			!j.view.StartTime.Before(start.Add(-2*time.Second)) && j.view.StartTime.Before(start.Add(settledJobWithin))
 	}
-	if j, ok := t.jobs[key]; ok && ours(j) {
+	if j, ok := t.jobs[key]; ok && ours(j) && !d.Shown {
 		// Still running: its end takes the driver's account, as a driven
 		// job's does.
 		j.setProxy(d.Proxy)
@@ -91,7 +93,7 @@ func (b Books) DriveSettled(socket, domain, uuid string, phase api.Phase) {
 		return
 	}
 	// Whatever comes next, no later job of the name takes this account.
-	t.applied[key] = d.Number
+	t.shown(key, d)
 	if _, ok := t.jobs[key]; ok {
 		return
 	}
@@ -123,6 +125,11 @@ func (t *Tracker) settledSeen(j *job, d Driving, phase api.Phase) {
 	case d.Failure != "" && j.view.Phase == api.PhaseFailed && phase == api.PhaseFailed:
 		j.view.FailureReason = d.Failure
 		t.classify(j, time.Now())
+	}
+	if j.countPending {
+		// It waited for the driver's word, under its final class.
+		j.countPending = false
+		t.count(j)
 	}
 	t.publish(j)
 	if lost && t.cfg.OnFinish != nil {
@@ -214,7 +221,9 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string) {
 	start, info, failure := d.Begun, d.Proxy, d.Failure
 	var best *job
 	for k, j := range t.jobs {
-		if k.domain == domain && k.socket == socket && j.view.Role == api.RoleSource {
+		// A job running now is not the migration's once one that ended
+		// showed its account: it is a later one (a pod's own).
+		if k.domain == domain && k.socket == socket && j.view.Role == api.RoleSource && !d.Shown {
 			best = j
 		}
 	}
@@ -265,10 +274,10 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string) {
 		best.setProxy(info)
 		t.publish(best)
 	}
-	if best == nil && failure == "" || best != nil && best.view.Phase.Finished() {
+	if d.Shown || best == nil && failure == "" || best != nil && best.view.Phase.Finished() {
 		// Nothing left for it to tell: a later migration of the name,
 		// one Ferry does not drive, must not inherit it.
-		t.applied[key] = d.Number
+		t.shown(key, d)
 	}
 }
 

@@ -44,6 +44,22 @@ func (d *fakeDriver) Preparing(socket, domain string) (Preparing, bool) {
 	return p, ok
 }
 
+func (d *fakeDriver) Shown(socket, domain string, number uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a, ok := d.driving[jobKey{socket, domain}]
+	switch {
+	case !ok || a.Number != number:
+	case a.Ended:
+		delete(d.driving, jobKey{socket, domain})
+	default:
+		a.Shown = true
+		d.driving[jobKey{socket, domain}] = a
+	}
+}
+
+func (d *fakeDriver) IncomingEnded(socket, domain, id string) { d.ForgetIncoming(socket, domain, id) }
+
 func (d *fakeDriver) Drive(socket, domain string, info api.ProxyInfo) {
 	d.mu.Lock()
 	d.last++

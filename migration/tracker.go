@@ -177,14 +177,6 @@ type Tracker struct {
 	// latest is each domain's newest finished job, still kept current with
 	// the domain's state (a failed migration leaves it in a telling state).
 	latest map[jobKey]*job
-	// applied is the driver's account (Driving.Number) each domain's last
-	// driven job ended with: a later job of the name, one Ferry may not
-	// drive, must not take it again. By socket and domain: a namesake on
-	// another socket is not driven.
-	applied map[jobKey]uint64
-	// taken is the prepared incoming migration (Preparing.ID) each
-	// domain's last target job was given.
-	taken map[jobKey]string
 	// ledger keeps post-copy failures across restarts of ferryd.
 	ledger *ledger
 	// stateAt is when an event last told a domain's state, so an older
@@ -218,8 +210,6 @@ func NewTracker(cfg Config) *Tracker {
 		subs:             map[*subscriber]struct{}{},
 		finals:           map[jobKey]*job{},
 		latest:           map[jobKey]*job{},
-		applied:          map[jobKey]uint64{},
-		taken:            map[jobKey]string{},
 		ledger:           openLedger(cfg.StateDir, cfg.Log),
 		stateAt:          map[jobKey]time.Time{},
 	}
@@ -477,12 +467,8 @@ func (t *Tracker) newJob(socket string, ref libvirt.Domain, role api.Role, start
 	if d, ok := t.driving(key); ok && role == api.RoleSource {
 		j.setProxy(d.Proxy)
 	}
-	// Only the first job found after the prepare takes it: a target job
-	// found again (a connection back after a cut) is no longer sure to be
-	// that migration's.
-	if p, ok := t.preparing(key); ok && role == api.RoleTarget && t.taken[key] != p.ID {
+	if p, ok := t.preparing(key); ok && role == api.RoleTarget {
 		j.view.PeerNode, j.view.IncomingID = p.PeerNode, p.ID
-		t.taken[key] = p.ID
 	}
 	t.jobs[jobKey{socket, ref.Name}] = j
 	t.addEvent(j, time.Now(), "tracker", "job found: "+why)
@@ -535,8 +521,11 @@ func (t *Tracker) finish(j *job, phase api.Phase, reason string, at time.Time) {
 		if d.Proxy != nil {
 			j.setProxy(d.Proxy)
 		}
-		t.applied[key] = d.Number
+		t.shown(key, d)
 	}
+	// A prepare of the domain's next migration may already be recorded
+	// when this job's end is seen late; it stays.
+	t.incomingEnded(j)
 	switch j.view.AbortStatus {
 	case api.AbortAborting:
 		if phase == api.PhaseCompleted {
