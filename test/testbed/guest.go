@@ -133,7 +133,7 @@ func (b *Bed) guestXML(g guestDomain) string {
   <memory unit='MiB'>%d</memory>
   <vcpu>1</vcpu>%s%s
   <os>
-    <type arch='x86_64' machine='pc'>hvm</type>
+    <type arch='x86_64' machine='%s'>hvm</type>
     <kernel>%s</kernel>
     <initrd>%s</initrd>
     <cmdline>console=ttyS0 panic=-1 quiet dirty.mb=%d dirty.rate=%d dirty.verify=%d dirty.fill=%s</cmdline>
@@ -152,7 +152,7 @@ func (b *Bed) guestXML(g guestDomain) string {
     <memballoon model='none'/>%s
   </devices>
 </domain>
-`, domType, g.name, g.memoryMiB, metadata, g.cpu, g.kernel, g.initrd, g.dirtyMiB, g.dirtyRate, boolInt(g.verify), cmp.Or(g.fill, "stamp"), g.console, g.devices)
+`, domType, g.name, g.memoryMiB, metadata, g.cpu, b.machineType(), g.kernel, g.initrd, g.dirtyMiB, g.dirtyRate, boolInt(g.verify), cmp.Or(g.fill, "stamp"), g.console, g.devices)
 }
 
 // StartGuest creates a transient domain and waits until its dirtier has

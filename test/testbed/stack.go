@@ -172,6 +172,31 @@ func stackMounts(cacheDir, name string) string {
 	return fmt.Sprintf("mount --bind %[1]s/etc/ld.so.cache /etc/ld.so.cache\nmount --bind %[1]s/usr /usr\n", root)
 }
 
+// sharedMachine is a machine type every stack's QEMU runs: a guest of
+// nodes of different stacks is pinned to it, as a fleet mid-upgrade pins
+// its guests' (QEMU refuses an incoming guest of a machine type newer
+// than its own).
+const sharedMachine = "pc-i440fx-7.2"
+
+// machineType is the machine type of the bed's guests: the QEMU's newest
+// where all nodes run one stack, sharedMachine where they differ.
+func (b *Bed) machineType() string {
+	var first string
+	for i, d := range nodeDefs {
+		st := b.nodeState(d.name)
+		name := StackDefault
+		if st != nil && st.Stack != "" {
+			name = st.Stack
+		}
+		if i == 0 {
+			first = name
+		} else if name != first {
+			return sharedMachine
+		}
+	}
+	return "pc"
+}
+
 // StackVersions says which stack each node runs, and its libvirt and
 // QEMU, as the bed's log and the tests' reports name them.
 func (b *Bed) StackVersions(node string) string {
