@@ -17,13 +17,17 @@ type DomainsResponse struct {
 
 // SocketStatus is ferryd's connection to one libvirt socket.
 type SocketStatus struct {
-	Socket         string    `json:"socket"`
-	Up             bool      `json:"up"`
-	LibvirtVersion string    `json:"libvirtVersion,omitempty"`
-	LastError      string    `json:"lastError,omitempty"`
-	Since          time.Time `json:"since"`
-	Reconnects     int       `json:"reconnects"`
-	LastPingMicro  int64     `json:"lastPingMicroseconds,omitempty"`
+	Socket         string `json:"socket"`
+	Up             bool   `json:"up"`
+	LibvirtVersion string `json:"libvirtVersion,omitempty"`
+	// QEMUVersion is the QEMU's behind it, as libvirt says.
+	QEMUVersion string `json:"qemuVersion,omitempty"`
+	// Lacks names what Ferry uses that this libvirt does not serve.
+	Lacks         []string  `json:"lacks,omitempty"`
+	LastError     string    `json:"lastError,omitempty"`
+	Since         time.Time `json:"since"`
+	Reconnects    int       `json:"reconnects"`
+	LastPingMicro int64     `json:"lastPingMicroseconds,omitempty"`
 	// UnresponsiveSince is when libvirt last answered, while ferryd holds
 	// it hung (a ping past its deadline, a keepalive's silence); absent
 	// otherwise.

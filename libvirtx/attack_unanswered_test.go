@@ -163,7 +163,9 @@ func (h *pollingHandler) Lost(_ string, err error) { h.lost <- err }
 // and reconnected as after any loss, and its goroutines do not pile up.
 func TestAttackThePoolCutsALibvirtThatAnswersOnlyPings(t *testing.T) {
 	dir := t.TempDir()
-	f := pingsOnly(t, filepath.Join(dir, "virtqemud-sock"), libvirtxtest.ProcConnectGetLibVersion, libvirtxtest.ProcConnectDomainEventCallbackRegisterAny)
+	// And what it is asked as it is connected: its versions and abilities.
+	f := pingsOnly(t, filepath.Join(dir, "virtqemud-sock"), libvirtxtest.ProcConnectGetLibVersion, libvirtxtest.ProcConnectDomainEventCallbackRegisterAny,
+		libvirtxtest.ProcConnectGetVersion, libvirtxtest.ProcDomainAbortJobFlags)
 	h := &pollingHandler{served: make(chan struct{}, 64), lost: make(chan error, 64)}
 	core, logs := observer.New(zapcore.WarnLevel)
 	before := runtime.NumGoroutine()

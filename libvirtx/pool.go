@@ -99,9 +99,12 @@ type GlobStatus struct {
 
 // SocketStatus is what the pool knows of one socket.
 type SocketStatus struct {
-	Socket        string    `json:"socket"`
-	Up            bool      `json:"up"`
-	LibVersion    string    `json:"libvirtVersion,omitempty"`
+	Socket      string `json:"socket"`
+	Up          bool   `json:"up"`
+	LibVersion  string `json:"libvirtVersion,omitempty"`
+	QEMUVersion string `json:"qemuVersion,omitempty"`
+	// Lacks names what Ferry uses that this libvirt does not serve.
+	Lacks         []string  `json:"lacks,omitempty"`
 	LastError     string    `json:"lastError,omitempty"`
 	Since         time.Time `json:"since"`
 	Reconnects    int       `json:"reconnects"`
@@ -416,8 +419,13 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 		return nil, err
 	}
 	defer c.Close()
-	ver, err := c.Ping(ctx)
+	ab, err := c.Abilities(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := ab.Refusal(socket); err != nil {
+		// Held off like any socket that fails: an upgrade is then
+		// served at the next try.
 		return nil, err
 	}
 	if c.Matched() {
@@ -439,9 +447,10 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 		}
 		s.Up, s.LastError, s.Since = true, "", time.Now()
 		s.UnresponsiveSince = time.Time{}
-		s.LibVersion = versionString(ver)
+		s.LibVersion, s.QEMUVersion, s.Lacks = versionString(ab.Libvirt), versionString(ab.QEMU), ab.Lacks
 	})
-	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ver)))
+	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ab.Libvirt)),
+		zap.String("qemu", versionString(ab.QEMU)), zap.Strings("lacks", ab.Lacks))
 	p.mu.Lock()
 	p.conns[socket] = c
 	p.mu.Unlock()

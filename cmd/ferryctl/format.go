@@ -217,7 +217,14 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 			state = fmt.Sprintf("HUNG: nothing from libvirt for %s (since %s): %s", time.Since(s.UnresponsiveSince).Round(time.Second),
 				s.UnresponsiveSince.Local().Format("15:04:05"), s.LastError)
 		}
-		fmt.Fprintf(w, "libvirt %s (%s) %s\n", clean(s.Socket), dash(clean(s.LibvirtVersion)), clean(state))
+		versions := dash(clean(s.LibvirtVersion))
+		if s.QEMUVersion != "" {
+			versions += ", QEMU " + clean(s.QEMUVersion)
+		}
+		fmt.Fprintf(w, "libvirt %s (%s) %s\n", clean(s.Socket), versions, clean(state))
+		for _, l := range s.Lacks {
+			fmt.Fprintf(w, "  lacks %s\n", clean(l))
+		}
 	}
 	if len(doms) == 0 {
 		fmt.Fprintf(w, "no running domains on node %s\n", clean(node))

@@ -11,6 +11,7 @@ import (
 const (
 	ProcConnectOpen                             = 1
 	ProcConnectClose                            = 2
+	ProcConnectGetVersion                       = 4
 	ProcConnectSupportsFeature                  = 60
 	ProcDomainGetXMLDesc                        = 14
 	ProcDomainGetMaxMemory                      = 17
@@ -35,8 +36,12 @@ const (
 	ProcDomainAbortJobFlags                     = 442
 )
 
-// LibVersion is the version the fake reports: libvirt 11.3.0.
-const LibVersion = 11003000
+// LibVersion and QEMUVersion are the versions the fake reports: libvirt
+// 11.3.0 and QEMU 10.0.2.
+const (
+	LibVersion  = 11003000
+	QEMUVersion = 10000002
+)
 
 // reply answers a call from the fake's state.
 func (s *Server) reply(c *conn, prog, proc uint32, args []byte) ([]byte, *libvirt.Error) {
@@ -52,6 +57,8 @@ func (s *Server) reply(c *conn, prog, proc uint32, args []byte) ([]byte, *libvir
 		return s.supportsFeature(c, args), nil
 	case ProcConnectGetLibVersion:
 		return new(XDR).U64(LibVersion).Bytes(), nil
+	case ProcConnectGetVersion:
+		return new(XDR).U64(QEMUVersion).Bytes(), nil
 	case ProcConnectDomainEventCallbackRegisterAny:
 		return s.subscribe(c, args), nil
 	case ProcConnectDomainEventCallbackDeregisterAny:

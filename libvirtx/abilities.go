@@ -1,0 +1,82 @@
+package libvirtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+)
+
+// MinLibvirt is the oldest libvirt Ferry serves: the oldest it is tested
+// on (Debian 12's 9.0). A socket whose libvirt is older is refused, with
+// what it lacks that a probe can tell; the node's other sockets are served.
+const MinLibvirt = 9_000_000
+
+// ErrTooOld marks a libvirt older than MinLibvirt.
+var ErrTooOld = errors.New("libvirt too old for Ferry")
+
+// Abilities is what a libvirt, and the QEMU behind it, told and showed
+// when ferryd connected.
+type Abilities struct {
+	// Libvirt and QEMU are their versions as libvirt numbers them
+	// (major*1,000,000 + minor*1,000 + micro); QEMU is 0 where libvirt
+	// would not say.
+	Libvirt, QEMU uint64
+	// Lacks names what Ferry uses that this libvirt does not serve.
+	Lacks []string
+}
+
+// probes are calls Ferry makes whose absence a libvirt shows: each is made
+// on a domain no libvirt holds, which any libvirt that serves the call
+// answers "no domain", and one that does not, "unknown procedure".
+var probes = []struct {
+	what string
+	call func(*libvirt.Libvirt, libvirt.Domain) error
+}{
+	{"virDomainAbortJobFlags (libvirt 8.5): pausing a post-copy for its recovery (abort --force)",
+		func(l *libvirt.Libvirt, d libvirt.Domain) error {
+			return l.DomainAbortJobFlags(d, uint32(libvirt.DomainAbortJobPostcopy))
+		}},
+}
+
+// probeDomain is a domain no libvirt holds: an all-zero UUID is one
+// libvirt never gives.
+var probeDomain = libvirt.Domain{Name: "ferry-probe"}
+
+// Abilities asks the libvirt behind c what it is and what it serves.
+func (c *Conn) Abilities(ctx context.Context) (Abilities, error) {
+	var a Abilities
+	var err error
+	if a.Libvirt, err = c.Ping(ctx); err != nil {
+		return a, err
+	}
+	if a.QEMU, err = c.HypervisorVersion(ctx); err != nil && !errors.Is(err, libvirt.ErrUnsupported) {
+		return a, err
+	}
+	for _, p := range probes {
+		err := do(ctx, c, "probe", func(l *libvirt.Libvirt) error { return p.call(l, probeDomain) })
+		switch {
+		case errors.Is(err, libvirt.ErrUnsupported):
+			a.Lacks = append(a.Lacks, p.what)
+		case err != nil && !IsNoDomain(err):
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// Refusal says why Ferry does not serve the libvirt at socket, nil if it
+// does.
+func (a Abilities) Refusal(socket string) error {
+	if a.Libvirt >= MinLibvirt {
+		return nil
+	}
+	lacks := "nothing a probe finds missing"
+	if len(a.Lacks) > 0 {
+		lacks = strings.Join(a.Lacks, "; ")
+	}
+	return fmt.Errorf("%w: libvirt %s at %s is older than %s, the oldest Ferry is tested on and serves; it lacks %s",
+		ErrTooOld, versionString(a.Libvirt), socket, versionString(MinLibvirt), lacks)
+}
