@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build check test unit fuzz fuzz-short e2e demo bench bench-policy bench-recovery bench-evacuate bench-data bench-proxy lint prepare clean testbed-down generate dashboard docs
+.PHONY: all build check test unit fuzz fuzz-short e2e e2e-stacks demo bench bench-policy bench-recovery bench-evacuate bench-data bench-proxy lint prepare clean testbed-down generate dashboard docs
 
 all: build
 
@@ -73,12 +73,22 @@ e2e: prepare
 	$(GO) test -count=1 -tags kube -v -timeout 30m ./test/kube/...
 	$(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
 
+# The core of the end-to-end suite on other libvirt and QEMU stacks
+# (test/testbed/stack.go, docs/support.md): on trixie-backports' libvirt 12.9
+# and QEMU 11.1 on both nodes, and between it and Debian 12's libvirt 9.0 and
+# QEMU 7.2, a migration each way.
+E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
+E2E_MIXED := TestIdleGuestMigratesAndBothNodesRecordIt|TestMigrationsThroughFerrysProxy
+e2e-stacks: prepare
+	FERRY_BED_STACKS=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 20m -run '^($(E2E_CORE))$$' ./test/e2e/
+	FERRY_BED_STACKS=a=newest,b=oldest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
+
 # prepare first: the unit tests of ferryctl's completion run real bash and
 # zsh, and promtool checks deploy/'s rules; prepare installs them.
 # make test installs every tool and runs as root: a test that needs one
 # fails where it is missing, instead of skipping (see internal/testenv).
 test: export FERRY_REQUIRE_ALL := 1
-test: prepare lint unit fuzz-short e2e
+test: prepare lint unit fuzz-short e2e e2e-stacks
 
 demo: prepare
 	test/demo.sh

@@ -47,7 +47,9 @@ Verbs:
   help
 
 Environment: FERRY_TESTBED_DIR (state, default /var/tmp/ferry-testbed),
-FERRY_TESTBED_CACHE (kernel + initramfs, default <repo>/.cache/testbed).
+FERRY_TESTBED_CACHE (kernel + initramfs, default <repo>/.cache/testbed),
+FERRY_BED_STACKS (the libvirt and QEMU each node runs: newest, or a=oldest,b=newest;
+default the host's).
 `
 
 type usageError struct{ msg string }
