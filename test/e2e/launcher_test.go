@@ -82,6 +82,8 @@ func TestKubeVirtLaunchers(t *testing.T) {
 		t.Run("a hostile socket beside it", func(t *testing.T) { testHostileSocket(t, src) })
 	})
 
+	t.Run("pods of another libvirt", func(t *testing.T) { testLaunchersOfAnotherStack(t) })
+
 	t.Run("post-copy failure marks the VMI", func(t *testing.T) {
 		src, dst, uid := launcherPair(t, "lpc", testbed.LauncherSpec{MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -162,7 +164,7 @@ func launcherPair(t *testing.T, name string, g testbed.LauncherSpec) (src, dst *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Stop() })
-	dst, err = bed.StartLauncher(ctx, testbed.LauncherSpec{Node: "b", Namespace: "default", Name: name, VMIUID: vmiUID, PodUID: dstPod})
+	dst, err = bed.StartLauncher(ctx, testbed.LauncherSpec{Node: "b", Namespace: "default", Name: name, VMIUID: vmiUID, PodUID: dstPod, Stack: g.Stack})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,4 +233,40 @@ func launcherCompleted(t *testing.T, l *testbed.Launcher) *completedStats {
 		t.Fatalf("%s in launcher %s: libvirt kept no completed-job statistics", l.Domain, l.PodUID)
 	}
 	return decodeStats(typ, params)
+}
+
+// KubeVirt's launchers bring their own libvirt and QEMU, not the host's
+// (KubeVirt 1.9's is libvirt 11.10): pods running trixie-backports' 12.9
+// and QEMU 11.1 under the host's ferryd are tracked as any, and ferryd
+// says which libvirt and QEMU each pod runs.
+func testLaunchersOfAnotherStack(t *testing.T) {
+	src, dst, uid := launcherPair(t, "lnew", testbed.LauncherSpec{MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 8, Stack: testbed.StackNewest})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := bed.MigrateLauncher(ctx, testbed.LauncherMigration{From: src, To: dst, BandwidthMiBs: 32}); err != nil {
+		t.Fatal(err)
+	}
+	wantLauncherState(t, src, libvirt.DomainShutoff, int32(libvirt.DomainShutoffMigrated))
+	wantLauncherState(t, dst, libvirt.DomainRunning, int32(libvirt.DomainRunningMigrated))
+	for _, l := range []*testbed.Launcher{src, dst} {
+		j := waitJob(t, l.Node, l.Domain, "Completed with its VMI", 30*time.Second, func(j api.Job) bool {
+			return j.Phase == api.PhaseCompleted && j.VMI != nil
+		})
+		checkLauncherJob(t, j, l, uid)
+		var doms api.DomainsResponse
+		ctlJSON(t, l.Node, &doms, "domains")
+		var seen *api.SocketStatus
+		for i, s := range doms.Libvirt {
+			if s.Socket == l.Socket {
+				seen = &doms.Libvirt[i]
+			}
+		}
+		if seen == nil || !strings.HasPrefix(seen.LibvirtVersion, "12.9.") || !strings.HasPrefix(seen.QEMUVersion, "11.1.") || len(seen.Lacks) > 0 {
+			t.Errorf("ferryd on %s shows the pod's libvirt as %+v; want 12.9 with QEMU 11.1, lacking nothing", l.Node, seen)
+		}
+	}
+	done := launcherCompleted(t, dst)
+	if done.DataTotal == 0 {
+		t.Error("the target pod's libvirt kept no completed-job statistics")
+	}
 }

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,9 @@ type LauncherSpec struct {
 	// PodUID is the launcher pod's UID; empty makes a random one.
 	PodUID                             string
 	MemoryMiB, DirtyMiB, DirtyRateMiBs int
+	// Stack is the libvirt and QEMU the pod runs (stack.go), as a
+	// virt-launcher image brings its own: empty, the node's.
+	Stack string
 }
 
 // Launcher is a running virt-launcher pod of the bed.
@@ -71,6 +75,9 @@ type Launcher struct {
 	// host has it, else libvirtd (Debian ships no virtqemud; the RPC is the
 	// same, and its socket is given virtqemud-sock's name too).
 	Daemon string
+
+	// Stack is the libvirt and QEMU the pod runs, "" for the node's.
+	Stack string
 
 	bed    *Bed
 	podDir string // the pod's directory as the root namespace sees it
@@ -113,6 +120,14 @@ func (b *Bed) StartLauncher(ctx context.Context, s LauncherSpec) (*Launcher, err
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if s.Stack != "" && s.Stack != StackDefault {
+		if _, ok := stackDefs[s.Stack]; !ok {
+			return nil, fmt.Errorf("testbed: launcher stack %q: unknown (oldest or newest)", s.Stack)
+		}
+		if err := ensureStack(ctx, b.cfg, s.Stack); err != nil {
+			return nil, err
+		}
+	}
 	if s.PodUID == "" {
 		s.PodUID = uuid.NewString()
 	}
@@ -120,10 +135,10 @@ func (b *Bed) StartLauncher(ctx context.Context, s LauncherSpec) (*Launcher, err
 	l := &Launcher{
 		Node: s.Node, PodUID: s.PodUID, Domain: s.Namespace + "_" + s.Name, VMIUID: s.VMIUID,
 		Socket: filepath.Join(kubeletPodsInNode, s.PodUID, emptyDirs, "libvirt-runtime", "virtqemud-sock"),
-		bed:    b, podDir: filepath.Join(n.Dir, "kubelet", "pods", s.PodUID),
+		Stack:  s.Stack, bed: b, podDir: filepath.Join(n.Dir, "kubelet", "pods", s.PodUID),
 	}
 	l.Daemon = "libvirtd"
-	if _, err := exec.LookPath("virtqemud"); err == nil {
+	if l.hasVirtqemud() {
 		l.Daemon = "virtqemud"
 	}
 	if err := l.layOut(); err != nil {
@@ -136,8 +151,8 @@ func (b *Bed) StartLauncher(ctx context.Context, s LauncherSpec) (*Launcher, err
 		l.Stop()
 		return nil, err
 	}
-	logf(b.cfg.Log, "launcher pod %s on node %s: %s as %d:%d in session mode at %s (%d bytes)",
-		l.PodUID, l.Node, l.Daemon, launcherUID, launcherGID, l.Socket, len(l.Socket))
+	logf(b.cfg.Log, "launcher pod %s on node %s: %s as %d:%d in session mode at %s (%d bytes), stack %s",
+		l.PodUID, l.Node, l.Daemon, launcherUID, launcherGID, l.Socket, len(l.Socket), cmp.Or(l.Stack, "the node's"))
 	if s.MemoryMiB == 0 {
 		return l, nil
 	}
@@ -149,6 +164,16 @@ func (b *Bed) StartLauncher(ctx context.Context, s LauncherSpec) (*Launcher, err
 }
 
 func (l *Launcher) volume(name string) string { return filepath.Join(l.podDir, emptyDirs, name) }
+
+// hasVirtqemud says whether the pod's stack ships virtqemud.
+func (l *Launcher) hasVirtqemud() bool {
+	if l.Stack != "" && l.Stack != StackDefault {
+		_, err := os.Stat(filepath.Join(stackRoot(l.bed.cfg.CacheDir, l.Stack), "usr", "sbin", "virtqemud"))
+		return err == nil
+	}
+	_, err := exec.LookPath("virtqemud")
+	return err == nil
+}
 
 // PID is the launcher's libvirt daemon's, whose namespaces are the pod's.
 func (l *Launcher) PID() int { return l.daemon.PID }
@@ -307,11 +332,12 @@ mount --bind %[5]s/group /etc/group
 for dev in %[10]s; do
   if [ -e %[5]s/$dev ]; then mount --bind %[5]s/$dev /dev/$dev; fi
 done
-exec setpriv --reuid=%[6]d --regid=%[7]d --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+%[12]sexec setpriv --reuid=%[6]d --regid=%[7]d --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=%[4]s/home XDG_RUNTIME_DIR=/var/run XDG_CONFIG_HOME=%[4]s/config XDG_CACHE_HOME=%[8]s \
   %[9]s -f %[4]s/libvirtd.conf
 `, filepath.Join(l.podDir, emptyDirs), launcherRuntime, launcherPublic, launcherPrivate, l.podDir,
-		launcherUID, launcherGID, launcherCacheInNode, l.Daemon, strings.Join(launcherDevices, " "), strings.Join(l.cgroups, " "))
+		launcherUID, launcherGID, launcherCacheInNode, l.Daemon, strings.Join(launcherDevices, " "), strings.Join(l.cgroups, " "),
+		stackMounts(l.bed.cfg.CacheDir, cmp.Or(l.Stack, StackDefault)))
 	argv, err := l.bed.nsenter(l.Node, "unshare", "-m", "--propagation", "private", "sh", "-c", script)
 	if err != nil {
 		return err
