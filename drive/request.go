@@ -58,9 +58,6 @@ func validateMigrate(r MigrateRequest) error {
 		if r.Parallel < 1 {
 			errs = append(errs, "compression zstd needs parallel 1 or more: QEMU compresses on multifd channels")
 		}
-		if r.PostCopy || r.PostCopyAfterSeconds > 0 {
-			errs = append(errs, "compression zstd cannot be had with post-copy: QEMU 10.0 takes multifd only without it")
-		}
 	default:
 		errs = append(errs, fmt.Sprintf("compression %q is not none, zstd or auto", r.Compression))
 	}

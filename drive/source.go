@@ -98,9 +98,6 @@ func (s *Source) effective(req MigrateRequest) (MigrateRequest, policy.Settings,
 	if req.BandwidthMiBs == 0 && pol.BandwidthPerMigrationMiBs > 0 {
 		req.BandwidthMiBs = int(min(pol.BandwidthPerMigrationMiBs, 1<<20))
 	}
-	if req.Compression == CompressionZstd && req.PostCopy {
-		return req, pol, fmt.Errorf("%w: compression zstd cannot be had with post-copy, which this node's policy allows (QEMU 10.0 takes multifd only without it)", ErrBadRequest)
-	}
 	if req.DataPath == DataPathDirect && req.PostCopy {
 		return req, pol, fmt.Errorf("%w: the direct path cannot be had with post-copy, which this node's policy allows: resuming a broken post-copy needs the proxy's streams", ErrBadRequest)
 	}

@@ -248,9 +248,6 @@ func (in *Target) checkFlags(m peer.IncomingMigration, domXML string) (string, e
 		// another method.
 		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: "compression is taken only with parallel (multifd) connections"}
 	}
-	if flags&libvirt.MigrateCompressed != 0 && flags&libvirt.MigratePostcopy != 0 {
-		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: "compression is not taken with post-copy: QEMU 10.0 takes multifd only without it"}
-	}
 	if m.PostCopy != (flags&libvirt.MigratePostcopy != 0) {
 		// The streams were counted for one mode; libvirt would run the
 		// other.
@@ -292,6 +289,12 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	}
 	pooled, err := in.conn()
 	if err != nil {
+		return none, err
+	}
+	if why, err := multifdWithPostCopy(ctx, pooled, flags&libvirt.MigrateParallel != 0, m.PostCopy); err != nil || why != "" {
+		if err == nil {
+			err = &peer.Refusal{Reason: "flags_not_allowed", Msg: "multifd with post-copy is not taken: " + why}
+		}
 		return none, err
 	}
 	if err := takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
