@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 )
@@ -17,13 +18,11 @@ const MinLibvirt = 9_000_000
 // ErrTooOld marks a libvirt older than MinLibvirt.
 var ErrTooOld = errors.New("libvirt too old for Ferry")
 
-// Abilities is what a libvirt, and the QEMU behind it, told and showed
-// when ferryd connected.
+// Abilities is what a libvirt told and showed when ferryd connected.
 type Abilities struct {
-	// Libvirt and QEMU are their versions as libvirt numbers them
-	// (major*1,000,000 + minor*1,000 + micro); QEMU is 0 where libvirt
-	// would not say.
-	Libvirt, QEMU uint64
+	// Libvirt is its version as libvirt numbers them (major*1,000,000 +
+	// minor*1,000 + micro).
+	Libvirt uint64
 	// Lacks names what Ferry uses that this libvirt does not serve.
 	Lacks []string
 }
@@ -52,9 +51,6 @@ func (c *Conn) Abilities(ctx context.Context) (Abilities, error) {
 	if a.Libvirt, err = c.Ping(ctx); err != nil {
 		return a, err
 	}
-	if a.QEMU, err = c.HypervisorVersion(ctx); err != nil && !errors.Is(err, libvirt.ErrUnsupported) {
-		return a, err
-	}
 	for _, p := range probes {
 		err := do(ctx, c, "probe", func(l *libvirt.Libvirt) error { return p.call(l, probeDomain) })
 		switch {
@@ -65,6 +61,17 @@ func (c *Conn) Abilities(ctx context.Context) (Abilities, error) {
 		}
 	}
 	return a, nil
+}
+
+// qemuVersionWait bounds the wait for a QEMU's version: a launcher's
+// libvirt probes its QEMU when first asked, seconds on a busy node, so it
+// is asked once the connection is served, never on the way there.
+const qemuVersionWait = 2 * time.Minute
+
+// QEMUVersion is the version of the QEMU behind the libvirt, waiting for
+// a libvirt that probes it first.
+func (c *Conn) QEMUVersion(ctx context.Context) (uint64, error) {
+	return callWithin(ctx, c, "QEMU version", qemuVersionWait, (*libvirt.Libvirt).ConnectGetVersion, nil)
 }
 
 // Refusal says why Ferry does not serve the libvirt at socket, nil if it

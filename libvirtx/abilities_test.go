@@ -46,7 +46,7 @@ func TestAnOldLibvirtIsRefusedByNameAndTheOthersServed(t *testing.T) {
 				curStatus = s
 			}
 		}
-		if oldStatus.LastError != "" {
+		if oldStatus.LastError != "" && curStatus.QEMUVersion != "" {
 			break
 		}
 	}

@@ -410,6 +410,21 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 	}
 }
 
+// learnQEMU shows the version of the QEMU behind c once its libvirt says
+// it; one that will not is left unshown.
+func (p *Pool) learnQEMU(ctx context.Context, c *Conn) {
+	v, err := c.QEMUVersion(ctx)
+	if err != nil {
+		p.log.Info("libvirt did not say its QEMU's version", zap.String("socket", c.Socket()), zap.Error(err))
+		return
+	}
+	p.setStatus(c.Socket(), func(s *SocketStatus) {
+		if s.Up {
+			s.QEMUVersion = versionString(v)
+		}
+	})
+}
+
 // once runs a single connection from dial to loss. A nil err means it was
 // up and then ended (so backoff restarts from the minimum); reported is the
 // reason the handler was told then.
@@ -447,10 +462,10 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 		}
 		s.Up, s.LastError, s.Since = true, "", time.Now()
 		s.UnresponsiveSince = time.Time{}
-		s.LibVersion, s.QEMUVersion, s.Lacks = versionString(ab.Libvirt), versionString(ab.QEMU), ab.Lacks
+		s.LibVersion, s.QEMUVersion, s.Lacks = versionString(ab.Libvirt), "", ab.Lacks
 	})
-	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ab.Libvirt)),
-		zap.String("qemu", versionString(ab.QEMU)), zap.Strings("lacks", ab.Lacks))
+	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ab.Libvirt)), zap.Strings("lacks", ab.Lacks))
+	go p.learnQEMU(cctx, c)
 	p.mu.Lock()
 	p.conns[socket] = c
 	p.mu.Unlock()
