@@ -77,7 +77,7 @@ e2e: prepare
 # (test/testbed/stack.go, docs/support.md): on trixie-backports' libvirt 12.9
 # and QEMU 11.1 on both nodes, and between it and Debian 12's libvirt 9.0 and
 # QEMU 7.2, a migration each way.
-E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdWithPostCopyWhereTheQEMUsTakeIt|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
+E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdWithPostCopyIsRefusedByName|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
 E2E_MIXED := TestIdleGuestMigratesAndBothNodesRecordIt|TestMigrationsThroughFerrysProxy
 e2e-stacks: prepare
 	FERRY_BED_STACKS=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 20m -run '^($(E2E_CORE))$$' ./test/e2e/

@@ -58,6 +58,9 @@ func validateMigrate(r MigrateRequest) error {
 		if r.Parallel < 1 {
 			errs = append(errs, "compression zstd needs parallel 1 or more: QEMU compresses on multifd channels")
 		}
+		if why := multifdWithPostCopy(true, r.PostCopy || r.PostCopyAfterSeconds > 0); why != "" {
+			errs = append(errs, why)
+		}
 	default:
 		errs = append(errs, fmt.Sprintf("compression %q is not none, zstd or auto", r.Compression))
 	}

@@ -98,6 +98,10 @@ func (s *Source) effective(req MigrateRequest) (MigrateRequest, policy.Settings,
 	if req.BandwidthMiBs == 0 && pol.BandwidthPerMigrationMiBs > 0 {
 		req.BandwidthMiBs = int(min(pol.BandwidthPerMigrationMiBs, 1<<20))
 	}
+	if why := multifdWithPostCopy(req.Parallel > 0 || req.Compression == CompressionZstd, req.PostCopy || req.PostCopyAfterSeconds > 0); why != "" {
+		// The policy may be what asked for post-copy.
+		return req, pol, fmt.Errorf("%w: %s", ErrBadRequest, why)
+	}
 	if req.DataPath == DataPathDirect && req.PostCopy {
 		return req, pol, fmt.Errorf("%w: the direct path cannot be had with post-copy, which this node's policy allows: resuming a broken post-copy needs the proxy's streams", ErrBadRequest)
 	}

@@ -58,8 +58,7 @@ type dataChoice struct {
 // the source. One channel keeps up with such a link; a guest dirtying at
 // half the link or more, which needs every byte of speed to converge, gets
 // one per idle CPU (at most maxDataChannels). It cannot be had with
-// post-copy (a QEMU before 10.1, which either node may run, takes multifd
-// only without it). On a fast link, or
+// post-copy (multifdWithPostCopy). On a fast link, or
 // with no CPU to spare, the stream stays as asked.
 func chooseData(e dataEvidence) dataChoice {
 	mib := func(b uint64) string { return fmt.Sprintf("%.1f MiB/s", float64(b)/(1<<20)) }
@@ -69,7 +68,7 @@ func chooseData(e dataEvidence) dataChoice {
 	}
 	switch {
 	case e.PostCopy:
-		return dataChoice{Compression: CompressionNone, Why: "no compression: post-copy is allowed, and a QEMU before 10.1 takes multifd, which compression needs, only without it; the target's is not known before it prepares"}
+		return dataChoice{Compression: CompressionNone, Why: "no compression: post-copy is allowed, and compression needs multifd, which Ferry does not take with post-copy"}
 	case e.Link == 0:
 		return dataChoice{Compression: CompressionNone, Why: "no compression: the link's rate is unknown (no cap, and no uncapped migration over the path yet), and on a fast link compression would hold it back"}
 	case e.Link >= zstdKeepsUpBelow:

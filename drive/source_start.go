@@ -162,14 +162,6 @@ func (s *Source) planStart(ctx context.Context, req MigrateRequest) (startPlan, 
 	if err := directFromPod(conn, req); err != nil {
 		return startPlan{}, err
 	}
-	multifd := req.Parallel > 0 || req.Compression == CompressionZstd
-	if why, err := multifdWithPostCopy(ctx, conn, multifd, req.PostCopy || req.PostCopyAfterSeconds > 0); err != nil || why != "" {
-		if err == nil {
-			// The policy may be what asked for post-copy (effective).
-			err = fmt.Errorf("%w: parallel connections or compression cannot be had with post-copy: %s", ErrBadRequest, why)
-		}
-		return startPlan{}, err
-	}
 	deadline, err := s.deadlineOf(ctx, conn, dom, req)
 	if err != nil {
 		return startPlan{}, err

@@ -248,6 +248,9 @@ func (in *Target) checkFlags(m peer.IncomingMigration, domXML string) (string, e
 		// another method.
 		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: "compression is taken only with parallel (multifd) connections"}
 	}
+	if why := multifdWithPostCopy(flags&libvirt.MigrateParallel != 0, flags&libvirt.MigratePostcopy != 0); why != "" {
+		return "", &peer.Refusal{Reason: "flags_not_allowed", Msg: why}
+	}
 	if m.PostCopy != (flags&libvirt.MigratePostcopy != 0) {
 		// The streams were counted for one mode; libvirt would run the
 		// other.
@@ -289,12 +292,6 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	}
 	pooled, err := in.conn()
 	if err != nil {
-		return none, err
-	}
-	if why, err := multifdWithPostCopy(ctx, pooled, flags&libvirt.MigrateParallel != 0, m.PostCopy); err != nil || why != "" {
-		if err == nil {
-			err = &peer.Refusal{Reason: "flags_not_allowed", Msg: "multifd with post-copy is not taken: " + why}
-		}
 		return none, err
 	}
 	if err := takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {

@@ -2,6 +2,7 @@ package libvirtx
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,11 +41,19 @@ var probes = []struct {
 		}},
 }
 
-// probeDomain is a domain no libvirt holds: an all-zero UUID is one
-// libvirt never gives.
-var probeDomain = libvirt.Domain{Name: "ferry-probe"}
+// probeDomain is a domain no libvirt holds: libvirt finds a domain by its
+// UUID, and a random one is no guest's.
+func probeDomain() libvirt.Domain {
+	d := libvirt.Domain{Name: "ferry-probe"}
+	rand.Read(d.UUID[:])
+	return d
+}
 
-// Abilities asks the libvirt behind c what it is and what it serves.
+// Abilities asks the libvirt behind c what it is and what it serves. Only
+// the version can fail it: a probe that says neither "no domain" nor
+// "unknown procedure" (a libvirt that words its errors in another
+// language, a call that times out) names no lack, and the caller still
+// refuses by version.
 func (c *Conn) Abilities(ctx context.Context) (Abilities, error) {
 	var a Abilities
 	var err error
@@ -52,15 +61,19 @@ func (c *Conn) Abilities(ctx context.Context) (Abilities, error) {
 		return a, err
 	}
 	for _, p := range probes {
-		err := do(ctx, c, "probe", func(l *libvirt.Libvirt) error { return p.call(l, probeDomain) })
-		switch {
-		case errors.Is(err, libvirt.ErrUnsupported):
+		err := do(ctx, c, "probe", func(l *libvirt.Libvirt) error { return p.call(l, probeDomain()) })
+		if unsupported(err) {
 			a.Lacks = append(a.Lacks, p.what)
-		case err != nil && !IsNoDomain(err):
-			return a, err
 		}
 	}
 	return a, nil
+}
+
+// unsupported says libvirt does not serve the call: go-libvirt knows it
+// by libvirt's English words, VIR_ERR_NO_SUPPORT says it in any language.
+func unsupported(err error) bool {
+	var le libvirt.Error
+	return errors.Is(err, libvirt.ErrUnsupported) || errors.As(err, &le) && le.Code == uint32(libvirt.ErrNoSupport)
 }
 
 // qemuVersionWait bounds the wait for a QEMU's version: a launcher's
@@ -80,7 +93,7 @@ func (a Abilities) Refusal(socket string) error {
 	if a.Libvirt >= MinLibvirt {
 		return nil
 	}
-	lacks := "nothing a probe finds missing"
+	lacks := "nothing a probe finds missing, but it is untested"
 	if len(a.Lacks) > 0 {
 		lacks = strings.Join(a.Lacks, "; ")
 	}

@@ -76,3 +76,32 @@ func TestAbilitiesNameWhatAProbeFindsMissing(t *testing.T) {
 		t.Fatalf("below the minimum: %v", err)
 	}
 }
+
+// A libvirt that words "unknown procedure" in its own language still lacks
+// the call, and an old one is refused by its version whatever a probe
+// answers.
+func TestAProbeInAnotherLanguageNamesTheLack(t *testing.T) {
+	dir := t.TempDir()
+	p, _, _ := runPool(t, fastRetries(dir))
+	old := libvirtxtest.New(t, filepath.Join(dir, "old.sock"))
+	old.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		switch proc {
+		case libvirtxtest.ProcConnectGetLibVersion:
+			return new(libvirtxtest.XDR).U64(8_000_000).Bytes(), nil, true
+		case libvirtxtest.ProcDomainAbortJobFlags:
+			return nil, &libvirt.Error{Code: uint32(libvirt.ErrNoSupport), Message: "procédure inconnue : 442"}, true
+		}
+		return nil, nil, false
+	})
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, s := range p.Status() {
+			if s.Socket == old.Path() && strings.Contains(s.LastError, "older than 9.0.0") {
+				if !strings.Contains(s.LastError, "virDomainAbortJobFlags") {
+					t.Fatalf("the lack is not named: %s", s.LastError)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("the old libvirt was never refused by version: %+v", p.Status())
+}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-vm/ferry/api"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
 
@@ -47,45 +46,19 @@ func TestZstdCompressionThroughTheProxy(t *testing.T) {
 	assertTruth(t, name, "a", "b", start)
 }
 
-// Multifd with post-copy where the QEMUs take it (10.1 and newer, as on
-// the newest stack): zstd on two channels, then post-copy, and the guest
-// whole on the target. Where a QEMU takes multifd only without post-copy
-// (10.0, the host's), the source refuses before libvirt is asked, naming
-// its QEMU, and the guest stays where it is.
-func TestMultifdWithPostCopyWhereTheQEMUsTakeIt(t *testing.T) {
+// Multifd with post-copy is refused by name before libvirt is asked, on
+// every stack: QEMU 10.0 refuses the pair, and through Ferry's proxy a QEMU
+// 11.1 target was stopped at the switch (docs/support.md). The guest stays
+// where it is, whole.
+func TestMultifdWithPostCopyIsRefusedByName(t *testing.T) {
 	const name = "mfpc"
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 512, DirtyMiB: 256, DirtyRateMiBs: 16, Verify: true})
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
 	before := verifiedSoFar(t, name)
-	l, err := bed.Libvirt("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	qemu, err := l.ConnectGetVersion()
-	l.Disconnect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	// A cap low enough for the compressed first pass (the pages compress
-	// to a few bytes each) to outlast the switch.
-	err = <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 2,
+	err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: 2,
 		Parallel: 2, Compression: "zstd", PostCopyAfter: time.Second})
-	if qemu < 10_001_000 {
-		t.Logf("node a runs QEMU %d: multifd with post-copy must be refused", qemu)
-		if err == nil || !strings.Contains(err.Error(), "takes multifd") || !strings.Contains(err.Error(), "only without post-copy") {
-			t.Fatalf("multifd with post-copy on QEMU %d: %v; want a refusal naming the QEMU", qemu, err)
-		}
-		onlyOn(t, name, "a", "b")
-		return
+	if err == nil || !strings.Contains(err.Error(), "cannot be had with post-copy") {
+		t.Fatalf("multifd with post-copy: %v; want it refused by name", err)
 	}
-	if err != nil {
-		t.Fatalf("multifd with post-copy on QEMU %d failed: %v", qemu, err)
-	}
-	j := waitJob(t, "a", name, "Completed", 30*time.Second, drivenCompleted)
-	if j.Mode != api.ModePostCopy || j.Proxy == nil || j.Proxy.Compression != "zstd" || j.Proxy.Parallel != 2 {
-		t.Fatalf("the job ran mode %s, proxy %+v; want post-copy with zstd on 2 channels", j.Mode, j.Proxy)
-	}
-	onlyOn(t, name, "b", "a")
+	onlyOn(t, name, "a", "b")
 	memoryIntact(t, name, before)
-	assertTruth(t, name, "a", "b", start)
 }

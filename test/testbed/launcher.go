@@ -58,7 +58,7 @@ type LauncherSpec struct {
 	PodUID                             string
 	MemoryMiB, DirtyMiB, DirtyRateMiBs int
 	// Stack is the libvirt and QEMU the pod runs (stack.go), as a
-	// virt-launcher image brings its own: empty, the node's.
+	// virt-launcher image brings its own: empty or default, the node's.
 	Stack string
 }
 
