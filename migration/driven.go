@@ -126,14 +126,20 @@ func (t *Tracker) settledSeen(j *job, d Driving, phase api.Phase) {
 		j.view.FailureReason = d.Failure
 		t.classify(j, time.Now())
 	}
+	t.driverWordTaken(j, lost)
+}
+
+// driverWordTaken counts an ended job that waited for the driver's word,
+// under its final class, shows it, and, when the word turned it from lost
+// to completed, tells it again: what acts on an ended job (a VMI's
+// recovery mark) heard only that it was lost. The caller holds t.mu.
+func (t *Tracker) driverWordTaken(j *job, corrected bool) {
 	if j.countPending {
-		// It waited for the driver's word, under its final class.
 		j.countPending = false
 		t.count(j)
 	}
 	t.publish(j)
-	if lost && t.cfg.OnFinish != nil {
-		// Told again, as DriveEnded does: it heard only "lost".
+	if corrected && t.cfg.OnFinish != nil {
 		v := j.view
 		go t.cfg.OnFinish(v)
 	}
@@ -257,17 +263,7 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string) {
 		// link, the proxy): the class follows it, and only now is the job
 		// counted, under its final class.
 		t.classify(best, time.Now())
-		if best.countPending {
-			best.countPending = false
-			t.count(best)
-		}
-		t.publish(best)
-		if corrected && t.cfg.OnFinish != nil {
-			// Told again: what acts on an ended job (a VMI's recovery
-			// mark) heard only that it was lost.
-			v := best.view
-			go t.cfg.OnFinish(v)
-		}
+		t.driverWordTaken(best, corrected)
 	default:
 		// Still running in the tracker's eyes; finish() applies the
 		// driver's account when libvirt's job goes away.
