@@ -51,7 +51,17 @@ func (p proc) alive() bool {
 		return false
 	}
 	state, _, start, err := procStat(p.PID)
-	return err == nil && start == p.Start && state != 'Z' && state != 'X'
+	if err != nil || start != p.Start {
+		return false
+	}
+	if state != 'Z' && state != 'X' {
+		return true
+	}
+	// A process whose first thread is a zombie still holds its files
+	// (a listening socket) until its other threads have exited: a killed
+	// ferryd with a thread in a long system call did, for seconds.
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.PID))
+	return len(tasks) > 1
 }
 
 func (p proc) signal(sig syscall.Signal) {
