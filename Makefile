@@ -76,12 +76,14 @@ e2e: prepare
 # The core of the end-to-end suite on other libvirt and QEMU stacks
 # (test/testbed/stack.go, docs/support.md): on trixie-backports' libvirt 12.9
 # and QEMU 11.1 on both nodes, and between it and Debian 12's libvirt 9.0 and
-# QEMU 7.2, a migration each way.
+# QEMU 7.2, a migration each way (of an idle guest: QEMU 7.2 under TCG
+# corrupts a busy one now and then, see docs/support.md).
 E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdWithPostCopyIsRefusedByName|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
-E2E_MIXED := TestIdleGuestMigratesAndBothNodesRecordIt|TestMigrationsThroughFerrysProxy
+E2E_MIXED := TestIdleGuestMigratesAndBothNodesRecordIt
 e2e-stacks: prepare
 	FERRY_BED_STACKS=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 20m -run '^($(E2E_CORE))$$' ./test/e2e/
 	FERRY_BED_STACKS=a=newest,b=oldest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
+	FERRY_BED_STACKS=a=oldest,b=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
 
 # prepare first: the unit tests of ferryctl's completion run real bash and
 # zsh, and promtool checks deploy/'s rules; prepare installs them.
