@@ -1,5 +1,12 @@
 package drive
 
+import (
+	"context"
+	"fmt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
 // multifdWithPostCopy says why a migration cannot have multifd (parallel
 // connections, and the compression on them) together with post-copy, ""
 // if it does not ask for both. QEMU 10.0 refuses the pair outright. QEMU
@@ -13,4 +20,27 @@ func multifdWithPostCopy(multifd, postCopy bool) string {
 	}
 	return "multifd (parallel connections, and the compression on them) cannot be had with post-copy: QEMU 10.0 refuses the pair, " +
 		"and through Ferry's proxy a QEMU 11.1 target was stopped at the switch"
+}
+
+// multifdByPeekQEMU is the first QEMU that tells an incoming connection's
+// kind by its first bytes; an older one takes the first as the main stream
+// and the rest as multifd channels, in the order they arrive, which a
+// relay of connections opened at once does not keep.
+const multifdByPeekQEMU = 8_000_000
+
+// multifdInto says why this node's QEMU cannot take a multifd migration
+// through the proxy, "" if it can or the migration has no multifd.
+func multifdInto(ctx context.Context, conn *libvirtx.Conn, multifd bool) (string, error) {
+	if !multifd {
+		return "", nil
+	}
+	v, err := conn.QEMUVersion(ctx)
+	if err != nil {
+		return "", fmt.Errorf("asking which QEMU runs here, which says whether it takes multifd through the proxy: %w", err)
+	}
+	if v >= multifdByPeekQEMU {
+		return "", nil
+	}
+	return fmt.Sprintf("QEMU %d.%d.%d here tells multifd channels from the main stream only by the order they arrive, which the proxy's relay does not keep; "+
+		"migrate it without parallel connections", v/1_000_000, v/1000%1000, v%1000), nil
 }

@@ -294,6 +294,12 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	if err != nil {
 		return none, err
 	}
+	if why, err := multifdInto(ctx, pooled, flags&libvirt.MigrateParallel != 0); err != nil || why != "" {
+		if err == nil {
+			err = &peer.Refusal{Reason: "flags_not_allowed", Msg: why}
+		}
+		return none, err
+	}
 	if err := takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
 		return none, err
 	}
