@@ -62,3 +62,32 @@ func TestMultifdWithPostCopyIsRefusedByName(t *testing.T) {
 	onlyOn(t, name, "a", "b")
 	memoryIntact(t, name, before)
 }
+
+// Multifd into a QEMU older than 8.0, which tells its channels apart only
+// by the order they arrive, is refused by the target, naming its QEMU,
+// and the guest stays where it is; into a newer one it moves.
+func TestMultifdIntoAQEMUBefore8IsRefusedByName(t *testing.T) {
+	const name = "mfold"
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: -1})
+	l, err := bed.Libvirt("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qemu, err := l.ConnectGetVersion()
+	l.Disconnect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", Parallel: 2})
+	if qemu < 8_000_000 {
+		if err == nil || !strings.Contains(err.Error(), "tells multifd channels from the main stream only by the order") {
+			t.Fatalf("multifd into QEMU %d: %v; want the target's refusal naming its QEMU", qemu, err)
+		}
+		onlyOn(t, name, "a", "b")
+		return
+	}
+	if err != nil {
+		t.Fatalf("multifd into QEMU %d: %v", qemu, err)
+	}
+	onlyOn(t, name, "b", "a")
+}
