@@ -86,7 +86,7 @@ func (b *Books) IncomingEnded(socket, domain, id string) {
 func (b *Books) Drive(socket, domain string, info api.ProxyInfo) {
 	b.mu.Lock()
 	b.last++
-	b.driving[bookKey{socket, domain}] = migration.Driving{Number: b.last, Begun: time.Now(), Proxy: &info}
+	b.driving[bookKey{socket, domain}] = migration.Driving{Number: b.last, Proxy: &info}
 	b.mu.Unlock()
 	// Told outside b.mu: the record reads the books under its own lock.
 	b.show.DriveBegan(socket, domain)

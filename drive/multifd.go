@@ -34,13 +34,13 @@ func multifdInto(ctx context.Context, conn *libvirtx.Conn, multifd bool) (string
 	if !multifd {
 		return "", nil
 	}
-	v, err := conn.QEMUVersion(ctx)
+	v, err := conn.HypervisorVersion(ctx)
 	if err != nil {
 		return "", fmt.Errorf("asking which QEMU runs here, which says whether it takes multifd through the proxy: %w", err)
 	}
 	if v >= multifdByPeekQEMU {
 		return "", nil
 	}
-	return fmt.Sprintf("QEMU %d.%d.%d here tells multifd channels from the main stream only by the order they arrive, which the proxy's relay does not keep; "+
-		"migrate it without parallel connections", v/1_000_000, v/1000%1000, v%1000), nil
+	return fmt.Sprintf("QEMU %s here tells multifd channels from the main stream only by the order they arrive, which the proxy's relay does not keep; "+
+		"migrate it without parallel connections", libvirtx.VersionString(v)), nil
 }

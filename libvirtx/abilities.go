@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 )
@@ -76,17 +75,6 @@ func unsupported(err error) bool {
 	return errors.Is(err, libvirt.ErrUnsupported) || errors.As(err, &le) && le.Code == uint32(libvirt.ErrNoSupport)
 }
 
-// qemuVersionWait bounds the wait for a QEMU's version: a launcher's
-// libvirt probes its QEMU when first asked, seconds on a busy node, so it
-// is asked once the connection is served, never on the way there.
-const qemuVersionWait = 2 * time.Minute
-
-// QEMUVersion is the version of the QEMU behind the libvirt, waiting for
-// a libvirt that probes it first.
-func (c *Conn) QEMUVersion(ctx context.Context) (uint64, error) {
-	return callWithin(ctx, c, "QEMU version", qemuVersionWait, (*libvirt.Libvirt).ConnectGetVersion, nil)
-}
-
 // Refusal says why Ferry does not serve the libvirt at socket, nil if it
 // does.
 func (a Abilities) Refusal(socket string) error {
@@ -98,5 +86,5 @@ func (a Abilities) Refusal(socket string) error {
 		lacks = strings.Join(a.Lacks, "; ")
 	}
 	return fmt.Errorf("%w: libvirt %s at %s is older than %s, the oldest Ferry is tested on and serves; it lacks %s",
-		ErrTooOld, versionString(a.Libvirt), socket, versionString(MinLibvirt), lacks)
+		ErrTooOld, VersionString(a.Libvirt), socket, VersionString(MinLibvirt), lacks)
 }

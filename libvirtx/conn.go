@@ -183,10 +183,17 @@ func (c *Conn) Ping(ctx context.Context) (uint64, error) {
 	return call(ctx, c, "ping", (*libvirt.Libvirt).ConnectGetLibVersion)
 }
 
+// qemuVersionWait bounds the wait for a QEMU's version: a launcher's
+// libvirt probes its QEMU when first asked, seconds on a busy node (past
+// the call timeout), so the pool asks it once the connection is served,
+// never on the way there.
+const qemuVersionWait = 2 * time.Minute
+
 // HypervisorVersion is the version of the hypervisor libvirt drives
-// (QEMU's, as major*1,000,000 + minor*1,000 + micro).
+// (QEMU's, as major*1,000,000 + minor*1,000 + micro), waiting for a
+// libvirt that probes it first; the caller's ctx may bound it sooner.
 func (c *Conn) HypervisorVersion(ctx context.Context) (uint64, error) {
-	return call(ctx, c, "hypervisor version", (*libvirt.Libvirt).ConnectGetVersion)
+	return callWithin(ctx, c, "hypervisor version", qemuVersionWait, (*libvirt.Libvirt).ConnectGetVersion, nil)
 }
 
 // CallError names the libvirt call and socket that failed.

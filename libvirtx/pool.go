@@ -413,14 +413,14 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 // learnQEMU shows the version of the QEMU behind c once its libvirt says
 // it; one that will not is left unshown.
 func (p *Pool) learnQEMU(ctx context.Context, c *Conn) {
-	v, err := c.QEMUVersion(ctx)
+	v, err := c.HypervisorVersion(ctx)
 	if err != nil {
 		p.log.Info("libvirt did not say its QEMU's version", zap.String("socket", c.Socket()), zap.Error(err))
 		return
 	}
 	p.setStatus(c.Socket(), func(s *SocketStatus) {
 		if s.Up {
-			s.QEMUVersion = versionString(v)
+			s.QEMUVersion = VersionString(v)
 		}
 	})
 }
@@ -462,9 +462,9 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 		}
 		s.Up, s.LastError, s.Since = true, "", time.Now()
 		s.UnresponsiveSince = time.Time{}
-		s.LibVersion, s.QEMUVersion, s.Lacks = versionString(ab.Libvirt), "", ab.Lacks
+		s.LibVersion, s.QEMUVersion, s.Lacks = VersionString(ab.Libvirt), "", ab.Lacks
 	})
-	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", versionString(ab.Libvirt)), zap.Strings("lacks", ab.Lacks))
+	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", VersionString(ab.Libvirt)), zap.Strings("lacks", ab.Lacks))
 	go p.learnQEMU(cctx, c)
 	p.mu.Lock()
 	p.conns[socket] = c
@@ -559,7 +559,9 @@ func (e connError) Error() string { return string(e) }
 
 const errConnClosed = connError("libvirt closed the connection")
 
-func versionString(v uint64) string {
+// VersionString is a libvirt-numbered version (major*1,000,000 +
+// minor*1,000 + micro) as people write it; "" for 0.
+func VersionString(v uint64) string {
 	if v == 0 {
 		return ""
 	}

@@ -33,7 +33,8 @@ type Driving struct {
 	// the tracker applies each one to a single job, and Shown says it did.
 	Number uint64
 	Shown  bool
-	// Begun is when the driver began the migration.
+	// Begun is when the driver began the migration (its record's start),
+	// given with its end: only an ended account is matched to a job by it.
 	Begun time.Time
 	Proxy *api.ProxyInfo
 	// RecoverFor is how long a broken post-copy of it is resumed; 0, it

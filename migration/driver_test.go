@@ -63,7 +63,7 @@ func (d *fakeDriver) IncomingEnded(socket, domain, id string) { d.ForgetIncoming
 func (d *fakeDriver) Drive(socket, domain string, info api.ProxyInfo) {
 	d.mu.Lock()
 	d.last++
-	d.driving[jobKey{socket, domain}] = Driving{Number: d.last, Begun: time.Now(), Proxy: &info}
+	d.driving[jobKey{socket, domain}] = Driving{Number: d.last, Proxy: &info}
 	d.mu.Unlock()
 	d.tr.Books().DriveBegan(socket, domain)
 }

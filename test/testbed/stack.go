@@ -142,8 +142,8 @@ func ensureStack(ctx context.Context, cfg Config, name string) error {
 		args = append(args, "--aptopt=APT::Default-Release \""+def.release+"\";")
 	}
 	args = append(append(args, def.suite, tmp), def.sources...)
-	if out, err := exec.CommandContext(ctx, "mmdebstrap", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("testbed: building the %s stack: mmdebstrap: %v\n%s", name, err, lastBytes(out, 3000))
+	if err := run(ctx, "mmdebstrap", args...); err != nil {
+		return fmt.Errorf("testbed: building the %s stack: %w", name, err)
 	}
 	versions, err := exec.CommandContext(ctx, "chroot", tmp, "dpkg-query", "-W", "libvirt-daemon", "qemu-system-x86").Output()
 	if err != nil {
@@ -183,11 +183,7 @@ const sharedMachine = "pc-i440fx-7.2"
 func (b *Bed) machineType() string {
 	var first string
 	for i, d := range nodeDefs {
-		st := b.nodeState(d.name)
-		name := StackDefault
-		if st != nil && st.Stack != "" {
-			name = st.Stack
-		}
+		name := b.stackRunning(d.name)
 		if i == 0 {
 			first = name
 		} else if name != first {
@@ -200,10 +196,7 @@ func (b *Bed) machineType() string {
 // StackVersions says which stack each node runs, and its libvirt and
 // QEMU, as the bed's log and the tests' reports name them.
 func (b *Bed) StackVersions(node string) string {
-	name := StackDefault
-	if st := b.nodeState(node); st != nil && st.Stack != "" {
-		name = st.Stack
-	}
+	name := b.stackRunning(node)
 	if name == StackDefault {
 		return StackDefault + " (the host's)"
 	}
@@ -214,9 +207,11 @@ func (b *Bed) StackVersions(node string) string {
 	return name + " (" + strings.Join(strings.Fields(string(v)), " ") + ")"
 }
 
-func lastBytes(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
+// stackRunning is the stack the node's namespace runs, as the bed
+// recorded it when it made the namespace.
+func (b *Bed) stackRunning(node string) string {
+	if st := b.nodeState(node); st != nil && st.Stack != "" {
+		return st.Stack
 	}
-	return string(b)
+	return StackDefault
 }
