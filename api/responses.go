@@ -21,9 +21,7 @@ type SocketStatus struct {
 	Up             bool   `json:"up"`
 	LibvirtVersion string `json:"libvirtVersion,omitempty"`
 	// QEMUVersion is the QEMU's behind it, as libvirt says.
-	QEMUVersion string `json:"qemuVersion,omitempty"`
-	// Lacks names what Ferry uses that this libvirt does not serve.
-	Lacks         []string  `json:"lacks,omitempty"`
+	QEMUVersion   string    `json:"qemuVersion,omitempty"`
 	LastError     string    `json:"lastError,omitempty"`
 	Since         time.Time `json:"since"`
 	Reconnects    int       `json:"reconnects"`

@@ -47,7 +47,7 @@ func redactRegistered(ms []proxy.Migration) []api.ProxyMigration {
 func socketsForAPI(ss []libvirtx.SocketStatus) []api.SocketStatus {
 	out := make([]api.SocketStatus, len(ss))
 	for i, s := range ss {
-		out[i] = api.SocketStatus{Socket: s.Socket, Up: s.Up, LibvirtVersion: s.LibVersion, QEMUVersion: s.QEMUVersion, Lacks: s.Lacks, LastError: s.LastError,
+		out[i] = api.SocketStatus{Socket: s.Socket, Up: s.Up, LibvirtVersion: s.LibVersion, QEMUVersion: s.QEMUVersion, LastError: s.LastError,
 			Since: s.Since, Reconnects: s.Reconnects, LastPingMicro: s.LastPingMicro, UnresponsiveSince: s.UnresponsiveSince}
 	}
 	return out

@@ -48,15 +48,16 @@ func probeDomain() libvirt.Domain {
 	return d
 }
 
-// Abilities asks the libvirt behind c what it is and what it serves. Only
-// the version can fail it: a probe that says neither "no domain" nor
-// "unknown procedure" (a libvirt that words its errors in another
-// language, a call that times out) names no lack, and the caller still
-// refuses by version.
+// Abilities asks the libvirt behind c what it is and, when it is older
+// than MinLibvirt, which of the calls Ferry makes it does not serve, for
+// its refusal to name (every libvirt Ferry serves has them all, so one it
+// serves is asked nothing more). Only the version can fail it: a probe
+// that says neither "no domain" nor "unknown procedure" (a call that
+// times out) names no lack, and the caller still refuses by version.
 func (c *Conn) Abilities(ctx context.Context) (Abilities, error) {
 	var a Abilities
 	var err error
-	if a.Libvirt, err = c.Ping(ctx); err != nil {
+	if a.Libvirt, err = c.Ping(ctx); err != nil || a.Libvirt >= MinLibvirt {
 		return a, err
 	}
 	for _, p := range probes {

@@ -99,12 +99,10 @@ type GlobStatus struct {
 
 // SocketStatus is what the pool knows of one socket.
 type SocketStatus struct {
-	Socket      string `json:"socket"`
-	Up          bool   `json:"up"`
-	LibVersion  string `json:"libvirtVersion,omitempty"`
-	QEMUVersion string `json:"qemuVersion,omitempty"`
-	// Lacks names what Ferry uses that this libvirt does not serve.
-	Lacks         []string  `json:"lacks,omitempty"`
+	Socket        string    `json:"socket"`
+	Up            bool      `json:"up"`
+	LibVersion    string    `json:"libvirtVersion,omitempty"`
+	QEMUVersion   string    `json:"qemuVersion,omitempty"`
 	LastError     string    `json:"lastError,omitempty"`
 	Since         time.Time `json:"since"`
 	Reconnects    int       `json:"reconnects"`
@@ -462,9 +460,9 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 		}
 		s.Up, s.LastError, s.Since = true, "", time.Now()
 		s.UnresponsiveSince = time.Time{}
-		s.LibVersion, s.QEMUVersion, s.Lacks = VersionString(ab.Libvirt), "", ab.Lacks
+		s.LibVersion, s.QEMUVersion = VersionString(ab.Libvirt), ""
 	})
-	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", VersionString(ab.Libvirt)), zap.Strings("lacks", ab.Lacks))
+	p.log.Info("libvirt connected", zap.String("socket", socket), zap.String("version", VersionString(ab.Libvirt)))
 	go p.learnQEMU(cctx, c)
 	p.mu.Lock()
 	p.conns[socket] = c

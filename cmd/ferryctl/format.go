@@ -222,9 +222,6 @@ func printDomains(w io.Writer, node string, doms []api.Domain, sockets []api.Soc
 			versions += ", QEMU " + clean(s.QEMUVersion)
 		}
 		fmt.Fprintf(w, "libvirt %s (%s) %s\n", clean(s.Socket), versions, clean(state))
-		for _, l := range s.Lacks {
-			fmt.Fprintf(w, "  lacks %s\n", clean(l))
-		}
 	}
 	if len(doms) == 0 {
 		fmt.Fprintf(w, "no running domains on node %s\n", clean(node))
