@@ -112,6 +112,11 @@ type Config struct {
 	// Ferry drives may stay paused before it is overdue (it alerts, and
 	// the attempts go on); 0 resumes none.
 	PostCopyRecoveryTimeout time.Duration
+	// PostCopyResume is how a broken post-copy is resumed: "libvirt", by
+	// libvirt's own protocol wherever the target's libvirt does not crash
+	// on it (all but 11.2 and 11.3, which get Ferry's monitor); "monitor",
+	// always through Ferry's monitor of the target QEMU. Empty is libvirt.
+	PostCopyResume string
 
 	// Kubeconfig points at the API server; empty uses the in-cluster
 	// service account when there is one, else runs without Kubernetes.
@@ -196,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PostCopyRecoveryTimeout < 0 || c.PostCopyRecoveryTimeout > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--postcopy-recovery-timeout %v is outside 0 (declare a broken post-copy lost at once) to 24h (when a pause past it alerts): a guest paused on missing pages is an outage", c.PostCopyRecoveryTimeout))
+	}
+	if c.PostCopyResume != "" && c.PostCopyResume != PostCopyResumeLibvirt && c.PostCopyResume != PostCopyResumeMonitor {
+		errs = append(errs, fmt.Errorf("--postcopy-resume %q is neither %q nor %q", c.PostCopyResume, PostCopyResumeLibvirt, PostCopyResumeMonitor))
 	}
 	if c.DebugSocketMode&^0o777 != 0 {
 		errs = append(errs, fmt.Errorf("--debug-socket-mode %o is not a permission mode", c.DebugSocketMode))

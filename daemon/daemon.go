@@ -212,7 +212,7 @@ func (d *Daemon) setupMigrations(cfg Config, log *zap.Logger) error {
 	d.Proxy = p
 	d.source = drive.NewSource(drive.SourceConfig{Record: d.record(), Conns: d.Pool, Proxy: p, Policy: cfg.Policy, NodeSockets: cfg.LibvirtSockets,
 		AllowAnyTarget: cfg.MigrationAllowAnyTarget, StateDir: cfg.StateDir,
-		PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
+		PostCopyRecoveryTimeout: cfg.PostCopyRecoveryTimeout, ResumeByMonitor: cfg.PostCopyResume == PostCopyResumeMonitor, Quiet: d.quiet, DirtyRate: d.dirtyRate, OutboundSlots: cfg.OutboundSlots,
 		LinkBytesPerSecond: uint64(cfg.LinkBandwidthMiBs) << 20, DirectPeers: cfg.DirectPeers, QEMUTLSDir: cfg.QEMUTLSDir, Log: log.Named("drive")})
 	if len(cfg.DirectPeers) > 0 {
 		// Said at start, not at the first migration an hour later.

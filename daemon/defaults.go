@@ -13,6 +13,12 @@ const (
 	DefaultInboundSlots            = drive.DefaultInboundSlots
 )
 
+// The ways a broken post-copy is resumed (--postcopy-resume).
+const (
+	PostCopyResumeLibvirt = "libvirt"
+	PostCopyResumeMonitor = "monitor"
+)
+
 // PolicyDefaults is the convergence policy a node runs unless told
 // otherwise.
 func PolicyDefaults() policy.Settings { return policy.Defaults() }

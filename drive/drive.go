@@ -50,6 +50,10 @@ type SourceConfig struct {
 	// stay paused before it is overdue (the attempts go on); 0 never
 	// resumes.
 	PostCopyRecoveryTimeout time.Duration
+	// ResumeByMonitor resumes every broken post-copy through Ferry's
+	// monitor of the target QEMU, never by libvirt's own protocol (which
+	// is used otherwise wherever the target's libvirt does not crash on it).
+	ResumeByMonitor bool
 	// Quiet, when set, keeps other work off a domain about to migrate
 	// (QEMU's dirty-rate measurement) until release is called.
 	Quiet func(ctx context.Context, socket, domain string) (release func())

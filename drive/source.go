@@ -135,7 +135,8 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 	prep, err := s.prepareOnTarget(ctx, req, p.conn.Socket(), p.dom, id, st.begun, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Config: st.config, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: (p.deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
-		Direct: req.DataPath == DataPathDirect})
+		LibvirtResume: s.resumesByLibvirt(ctx, p.conn),
+		Direct:        req.DataPath == DataPathDirect})
 	if err != nil {
 		return MigrateResponse{}, err
 	}

@@ -75,6 +75,9 @@ type recovery struct {
 	// thereCompleted: the target answered a recovery that its QEMU had
 	// completed: libvirt there completes its job by itself, soon.
 	thereCompleted bool
+	// byLibvirt: the target's libvirt resumes the post-copy by its own
+	// protocol (see source_resume.go), not through Ferry's monitor there.
+	byLibvirt bool
 }
 
 // errGivenUp: an operator gave the recovery up; the record of the
@@ -209,7 +212,7 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 		r.orig.Close("post-copy broke")
 		r.orig = nil
 	}
-	resp, err := r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, peer.ControlRequest{Op: peer.OpRecover, Migration: r.tid, Domain: r.req.Domain})
+	resp, err := r.ask(ctx)
 	var ce *peer.ControlError
 	if errors.As(err, &ce) && (ce.Reason == "unknown_op" || ce.Reason == "incoming_disabled" || ce.Reason == peer.ReasonGuestGone) {
 		// A target that cannot resume it never will: an older ferryd, or
@@ -236,6 +239,9 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 		return false, false, err
 	}
 	src.BindTarget(r.owner)
+	if r.byLibvirt {
+		return r.resumeByLibvirt(n, src, resp.Cookie)
+	}
 	resumedAt := time.Now()
 	if err := r.conn.ResumeMigration(ctx, r.dom, src.Paths[peer.KindMemory]); err != nil {
 		src.Close("resume refused")

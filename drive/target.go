@@ -54,6 +54,9 @@ type Target struct {
 	// cuts.
 	mu  sync.Mutex
 	own map[string]*libvirtx.Conn
+	// resumes are the connections of resumes prepared by libvirt's own
+	// protocol, by migration id, kept until their Finish.
+	resumes map[string]*libvirtx.Conn
 	// lingering counts connections kept for a late Prepare's undo.
 	lingering int
 	// definitions are the checked persistent definitions of guests being
@@ -337,11 +340,12 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 			in.books.ForgetIncoming(in.socket, m.Domain, m.ID)
 		}
 	}()
-	// A post-copy guest gets a monitor of Ferry's own, the one way to
-	// resume its migration should the streams break (see source_recover.go).
-	// Not in its persistent definition: it is for this migration only.
+	// A post-copy guest whose migration libvirt here cannot resume itself
+	// gets a monitor of Ferry's own, to resume it through should the
+	// streams break (see source_recover.go). Not in its persistent
+	// definition: it is for this migration only.
 	runXML := domXML
-	if m.PostCopy && m.MonitorPath != "" {
+	if m.PostCopy && m.MonitorPath != "" && !m.LibvirtResume {
 		if runXML, err = libvirtx.WithRecoveryMonitor(domXML, m.MonitorPath); err != nil {
 			in.endTrial(m.ID)
 			c.Close()

@@ -2,6 +2,7 @@ package drive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,13 +18,38 @@ import (
 const pauseWait = 10 * time.Second
 
 // Recover has the paused target QEMU of a broken post-copy migration
-// listen at socket for the source's resumed stream. It talks to QEMU on
-// the monitor its Prepare gave it: libvirt's failed incoming job holds the
-// domain here, and libvirt answers no call that takes a job on it.
-func (in *Target) Recover(ctx context.Context, m peer.IncomingMigration, socket string) (string, error) {
-	if err := in.heldHere(ctx, m); err != nil {
-		return "", err
+// listen at socket for the source's resumed stream: by libvirt's own
+// resume protocol, or through the monitor its Prepare gave it where this
+// node's libvirt crashes on that (see libvirtx.ResumesPostCopy). What the
+// guest's QEMU was started with decides, so a restarted ferryd chooses as
+// its predecessor did.
+func (in *Target) Recover(ctx context.Context, m peer.IncomingMigration, socket string, r peer.Resume) (string, []byte, error) {
+	dom, err := in.heldHere(ctx, m)
+	if err != nil {
+		return "", nil, err
 	}
+	c, err := in.conn()
+	if err != nil {
+		return "", nil, err
+	}
+	live, err := c.DomainXML(ctx, dom)
+	if err != nil {
+		return "", nil, PeerError(err)
+	}
+	if !libvirtx.HasRecoveryMonitor(live) {
+		return in.recoverByLibvirt(ctx, m, dom, socket, r)
+	}
+	if r.ByLibvirt {
+		return "", nil, errors.New("this node resumes the post-copy through Ferry's monitor of its QEMU, not by libvirt's protocol")
+	}
+	st, err := in.recoverByMonitor(ctx, m, socket)
+	return st, nil, err
+}
+
+// recoverByMonitor arms the resume on the monitor the Prepare gave the
+// target QEMU: libvirt's failed incoming job holds the domain here, and
+// libvirt 11.2 and 11.3 answer no call that takes a job on it.
+func (in *Target) recoverByMonitor(ctx context.Context, m peer.IncomingMigration, socket string) (string, error) {
 	pid, err := libvirtx.QEMUPID(in.socket, m.Domain)
 	if err != nil {
 		return "", fmt.Errorf("the guest's QEMU here cannot be named: %w", err)
@@ -82,32 +108,32 @@ func awaitPaused(ctx context.Context, q *libvirtx.QMP) (string, error) {
 	}
 }
 
-// heldHere checks that the migration's own guest is here in post-copy.
-func (in *Target) heldHere(ctx context.Context, m peer.IncomingMigration) error {
+// heldHere finds the migration's own guest here in post-copy.
+func (in *Target) heldHere(ctx context.Context, m peer.IncomingMigration) (libvirt.Domain, error) {
 	c, err := in.conn()
 	if err != nil {
-		return err
+		return libvirt.Domain{}, err
 	}
 	dom, err := c.LookupDomain(ctx, m.Domain)
 	switch {
 	case libvirtx.IsNoDomain(err):
-		return fmt.Errorf("%w: libvirt has no domain %s", peer.ErrGuestGone, m.Domain)
+		return dom, fmt.Errorf("%w: libvirt has no domain %s", peer.ErrGuestGone, m.Domain)
 	case err == nil && !sameInstance(m.Instance, dom):
-		return fmt.Errorf("%w: another domain has the name %s now", peer.ErrGuestGone, m.Domain)
+		return dom, fmt.Errorf("%w: another domain has the name %s now", peer.ErrGuestGone, m.Domain)
 	case err != nil:
-		return fmt.Errorf("the migration's guest is not here: %w", PeerError(err))
+		return dom, fmt.Errorf("the migration's guest is not here: %w", PeerError(err))
 	}
 	state, reason, err := c.DomainState(ctx, dom)
 	if err != nil {
-		return PeerError(err)
+		return dom, PeerError(err)
 	}
 	if state == libvirtx.StateShutoff {
-		return fmt.Errorf("%w: the guest is shut off here (reason %d)", peer.ErrGuestGone, reason)
+		return dom, fmt.Errorf("%w: the guest is shut off here (reason %d)", peer.ErrGuestGone, reason)
 	}
 	if !libvirtx.InPostCopy(state, reason) {
-		return fmt.Errorf("the guest is %s (reason %d) here, not in post-copy", state, reason)
+		return dom, fmt.Errorf("the guest is %s (reason %d) here, not in post-copy", state, reason)
 	}
-	return nil
+	return dom, nil
 }
 
 // HoldRecorded has the tracker pause, not fail, the broken post-copy of

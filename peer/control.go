@@ -20,6 +20,10 @@ const (
 const (
 	OpRecover   = "recover"   // have the paused target QEMU listen on a fresh stream
 	OpRecovered = "recovered" // say whether the guest runs whole here after a recovery
+	// OpResumed runs libvirt's Finish of a post-copy resumed by libvirt's
+	// own protocol (see ReasonResumeByLibvirt): it answers once the
+	// migration has completed here, or broke again.
+	OpResumed = "resumed"
 )
 
 // Bounds of what a peer may send: the whole request is read through a
@@ -58,8 +62,14 @@ type ControlRequest struct {
 	// resumes it should its streams break; 0: never, and the target QEMU
 	// gets no monitor of Ferry's.
 	RecoverSeconds float64 `json:"recoverSeconds,omitempty"`
-	// Finish: the Perform cookie rides in Cookie; Cancelled says Perform
-	// failed.
+	// LibvirtResume, on a post-copy prepare, says the source resumes a
+	// broken post-copy by libvirt's own protocol (VIR_MIGRATE_POSTCOPY_RESUME)
+	// where the target's libvirt can: the target QEMU then gets no monitor
+	// of Ferry's. On a recover, it says the request carries the source's
+	// Begin of that protocol (XML and Cookie).
+	LibvirtResume bool `json:"libvirtResume,omitempty"`
+	// Finish and resumed: the Perform cookie rides in Cookie; Cancelled
+	// says Perform failed.
 	Cancelled bool `json:"cancelled,omitempty"`
 	// DryRun, on a prepare, asks whether this node would take the
 	// migration: its libvirt prepares it and the target stops the guest at

@@ -52,14 +52,35 @@ type Incoming interface {
 	// runs here in post-copy, pulling pages through the migration's
 	// streams.
 	Held(ctx context.Context, m IncomingMigration) (string, bool)
+	// ResumesPostCopy says whether this node's libvirt resumes a broken
+	// post-copy by its own protocol; a post-copy prepared here whose source
+	// does so too gives its target QEMU no monitor of Ferry's.
+	ResumesPostCopy(ctx context.Context) bool
 	// Recover has the target QEMU of m, paused in post-copy, listen at
-	// socket for the source's resumed stream. It returns QEMU's
-	// migration state; on QEMUCompleted nothing was armed.
-	Recover(ctx context.Context, m IncomingMigration, socket string) (string, error)
+	// socket for the source's resumed stream: through Ferry's own monitor
+	// where the Prepare gave it one, by libvirt's own resume protocol
+	// otherwise (r carries the source's Begin; without it the answer is
+	// ErrResumeByLibvirt). It returns QEMU's migration state (on
+	// QEMUCompleted nothing was armed) and libvirt's cookie for the
+	// source's Perform, on libvirt's route.
+	Recover(ctx context.Context, m IncomingMigration, socket string, r Resume) (string, []byte, error)
+	// Resumed runs libvirt's Finish of a post-copy resumed by its own
+	// protocol, with the source's Perform cookie; it returns once the
+	// migration has completed here (with libvirt's cookie for the source's
+	// Confirm) or failed again.
+	Resumed(ctx context.Context, m IncomingMigration, cookie []byte, cancelled bool) ([]byte, error)
 	// Recovered says whether the guest of m now runs whole here
 	// (OutcomeRunning, with whether it was defined persistently), is still
 	// split, or an error while libvirt's job still runs.
 	Recovered(ctx context.Context, m IncomingMigration) (string, bool, error)
+}
+
+// Resume is a source's Begin of libvirt's resume protocol, sent with a
+// recovery: its domain XML and cookie for the target's Prepare.
+type Resume struct {
+	ByLibvirt bool
+	XML       string
+	Cookie    []byte
 }
 
 // CheckedXML is what a check made of a peer's XML: the domain to give
@@ -86,11 +107,15 @@ type IncomingMigration struct {
 	MemoryURI string
 	DiskURI   string // empty unless the source asked for a disk stream
 	// MonitorPath, for a post-copy migration its source will resume, is
-	// where Ferry's own monitor of the target QEMU is (see
-	// proxy.TargetMonitorPath), and RecoverFor how long the source resumes
-	// it.
+	// where Ferry's own monitor of the target QEMU is, if its Prepare gave
+	// it one (see proxy.TargetMonitorPath), and RecoverFor how long the
+	// source resumes it.
 	MonitorPath string
 	RecoverFor  time.Duration
+	// LibvirtResume: the source and this node's libvirt resume a broken
+	// post-copy by libvirt's own protocol, and the target QEMU gets no
+	// monitor of Ferry's (MonitorPath is where it would be).
+	LibvirtResume bool
 	// PeerNode is the node the source's certificate names; empty when it
 	// names none or without TLS.
 	PeerNode string
@@ -119,6 +144,10 @@ type Refusal struct {
 }
 
 func (r *Refusal) Error() string { return r.Msg }
+
+// ErrResumeByLibvirt: an Incoming's word that the guest's post-copy is
+// resumed by libvirt's own protocol here, which the request did not begin.
+var ErrResumeByLibvirt = errors.New("this post-copy is resumed by libvirt's own protocol here: the source's Begin must come with the recovery")
 
 // ErrGuestGone: an Incoming's word that the migration's guest is
 // no longer here, so that no attempt can ever resume it.
@@ -153,4 +182,8 @@ const (
 	// ReasonDefinedHere: this node holds the guest defined and shut off,
 	// and does not adopt such definitions.
 	ReasonDefinedHere = "domain_defined_here"
+	// ReasonResumeByLibvirt: the post-copy a recovery names is resumed by
+	// libvirt's own protocol here (its QEMU has no monitor of Ferry's):
+	// the source asks again with its Begin (LibvirtResume).
+	ReasonResumeByLibvirt = "resume_by_libvirt"
 )

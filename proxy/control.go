@@ -45,7 +45,7 @@ const (
 // domain_exists; any other a peer sends is unrecognised, so a code can no
 // more steer a failure's class than the words after it.
 func knownReason(r string) bool {
-	return slices.Contains(rejectReasons, r) || r == peer.ReasonCPUIncompatible
+	return slices.Contains(rejectReasons, r) || r == peer.ReasonCPUIncompatible || r == peer.ReasonResumeByLibvirt
 }
 
 // maxPeerText bounds what a peer's answer may put into this node's records.
@@ -184,9 +184,9 @@ func (p *Proxy) answer(c net.Conn, req peer.ControlRequest, resp peer.ControlRes
 func (p *Proxy) control(raw, c net.Conn, req peer.ControlRequest, who Peer, checked func()) peer.ControlResponse {
 	defer checked()
 	switch req.Op {
-	case peer.OpPrepare, peer.OpFinish, peer.OpCancel, peer.OpRecover, peer.OpRecovered:
+	case peer.OpPrepare, peer.OpFinish, peer.OpCancel, peer.OpRecover, peer.OpRecovered, peer.OpResumed:
 	default:
-		return p.refuseControl(raw, req, reasonUnknownOp, fmt.Sprintf("unknown control op %q (prepare, finish, cancel, recover or recovered)", req.Op))
+		return p.refuseControl(raw, req, reasonUnknownOp, fmt.Sprintf("unknown control op %q (prepare, finish, cancel, recover, recovered or resumed)", req.Op))
 	}
 	if err := peer.ValidID(req.Migration); err != nil {
 		return p.refuseControl(raw, req, reasonInvalidID, err.Error())
@@ -206,6 +206,8 @@ func (p *Proxy) control(raw, c net.Conn, req peer.ControlRequest, who Peer, chec
 		return p.recover(raw, req, who)
 	case peer.OpRecovered:
 		return p.recovered(raw, req, who)
+	case peer.OpResumed:
+		return p.resumed(raw, req, who)
 	default:
 		return p.cancel(raw, req, who)
 	}

@@ -57,6 +57,10 @@ type fakeIncoming struct {
 	// monitorHeld: another client holds the QEMU monitor Prepare makes,
 	// so it greets no one else.
 	monitorHeld bool
+	// resumes: this node's libvirt resumes post-copy itself (see
+	// ResumesPostCopy); its Prepare then makes no monitor where the
+	// source resumes that way too.
+	resumes bool
 }
 
 // serveMonitor stands in for a QEMU's monitor: one client at a time,
@@ -123,8 +127,18 @@ func (f *fakeIncoming) PrepareDirect(context.Context, peer.IncomingMigration, st
 
 func (f *fakeIncoming) Persisted(context.Context, peer.IncomingMigration) bool { return false }
 
-func (f *fakeIncoming) Recover(context.Context, peer.IncomingMigration, string) (string, error) {
-	return "", &peer.Refusal{Reason: reasonIncomingDisabled, Msg: "this fake recovers no post-copy migration"}
+func (f *fakeIncoming) ResumesPostCopy(context.Context) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.resumes
+}
+
+func (f *fakeIncoming) Recover(context.Context, peer.IncomingMigration, string, peer.Resume) (string, []byte, error) {
+	return "", nil, &peer.Refusal{Reason: reasonIncomingDisabled, Msg: "this fake recovers no post-copy migration"}
+}
+
+func (f *fakeIncoming) Resumed(context.Context, peer.IncomingMigration, []byte, bool) ([]byte, error) {
+	return nil, errors.New("this fake resumes no post-copy migration")
 }
 
 func (f *fakeIncoming) Recovered(context.Context, peer.IncomingMigration) (string, bool, error) {
@@ -142,7 +156,7 @@ func (f *fakeIncoming) Prepare(_ context.Context, m peer.IncomingMigration, xml 
 	if f.prepareErr != nil {
 		return nil, f.prepareErr
 	}
-	if m.MonitorPath != "" {
+	if m.MonitorPath != "" && !m.LibvirtResume {
 		ln, err := net.Listen("unix", m.MonitorPath)
 		if err != nil {
 			return nil, err

@@ -179,6 +179,11 @@ func (pr *preparing) build() (peer.ControlResponse, bool) {
 	if req.PostCopy && req.RecoverSeconds > 0 && !req.Direct {
 		in.MonitorPath = TargetMonitorPath(p.cfg.SocketDir, m.ID)
 		in.RecoverFor = time.Duration(min(req.RecoverSeconds, maxRecoverSeconds) * float64(time.Second))
+		if req.LibvirtResume {
+			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+			in.LibvirtResume = p.cfg.Incoming.ResumesPostCopy(ctx)
+			cancel()
+		}
 	}
 	pr.m, pr.in = m, &in
 	return peer.ControlResponse{}, true

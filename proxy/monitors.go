@@ -79,7 +79,7 @@ func makeMonitorDir(socketDir string) error {
 // hideMonitor moves migration in's monitor socket out of QEMU's reach;
 // one that is not a socket QEMU made (a link, a file) is removed instead.
 func (p *Proxy) hideMonitor(in peer.IncomingMigration) {
-	if in.MonitorPath == "" {
+	if in.MonitorPath == "" || in.LibvirtResume {
 		return
 	}
 	var st unix.Stat_t
@@ -261,7 +261,7 @@ const monitorGreeting = 2 * time.Second
 // leaves ferryd ungreeted, and would hold the guest's recovery hostage.
 // Such a migration is not taken.
 func (p *Proxy) monitorIsOurs(in peer.IncomingMigration) error {
-	if in.MonitorPath == "" {
+	if in.MonitorPath == "" || in.LibvirtResume {
 		return nil
 	}
 	c, err := net.DialTimeout("unix", HiddenMonitorPath(p.cfg.SocketDir, in.ID), p.cfg.DialTimeout)

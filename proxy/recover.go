@@ -163,9 +163,19 @@ func (p *Proxy) recover(raw net.Conn, req peer.ControlRequest, who Peer) peer.Co
 		}
 		p.reg.addTimer(e, recoveryTTL, expire)
 	}
+	if req.LibvirtResume {
+		// libvirt's resume wants its job here failed: a target QEMU that
+		// has not seen the break sees it once its streams are cut.
+		p.Unregister(in.ID, "resumed by libvirt's protocol over fresh streams")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
-	status, err := rc.Recover(ctx, in, m.Targets[peer.KindMemory])
+	status, cookie, err := rc.Recover(ctx, in, m.Targets[peer.KindMemory], peer.Resume{ByLibvirt: req.LibvirtResume, Cookie: req.Cookie})
+	if errors.Is(err, peer.ErrResumeByLibvirt) {
+		// Not a refusal: the source begins libvirt's resume, and asks again.
+		p.Unregister(rid, "resumed by libvirt's protocol")
+		return peer.ControlResponse{Reason: peer.ReasonResumeByLibvirt, Error: err.Error()}
+	}
 	if errors.Is(err, peer.ErrGuestGone) {
 		p.Unregister(rid, "the guest is gone")
 		return p.refusePeer(raw, who.Node, req, peer.ReasonGuestGone, "recovery: "+err.Error())
@@ -187,7 +197,23 @@ func (p *Proxy) recover(raw net.Conn, req peer.ControlRequest, who Peer) peer.Co
 	p.Unregister(in.ID, "resumed over fresh streams")
 	p.log.Info("post-copy recovery armed", zap.String("migration", in.ID), zap.String("domain", in.Domain), zap.String("stream", rid),
 		zap.String("qemu", status), zap.String("peerNode", who.Node))
-	return peer.ControlResponse{Migration: rid}
+	return peer.ControlResponse{Migration: rid, Cookie: cookie}
+}
+
+// resumed runs libvirt's Finish of a post-copy resumed by its own
+// protocol; it answers once the migration has completed here, or broke
+// again, however long that takes: the source's Confirm waits on it.
+func (p *Proxy) resumed(raw net.Conn, req peer.ControlRequest, who Peer) peer.ControlResponse {
+	rc, in, _, refused := p.recoveryOf(raw, req, who)
+	if refused != nil {
+		return *refused
+	}
+	cookie, err := rc.Resumed(context.Background(), in, req.Cookie, req.Cancelled)
+	if err != nil {
+		return peer.ControlResponse{Error: p.scrub("resumed: " + err.Error())}
+	}
+	p.log.Info("libvirt finished the resumed post-copy here", zap.String("migration", in.ID), zap.String("domain", in.Domain))
+	return peer.ControlResponse{Outcome: peer.OutcomeRunning, Cookie: cookie}
 }
 
 // recovered answers what became of a recovered migration's guest, and

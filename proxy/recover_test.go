@@ -3,11 +3,14 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ferry-vm/ferry/internal/testsock"
 	"github.com/ferry-vm/ferry/peer"
@@ -22,25 +25,47 @@ type recoveringIncoming struct {
 	monitors  []string
 	recovered string // Recovered's answer
 	completed bool   // QEMU here has every page: Recover arms nothing
+	// byLibvirt: resumed by libvirt's protocol here; begins are the
+	// source's Begin cookies it was asked with, finishes what Resumed got.
+	byLibvirt bool
+	begins    []string
+	finishes  []string
 }
 
-func (f *recoveringIncoming) Recover(_ context.Context, m peer.IncomingMigration, socket string) (string, error) {
+func (f *recoveringIncoming) Recover(_ context.Context, m peer.IncomingMigration, socket string, r peer.Resume) (string, []byte, error) {
 	f.rmu.Lock()
-	completed := f.completed
+	completed, byLibvirt := f.completed, f.byLibvirt
 	f.rmu.Unlock()
 	if completed {
-		return peer.QEMUCompleted, nil
+		return peer.QEMUCompleted, nil, nil
+	}
+	if byLibvirt && !r.ByLibvirt {
+		return "", nil, peer.ErrResumeByLibvirt
 	}
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	go testsock.Accept(ln, testsock.Echo)
 	f.rmu.Lock()
 	defer f.rmu.Unlock()
 	f.armed = append(f.armed, socket)
 	f.monitors = append(f.monitors, m.MonitorPath)
-	return "postcopy-paused", nil
+	if !byLibvirt {
+		return "postcopy-paused", nil, nil
+	}
+	f.begins = append(f.begins, string(r.Cookie))
+	return "postcopy-paused", []byte("prepare-resume"), nil
+}
+
+func (f *recoveringIncoming) Resumed(_ context.Context, _ peer.IncomingMigration, cookie []byte, cancelled bool) ([]byte, error) {
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	f.finishes = append(f.finishes, fmt.Sprintf("%s cancelled=%v", cookie, cancelled))
+	if cancelled {
+		return nil, errors.New("the resume was cancelled")
+	}
+	return []byte("finish-resume"), nil
 }
 
 func (f *recoveringIncoming) Recovered(context.Context, peer.IncomingMigration) (string, bool, error) {
@@ -190,5 +215,87 @@ func TestARecoveryOfAMigrationCompletedHereHandsOutNoStream(t *testing.T) {
 	in.rmu.Unlock()
 	if resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecovered, Migration: "pc", Domain: "vm"}); err != nil || resp.Outcome != peer.OutcomeRunning {
 		t.Fatalf("recovered answered %+v, %v", resp, err)
+	}
+}
+
+// Where libvirt resumes the post-copy itself, a recovery without the
+// source's Begin is told so, uncounted as a refusal; with it, the migration's
+// own streams are cut (libvirt's resume wants its job failed here), a fresh
+// stream is armed with libvirt's cookie, and the resume's Finish answers with
+// libvirt's cookie for the source's Confirm.
+func TestARecoveryByLibvirtTakesTheSourcesBeginAndFinishes(t *testing.T) {
+	src := startNode(t, nil)
+	dst, in := splitPostCopy(t, src, t.TempDir(), "pc")
+	in.rmu.Lock()
+	in.byLibvirt = true
+	in.rmu.Unlock()
+	rejected := testutil.CollectAndCount(dst.p.metrics.Rejected)
+	_, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "pc", Domain: "vm"})
+	var ce *peer.ControlError
+	if !errors.As(err, &ce) || ce.Reason != peer.ReasonResumeByLibvirt {
+		t.Fatalf("a recovery without the source's Begin answered %v, want %s", err, peer.ReasonResumeByLibvirt)
+	}
+	if now := testutil.CollectAndCount(dst.p.metrics.Rejected); now != rejected || rejectedOf(dst, peer.ReasonResumeByLibvirt) != 0 {
+		t.Errorf("the route's answer counted as a refusal: %v, was %v", now, rejected)
+	}
+	resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "pc", Domain: "vm",
+		LibvirtResume: true, Cookie: []byte("begin-resume")})
+	if err != nil || peer.ValidID(resp.Migration) != nil || string(resp.Cookie) != "prepare-resume" {
+		t.Fatalf("a recovery with the source's Begin answered %+v, %v", resp, err)
+	}
+	if _, ok := dst.p.reg.live("pc"); ok {
+		t.Error("the migration's own streams were kept while libvirt's resume waits for its job to fail")
+	}
+	sm, err := src.p.OpenSource(resp.Migration, dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, sm.Paths[peer.KindMemory], 4096)
+	fin, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpResumed, Migration: "pc", Domain: "vm", Cookie: []byte("perform-resume")})
+	sm.Close("resumed")
+	if err != nil || fin.Outcome != peer.OutcomeRunning || string(fin.Cookie) != "finish-resume" {
+		t.Fatalf("the resume's finish answered %+v, %v", fin, err)
+	}
+	in.rmu.Lock()
+	defer in.rmu.Unlock()
+	if len(in.begins) != 1 || in.begins[0] != "begin-resume" || len(in.finishes) != 1 || in.finishes[0] != "perform-resume cancelled=false" {
+		t.Fatalf("libvirt's target got begins %q and finishes %q", in.begins, in.finishes)
+	}
+}
+
+// A post-copy's target QEMU gets Ferry's monitor unless both its source
+// and this node's libvirt resume post-copy by libvirt's own protocol: an
+// older source, or a libvirt that crashes on that (11.2, 11.3), keeps it.
+func TestAMonitorIsGivenOnlyWhereLibvirtCannotResume(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		source, libvirt bool
+		monitor         bool
+	}{
+		{"both resume by libvirt", true, true, false},
+		{"an older source", false, true, true},
+		{"a libvirt that crashes on it", true, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := startNode(t, nil)
+			in := newFakeIncoming()
+			in.resumes = c.libvirt
+			dst := startNodeWith(t, Config{Incoming: in})
+			resp, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: "pc", Domain: "vm",
+				XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300, LibvirtResume: c.source})
+			if err != nil {
+				t.Fatalf("prepare: %v", err)
+			}
+			in.mu.Lock()
+			got := in.prepared[0]
+			in.mu.Unlock()
+			if got.LibvirtResume == c.monitor || got.MonitorPath == "" {
+				t.Fatalf("Prepare was told LibvirtResume %v (monitor path %q), want %v", got.LibvirtResume, got.MonitorPath, !c.monitor)
+			}
+			_, serr := os.Lstat(HiddenMonitorPath(dst.p.SocketDir(), resp.Migration))
+			if kept := serr == nil; kept != c.monitor {
+				t.Fatalf("the target QEMU's monitor kept: %v (%v), want %v", kept, serr, c.monitor)
+			}
+		})
 	}
 }

@@ -9,6 +9,8 @@ import "github.com/ferry-vm/ferry/daemon"
 var flagDetails = map[string]string{
 	"allow-auto-converge": "Auto-converge throttles the guest's vCPUs until pre-copy converges. The policy waits while the throttle is still rising.",
 
+	"postcopy-resume": "`libvirt`: by libvirt's own resume protocol (`VIR_MIGRATE_POSTCOPY_RESUME`, as `virsh migrate --postcopy-resume`) through Ferry's proxy, wherever the target's libvirt does not crash on it; a target running libvirt 11.2 or 11.3, whose daemon crashed there until 11.4, gives its QEMU a QMP monitor of Ferry's instead and resumes through it. `monitor`: every target QEMU of a post-copy gets Ferry's monitor, which libvirt reports as a `custom-monitor` taint and keeps in the guest's live XML. Said by the source at each prepare (never from a libvirt 11.2 or 11.3 of its own); the target chooses from it and its own libvirt. See [driving.md](driving.md#post-copy-that-breaks-is-resumed).",
+
 	"allow-postcopy": "Under `--policy act`, the migrations Ferry drives are then started with post-copy enabled.",
 
 	"bandwidth-per-migration-mibs": "The cap of each migration Ferry drives that names none of its own.",

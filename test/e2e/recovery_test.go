@@ -13,6 +13,7 @@ import (
 	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration/kubevirt"
 	"github.com/ferry-vm/ferry/test/testbed"
 )
@@ -162,6 +163,63 @@ func TestPostCopyResumesAfterALinkCut(t *testing.T) {
 		}
 	}
 	resumedToTheEnd(t, r, 1)
+	resumeLeftOnTarget(t, name)
+}
+
+// resumeLeftOnTarget checks, on the target's libvirt, by which route the
+// broken post-copy was resumed: by libvirt's own protocol wherever that
+// libvirt does not crash on it, which leaves no monitor of Ferry's in the
+// guest's live XML and no taint; through Ferry's monitor on libvirt 11.2
+// and 11.3, which libvirt reports as a taint.
+func resumeLeftOnTarget(t *testing.T, name string) {
+	t.Helper()
+	var version uint64
+	var live string
+	var taints []string
+	withLibvirt(t, "b", func(l *libvirt.Libvirt) error {
+		var err error
+		if version, err = l.ConnectGetLibVersion(); err != nil {
+			return err
+		}
+		dom, err := l.DomainLookupByName(name)
+		if err != nil {
+			return err
+		}
+		if live, err = l.DomainGetXMLDesc(dom, 0); err != nil {
+			return err
+		}
+		all, err := l.DomainGetMessages(dom, uint32(libvirt.DomainMessageTainting))
+		for _, m := range all {
+			// Ferry's own, not the bed's (QEMU as root is high-privileges).
+			if strings.Contains(m, "custom-monitor") || strings.Contains(m, "custom-argv") {
+				taints = append(taints, m)
+			}
+		}
+		return err
+	})
+	monitor := strings.Contains(live, "ferry-recovery")
+	if !libvirtx.ResumesPostCopy(version) {
+		if !monitor {
+			t.Errorf("libvirt %s on the target crashes on its own resume, yet the guest has no monitor of Ferry's to resume by", libvirtx.VersionString(version))
+		}
+		return
+	}
+	if monitor || len(taints) > 0 {
+		t.Errorf("libvirt %s on the target resumes post-copy itself, yet the guest has Ferry's monitor (%v) or taints %q", libvirtx.VersionString(version), monitor, taints)
+	}
+	// The resume's Finish and Confirm ran to the end: a Confirm that took
+	// the resumed migration for failed would have paused the job again.
+	src := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
+	pauses := 0
+	for _, e := range src.Events {
+		if e.Kind == "postcopy-paused" {
+			pauses++
+		}
+	}
+	if pauses != 1 {
+		t.Errorf("the source's job shows %d pauses for one break: %+v", pauses, src.Events)
+	}
+	t.Logf("resumed by libvirt %s's own protocol: no monitor, no taint on the target", libvirtx.VersionString(version))
 }
 
 // The link stays cut past the recovery timeout: at its deadline the pause

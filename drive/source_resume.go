@@ -1,0 +1,151 @@
+package drive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/peer"
+	"github.com/ferry-vm/ferry/proxy"
+)
+
+// The source's steps of libvirt's own resume protocol (see
+// target_resume.go): Begin, then the target's Prepare through the
+// recovery's ask; Perform over the fresh stream; the target's Finish
+// (OpResumed), which lasts until the migration completes; Confirm.
+
+// sourceResumeFlags are the source's flags on libvirt's resume route: as
+// libvirt's own client, CHANGE_PROTECTION on every step, which its Begin
+// and Perform of a resume require.
+const sourceResumeFlags = libvirt.MigrateLive | libvirt.MigrateChangeProtection | libvirt.MigratePostcopy | libvirt.MigratePostcopyResume
+
+// resumeAnswerWait bounds the wait, once QEMU here paused the resumed
+// migration again, for the target's Finish to say so too; past it the
+// source's Confirm puts libvirt's job here back to failed by itself.
+const resumeAnswerWait = 10 * time.Second
+
+// resumesByLibvirt says whether this source resumes a broken post-copy by
+// libvirt's own protocol, should the target's libvirt too: unless told
+// not to, and never on a libvirt of the versions whose resume crashed
+// (NEWS names the target's daemon; the source's steps are not trusted
+// there either).
+func (s *Source) resumesByLibvirt(ctx context.Context, c *libvirtx.Conn) bool {
+	if s.cfg.ResumeByMonitor {
+		return false
+	}
+	v, err := c.Ping(ctx)
+	return err == nil && libvirtx.ResumesPostCopy(v)
+}
+
+// resumeParams are the parameters libvirt applies again on a resume: the
+// post-copy bandwidth cap the migration had.
+func (r *recovery) resumeParams() []libvirt.TypedParam {
+	if r.req.PostCopyBandwidthMiBs <= 0 {
+		return nil
+	}
+	return []libvirt.TypedParam{{Field: libvirt.MigrateParamBandwidthPostcopy, Value: *libvirt.NewTypedParamValueUllong(uint64(r.req.PostCopyBandwidthMiBs))}}
+}
+
+// ask asks the target for a fresh stream. A target whose libvirt resumes
+// the post-copy itself says so, and is asked again with libvirt's Begin
+// of the resume here, as every later attempt of this recovery is.
+func (r *recovery) ask(ctx context.Context) (peer.ControlResponse, error) {
+	req := peer.ControlRequest{Op: peer.OpRecover, Migration: r.tid, Domain: r.req.Domain}
+	if !r.byLibvirt {
+		resp, err := r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, req)
+		var ce *peer.ControlError
+		if !errors.As(err, &ce) || ce.Reason != peer.ReasonResumeByLibvirt {
+			return resp, err
+		}
+		r.byLibvirt = true
+		r.log.Info("the target's libvirt resumes the post-copy by its own protocol")
+	}
+	_, cookie, err := r.conn.Begin(ctx, r.dom, r.resumeParams(), sourceResumeFlags)
+	if err != nil {
+		return peer.ControlResponse{}, fmt.Errorf("libvirt's Begin of the resume here: %w", err)
+	}
+	req.LibvirtResume, req.Cookie = true, cookie
+	resp, err := r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, req)
+	if err != nil || resp.Migration == "" {
+		// As libvirt's own client after a failed Prepare: a cancelled
+		// Confirm ends the Begin, libvirt's job here failed again.
+		r.confirmResume(nil, true)
+	}
+	return resp, err
+}
+
+// resumeByLibvirt runs libvirt's Perform of the resume over src, has the
+// target finish it and this node confirm it, and follows the stream as
+// the monitor's route does.
+func (r *recovery) resumeByLibvirt(n int, src *proxy.SourceMigration, cookie []byte) (done, resumed bool, err error) {
+	resumedAt := time.Now()
+	params := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[peer.KindMemory])}},
+		r.resumeParams()...)
+	pctx, cancel := context.WithTimeout(context.Background(), recoverAskTimeout)
+	performCookie, err := r.conn.Perform(pctx, r.dom, params, cookie, sourceResumeFlags, recoverAskTimeout)
+	cancel()
+	if err != nil {
+		// As libvirt's own client: no Confirm; the target's Finish,
+		// cancelled, puts its job back to failed.
+		r.finishResume(context.Background(), nil, true)
+		src.Close("resume refused")
+		return false, false, fmt.Errorf("libvirt's Perform of the resume here: %w", err)
+	}
+	r.log.Info("post-copy resumed by libvirt's protocol", zap.Int("attempt", n))
+	fctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	confirmed := make(chan struct{})
+	go func() {
+		defer close(confirmed)
+		fin, ferr := r.finishResume(fctx, performCookie, false)
+		if ferr != nil {
+			r.log.Warn("the target's Finish of the resume", zap.Error(ferr))
+		}
+		r.confirmResume(fin.Cookie, ferr != nil)
+	}()
+	done, resumed, err = r.watch(n, src, resumedAt)
+	wait := recoveredWait
+	if !done {
+		wait = resumeAnswerWait
+	}
+	select {
+	case <-confirmed:
+	case <-time.After(wait):
+		// The target's answer is late (its link down): this node's side
+		// is confirmed as failed, which libvirt turns into a completion
+		// when QEMU here says so.
+		stop()
+		<-confirmed
+	}
+	return done, resumed, err
+}
+
+// finishResume has the target run libvirt's Finish of the resume.
+func (r *recovery) finishResume(ctx context.Context, performCookie []byte, cancelled bool) (peer.ControlResponse, error) {
+	// Not cancelled, libvirt's Finish lasts until the last page: as long
+	// as a post-copy's first Finish may.
+	wait := postCopyFinishWait
+	if cancelled {
+		wait = cancelTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return r.s.proxy.ControlTo(ctx, r.req.Target, r.owner, peer.ControlRequest{Op: peer.OpResumed, Migration: r.tid, Domain: r.req.Domain,
+		Cookie: performCookie, Cancelled: cancelled})
+}
+
+// confirmResume runs libvirt's Confirm of the resume here: completed, it
+// stops this node's copy; cancelled, libvirt holds the post-copy failed
+// again, or completes it if QEMU here says it has.
+func (r *recovery) confirmResume(cookie []byte, cancelled bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	if err := r.conn.Confirm(ctx, r.dom, r.resumeParams(), cookie, sourceResumeFlags, cancelled, confirmTimeout); err != nil {
+		r.log.Warn("libvirt's Confirm of the resume here", zap.Bool("cancelled", cancelled), zap.Error(err))
+	}
+}
