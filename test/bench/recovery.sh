@@ -15,9 +15,16 @@
 # unbroken baseline's, with the ratio and the difference (in post-copy the
 # guest waits on every page still on the source, so its console lags even
 # unbroken: the difference is what the break cost). A run that does not
-# complete with the guest's memory whole is reported failed. 15-30 minutes
-# (1-2 a run). Arguments go to recoverybench (e.g. --scenarios none,reset,
-# --runs-reset 3, --runs-none 3, --runs-cut 1, --cut-hold 60s).
+# complete with the guest's memory whole is reported failed. Each broken
+# scenario runs once per route (--routes libvirt,monitor, the default):
+# libvirt's own resume protocol, and Ferry's QMP monitor of the target
+# QEMU (node a's ferryd restarted with --postcopy-resume between them),
+# each run saying which the target's libvirt shows, and the two compared
+# side by side; FERRY_BED_STACKS=newest runs it where libvirt's own route
+# works (the default stack's libvirt 11.3 has only the monitor's).
+# 25-50 minutes (1-2 a run). Arguments go to recoverybench (e.g.
+# --scenarios none,reset, --routes libvirt, --runs-reset 3, --runs-none 3,
+# --runs-cut 1, --cut-hold 60s).
 # BENCH_LOGS=DIR copies the bed's daemon and guest logs there at the end;
 # BENCH_JSON=FILE writes the settings, every run's figures and job events
 # (the baseline's too) and the comparisons.

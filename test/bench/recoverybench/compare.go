@@ -161,3 +161,54 @@ func (s scenarioSummary) resumedText(goalSeconds float64) string {
 	return fmt.Sprintf("resumed: %s median %.2f s, %.2fx of the %g s goal, %s (min %.2f s, max %.2f s)",
 		s.Scenario, r.MedianSeconds, r.XGoal, goalSeconds, verdict, r.MinSeconds, r.MaxSeconds)
 }
+
+// sideBySide compares, for each broken scenario run on both routes, the
+// libvirt route's medians with the monitor's.
+func sideBySide(sums []scenarioSummary) []string {
+	by := map[string]map[string]scenarioSummary{}
+	var kinds []string
+	for _, s := range sums {
+		kind, route, ok := strings.Cut(s.Scenario, "/")
+		if !ok {
+			continue
+		}
+		if by[kind] == nil {
+			by[kind] = map[string]scenarioSummary{}
+			kinds = append(kinds, kind)
+		}
+		by[kind][route] = s
+	}
+	var out []string
+	for _, kind := range kinds {
+		lv, okL := by[kind]["libvirt"]
+		mon, okM := by[kind]["monitor"]
+		if !okL || !okM {
+			continue
+		}
+		line := fmt.Sprintf("%s: resumed %s; running again %s; migration %s", kind,
+			pair(medianOf(lv.Resumed), medianOf(mon.Resumed), "%.2f"),
+			pair(lv.RunningAgain.Median, mon.RunningAgain.Median, "%.2f"),
+			pair(lv.Migration.Median, mon.Migration.Median, "%.1f"))
+		out = append(out, line)
+	}
+	return out
+}
+
+func medianOf(g *goalFigure) *float64 {
+	if g == nil {
+		return nil
+	}
+	return &g.MedianSeconds
+}
+
+// pair is e.g. "libvirt 0.95 s vs monitor 1.10 s (0.86x)".
+func pair(libvirt, monitor *float64, format string) string {
+	if libvirt == nil || monitor == nil {
+		return "not timed on both"
+	}
+	s := fmt.Sprintf("libvirt "+format+" s vs monitor "+format+" s", *libvirt, *monitor)
+	if *monitor > 0 {
+		s += fmt.Sprintf(" (%.2fx)", *libvirt / *monitor)
+	}
+	return s
+}

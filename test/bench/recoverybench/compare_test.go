@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -92,5 +93,21 @@ func TestOneOf(t *testing.T) {
 		if got := oneOf(strings.Split(names, ",")); got != want {
 			t.Errorf("%q: %q, want %q", names, got, want)
 		}
+	}
+}
+
+// A broken scenario run on both routes is compared route to route; one
+// run on a single route is not.
+func TestSideBySideComparesTheRoutes(t *testing.T) {
+	sums := []scenarioSummary{
+		{Scenario: "none", Baseline: true},
+		{Scenario: "reset/libvirt", Resumed: &goalFigure{MedianSeconds: 0.5}, RunningAgain: compared{Median: ptr(10)}, Migration: compared{Median: ptr(60)}},
+		{Scenario: "reset/monitor", Resumed: &goalFigure{MedianSeconds: 1}, RunningAgain: compared{Median: ptr(12)}, Migration: compared{Median: ptr(60)}},
+		{Scenario: "cut/libvirt", Resumed: &goalFigure{MedianSeconds: 1}},
+	}
+	got := sideBySide(sums)
+	want := []string{"reset: resumed libvirt 0.50 s vs monitor 1.00 s (0.50x); running again libvirt 10.00 s vs monitor 12.00 s (0.83x); migration libvirt 60.0 s vs monitor 60.0 s (1.00x)"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("side by side:\n%q\nwant\n%q", got, want)
 	}
 }

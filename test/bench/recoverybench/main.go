@@ -83,21 +83,32 @@ func run(ctx context.Context, args []string) error {
 	t0 := time.Now()
 	var results []runResult
 	var stopped error
+	scenarios := labels(plan(o))
+	route := ""
 runs:
-	for _, sc := range o.scenarios {
-		for i := 1; i <= o.runs[sc]; i++ {
+	for _, p := range plan(o) {
+		if p.route != route && o.runs[p.kind] > 0 {
+			// The source says how it resumes at each prepare; the target
+			// follows where its libvirt can.
+			if stopped = b.SetNodeFerrydArgs(ctx, "a", "--postcopy-resume", p.route); stopped != nil {
+				break runs
+			}
+			route = p.route
+			logf("node a's ferryd now resumes by the %s route", route)
+		}
+		for i := 1; i <= o.runs[p.kind]; i++ {
 			if len(results) > 0 {
 				if stopped = sleepCtx(ctx, o.settle); stopped != nil {
 					break runs
 				}
 			}
-			name := fmt.Sprintf("rb-%s-%d-%s", sc, i, stamp)
-			logf("%s run %d of %d: guest %s", sc, i, o.runs[sc], name)
-			r, err := runOne(ctx, b, o, st, sc, i, name)
+			name := fmt.Sprintf("rb-%s-%s-%d-%s", p.kind, p.route, i, stamp)
+			logf("%s run %d of %d: guest %s", p.label, i, o.runs[p.kind], name)
+			r, err := runOne(ctx, b, o, st, p, i, name)
 			results = append(results, r)
-			logf("%s run %d: %s", sc, i, r.summary())
+			logf("%s run %d: %s", p.label, i, r.summary())
 			// Written as it goes: a bench cut short keeps what it measured.
-			if werr := writeJSON(o.jsonOut, st, o.scenarios, results); werr != nil {
+			if werr := writeJSON(o.jsonOut, st, scenarios, results); werr != nil {
 				return werr
 			}
 			if err != nil {
@@ -108,7 +119,7 @@ runs:
 	}
 	logf("%d runs in %s", len(results), time.Since(t0).Round(time.Second))
 	// What was measured is printed even when the bench stopped early.
-	report(os.Stdout, st, o.scenarios, results)
+	report(os.Stdout, st, scenarios, results)
 	if stopped != nil {
 		return fmt.Errorf("stopped after %d runs: %w", len(results), stopped)
 	}

@@ -51,3 +51,27 @@ func TestParseOptions(t *testing.T) {
 		}
 	}
 }
+
+// The baseline runs once; each broken scenario once per route, the
+// routes in the order asked, and a route is named once.
+func TestPlanRunsEachBrokenScenarioOnEachRoute(t *testing.T) {
+	o, err := parseOptions([]string{"--scenarios", "none,reset,cut", "--routes", "monitor,libvirt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"none", "reset/monitor", "cut/monitor", "reset/libvirt", "cut/libvirt"}
+	if got := labels(plan(o)); !reflect.DeepEqual(got, want) {
+		t.Errorf("plan %v, want %v", got, want)
+	}
+	if o, _ := parseOptions(nil); !reflect.DeepEqual(o.routes, []string{"libvirt", "monitor"}) {
+		t.Errorf("default routes %v, want both, libvirt's first", o.routes)
+	}
+	for args, want := range map[string]string{
+		"--routes qmp":             `unknown route "qmp" (want libvirt or monitor)`,
+		"--routes libvirt,libvirt": "libvirt named twice",
+	} {
+		if _, err := parseOptions(strings.Fields(args)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -14,8 +15,14 @@ const unbroken = "none"
 
 var scenarioNames = []string{unbroken, "reset", "cut"}
 
+// The routes a broken post-copy is resumed by (ferryd's
+// --postcopy-resume, on the source, which the target follows where its
+// libvirt can): each broken scenario runs once per route asked.
+var routeNames = []string{"libvirt", "monitor"}
+
 type options struct {
 	scenarios []string
+	routes    []string
 	runs      map[string]int
 	cutHold   time.Duration
 	settle    time.Duration
@@ -33,6 +40,7 @@ func parseOptions(args []string) (options, error) {
 	o := options{}
 	fs.DurationVar(&o.cutHold, "cut-hold", 45*time.Second, "how long the link stays down, from the cut (the streams break only after the proxy's 30 s TCP user timeout)")
 	fs.DurationVar(&o.settle, "settle", 3*time.Second, "pause between runs")
+	routes := fs.String("routes", strings.Join(routeNames, ","), "comma-separated routes each broken scenario is resumed by, in the order run: libvirt (libvirt's own resume protocol, where the target's libvirt can) and monitor (Ferry's QMP monitor of the target QEMU)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the settings, every run's figures and the comparisons to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -75,7 +83,48 @@ func parseOptions(args []string) (options, error) {
 	if total == 0 {
 		return o, errors.New("nothing to run: every scenario chosen has 0 runs")
 	}
+	for _, name := range strings.Split(*routes, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(routeNames, name) {
+			return o, fmt.Errorf("--routes: unknown route %q (want %s)", name, oneOf(routeNames))
+		}
+		if slices.Contains(o.routes, name) {
+			return o, fmt.Errorf("--routes: %s named twice", name)
+		}
+		o.routes = append(o.routes, name)
+	}
 	return o, nil
+}
+
+// planned is one scenario as run: the unbroken baseline once, each broken
+// one once per route, labelled "reset/libvirt".
+type planned struct {
+	label, kind, route string
+}
+
+// plan is what the bench runs, in order: every scenario on the first
+// route, then the broken ones on each next route.
+func plan(o options) []planned {
+	var out []planned
+	for i, route := range o.routes {
+		for _, sc := range o.scenarios {
+			switch {
+			case sc != unbroken:
+				out = append(out, planned{sc + "/" + route, sc, route})
+			case i == 0:
+				out = append(out, planned{sc, sc, route})
+			}
+		}
+	}
+	return out
+}
+
+func labels(ps []planned) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.label)
+	}
+	return out
 }
 
 // oneOf is "a, b or c".
@@ -88,8 +137,8 @@ func oneOf(names []string) string {
 
 func runsText(o options) string {
 	var parts []string
-	for _, sc := range o.scenarios {
-		parts = append(parts, fmt.Sprintf("%d of %s", o.runs[sc], sc))
+	for _, p := range plan(o) {
+		parts = append(parts, fmt.Sprintf("%d of %s", o.runs[p.kind], p.label))
 	}
 	return strings.Join(parts, ", ")
 }

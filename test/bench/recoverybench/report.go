@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ferry-vm/ferry/test/bench/benchstat"
@@ -23,7 +25,7 @@ func report(w io.Writer, st settings, scenarios []string, rs []runResult) {
 		if len(runs) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s: %s\n\n", sc, scenarioText(sc, st))
+		fmt.Fprintf(w, "\n%s: %s%s\n\n", sc, scenarioText(sc, st), resumedByText(runs))
 		table(w, sc, runs)
 	}
 	fmt.Fprintln(w, "\nresumed: from the path's return to the source job's first \"recovery ... resumed\" event, QEMU's stream going again:")
@@ -34,12 +36,40 @@ func report(w io.Writer, st settings, scenarios []string, rs []runResult) {
 	fmt.Fprintf(w, "running again and migration are read against the unbroken baseline, not the goal: in post-copy the guest waits on every page still on the source, so its console lags at the post-copy's %d MiB/s even unbroken; the difference is what the break cost\n", st.PostCopyBandwidthMiBs)
 	fmt.Fprintln(w, "times start as the bench asks the bed to reset or restore, so they hold that call's own time; figures over the runs that completed and verified; ratios and differences of the medians")
 	base := scenarioRuns(rs, unbroken)
-	for _, s := range summarize(scenarios, rs, st.GoalSeconds) {
+	sums := summarize(scenarios, rs, st.GoalSeconds)
+	for _, s := range sums {
 		fmt.Fprintln(w)
 		for _, line := range s.lines(st.GoalSeconds, len(timed(base)), len(base)) {
 			fmt.Fprintln(w, line)
 		}
 	}
+	if lines := sideBySide(sums); len(lines) > 0 {
+		fmt.Fprintln(w, "\nthe routes side by side (medians; libvirt's over the monitor's):")
+		for _, line := range lines {
+			fmt.Fprintln(w, line)
+		}
+	}
+}
+
+// resumedByText says by which route the target's libvirt shows the runs'
+// guests were resumable, where a route was asked.
+func resumedByText(runs []runResult) string {
+	seen := map[string]int{}
+	asked := ""
+	for _, r := range runs {
+		if r.Route != "" && r.Scenario != unbroken {
+			asked = r.Route
+			seen[r.ResumedBy]++
+		}
+	}
+	if asked == "" {
+		return ""
+	}
+	var parts []string
+	for _, by := range slices.Sorted(maps.Keys(seen)) {
+		parts = append(parts, fmt.Sprintf("%s in %d", by, seen[by]))
+	}
+	return fmt.Sprintf("; the source asked for the %s route, and the target's libvirt shows: %s of %d runs", asked, strings.Join(parts, ", "), len(runs))
 }
 
 func accelNote(accel string) string {
@@ -71,7 +101,18 @@ func tlsText(rs []runResult) string {
 	return "TLS not known"
 }
 
-func scenarioText(sc string, st settings) string {
+func scenarioText(label string, st settings) string {
+	sc, route, _ := strings.Cut(label, "/")
+	switch route {
+	case "libvirt":
+		route = "; resumed by libvirt's own protocol (VIR_MIGRATE_POSTCOPY_RESUME) where the target's libvirt can"
+	case "monitor":
+		route = "; resumed through Ferry's QMP monitor of the target QEMU"
+	}
+	return scenarioKindText(sc, st) + route
+}
+
+func scenarioKindText(sc string, st settings) string {
 	switch sc {
 	case unbroken:
 		return "never broken, the baseline: the same guest and migration, its figures timed from the moment the others break the streams (the virtual break)"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ferry-vm/ferry/api"
@@ -14,8 +15,13 @@ import (
 // resumed, or, for the baseline, left whole.
 type runResult struct {
 	Scenario string `json:"scenario"`
-	Run      int    `json:"run"`
-	Guest    string `json:"guest"`
+	// Route is how the source was told to resume (--postcopy-resume);
+	// ResumedBy what the target's libvirt shows its QEMU was started for:
+	// "monitor" where it has Ferry's, "libvirt" where not.
+	Route     string `json:"route,omitempty"`
+	ResumedBy string `json:"resumedBy,omitempty"`
+	Run       int    `json:"run"`
+	Guest     string `json:"guest"`
 	// OK says the migration completed and the guest's memory checked
 	// whole after the resume (the virtual break): only such runs are
 	// timed in the report.
@@ -76,8 +82,9 @@ const endCheckWait = 10 * time.Second
 // measures its recovery; for the baseline it breaks nothing and measures
 // the same from the same moment. Its error is one the bench cannot go on after:
 // the link left down, or the bench interrupted.
-func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc string, run int, name string) (runResult, error) {
-	r := runResult{Scenario: sc, Run: run, Guest: name}
+func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, p planned, run int, name string) (runResult, error) {
+	sc := p.label
+	r := runResult{Scenario: sc, Run: run, Guest: name, Route: p.route}
 	fail := func(format string, args ...any) runResult {
 		r.Failure = fmt.Sprintf(format, args...)
 		return r
@@ -111,6 +118,7 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 	if j.Proxy != nil {
 		r.MigrationID, r.TLS = j.Proxy.MigrationID, &j.Proxy.TLS
 	}
+	r.ResumedBy = resumedBy(b, name)
 	w := watchConsole(b, name)
 	defer w.finish()
 	// The stream has to be going, and the console read once, before the
@@ -125,7 +133,7 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 
 	var bt breakTimes
 	measureRun := measure
-	switch sc {
+	switch p.kind {
 	case unbroken:
 		bt, measureRun = noBreak(), measureUnbroken
 	case "reset":
@@ -133,7 +141,7 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, sc stri
 	case "cut":
 		bt, err = breakByCut(ctx, b, f, o.cutHold)
 	default:
-		return fail("unknown scenario %q", sc), nil
+		return fail("unknown scenario %q", p.kind), nil
 	}
 	r.BrokeAt, r.PathBackAt = bt.Start, bt.Back
 	if err != nil {
@@ -255,4 +263,27 @@ func follow(ctx context.Context, f *flight) error {
 		}
 	}
 	return f.err
+}
+
+// resumedBy reads, from the target's libvirt, by which route the guest's
+// post-copy would be resumed: Ferry's monitor is in the target QEMU's
+// live XML from its Prepare on, or not at all.
+func resumedBy(b *testbed.Bed, name string) string {
+	l, err := b.Libvirt("b")
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	defer l.Disconnect()
+	dom, err := l.DomainLookupByName(name)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	live, err := l.DomainGetXMLDesc(dom, 0)
+	switch {
+	case err != nil:
+		return "unknown: " + err.Error()
+	case strings.Contains(live, "ferry-recovery"):
+		return "monitor"
+	}
+	return "libvirt"
 }
