@@ -46,6 +46,17 @@ func (in *Target) recoverByLibvirt(ctx context.Context, m peer.IncomingMigration
 	if !r.ByLibvirt {
 		return "", nil, peer.ErrResumeByLibvirt
 	}
+	// An earlier attempt's resume, prepared and never finished (its
+	// Perform failed, its cancel lost on the link), holds libvirt's job
+	// until its connection closes: libvirt refuses another Prepare until
+	// then.
+	in.mu.Lock()
+	prev := in.resumes[m.ID]
+	delete(in.resumes, m.ID)
+	in.mu.Unlock()
+	if prev != nil {
+		prev.Close()
+	}
 	c, err := in.conn()
 	if err != nil {
 		return "", nil, err
@@ -76,10 +87,11 @@ func (in *Target) recoverByLibvirt(ctx context.Context, m peer.IncomingMigration
 	if in.resumes == nil {
 		in.resumes = map[string]*libvirtx.Conn{}
 	}
-	prev := in.resumes[m.ID]
+	prev = in.resumes[m.ID]
 	in.resumes[m.ID] = own
 	in.mu.Unlock()
 	if prev != nil {
+		// Two attempts at once: the latest holds libvirt's job.
 		prev.Close()
 	}
 	in.log.Info("libvirt's target QEMU listens for the resumed post-copy", zap.String("domain", m.Domain), zap.String("migration", m.ID))
@@ -88,8 +100,9 @@ func (in *Target) recoverByLibvirt(ctx context.Context, m peer.IncomingMigration
 
 // awaitFailedHere waits for libvirt to hold the guest's post-copy failed
 // here, which its resume requires: a QEMU that had not seen the break
-// sees it once the proxy has cut the streams it still had (the previous
-// attempt's, or the migration's own). done: libvirt completed it meanwhile.
+// sees it once the source's pause reaches it through the proxies, the
+// link's user timeout cuts them, or the proxy has cut a previous
+// attempt's streams. done: libvirt completed it meanwhile.
 func awaitFailedHere(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain) (done bool, err error) {
 	deadline := time.Now().Add(pauseWait)
 	for {

@@ -156,7 +156,7 @@ func (p *Proxy) serveControl(raw, c net.Conn, reserved bool) {
 		if req.Op != peer.OpPrepare {
 			releaseSlot()
 		}
-		if reserved && req.Op != peer.OpFinish && req.Op != peer.OpCancel {
+		if reserved && req.Op != peer.OpFinish && req.Op != peer.OpCancel && req.Op != peer.OpResumed {
 			resp = p.refuseControl(raw, req, reasonTooManyControls, busy+" (the rest are kept for finishes)")
 		} else {
 			resp = p.control(raw, c, req, who, releaseSlot)

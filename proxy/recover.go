@@ -163,11 +163,6 @@ func (p *Proxy) recover(raw net.Conn, req peer.ControlRequest, who Peer) peer.Co
 		}
 		p.reg.addTimer(e, recoveryTTL, expire)
 	}
-	if req.LibvirtResume {
-		// libvirt's resume wants its job here failed: a target QEMU that
-		// has not seen the break sees it once its streams are cut.
-		p.Unregister(in.ID, "resumed by libvirt's protocol over fresh streams")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
 	status, cookie, err := rc.Recover(ctx, in, m.Targets[peer.KindMemory], peer.Resume{ByLibvirt: req.LibvirtResume, Cookie: req.Cookie})
@@ -208,7 +203,17 @@ func (p *Proxy) resumed(raw net.Conn, req peer.ControlRequest, who Peer) peer.Co
 	if refused != nil {
 		return *refused
 	}
-	cookie, err := rc.Resumed(context.Background(), in, req.Cookie, req.Cancelled)
+	// Cut with the resumed stream's end (a newer attempt, the guest
+	// recovered, the proxy's own end): libvirt's job here goes back to
+	// failed, never to a guest stopped.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, rid := range p.reg.recoveriesOf(in.ID) {
+		if e, ok := p.reg.live(rid); ok {
+			p.reg.setStopFinish(e, cancel)
+		}
+	}
+	cookie, err := rc.Resumed(ctx, in, req.Cookie, req.Cancelled)
 	if err != nil {
 		return peer.ControlResponse{Error: p.scrub("resumed: " + err.Error())}
 	}
