@@ -76,8 +76,10 @@ type recovery struct {
 	// completed: libvirt there completes its job by itself, soon.
 	thereCompleted bool
 	// byLibvirt: the target's libvirt resumes the post-copy by its own
-	// protocol (see source_resume.go), not through Ferry's monitor there.
+	// protocol (see source_resume.go), not through Ferry's monitor there;
+	// lv is the current attempt's own libvirt connection on that route.
 	byLibvirt bool
+	lv        *libvirtx.Conn
 }
 
 // errGivenUp: an operator gave the recovery up; the record of the
@@ -183,6 +185,7 @@ const stallWait = 5 * time.Second
 func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), recoverAskTimeout)
 	defer cancel()
+	defer r.endResume()
 	info, err := r.sourceInfo(ctx)
 	if errors.Is(err, errSourceGone) {
 		r.vanished = true

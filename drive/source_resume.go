@@ -43,7 +43,8 @@ func (s *Source) resumesByLibvirt(ctx context.Context, c *libvirtx.Conn) bool {
 }
 
 // resumeParams are the parameters libvirt applies again on a resume: the
-// post-copy bandwidth cap the migration had.
+// post-copy bandwidth cap of the migration this process drove (one picked
+// up from its record after a restart has none, and resumes uncapped).
 func (r *recovery) resumeParams() []libvirt.TypedParam {
 	if r.req.PostCopyBandwidthMiBs <= 0 {
 		return nil
@@ -53,7 +54,11 @@ func (r *recovery) resumeParams() []libvirt.TypedParam {
 
 // ask asks the target for a fresh stream. A target whose libvirt resumes
 // the post-copy itself says so, and is asked again with libvirt's Begin
-// of the resume here, as every later attempt of this recovery is.
+// of the resume here, as every later attempt of this recovery is. The
+// resume's steps here run on a connection of the attempt's own (r.lv),
+// closed when the attempt ends: libvirt puts a resume left unfinished
+// (an error between its steps, a Confirm refused) back to failed when the
+// connection that began it closes.
 func (r *recovery) ask(ctx context.Context) (peer.ControlResponse, error) {
 	req := peer.ControlRequest{Op: peer.OpRecover, Migration: r.tid, Domain: r.req.Domain}
 	if !r.byLibvirt {
@@ -65,7 +70,12 @@ func (r *recovery) ask(ctx context.Context) (peer.ControlResponse, error) {
 		r.byLibvirt = true
 		r.log.Info("the target's libvirt resumes the post-copy by its own protocol")
 	}
-	_, cookie, err := r.conn.Begin(ctx, r.dom, r.resumeParams(), sourceResumeFlags)
+	lv, err := r.conn.Another(ctx)
+	if err != nil {
+		return peer.ControlResponse{}, fmt.Errorf("a libvirt connection for the resume here: %w", err)
+	}
+	r.lv = lv
+	_, cookie, err := lv.Begin(ctx, r.dom, r.resumeParams(), sourceResumeFlags)
 	if err != nil {
 		return peer.ControlResponse{}, fmt.Errorf("libvirt's Begin of the resume here: %w", err)
 	}
@@ -74,24 +84,32 @@ func (r *recovery) ask(ctx context.Context) (peer.ControlResponse, error) {
 	if err != nil || resp.Migration == "" {
 		// As libvirt's own client after a failed Prepare: a cancelled
 		// Confirm ends the Begin, libvirt's job here failed again.
-		r.confirmResume(nil, true)
+		confirmResume(r.log, lv, r.dom, r.resumeParams(), nil, true)
 	}
 	return resp, err
+}
+
+// endResume closes the attempt's own libvirt connection, if it has one.
+func (r *recovery) endResume() {
+	if r.lv != nil {
+		r.lv.Close()
+		r.lv = nil
+	}
 }
 
 // resumeByLibvirt runs libvirt's Perform of the resume over src, has the
 // target finish it and this node confirm it, and follows the stream as
 // the monitor's route does.
 func (r *recovery) resumeByLibvirt(n int, src *proxy.SourceMigration, cookie []byte) (done, resumed bool, err error) {
+	lv, params := r.lv, r.resumeParams()
 	resumedAt := time.Now()
-	params := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[peer.KindMemory])}},
-		r.resumeParams()...)
-	pctx, cancel := context.WithTimeout(context.Background(), recoverAskTimeout)
-	performCookie, err := r.conn.Perform(pctx, r.dom, params, cookie, sourceResumeFlags, recoverAskTimeout)
-	cancel()
+	perform := append([]libvirt.TypedParam{{Field: libvirt.MigrateParamURI, Value: *libvirt.NewTypedParamValueString("unix://" + src.Paths[peer.KindMemory])}},
+		params...)
+	performCookie, err := lv.PerformResume(context.Background(), r.dom, perform, cookie, sourceResumeFlags, recoverAskTimeout)
 	if err != nil {
 		// As libvirt's own client: no Confirm; the target's Finish,
-		// cancelled, puts its job back to failed.
+		// cancelled, puts its job back to failed (and its own wait does,
+		// should this not reach it).
 		r.finishResume(context.Background(), nil, true)
 		src.Close("resume refused")
 		return false, false, fmt.Errorf("libvirt's Perform of the resume here: %w", err)
@@ -99,16 +117,21 @@ func (r *recovery) resumeByLibvirt(n int, src *proxy.SourceMigration, cookie []b
 	r.log.Info("post-copy resumed by libvirt's protocol", zap.Int("attempt", n))
 	fctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	confirmed := make(chan struct{})
+	watched, confirmed := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(confirmed)
 		fin, ferr := r.finishResume(fctx, performCookie, false)
 		if ferr != nil {
-			r.log.Warn("the target's Finish of the resume", zap.Error(ferr))
+			// The target's answer is lost, not its Finish: this node's
+			// side is confirmed once QEMU here says how the stream ended
+			// (libvirt completes a cancelled Confirm whose QEMU has).
+			r.log.Warn("the target's Finish of the resume did not answer", zap.Error(ferr))
+			<-watched
 		}
-		r.confirmResume(fin.Cookie, ferr != nil)
+		confirmResume(r.log, lv, r.dom, params, fin.Cookie, ferr != nil)
 	}()
 	done, resumed, err = r.watch(n, src, resumedAt)
+	close(watched)
 	wait := recoveredWait
 	if !done {
 		wait = resumeAnswerWait
@@ -117,8 +140,7 @@ func (r *recovery) resumeByLibvirt(n int, src *proxy.SourceMigration, cookie []b
 	case <-confirmed:
 	case <-time.After(wait):
 		// The target's answer is late (its link down): this node's side
-		// is confirmed as failed, which libvirt turns into a completion
-		// when QEMU here says so.
+		// is confirmed without it.
 		stop()
 		<-confirmed
 	}
@@ -139,13 +161,14 @@ func (r *recovery) finishResume(ctx context.Context, performCookie []byte, cance
 		Cookie: performCookie, Cancelled: cancelled})
 }
 
-// confirmResume runs libvirt's Confirm of the resume here: completed, it
+// confirmResume runs libvirt's Confirm of the resume on lv: completed, it
 // stops this node's copy; cancelled, libvirt holds the post-copy failed
-// again, or completes it if QEMU here says it has.
-func (r *recovery) confirmResume(cookie []byte, cancelled bool) {
+// again, or completes it if QEMU here says it has. One that fails is left
+// to lv's close.
+func confirmResume(log *zap.Logger, lv *libvirtx.Conn, dom libvirt.Domain, params []libvirt.TypedParam, cookie []byte, cancelled bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
 	defer cancel()
-	if err := r.conn.Confirm(ctx, r.dom, r.resumeParams(), cookie, sourceResumeFlags, cancelled, confirmTimeout); err != nil {
-		r.log.Warn("libvirt's Confirm of the resume here", zap.Bool("cancelled", cancelled), zap.Error(err))
+	if err := lv.Confirm(ctx, dom, params, cookie, sourceResumeFlags, cancelled, confirmTimeout); err != nil {
+		log.Warn("libvirt's Confirm of the resume here", zap.Bool("cancelled", cancelled), zap.Error(err))
 	}
 }

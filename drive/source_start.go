@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -78,6 +79,12 @@ func (s *Source) prepareOnTarget(ctx context.Context, req MigrateRequest, socket
 		want = proxy.NodeOwner(req.TargetNode)
 	}
 	prep, err := s.proxy.ControlTo(ctx, req.Target, want, ask)
+	if ask.LibvirtResume && olderPeer(err, "libvirtResume") {
+		// A ferryd from before libvirt's own resume refuses the field it
+		// does not know; without it, it gives the target QEMU its monitor.
+		ask.LibvirtResume = false
+		prep, err = s.proxy.ControlTo(ctx, req.Target, want, ask)
+	}
 	var busy *peer.ControlError
 	if errors.As(err, &busy) && busy.Reason == peer.ReasonInboundBusy {
 		// Not a failure: the caller asks again.
@@ -100,6 +107,13 @@ func (s *Source) prepareOnTarget(ctx context.Context, req MigrateRequest, socket
 		return prep, fmt.Errorf("the target answered the prepare with no valid migration id %q", prep.Migration)
 	}
 	return prep, nil
+}
+
+// olderPeer says a peer refused a request for a field of it it does not
+// know: a ferryd older than the field, which reads requests strictly.
+func olderPeer(err error, field string) bool {
+	var ce *peer.ControlError
+	return errors.As(err, &ce) && ce.Reason == "malformed_request" && strings.Contains(ce.Msg, `unknown field "`+field+`"`)
 }
 
 // openStreams opens this node's end of the migration's streams, bound to

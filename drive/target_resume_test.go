@@ -2,6 +2,7 @@ package drive
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ func TestAResumeNeverFinishedDoesNotHoldTheNextAttempts(t *testing.T) {
 	}
 	t.Cleanup(func() { pool.Close() })
 	in := &Target{conns: connsFunc(func(string) (*libvirtx.Conn, error) { return pool, nil }), socket: f.Path(), log: zap.NewNop()}
+	version := uint64(12_009_000)
 	inProgress := func() bool {
 		in.mu.Lock()
 		defer in.mu.Unlock()
@@ -42,8 +44,8 @@ func TestAResumeNeverFinishedDoesNotHoldTheNextAttempts(t *testing.T) {
 	}
 	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
 		switch proc {
-		case libvirtxtest.ProcDomainGetXMLDesc:
-			return new(libvirtxtest.XDR).String("<domain type='kvm'><name>vm</name></domain>").Bytes(), nil, true
+		case libvirtxtest.ProcConnectGetLibVersion:
+			return new(libvirtxtest.XDR).U64(version).Bytes(), nil, true
 		case libvirtxtest.ProcDomainMigratePrepare3Params:
 			if inProgress() {
 				return nil, &libvirt.Error{Code: uint32(libvirt.ErrOperationInvalid),
@@ -67,5 +69,11 @@ func TestAResumeNeverFinishedDoesNotHoldTheNextAttempts(t *testing.T) {
 	in.mu.Unlock()
 	if kept != 1 {
 		t.Fatalf("%d resumes kept for one migration, want the latest only", kept)
+	}
+	// A libvirt upgraded into one that crashes on its own resume is not
+	// asked to.
+	version = 11_003_000
+	if _, _, err := in.Recover(context.Background(), m, "/nonexistent/r.sock", resume); err == nil || !strings.Contains(err.Error(), "crashes") {
+		t.Fatalf("a resume asked of libvirt 11.3: %v", err)
 	}
 }

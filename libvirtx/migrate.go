@@ -41,7 +41,7 @@ const abortGrace = 30 * time.Second
 // or the connection is cut as hung.
 func (c *Conn) Migrate(ctx context.Context, dom libvirt.Domain, dconnuri string, params []libvirt.TypedParam,
 	flags libvirt.DomainMigrateFlags, deadline time.Duration) error {
-	_, err := c.perform(ctx, dom, libvirt.OptString{dconnuri}, params, nil, flags, deadline)
+	_, err := c.perform(ctx, dom, libvirt.OptString{dconnuri}, params, nil, flags, deadline, false)
 	return err
 }
 
@@ -53,11 +53,20 @@ func (c *Conn) Migrate(ctx context.Context, dom libvirt.Domain, dconnuri string,
 // target's Finish. In post-copy libvirt returns once the switch is made.
 func (c *Conn) Perform(ctx context.Context, dom libvirt.Domain, params []libvirt.TypedParam, cookie []byte,
 	flags libvirt.DomainMigrateFlags, deadline time.Duration) ([]byte, error) {
-	return c.perform(ctx, dom, libvirt.OptString{}, params, cookie, flags, deadline)
+	return c.perform(ctx, dom, libvirt.OptString{}, params, cookie, flags, deadline, false)
+}
+
+// PerformResume is Perform of a broken post-copy's resume
+// (VIR_MIGRATE_POSTCOPY_RESUME): at its deadline the resumed stream is
+// paused (libvirt refuses a plain abort in post-copy), which ends the
+// call with the migration held failed again.
+func (c *Conn) PerformResume(ctx context.Context, dom libvirt.Domain, params []libvirt.TypedParam, cookie []byte,
+	flags libvirt.DomainMigrateFlags, deadline time.Duration) ([]byte, error) {
+	return c.perform(ctx, dom, libvirt.OptString{}, params, cookie, flags, deadline, true)
 }
 
 func (c *Conn) perform(ctx context.Context, dom libvirt.Domain, dconnuri libvirt.OptString, params []libvirt.TypedParam,
-	cookie []byte, flags libvirt.DomainMigrateFlags, deadline time.Duration) ([]byte, error) {
+	cookie []byte, flags libvirt.DomainMigrateFlags, deadline time.Duration, postCopy bool) ([]byte, error) {
 	type out struct {
 		cookie []byte
 		err    error
@@ -80,7 +89,7 @@ func (c *Conn) perform(ctx context.Context, dom libvirt.Domain, dconnuri libvirt
 	case <-ctx.Done():
 		why = fmt.Errorf("%w: %w", ErrMigrationDeadline, context.Cause(ctx))
 	}
-	if aerr := c.AbortJob(context.Background(), dom, false); aerr != nil {
+	if aerr := c.AbortJob(context.Background(), dom, postCopy); aerr != nil {
 		r := <-res
 		if r.err != nil {
 			return nil, fmt.Errorf("%w; libvirt refused to abort the job (%v), and the migration then failed: %w", why, aerr, r.err)

@@ -1,6 +1,9 @@
 package libvirtx
 
-import "strings"
+import (
+	libvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+)
 
 // libvirt resumes a broken post-copy itself with VIR_MIGRATE_POSTCOPY_RESUME
 // through the five steps of its protocol, as `virsh migrate
@@ -22,8 +25,13 @@ func ResumesPostCopy(v uint64) bool {
 	return v != 0 && (v < resumeCrashFrom || v >= resumeCrashUntil)
 }
 
-// HasRecoveryMonitor says whether a running guest's live XML carries the
-// QMP monitor a Ferry target gave it (see WithRecoveryMonitor).
-func HasRecoveryMonitor(liveXML string) bool {
-	return strings.Contains(liveXML, "id="+recoveryChardev+",")
+// ResumeDomainXML is the domain XML a target's Prepare of a resume is
+// given: libvirt requires one, parses it, and uses only its name to find
+// the guest (and its UUID to check the source's cookie), so it names the
+// guest and says no more.
+func ResumeDomainXML(dom libvirt.Domain) (string, error) {
+	d := libvirtxml.Domain{Type: "qemu", Name: dom.Name, UUID: UUIDString(dom.UUID),
+		Memory: &libvirtxml.DomainMemory{Value: 1, Unit: "MiB"},
+		OS:     &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm"}}}
+	return d.Marshal()
 }

@@ -1,6 +1,11 @@
 package libvirtx
 
-import "testing"
+import (
+	"testing"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+)
 
 func TestResumesPostCopyExceptOnTheLibvirtsThatCrash(t *testing.T) {
 	for v, want := range map[uint64]bool{
@@ -19,16 +24,17 @@ func TestResumesPostCopyExceptOnTheLibvirtsThatCrash(t *testing.T) {
 	}
 }
 
-func TestHasRecoveryMonitorFindsOnlyFerrysOwn(t *testing.T) {
-	const dom = `<domain type="qemu"><name>g</name><memory>1024</memory><os><type>hvm</type></os></domain>`
-	if HasRecoveryMonitor(dom) {
-		t.Fatal("a domain without pass-through has a monitor")
-	}
-	with, err := WithRecoveryMonitor(dom, "/run/ferry/m-1-qmp.sock")
+func TestResumeDomainXMLNamesTheGuestAlone(t *testing.T) {
+	dom := libvirt.Domain{Name: "a<b&c", UUID: libvirt.UUID{1, 2, 3}}
+	x, err := ResumeDomainXML(dom)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !HasRecoveryMonitor(with) {
-		t.Fatalf("the monitor Ferry adds is not found:\n%s", with)
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(x); err != nil {
+		t.Fatalf("%v:\n%s", err, x)
+	}
+	if d.Name != dom.Name || d.UUID != UUIDString(dom.UUID) || d.Devices != nil {
+		t.Fatalf("the resume's XML names %q %q, with devices %v:\n%s", d.Name, d.UUID, d.Devices, x)
 	}
 }

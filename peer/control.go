@@ -66,7 +66,8 @@ type ControlRequest struct {
 	// broken post-copy by libvirt's own protocol (VIR_MIGRATE_POSTCOPY_RESUME)
 	// where the target's libvirt can: the target QEMU then gets no monitor
 	// of Ferry's. On a recover, it says the request carries the source's
-	// Begin of that protocol (XML and Cookie).
+	// Begin of that protocol (its Cookie). A ferryd from before it refuses
+	// a request with it (malformed_request), and is asked again without.
 	LibvirtResume bool `json:"libvirtResume,omitempty"`
 	// Finish and resumed: the Perform cookie rides in Cookie; Cancelled
 	// says Perform failed.

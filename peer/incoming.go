@@ -76,10 +76,9 @@ type Incoming interface {
 }
 
 // Resume is a source's Begin of libvirt's resume protocol, sent with a
-// recovery: its domain XML and cookie for the target's Prepare.
+// recovery: its cookie for the target's Prepare.
 type Resume struct {
 	ByLibvirt bool
-	XML       string
 	Cookie    []byte
 }
 
