@@ -132,11 +132,12 @@ func (s *Source) start(ctx context.Context, req MigrateRequest) (MigrateResponse
 		return MigrateResponse{}, err
 	}
 	id, own, flags := st.id, st.own, st.flags
-	prep, err := s.prepareOnTarget(ctx, req, p.conn.Socket(), p.dom, id, st.begun, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: req.Domain,
+	ask := peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: req.Domain,
 		XML: domXML, Config: st.config, Cookie: cookie, Flags: uint32(flags), Parallel: req.Parallel, PostCopy: flags&libvirt.MigratePostcopy != 0,
 		DeadlineSeconds: (p.deadline + postCopyGrace).Seconds(), RecoverSeconds: s.cfg.PostCopyRecoveryTimeout.Seconds(),
-		LibvirtResume: s.resumesByLibvirt(ctx, p.conn),
-		Direct:        req.DataPath == DataPathDirect})
+		Direct: req.DataPath == DataPathDirect}
+	ask.LibvirtResume = s.resumesByLibvirt(ctx, p.conn, ask)
+	prep, err := s.prepareOnTarget(ctx, req, p.conn.Socket(), p.dom, id, st.begun, ask)
 	if err != nil {
 		return MigrateResponse{}, err
 	}

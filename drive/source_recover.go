@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -50,9 +51,12 @@ const (
 
 // recovery is one broken post-copy migration being resumed.
 type recovery struct {
-	s      *Source
-	log    *zap.Logger
-	req    MigrateRequest
+	s   *Source
+	log *zap.Logger
+	req MigrateRequest
+	// conn is the recovery's libvirt connection here, the pool's once
+	// the drive's own is gone (see sourceInfo); read through libvirt().
+	connMu sync.Mutex
 	conn   *libvirtx.Conn
 	dom    libvirt.Domain
 	tid    string
@@ -156,6 +160,13 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 	return peer.ControlResponse{}, errors.New("post-copy broke, and its recovery ended without the target saying the guest runs whole there")
 }
 
+// libvirt is the recovery's libvirt connection here.
+func (r *recovery) libvirt() *libvirtx.Conn {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	return r.conn
+}
+
 // backoff is the wait after a failed attempt.
 func (r *recovery) backoff(attempt int) time.Duration {
 	if r.overdue {
@@ -202,7 +213,7 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 			return false, false, errStreamAlive
 		}
 		// A silent link, or a stale attempt: cut it so QEMU pauses.
-		if err := r.conn.PauseMigration(ctx, r.dom); err != nil {
+		if err := r.libvirt().PauseMigration(ctx, r.dom); err != nil {
 			return false, false, fmt.Errorf("pausing the source's stalled migration: %w", err)
 		}
 		return false, false, fmt.Errorf("the source's migration was %s with no progress for %v: paused it to resume", info.Status, stallWait)
@@ -233,11 +244,11 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 		return false, false, fmt.Errorf("the target answered the recovery with no valid stream id %q", resp.Migration)
 	}
 	kinds := []peer.Kind{peer.KindMemory}
-	qemu, err := sourceQEMU(r.conn.Socket(), r.dom.Name, kinds)
+	qemu, err := sourceQEMU(r.socket, r.dom.Name, kinds)
 	if err != nil {
 		return false, false, err
 	}
-	src, err := r.s.proxy.OpenSource(resp.Migration, r.req.Target, kinds, qemu, daemonPID(r.conn))
+	src, err := r.s.proxy.OpenSource(resp.Migration, r.req.Target, kinds, qemu, daemonPID(r.libvirt()))
 	if err != nil {
 		return false, false, err
 	}
@@ -246,7 +257,7 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 		return r.resumeByLibvirt(n, src, resp.Cookie)
 	}
 	resumedAt := time.Now()
-	if err := r.conn.ResumeMigration(ctx, r.dom, src.Paths[peer.KindMemory]); err != nil {
+	if err := r.libvirt().ResumeMigration(ctx, r.dom, src.Paths[peer.KindMemory]); err != nil {
 		src.Close("resume refused")
 		return false, false, fmt.Errorf("resuming the source's migration: %w", err)
 	}
@@ -298,7 +309,7 @@ func (r *recovery) watch(n int, src *proxy.SourceMigration, resumedAt time.Time)
 			if time.Since(resumedAt) > recoverWatch {
 				// The handshake never finished: QEMU pauses on this.
 				pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
-				perr := r.conn.PauseMigration(pctx, r.dom)
+				perr := r.libvirt().PauseMigration(pctx, r.dom)
 				pcancel()
 				src.Close("the resume never took")
 				return false, resumed, fmt.Errorf("the resumed migration is still %s after %v (paused it: %v)", st, recoverWatch, perr)
@@ -376,13 +387,16 @@ var errSourceGone = errors.New("the guest is gone from this node's libvirt")
 // restarted meanwhile); a domain libvirt has shut off as migrated has
 // completed.
 func (r *recovery) sourceInfo(ctx context.Context) (libvirtx.MigrationStatus, error) {
-	info, err := r.conn.QEMUMigrationInfo(ctx, r.dom)
-	asked := r.conn
+	conn := r.libvirt()
+	info, err := conn.QEMUMigrationInfo(ctx, r.dom)
+	asked := conn
 	if err != nil {
-		if c, cerr := r.s.cfg.Conns.Conn(r.socket); cerr == nil && c != r.conn {
+		if c, cerr := r.s.cfg.Conns.Conn(r.socket); cerr == nil && c != conn {
 			asked = c
 			if info, err = c.QEMUMigrationInfo(ctx, r.dom); err == nil {
+				r.connMu.Lock()
 				r.conn = c
+				r.connMu.Unlock()
 			}
 		}
 	}
@@ -413,7 +427,7 @@ func (r *recovery) endStaleSource() {
 		info.Status != libvirtx.QEMUMigrationPostCopyRecoverSet {
 		return
 	}
-	if err := r.conn.Destroy(ctx, r.dom); err != nil {
+	if err := r.libvirt().Destroy(ctx, r.dom); err != nil {
 		r.log.Error("the target runs the guest whole; this node's stale post-copy copy could not be destroyed: destroy it by hand", zap.Error(err))
 		return
 	}

@@ -34,8 +34,10 @@ const resumeAnswerWait = 10 * time.Second
 // not to, and never on a libvirt of the versions whose resume crashed
 // (NEWS names the target's daemon; the source's steps are not trusted
 // there either).
-func (s *Source) resumesByLibvirt(ctx context.Context, c *libvirtx.Conn) bool {
-	if s.cfg.ResumeByMonitor {
+func (s *Source) resumesByLibvirt(ctx context.Context, c *libvirtx.Conn, ask peer.ControlRequest) bool {
+	if s.cfg.ResumeByMonitor || !ask.PostCopy || ask.RecoverSeconds <= 0 || ask.Direct {
+		// Nothing to resume: not asked, so an older target is not made
+		// to refuse a field it would not read.
 		return false
 	}
 	v, err := c.Ping(ctx)
@@ -70,7 +72,12 @@ func (r *recovery) ask(ctx context.Context) (peer.ControlResponse, error) {
 		r.byLibvirt = true
 		r.log.Info("the target's libvirt resumes the post-copy by its own protocol")
 	}
-	lv, err := r.conn.Another(ctx)
+	if v, err := r.libvirt().Ping(ctx); err == nil && !libvirtx.ResumesPostCopy(v) {
+		// Upgraded into one of those since it said at the prepare that it
+		// resumes by libvirt's protocol, which the target holds it to.
+		return peer.ControlResponse{}, fmt.Errorf("this node's libvirt %s crashes on its own post-copy resume, which the target's QEMU, prepared without a monitor, needs", libvirtx.VersionString(v))
+	}
+	lv, err := r.libvirt().Another(ctx)
 	if err != nil {
 		return peer.ControlResponse{}, fmt.Errorf("a libvirt connection for the resume here: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -21,18 +20,17 @@ const pauseWait = 10 * time.Second
 // Recover has the paused target QEMU of a broken post-copy migration
 // listen at socket for the source's resumed stream: by libvirt's own
 // resume protocol, or through the monitor its Prepare gave it where this
-// node's libvirt crashes on that (see libvirtx.ResumesPostCopy). Whether
-// the guest's QEMU has that monitor decides, so a restarted ferryd
-// chooses as its predecessor did; it is asked of the monitor's socket,
-// which only ferryd's user may reach, not of libvirt, whose incoming job
-// holds the domain against calls that take a job (its XML, on libvirt
-// 11.0 to 11.4).
+// node's libvirt crashes on that (see libvirtx.ResumesPostCopy). What
+// the proxy recorded at the prepare decides (m.LibvirtResume: the QEMU got
+// no monitor), so a restarted ferryd chooses as its predecessor did; no
+// socket another QEMU could plant, and no call libvirt's incoming job
+// refuses (the guest's XML takes a job on libvirt 11.0 to 11.4).
 func (in *Target) Recover(ctx context.Context, m peer.IncomingMigration, socket string, r peer.Resume) (string, []byte, error) {
 	dom, err := in.heldHere(ctx, m)
 	if err != nil {
 		return "", nil, err
 	}
-	if !monitorKept(m.MonitorPath) {
+	if m.LibvirtResume {
 		return in.recoverByLibvirt(ctx, m, dom, socket, r)
 	}
 	if r.ByLibvirt {
@@ -40,13 +38,6 @@ func (in *Target) Recover(ctx context.Context, m peer.IncomingMigration, socket 
 	}
 	st, err := in.recoverByMonitor(ctx, m, socket)
 	return st, nil, err
-}
-
-// monitorKept says whether a migration's monitor is where the proxy keeps
-// it: a socket in ferryd's own directory.
-func monitorKept(path string) bool {
-	fi, err := os.Lstat(path)
-	return path != "" && err == nil && fi.Mode()&os.ModeSocket != 0
 }
 
 // recoverByMonitor arms the resume on the monitor the Prepare gave the

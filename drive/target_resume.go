@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -75,7 +76,7 @@ func (in *Target) recoverByLibvirt(ctx context.Context, m peer.IncomingMigration
 	if err != nil || done {
 		return peer.QEMUCompleted, nil, err
 	}
-	name, err := libvirtx.ResumeDomainXML(dom)
+	name, err := libvirtx.ResumeDomainXML(dom, in.guestVirtType(m.Domain))
 	if err != nil {
 		return "", nil, err
 	}
@@ -169,4 +170,19 @@ func (in *Target) Resumed(ctx context.Context, m peer.IncomingMigration, cookie 
 		return nil, PeerError(err)
 	}
 	return ck, nil
+}
+
+// guestVirtType is the virt type the guest's QEMU runs under here, off its
+// command line; where that cannot be read, what the host offers.
+func (in *Target) guestVirtType(domain string) string {
+	pid, err := libvirtx.QEMUPID(in.socket, domain)
+	if err == nil {
+		if vt, err := libvirtx.QEMUVirtType(pid); err == nil {
+			return vt
+		}
+	}
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		return "kvm"
+	}
+	return "qemu"
 }

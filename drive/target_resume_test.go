@@ -56,7 +56,7 @@ func TestAResumeNeverFinishedDoesNotHoldTheNextAttempts(t *testing.T) {
 		return nil, nil, false
 	})
 	m := peer.IncomingMigration{ID: "m-00000000000000000000000000000001", Domain: "vm",
-		Instance: "3/" + libvirtx.UUIDString(uuid), PostCopy: true}
+		Instance: "3/" + libvirtx.UUIDString(uuid), PostCopy: true, LibvirtResume: true}
 	resume := peer.Resume{ByLibvirt: true, Cookie: []byte("<qemu-migration>begin</qemu-migration>")}
 	for attempt := 1; attempt <= 3; attempt++ {
 		st, ck, err := in.Recover(context.Background(), m, "/nonexistent/r.sock", resume)

@@ -278,7 +278,8 @@ func (pr *preparing) record(e *entry) (peer.ControlResponse, bool) {
 		return pr.refuse(reasonPrepareFailed, "prepare: this node cannot name the guest it started (see its log)"), false
 	}
 	p.reg.setInstance(e, inst)
-	if err := p.saveOutcome(id, pr.who.owner(), pr.m.Domain, p.reg.incomingOf(e).Instance, nil); err != nil {
+	in := p.reg.incomingOf(e)
+	if err := p.saveRecord(outcomeRecord{ID: id, Owner: pr.who.owner(), Domain: pr.m.Domain, Instance: in.Instance, LibvirtResume: in.LibvirtResume}); err != nil {
 		p.dropIncoming(id, "its record could not be kept")
 		return pr.refuse(reasonPrepareFailed, "prepare: this node cannot record the migration (see its log)"), false
 	}

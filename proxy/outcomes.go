@@ -30,6 +30,11 @@ type outcomeRecord struct {
 	// handed the guest over; without a Result, absence proves nothing.
 	Finishing bool                  `json:"finishing,omitempty"`
 	Result    *peer.ControlResponse `json:"result,omitempty"`
+	// LibvirtResume: a broken post-copy of it is resumed by libvirt's own
+	// protocol, its target QEMU having no monitor of Ferry's (recorded at
+	// prepare and kept through every later write; absent in the records
+	// of a ferryd from before, whose targets all had a monitor).
+	LibvirtResume bool `json:"libvirtResume,omitempty"`
 }
 
 // maxOutcomeFile bounds what is read back of one record.
@@ -65,13 +70,15 @@ func (s *outcomeStore) save(r outcomeRecord) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, err := s.read(p, r.ID); err == nil && old.Result != nil {
+	old, err := s.read(p, r.ID)
+	if err == nil && old.Result != nil {
 		// An answer once given is the answer: a later reading of libvirt
 		// (the guest powered off since) must not replace it.
 		return nil
 	} else if r.Result == nil {
 		s.trim()
 	}
+	r.LibvirtResume = r.LibvirtResume || err == nil && old.LibvirtResume
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

@@ -52,7 +52,7 @@ func (p *Proxy) splitIncoming(req peer.ControlRequest, owner string) (peer.Incom
 		return peer.IncomingMigration{}, false
 	}
 	in := peer.IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
-		MonitorPath: HiddenMonitorPath(p.cfg.SocketDir, r.ID)}
+		MonitorPath: HiddenMonitorPath(p.cfg.SocketDir, r.ID), LibvirtResume: r.LibvirtResume}
 	if r.Result == nil && r.Finishing {
 		// This ferryd restarted during the finish, and no source has asked
 		// since: libvirt says how the finish left the guest.
@@ -99,7 +99,7 @@ func (p *Proxy) HeldIncoming() []peer.IncomingMigration {
 	for _, r := range latest {
 		if r.Result != nil && r.Result.Outcome == peer.OutcomeSplit || r.Result == nil && r.Finishing {
 			out = append(out, peer.IncomingMigration{ID: r.ID, Domain: r.Domain, Instance: r.Instance, PostCopy: true,
-				MonitorPath: HiddenMonitorPath(p.cfg.SocketDir, r.ID)})
+				MonitorPath: HiddenMonitorPath(p.cfg.SocketDir, r.ID), LibvirtResume: r.LibvirtResume})
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -25,16 +26,16 @@ type recoveringIncoming struct {
 	monitors  []string
 	recovered string // Recovered's answer
 	completed bool   // QEMU here has every page: Recover arms nothing
-	// byLibvirt: resumed by libvirt's protocol here; begins are the
-	// source's Begin cookies it was asked with, finishes what Resumed got.
-	byLibvirt bool
-	begins    []string
-	finishes  []string
+	// begins are the source's Begin cookies it was asked with on
+	// libvirt's route (the migration's LibvirtResume), finishes what
+	// Resumed got.
+	begins   []string
+	finishes []string
 }
 
 func (f *recoveringIncoming) Recover(_ context.Context, m peer.IncomingMigration, socket string, r peer.Resume) (string, []byte, error) {
 	f.rmu.Lock()
-	completed, byLibvirt := f.completed, f.byLibvirt
+	completed, byLibvirt := f.completed, m.LibvirtResume
 	f.rmu.Unlock()
 	if completed {
 		return peer.QEMUCompleted, nil, nil
@@ -80,13 +81,20 @@ func (f *recoveringIncoming) Recovered(context.Context, peer.IncomingMigration) 
 // splitPostCopy prepares a post-copy migration id on a target keeping
 // records in dir, relays some of it, and has its finish leave it split.
 func splitPostCopy(t *testing.T, src *node, dir, id string) (*node, *recoveringIncoming) {
+	return splitPostCopyBy(t, src, dir, id, false)
+}
+
+// splitPostCopyBy is splitPostCopy of a migration resumed by libvirt's
+// own protocol where byLibvirt: its source and this node's libvirt do.
+func splitPostCopyBy(t *testing.T, src *node, dir, id string, byLibvirt bool) (*node, *recoveringIncoming) {
 	t.Helper()
 	in := &recoveringIncoming{fakeIncoming: newFakeIncoming()}
+	in.resumes = byLibvirt
 	in.outcome = func(peer.IncomingMigration) (string, error) { return peer.OutcomeSplit, nil }
 	in.finishErr = errors.New("job 'migration in' failed in post-copy phase")
 	dst := startNodeWith(t, Config{OutcomeDir: dir, Incoming: in})
 	if _, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpPrepare, Migration: id, Domain: "vm",
-		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300}); err != nil {
+		XML: testXML, Cookie: []byte("begin"), Flags: 1, PostCopy: true, RecoverSeconds: 300, LibvirtResume: byLibvirt}); err != nil {
 		t.Fatal(err)
 	}
 	sm, err := src.p.OpenSource(id, dst.addr, []peer.Kind{peer.KindMemory}, os.Getpid(), 0)
@@ -225,10 +233,7 @@ func TestARecoveryOfAMigrationCompletedHereHandsOutNoStream(t *testing.T) {
 // libvirt's cookie for the source's Confirm.
 func TestARecoveryByLibvirtTakesTheSourcesBeginAndFinishes(t *testing.T) {
 	src := startNode(t, nil)
-	dst, in := splitPostCopy(t, src, t.TempDir(), "pc")
-	in.rmu.Lock()
-	in.byLibvirt = true
-	in.rmu.Unlock()
+	dst, in := splitPostCopyBy(t, src, t.TempDir(), "pc", true)
 	rejected := testutil.CollectAndCount(dst.p.metrics.Rejected)
 	_, err := src.p.Control(context.Background(), dst.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "pc", Domain: "vm"})
 	var ce *peer.ControlError
@@ -297,5 +302,25 @@ func TestAMonitorIsGivenOnlyWhereLibvirtCannotResume(t *testing.T) {
 				t.Fatalf("the target QEMU's monitor kept: %v (%v), want %v", kept, serr, c.monitor)
 			}
 		})
+	}
+}
+
+// The route a post-copy is resumed by is the one its prepare chose, kept
+// in its record: a ferryd restarted since resumes it the same way.
+func TestTheResumeRouteOutlivesARestart(t *testing.T) {
+	src := startNode(t, nil)
+	dir := t.TempDir()
+	dst, _ := splitPostCopyBy(t, src, dir, "pc", true)
+	// Its split post-copy is held: the drain is cut short, as a SIGKILL would.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	dst.p.Shutdown(ctx)
+	cancel()
+	in := &recoveringIncoming{fakeIncoming: newFakeIncoming()}
+	in.outcome = func(peer.IncomingMigration) (string, error) { return peer.OutcomeSplit, nil }
+	again := startNodeWith(t, Config{OutcomeDir: dir, Incoming: in})
+	_, err := src.p.Control(context.Background(), again.addr, peer.ControlRequest{Op: peer.OpRecover, Migration: "pc", Domain: "vm"})
+	var ce *peer.ControlError
+	if !errors.As(err, &ce) || ce.Reason != peer.ReasonResumeByLibvirt {
+		t.Fatalf("a recovery asked of the restarted target: %v, want %s: the route its prepare chose", err, peer.ReasonResumeByLibvirt)
 	}
 }
