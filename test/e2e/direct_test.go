@@ -25,6 +25,7 @@ import (
 // to b's address; the proxy relays none of its bytes. The guest runs on b
 // alone, its memory whole.
 func TestDirectPathMigratesWithQEMUsTLS(t *testing.T) {
+	supported(t, "direct-path", "yes")
 	const name = "direct"
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Verify: true})
 	before := verifiedSoFar(t, name)

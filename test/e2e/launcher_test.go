@@ -24,6 +24,7 @@ import (
 // itself, follow a migration between two launchers on both nodes, map both
 // sides to the VMI of KubeVirt's real CRD, and mark it when post-copy fails.
 func TestKubeVirtLaunchers(t *testing.T) {
+	supported(t, "launcher", "yes")
 	kubeUp(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -241,6 +242,7 @@ func launcherCompleted(t *testing.T, l *testbed.Launcher) *completedStats {
 // and QEMU 11.1 under the host's ferryd are tracked as any, and ferryd
 // says which libvirt and QEMU each pod runs.
 func testLaunchersOfAnotherStack(t *testing.T) {
+	supported(t, "launcher-other-stack", "yes: pods of the newest stack's libvirt under the host's ferryd")
 	src, dst, uid := launcherPair(t, "lnew", testbed.LauncherSpec{MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 8, Stack: testbed.StackNewest})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

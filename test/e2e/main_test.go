@@ -82,6 +82,10 @@ func run(m *testing.M) int {
 	if code != 0 {
 		dumpLogs()
 	}
+	if err := writeSupport(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
+	}
 	stopKube()
 	if err := bed.Down(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: down:", err)

@@ -23,6 +23,7 @@ func completed(j api.Job) bool { return j.Phase == api.PhaseCompleted }
 func drivenCompleted(j api.Job) bool { return completed(j) && j.Proxy != nil && j.Proxy.Ended }
 
 func TestIdleGuestMigratesAndBothNodesRecordIt(t *testing.T) {
+	supported(t, "tracking", "yes")
 	guest(t, testbed.GuestSpec{Name: "idle", MemoryMiB: 512, DirtyMiB: 64, DirtyRateMiBs: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -69,6 +70,7 @@ func TestIdleGuestMigratesAndBothNodesRecordIt(t *testing.T) {
 }
 
 func TestDirtyRateMatchesWhatTheGuestReports(t *testing.T) {
+	supported(t, "dirty-rate", "yes")
 	const rateMiBs = 32
 	guest(t, testbed.GuestSpec{Name: "dirty", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: rateMiBs})
 	time.Sleep(3 * time.Second) // let the guest's rate settle

@@ -138,6 +138,7 @@ func crashFerrydMidPreCopy(t *testing.T, name, node string) (before int, start t
 // destroys the incoming guest with the connection that prepared it; the
 // source's migration fails and its guest runs on, alone.
 func TestTargetFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
+	supported(t, "target-ferryd-killed", "yes")
 	const name = "dstferryd"
 	before, start := crashFerrydMidPreCopy(t, name, "b")
 	endsWholeOn(t, name, "a", "b", before, start)
@@ -208,6 +209,7 @@ func ferrydLogSays(node, text string) bool {
 // its autostart. Then a "reboots" (libvirtd starts without its
 // autostarted marker): it starts nothing, and one QEMU of the guest runs.
 func TestPersistentDomainMovesItsDefinition(t *testing.T) {
+	supported(t, "definition-moves", "yes")
 	const name = "persist"
 	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 64, DirtyRateMiBs: 8, Persistent: true, Verify: true})
 	const pendingKiB = 320 << 10
@@ -247,6 +249,7 @@ func TestPersistentDomainMovesItsDefinition(t *testing.T) {
 // directory, has the target drop its copy, and records the migration's
 // end, which it would otherwise have forgotten.
 func TestSourceFerrydKilledMidPreCopyLeavesOneGuest(t *testing.T) {
+	supported(t, "source-ferryd-killed", "yes")
 	const name = "srcferryd"
 	before, start := crashFerrydMidPreCopy(t, name, "a")
 	j := waitJob(t, "a", name, "the restarted ferryd's record of the migration", 90*time.Second, func(j api.Job) bool {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestPostCopySwitchThenCompleted(t *testing.T) {
+	supported(t, "driven-postcopy", "yes")
 	guest(t, testbed.GuestSpec{Name: "pc", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "pc", From: "a", To: "b", PostCopyAfter: 3 * time.Second, BandwidthMiBs: holdMiBs})
@@ -92,6 +93,7 @@ func waitEvent(t *testing.T, ch <-chan lifecycleEvent, event, detail int32, time
 }
 
 func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
+	supported(t, "postcopy-failure", "yes")
 	guest(t, testbed.GuestSpec{Name: "pcf", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	// Sampling every 30 s leaves libvirt's events as the only way to meet
 	// the 2 s limit below: a tracker that ignored them would miss it. No

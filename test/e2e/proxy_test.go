@@ -40,6 +40,7 @@ func setTLS(t *testing.T, on bool) {
 }
 
 func TestMigrationsThroughFerrysProxy(t *testing.T) {
+	supported(t, "driven-precopy", "yes")
 	for _, tls := range []bool{true, false} {
 		name := "mtls"
 		if !tls {

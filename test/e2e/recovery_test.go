@@ -116,6 +116,7 @@ func resumedToTheEnd(t *testing.T, r pcRun, resumes int) {
 // pauses the migration on both nodes and Ferry resumes it over fresh
 // streams, and it completes, the guest's memory whole.
 func TestPostCopyResetTwiceIsResumedTwice(t *testing.T) {
+	supported(t, "postcopy-reset-twice", "yes")
 	const name = "pcr-reset"
 	r := breakablePostCopy(t, name)
 	if err := bed.ResetMigration(); err != nil {
@@ -199,11 +200,13 @@ func resumeLeftOnTarget(t *testing.T, name string) {
 	})
 	monitor := strings.Contains(live, "ferry-recovery")
 	if !libvirtx.ResumesPostCopy(version) {
+		supported(t, "postcopy-resumed", "yes, through Ferry's QMP monitor (libvirt "+libvirtx.VersionString(version)+" crashes on its own resume)")
 		if !monitor {
 			t.Errorf("libvirt %s on the target crashes on its own resume, yet the guest has no monitor of Ferry's to resume by", libvirtx.VersionString(version))
 		}
 		return
 	}
+	supported(t, "postcopy-resumed", "yes, by libvirt's own protocol: no monitor, no taint on the target")
 	if monitor || len(taints) > 0 {
 		t.Errorf("libvirt %s on the target resumes post-copy itself, yet the guest has Ferry's monitor (%v) or taints %q", libvirtx.VersionString(version), monitor, taints)
 	}
@@ -388,6 +391,7 @@ func TestAPostCopyWhoseSourceVanishesDuringRecoveryFails(t *testing.T) {
 // and QEMU pauses the migration on both nodes. Started again, it finds
 // what it recorded, and the migration is resumed and completes.
 func TestPostCopyResumedAfterAFerrydIsKilled(t *testing.T) {
+	supported(t, "postcopy-ferryd-killed", "yes")
 	for _, node := range []string{"b", "a"} {
 		t.Run("node "+node, func(t *testing.T) {
 			name := "pcr-kill-" + node

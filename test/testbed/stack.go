@@ -209,6 +209,9 @@ func (b *Bed) StackVersions(node string) string {
 
 // stackRunning is the stack the node's namespace runs, as the bed
 // recorded it when it made the namespace.
+// Stack names the stack the node runs (StackDefault: the host's).
+func (b *Bed) Stack(node string) string { return b.stackRunning(node) }
+
 func (b *Bed) stackRunning(node string) string {
 	if st := b.nodeState(node); st != nil && st.Stack != "" {
 		return st.Stack
