@@ -78,7 +78,7 @@ e2e: prepare
 # and QEMU 11.1 on both nodes, and between it and Debian 12's libvirt 9.0 and
 # QEMU 7.2, a migration each way (of an idle guest: QEMU 7.2 under TCG
 # corrupts a busy one now and then, see docs/support.md).
-E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdWithPostCopyIsRefusedByName|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestPostCopyResetTwiceIsResumedTwice|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
+E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdWithPostCopyIsRefusedByName|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestPostCopyResetTwiceIsResumedTwice|TestPostCopyResumedAfterAFerrydIsKilled|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
 E2E_MIXED := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdIntoAQEMUBefore8IsRefusedByName
 e2e-stacks: prepare
 	FERRY_SUPPORT_DIR=$(SUPPORT_DIR) FERRY_BED_STACKS=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 20m -run '^($(E2E_CORE))$$' ./test/e2e/
