@@ -71,7 +71,7 @@ e2e: prepare
 	$(GO) test -count=1 -v -run Promtool ./deploy/
 	$(GO) test -count=1 -tags testbed_live -run TestLive -v -timeout 10m ./test/testbed/
 	$(GO) test -count=1 -tags kube -v -timeout 30m ./test/kube/...
-	FERRY_SUPPORT_DIR=$(SUPPORT_DIR) $(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
+	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" $(GO) test -count=1 -tags e2e -p 1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/ 2>&1 | tee e2e.out; exit $${PIPESTATUS[0]}
 
 # The core of the end-to-end suite on other libvirt and QEMU stacks
 # (test/testbed/stack.go, docs/support.md): on trixie-backports' libvirt 12.9
@@ -81,9 +81,9 @@ e2e: prepare
 E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdWithPostCopyIsRefusedByName|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestPostCopyResetTwiceIsResumedTwice|TestPostCopyResumedAfterAFerrydIsKilled|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
 E2E_MIXED := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdIntoAQEMUBefore8IsRefusedByName
 e2e-stacks: prepare
-	FERRY_SUPPORT_DIR=$(SUPPORT_DIR) FERRY_BED_STACKS=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 20m -run '^($(E2E_CORE))$$' ./test/e2e/
-	FERRY_SUPPORT_DIR=$(SUPPORT_DIR) FERRY_BED_STACKS=a=newest,b=oldest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
-	FERRY_SUPPORT_DIR=$(SUPPORT_DIR) FERRY_BED_STACKS=a=oldest,b=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
+	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" FERRY_BED_STACKS=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 20m -run '^($(E2E_CORE))$$' ./test/e2e/
+	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" FERRY_BED_STACKS=a=newest,b=oldest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
+	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" FERRY_BED_STACKS=a=oldest,b=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
 
 # prepare first: the unit tests of ferryctl's completion run real bash and
 # zsh, and promtool checks deploy/'s rules; prepare installs them.
@@ -99,13 +99,13 @@ test: prepare lint unit fuzz-short support-fresh e2e e2e-stacks support-check
 # cell: make support-update (then commit docs/support.json and .md).
 SUPPORT_DIR := $(CURDIR)/build/support
 support-fresh:
-	rm -rf $(SUPPORT_DIR)
+	rm -rf "$(SUPPORT_DIR)"
 
 support-check:
-	$(GO) run ./test/support/supportcheck $(SUPPORT_DIR)
+	$(GO) run ./test/support/supportcheck "$(SUPPORT_DIR)"
 
 support-update:
-	$(GO) run ./test/support/supportcheck -update $(SUPPORT_DIR)
+	$(GO) run ./test/support/supportcheck -update "$(SUPPORT_DIR)"
 	FERRY_UPDATE_DOCS=1 $(GO) test -count=1 -run 'SupportDocIsCurrent' ./docs/
 
 demo: prepare

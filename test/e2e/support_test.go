@@ -19,31 +19,39 @@ import (
 // with the matrix: test/support).
 
 var (
-	supportMu    sync.Mutex
-	supportCells []support.Cell
+	supportMu sync.Mutex
+	supportBy []supportSeen
 )
+
+// supportSeen is a cell and the test that showed it: the cell counts only
+// if the test passed, every cleanup of it included.
+type supportSeen struct {
+	t    *testing.T
+	cell support.Cell
+}
 
 // supported records, if t passes, that the bed's stacks showed feature
 // (a key of support.Features) as detail.
 func supported(t *testing.T, feature, detail string) {
 	t.Helper()
-	cell := support.Cell{Column: support.Column(bed.Stack("a"), bed.Stack("b")), Feature: feature, Detail: detail}
-	t.Cleanup(func() {
-		if t.Failed() || t.Skipped() {
-			return
-		}
-		supportMu.Lock()
-		defer supportMu.Unlock()
-		supportCells = append(supportCells, cell)
-	})
+	supportMu.Lock()
+	defer supportMu.Unlock()
+	supportBy = append(supportBy, supportSeen{t, support.Cell{Column: support.Column(bed.Stack("a"), bed.Stack("b")), Feature: feature, Detail: detail}})
 }
 
-// writeSupport writes the run's cells, one file per column, into
-// FERRY_SUPPORT_DIR, adding to what an earlier run of the column wrote.
+// writeSupport writes the cells of the run's tests that passed, one file
+// per column, into FERRY_SUPPORT_DIR, in place of an earlier run's of the
+// column (make test runs each column once).
 func writeSupport() error {
 	dir := os.Getenv("FERRY_SUPPORT_DIR")
 	supportMu.Lock()
 	defer supportMu.Unlock()
+	var supportCells []support.Cell
+	for _, s := range supportBy {
+		if !s.t.Failed() && !s.t.Skipped() {
+			supportCells = append(supportCells, s.cell)
+		}
+	}
 	if dir == "" || len(supportCells) == 0 {
 		return nil
 	}
@@ -59,9 +67,6 @@ func writeSupport() error {
 	}
 	for col, cells := range byColumn {
 		path := filepath.Join(dir, strings.NewReplacer(" → ", "-to-", " ", "-").Replace(col)+".json")
-		if earlier, err := support.Read(path); err == nil {
-			cells = append(earlier, cells...)
-		}
 		if err := support.Write(path, cells); err != nil {
 			return fmt.Errorf("writing the run's support cells: %w", err)
 		}

@@ -150,7 +150,7 @@ func ReadDir(dir string) ([]Cell, error) {
 		return nil, err
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("%s holds no run's cells (*.json): run the end-to-end suites with FERRY_SUPPORT_DIR=%s", dir, dir)
+		return nil, fmt.Errorf("%s holds no run's cells (*.json): run make test, or make support-fresh e2e e2e-stacks", dir)
 	}
 	var all []Cell
 	for _, f := range files {
@@ -186,7 +186,7 @@ func Diff(have, want []Cell) []string {
 	for k, d := range w {
 		switch hd, ok := h[k]; {
 		case !ok:
-			out = append(out, fmt.Sprintf("%s: the run showed nothing, docs/support.json says %q", k, d))
+			out = append(out, fmt.Sprintf("%s: no test of the run showed it (the test that records it did not run: dropped from the Makefile's E2E_CORE or E2E_MIXED, or renamed), docs/support.json says %q", k, d))
 		case hd != d:
 			out = append(out, fmt.Sprintf("%s: the run showed %q, docs/support.json says %q", k, hd, d))
 		}

@@ -55,7 +55,7 @@ func TestDiffAndRoundTrip(t *testing.T) {
 	if len(diff) != 3 || !strings.Contains(strings.Join(diff, "\n"), `showed "through Ferry's QMP monitor", docs/support.json says "by libvirt's own protocol"`) {
 		t.Fatalf("diff:\n%s", strings.Join(diff, "\n"))
 	}
-	if _, err := ReadDir(t.TempDir()); err == nil || !strings.Contains(err.Error(), "FERRY_SUPPORT_DIR") {
+	if _, err := ReadDir(t.TempDir()); err == nil || !strings.Contains(err.Error(), "make support-fresh e2e e2e-stacks") {
 		t.Errorf("an empty run dir: %v", err)
 	}
 }
