@@ -68,9 +68,13 @@ func (in *Target) recoverByLibvirt(ctx context.Context, m peer.IncomingMigration
 	if err != nil {
 		return "", nil, err
 	}
-	if v, err := c.Ping(ctx); err != nil || !libvirtx.ResumesPostCopy(v) {
+	v, err := c.Ping(ctx)
+	if err != nil {
+		return "", nil, PeerError(err)
+	}
+	if !libvirtx.ResumesPostCopy(v) {
 		// Upgraded into one of those since the Prepare gave no monitor.
-		return "", nil, fmt.Errorf("the guest's QEMU has no monitor of Ferry's, and libvirt %s here crashes on its own post-copy resume (%v): it resumes once libvirt is past 11.3", libvirtx.VersionString(v), err)
+		return "", nil, fmt.Errorf("the guest's QEMU has no monitor of Ferry's, and libvirt %s here crashes on its own post-copy resume: it resumes once libvirt is past 11.3", libvirtx.VersionString(v))
 	}
 	done, err := awaitFailedHere(ctx, c, dom)
 	if err != nil || done {

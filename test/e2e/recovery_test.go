@@ -26,6 +26,7 @@ type pcRun struct {
 	done    <-chan error
 	failed  map[string]float64 // ferry_migrations_total{result="postcopy_failed"} by node
 	resumed float64            // the source's resumed attempts
+	evA     <-chan lifecycleEvent
 }
 
 // breakablePostCopy starts a driven migration of a verifying guest that
@@ -46,6 +47,7 @@ func breakable(t *testing.T, g testbed.GuestSpec) pcRun {
 		r.failed[n] = metricSum(n, "ferry_migrations_total", `result="postcopy_failed"`)
 	}
 	evA := watchLifecycle(t, "a", name)
+	r.evA = evA
 	r.start = time.Now()
 	r.done = migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs,
 		PostCopyAfter: 2 * time.Second, PostCopyBandwidthMiBs: 8, Policy: "observe"})
@@ -164,7 +166,7 @@ func TestPostCopyResumesAfterALinkCut(t *testing.T) {
 		}
 	}
 	resumedToTheEnd(t, r, 1)
-	resumeLeftOnTarget(t, name)
+	resumeLeftOnTarget(t, r)
 }
 
 // resumeLeftOnTarget checks, on the target's libvirt, by which route the
@@ -172,8 +174,9 @@ func TestPostCopyResumesAfterALinkCut(t *testing.T) {
 // libvirt does not crash on it, which leaves no monitor of Ferry's in the
 // guest's live XML and no taint; through Ferry's monitor on libvirt 11.2
 // and 11.3, which libvirt reports as a taint.
-func resumeLeftOnTarget(t *testing.T, name string) {
+func resumeLeftOnTarget(t *testing.T, r pcRun) {
 	t.Helper()
+	name := r.name
 	var version uint64
 	var live string
 	var taints []string
@@ -211,7 +214,22 @@ func resumeLeftOnTarget(t *testing.T, name string) {
 		t.Errorf("libvirt %s on the target resumes post-copy itself, yet the guest has Ferry's monitor (%v) or taints %q", libvirtx.VersionString(version), monitor, taints)
 	}
 	// The resume's Finish and Confirm ran to the end: a Confirm that took
-	// the resumed migration for failed would have paused the job again.
+	// the resumed migration for failed would have had libvirt hold the
+	// source failed again (and the job show a second pause).
+	failedEvents := 0
+	for drained := false; !drained; {
+		select {
+		case e := <-r.evA:
+			if e.event == int32(libvirt.DomainEventSuspended) && e.detail == int32(libvirt.DomainEventSuspendedPostcopyFailed) {
+				failedEvents++
+			}
+		default:
+			drained = true
+		}
+	}
+	if failedEvents != 1 {
+		t.Errorf("libvirt on the source held the post-copy failed %d times for one break", failedEvents)
+	}
 	src := waitJob(t, "a", name, "Completed", 30*time.Second, completed)
 	pauses := 0
 	for _, e := range src.Events {

@@ -118,7 +118,6 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, p plann
 	if j.Proxy != nil {
 		r.MigrationID, r.TLS = j.Proxy.MigrationID, &j.Proxy.TLS
 	}
-	r.ResumedBy = resumedBy(b, name)
 	w := watchConsole(b, name)
 	defer w.finish()
 	// The stream has to be going, and the console read once, before the
@@ -153,6 +152,10 @@ func runOne(ctx context.Context, b *testbed.Bed, o options, st settings, p plann
 	}
 
 	migErr := follow(ctx, f)
+	// Read once the migration is over: the monitor's arguments stay in the
+	// live XML until the guest restarts, and libvirt 11.0 to 11.4 hold the
+	// XML of a guest still migrating in behind its job.
+	r.ResumedBy = resumedBy(b, name)
 	if f.ended {
 		r.MigrationSeconds = f.endedAt.Sub(t0).Seconds()
 	}
@@ -266,8 +269,8 @@ func follow(ctx context.Context, f *flight) error {
 }
 
 // resumedBy reads, from the target's libvirt, by which route the guest's
-// post-copy would be resumed: Ferry's monitor is in the target QEMU's
-// live XML from its Prepare on, or not at all.
+// post-copy was resumable: Ferry's monitor is in the target QEMU's live
+// XML from its Prepare on, or not at all.
 func resumedBy(b *testbed.Bed, name string) string {
 	l, err := b.Libvirt("b")
 	if err != nil {
