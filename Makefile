@@ -77,12 +77,16 @@ e2e: prepare
 # (test/testbed/stack.go, docs/support.md): on trixie-backports' libvirt 12.9
 # and QEMU 11.1 on both nodes, and between it and Debian 12's libvirt 9.0 and
 # QEMU 7.2, a migration each way (of an idle guest: QEMU 7.2 under TCG
-# corrupts a busy one now and then, see docs/support.md).
-E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdWithPostCopyIsRefusedByName|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestPostCopyResetTwiceIsResumedTwice|TestPostCopyResumedAfterAFerrydIsKilled|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
+# corrupts a busy one now and then, see docs/support.md), and post-copy
+# into it, broken and resumed.
+E2E_CORE := TestIdleGuestMigratesAndBothNodesRecordIt|TestPostCopyInWhereTheHostDeniesUserfaultfd|TestMultifdWithPostCopyIsRefusedByName|TestDirtyRateMatchesWhatTheGuestReports|TestMigrationsThroughFerrysProxy|TestPostCopySwitchThenCompleted|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut|TestPostCopyResetTwiceIsResumedTwice|TestPostCopyResumedAfterAFerrydIsKilled|TestSourceFerrydKilledMidPreCopyLeavesOneGuest|TestTargetFerrydKilledMidPreCopyLeavesOneGuest|TestPersistentDomainMovesItsDefinition
 E2E_MIXED := TestIdleGuestMigratesAndBothNodesRecordIt|TestMultifdIntoAQEMUBefore8IsRefusedByName
+# Into QEMU 7.2 only: out of it under TCG a guest is now and then
+# corrupted (docs/support.md), which no test may leave to chance.
+E2E_INTO_OLDEST := TestPostCopySwitchThenCompleted|TestPostCopyInWhereTheHostDeniesUserfaultfd|TestPostCopyFailureIsReportedOnBothNodes|TestPostCopyResumesAfterALinkCut
 e2e-stacks: prepare
 	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" FERRY_BED_STACKS=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 20m -run '^($(E2E_CORE))$$' ./test/e2e/
-	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" FERRY_BED_STACKS=a=newest,b=oldest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
+	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" FERRY_BED_STACKS=a=newest,b=oldest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 15m -run '^($(E2E_MIXED)|$(E2E_INTO_OLDEST))$$' ./test/e2e/
 	FERRY_SUPPORT_DIR="$(SUPPORT_DIR)" FERRY_BED_STACKS=a=oldest,b=newest $(GO) test -count=1 -tags e2e -p 1 -v -timeout 10m -run '^($(E2E_MIXED))$$' ./test/e2e/
 
 # prepare first: the unit tests of ferryctl's completion run real bash and

@@ -369,7 +369,7 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 			return none, PeerError(err)
 		}
 		c.Close()
-		return none, PeerError(err)
+		return none, postCopyIntoWhy(PeerError(err), m.PostCopy)
 	}
 	in.keep(m, c, config)
 	admitted = true

@@ -14,7 +14,7 @@ import (
 )
 
 func TestPostCopySwitchThenCompleted(t *testing.T) {
-	supported(t, "driven-postcopy", "yes")
+	supported(t, "driven-postcopy", postCopyInto(t, "b"))
 	guest(t, testbed.GuestSpec{Name: "pc", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	start := time.Now()
 	done := migrateAsync(t, testbed.MigrateSpec{Name: "pc", From: "a", To: "b", PostCopyAfter: 3 * time.Second, BandwidthMiBs: holdMiBs})
@@ -93,6 +93,7 @@ func waitEvent(t *testing.T, ch <-chan lifecycleEvent, event, detail int32, time
 }
 
 func TestPostCopyFailureIsReportedOnBothNodes(t *testing.T) {
+	postCopyInto(t, "b")
 	supported(t, "postcopy-failure", "yes")
 	guest(t, testbed.GuestSpec{Name: "pcf", MemoryMiB: 512, DirtyMiB: 384, DirtyRateMiBs: 0})
 	// Sampling every 30 s leaves libvirt's events as the only way to meet

@@ -40,6 +40,7 @@ func breakablePostCopy(t *testing.T, name string) pcRun {
 func breakable(t *testing.T, g testbed.GuestSpec) pcRun {
 	t.Helper()
 	name := g.Name
+	postCopyInto(t, "b")
 	guest(t, g)
 	r := pcRun{name: name, before: verifiedSoFar(t, name), failed: map[string]float64{},
 		resumed: metricSum("a", "ferry_migration_postcopy_recovery_attempts_total", `result="resumed"`)}

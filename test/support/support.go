@@ -34,6 +34,7 @@ var Features = []Feature{
 	{"dirty-rate", "the dirty rate equal to what the guest writes"},
 	{"driven-precopy", "a driven pre-copy through Ferry's proxy"},
 	{"driven-postcopy", "a driven post-copy"},
+	{"postcopy-userfaultfd-denied", "a post-copy in on a host with vm.unprivileged_userfaultfd=0 (Debian's default)"},
 	{"postcopy-failure", "a post-copy failure reported on both nodes"},
 	{"postcopy-resumed", "post-copy broken (link cut 45 s) and resumed"},
 	{"postcopy-reset-twice", "post-copy streams reset twice, resumed twice"},
