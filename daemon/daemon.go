@@ -143,6 +143,7 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	col := metrics.NewCollector(cfg.NodeName, cfg.Version, d.Tracker, d.Pool)
+	col.LibvirtCalls = libvirtx.Calls
 	col.Evacuation = d.lastPlanSeconds
 	col.Slots = d.slotUse
 	d.vmiUIDs = newVMIUIDs(d.Tracker.Domains, d.readVMIUID)

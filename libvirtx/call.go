@@ -39,6 +39,7 @@ func callWithin[T any](ctx context.Context, c *Conn, op string, timeout time.Dur
 	if err := c.admit(); err != nil {
 		return zero, &CallError{Op: op, Socket: c.socket, Err: err}
 	}
+	countCall(op)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res := make(chan result[T], 1)

@@ -41,6 +41,7 @@ var notInTheStory = map[string]string{
 	"ferry_migration_queued":                                       "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it",
 	"ferry_migration_slots_hung":                                   "the node's scheduler's, which the story's replay of libvirt has none of; daemon's catalogue test sees a real ferryd serve it, the hung-libvirtd e2e test sees it count",
 	"ferry_node_evacuation_seconds":                                "served once a plan was made, which the story does not make",
+	"ferry_libvirt_calls_total":                                    "a count of the whole process's calls, which the tests in one binary share; libvirtx's tests count them, bench-node reads them from a real ferryd",
 	"ferry_migration_postcopy_recovery_deadline_timestamp_seconds": "a wall-clock time, which the story's page holds none of; the e2e suite's post-copy recovery past its timeout scrapes it",
 }
 

@@ -11,6 +11,11 @@ var (
 		Help:   "Seconds since the libvirt daemon behind the socket last sent anything, while ferryd holds it hung (a ping past its deadline, or nothing, not even a keepalive answer, for 15 s); 0 while it answers, and while it is down.",
 		Labels: []string{"node", "socket"}})
 	descLibvirtUnresponsive = defLibvirtUnresponsive.Desc()
+
+	defLibvirtCalls = define(Def{Name: "ferry_libvirt_calls_total", Type: Counter, Area: AreaNode,
+		Help:   "Calls ferryd has sent to libvirt, on every socket it watches, by operation: its load on the node's libvirt daemons (keepalive packets not counted).",
+		Labels: []string{"node", "op"}})
+	descLibvirtCalls = defLibvirtCalls.Desc()
 )
 
 // unresponsiveSeconds is how long a hung daemon has said nothing, 0 for

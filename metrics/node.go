@@ -106,6 +106,9 @@ type Collector struct {
 	// on this node.
 	VMIUID       func(socket, domain, uuid string) string
 	ExpectedVMIs func() []api.VMIInfo
+	// LibvirtCalls, when set, counts the calls sent to libvirt by
+	// operation (libvirtx.Calls).
+	LibvirtCalls func() map[string]uint64
 }
 
 // SlotUse is one direction's slots: how many, how many taken, and how
@@ -152,6 +155,7 @@ func (n nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descActive
 	ch <- descExpected
 	ch <- descLibvirtUnresponsive
+	ch <- descLibvirtCalls
 }
 
 func (n nodeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -164,6 +168,11 @@ func (c *Collector) collectNode(ch chan<- prometheus.Metric, snap migration.Snap
 	}
 	for t, n := range snap.Totals {
 		ch <- prometheus.MustNewConstMetric(descTotals, prometheus.CounterValue, float64(n), c.node, string(t.Role), t.Result, string(t.Plane), string(t.Class))
+	}
+	if c.LibvirtCalls != nil {
+		for op, n := range c.LibvirtCalls() {
+			ch <- prometheus.MustNewConstMetric(descLibvirtCalls, prometheus.CounterValue, float64(n), c.node, op)
+		}
 	}
 	for result, n := range snap.RecoveryAttempts {
 		ch <- prometheus.MustNewConstMetric(descRecoveryAttempts, prometheus.CounterValue, float64(n), c.node, result)
