@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"k8s.io/client-go/dynamic"
 
@@ -165,6 +166,10 @@ func New(cfg Config, log *zap.Logger) (*Daemon, error) {
 		col.ExpectedVMIs = d.vmis.RunningHere
 	}
 	d.reg.MustRegister(col.Node())
+	// The process's own figures (go_goroutines, process_open_fds,
+	// process_resident_memory_bytes, ...), as every Prometheus exporter
+	// serves them: what a node of many launchers costs ferryd shows there.
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.scrape = metrics.NewHandler(d.reg, col, log.Named("metrics"))
 	d.steer = newSteerer(d.Tracker, cfg.Policy, cfg.NodeName, log.Named("policy"), metrics.NewPolicyActions(d.reg))
 	d.steer.advised = d.reportAdvice

@@ -21,7 +21,9 @@ func markdown() []byte {
 Everything ferryd exports on ` + "`/metrics`" + ` (the address of ` + "`--metrics-addr`" + `, :9474 by default,
 and the debug socket), generated from the declarations in ` + "[`metrics/`](../metrics/)" + `,
 where each metric is declared once: a test fails while this page differs
-from them, and ` + "`make generate`" + ` writes it anew.
+from them, and ` + "`make generate`" + ` writes it anew. Beside them ferryd serves
+the Go runtime's and the process's own series, as every exporter does
+(` + "`go_goroutines`, `process_resident_memory_bytes`, `process_open_fds`" + `, ...).
 
 Scope says which part of ferryd serves a metric:
 
