@@ -46,6 +46,9 @@ func callWithin[T any](ctx context.Context, c *Conn, op string, timeout time.Dur
 	var state atomic.Int32
 	go func() {
 		v, err := fn(c.l)
+		if err == nil {
+			c.answeredAt.Store(time.Now().UnixNano())
+		}
 		c.answered(&state)
 		res <- result[T]{v, err}
 	}()

@@ -39,6 +39,9 @@ type Conn struct {
 	// unanswered counts calls given up on and not yet answered (see
 	// unanswered.go).
 	unanswered atomic.Int32
+	// answeredAt is when a call last got libvirt's answer (unix
+	// nanoseconds): a worker of the daemon's served it then.
+	answeredAt atomic.Int64
 }
 
 // unixDialer keeps the connection it made so Ferry can cut a connection

@@ -3,6 +3,7 @@ package libvirtx
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // go-libvirt cannot cancel a call: one its caller gave up on keeps a
@@ -71,4 +72,12 @@ func (c *Conn) abandon(state *atomic.Int32, op string) bool {
 		c.dialer.cutFor(fmt.Errorf("%w (the last: %s); connection cut", ErrUnanswered, op))
 	}
 	return true
+}
+
+// lastAnswered is when a call last got libvirt's answer; zero before any.
+func (c *Conn) lastAnswered() time.Time {
+	if at := c.answeredAt.Load(); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
 }

@@ -100,6 +100,21 @@ func (l *ledger) recorded(k ledgerKey) (ledgerRecord, bool) {
 	return ledgerRecord{}, false
 }
 
+// holds says whether any failure of socket is recorded.
+func (l *ledger) holds(socket string) bool {
+	for k := range l.shown {
+		if k.socket == socket {
+			return true
+		}
+	}
+	for _, r := range l.recs {
+		if r.Socket == socket {
+			return true
+		}
+	}
+	return false
+}
+
 // known reports a failure recorded by this process or a previous one.
 func (l *ledger) known(k ledgerKey) bool {
 	_, ok := l.recorded(k)

@@ -21,13 +21,14 @@ type sampler struct {
 	t    *Tracker
 	c    *libvirtx.Conn
 	kick chan action
+	pace pace
 }
 
 // loop scans the connection on every tick and makes the reads that inputs
 // ask for. The first scan also picks up jobs that were already running, or
 // had already failed, before this connection existed.
 func (s *sampler) loop(ctx context.Context) {
-	s.scan(ctx)
+	s.scan(ctx, true)
 	tick := time.NewTicker(s.t.cfg.SampleInterval)
 	defer tick.Stop()
 	for {
@@ -35,8 +36,10 @@ func (s *sampler) loop(ctx context.Context) {
 		case <-ctx.Done():
 			s.t.forgetSocket(s.c.Socket())
 			return
-		case <-tick.C:
-			s.scan(ctx)
+		case now := <-tick.C:
+			if scan, whole := s.pace.next(now, s.t.cfg.SampleInterval, s.t.busy(s.c.Socket())); scan {
+				s.scan(ctx, whole)
+			}
 		case a := <-s.kick:
 			s.do(ctx, a)
 		}
@@ -94,8 +97,9 @@ func (t *Tracker) forgetSocket(socket string) {
 
 // scan lists domains in one call, then reads job stats of each active
 // domain concurrently, so one domain stuck on libvirt's state-change lock
-// delays nobody else.
-func (s *sampler) scan(ctx context.Context) {
+// delays nobody else; not whole, only of those whose state moved since
+// the last listing (see pace).
+func (s *sampler) scan(ctx context.Context, whole bool) {
 	at := time.Now()
 	doms, err := s.c.Domains(ctx)
 	if errors.Is(err, libvirtx.ErrNotALauncher) {
@@ -110,11 +114,15 @@ func (s *sampler) scan(ctx context.Context) {
 		return
 	}
 	acts := s.t.apply(input{kind: inList, socket: s.c.Socket(), at: at, got: time.Now(), list: doms})
+	moved := s.pace.moved(doms)
 	s.readFinals(ctx)
 	var wg sync.WaitGroup
 	for _, a := range acts {
 		if a.what != sample {
 			s.follow(ctx, []action{a})
+			continue
+		}
+		if !whole && !moved[a.dom.Name] {
 			continue
 		}
 		wg.Add(1)

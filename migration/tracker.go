@@ -240,6 +240,7 @@ func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan lib
 			if c.Matched() && !t.admits(ev.Socket, ev.Domain.Name) {
 				continue
 			}
+			s.pace.wake(time.Now())
 			in := input{kind: inLifecycle, socket: ev.Socket, dom: ev.Domain, at: ev.Time, event: ev}
 			if ev.Kind == libvirtx.KindIteration {
 				in.kind = inIteration
