@@ -46,10 +46,11 @@ func callWithin[T any](ctx context.Context, c *Conn, op string, timeout time.Dur
 	var state atomic.Int32
 	go func() {
 		v, err := fn(c.l)
-		if err == nil {
+		// Only an answer in time says the daemon serves: one that
+		// comes past every deadline must not spare it its ping.
+		if c.answered(&state) && err == nil {
 			c.answeredAt.Store(time.Now().UnixNano())
 		}
-		c.answered(&state)
 		res <- result[T]{v, err}
 	}()
 	select {

@@ -2,8 +2,11 @@ package libvirtx
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
@@ -13,6 +16,7 @@ import (
 type listingHandler struct {
 	every time.Duration
 	busy  chan struct{}
+	lost  chan error
 }
 
 func (h listingHandler) Serve(ctx context.Context, c *Conn, _ <-chan Event) {
@@ -31,7 +35,14 @@ func (h listingHandler) Serve(ctx context.Context, c *Conn, _ <-chan Event) {
 	}
 }
 
-func (listingHandler) Lost(string, error) {}
+func (h listingHandler) Lost(_ string, err error) {
+	if h.lost != nil {
+		select {
+		case h.lost <- err:
+		default:
+		}
+	}
+}
 
 // A connection whose calls libvirt answers is not pinged besides: an idle
 // launcher's listing shows its daemon's workers serving. Once the calls
@@ -52,5 +63,28 @@ func TestAConnectionAnsweringItsCallsIsNotPinged(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if n := pings() - before; n < 3 {
 		t.Errorf("%d pings in 500 ms with no other calls; want one every 50 ms", n)
+	}
+}
+
+// A daemon whose every answer comes past the call's deadline is not
+// spared its ping by those late answers: it is found unresponsive.
+func TestLateAnswersDoNotSpareThePing(t *testing.T) {
+	s := libvirtxtest.New(t, "")
+	var slow atomic.Bool
+	s.Answer(func(uint32, []byte) ([]byte, *libvirt.Error, bool) {
+		if slow.Load() {
+			time.Sleep(55 * time.Millisecond)
+		}
+		return nil, nil, false
+	})
+	h := listingHandler{every: 60 * time.Millisecond, busy: make(chan struct{}), lost: make(chan error, 1)}
+	runPoolWith(t, PoolConfig{Sockets: []string{s.Path()}, CallTimeout: 40 * time.Millisecond, PingEvery: 50 * time.Millisecond}, h)
+	waitUntil(t, "the listings", 2*time.Second, func() bool { return len(s.Calls(libvirtxtest.ProcConnectGetAllDomainStats)) >= 2 })
+	slow.Store(true)
+	select {
+	case err := <-h.lost:
+		t.Logf("lost: %v", err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("a daemon answering every call past its deadline was never found unresponsive")
 	}
 }

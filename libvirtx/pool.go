@@ -528,10 +528,10 @@ func (p *Pool) configured(socket string) bool {
 // health pings on a schedule; a ping past its deadline means libvirtd is
 // hung, and the connection is cut so nothing waits on it any longer. The
 // keepalive cuts it too when it hears nothing for its limit: a ping needs
-// a free worker of libvirtd's, a keepalive answer only its event loop. A
-// connection whose other calls were answered lately needs no ping: a
-// worker just served one (an idle launcher's listing, every few seconds,
-// so its libvirt is asked nothing more).
+// one of libvirtd's (priority) workers, a keepalive answer only its event
+// loop. A connection whose other calls were answered in time lately needs
+// no ping: a worker just served one (an idle launcher's reads, every few
+// seconds, so its libvirt is asked nothing more).
 func (p *Pool) health(ctx context.Context, c *Conn) error {
 	t := time.NewTicker(p.cfg.PingEvery)
 	defer t.Stop()

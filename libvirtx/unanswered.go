@@ -52,11 +52,14 @@ func (c *Conn) admit() error {
 
 // answered is the call's goroutine's, once go-libvirt returns, before it
 // hands the answer on: a late handler's own call (see Prepare) finds the
-// count without this one.
-func (c *Conn) answered(state *atomic.Int32) {
+// count without this one. It says whether the answer came in time, before
+// its caller gave up.
+func (c *Conn) answered(state *atomic.Int32) bool {
 	if !state.CompareAndSwap(callRunning, callAnswered) {
 		c.unanswered.Add(-1)
+		return false
 	}
+	return true
 }
 
 // abandon is the caller's, giving up on a call: false if its answer came

@@ -4,20 +4,23 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ferry-vm/ferry/libvirtx"
+	libvirt "github.com/digitalocean/go-libvirt"
 )
 
 // A node of launchers holds a libvirt connection per guest, nearly all of
 // them idle, so a socket with nothing in flight is not read every tick:
-// it is listed every idleListTicks, and every domain's job is read every
-// idleSweepTicks, the net under a lost event. Between, its events wake it:
-// libvirt sends one as a migration's first pass begins on the source
-// (migration-iteration) and as an incoming one starts on the target
-// (started/migrated), and a domain the listing finds in another state is
-// read at once. While awake, or while anything of it is in flight, it is
-// read every tick, as before.
+// every idleReadTicks the jobs of the domains it holds are read (libvirt's
+// migration job begins at Begin, before QEMU's first pass, and while it
+// copies storage or the target prepares, nothing else tells it), and
+// every idleSweepTicks it is listed whole, the net under a lost event for
+// a domain come or gone. Between, its events wake it: libvirt sends one as
+// a migration's first pass begins on the source (migration-iteration) and
+// as an incoming one starts on the target (started/migrated). While awake,
+// or while anything of it is in flight, it is read whole every tick, as
+// before. A migration that fails within idleReadTicks of its Begin,
+// before its first pass, leaves no job.
 const (
-	idleListTicks  = 6
+	idleReadTicks  = 6
 	idleSweepTicks = 60
 	// awakeTicks is how long an event keeps a socket read every tick.
 	awakeTicks = 10
@@ -29,40 +32,32 @@ type pace struct {
 	// woken is when the socket's last event came (unix nanoseconds);
 	// written by the event reader, read by the sampler.
 	woken atomic.Int64
-	// seen is each domain's state at the last listing, to read at once
-	// those that moved.
-	seen map[string][2]int32
 }
 
 func (p *pace) wake(at time.Time) { p.woken.Store(at.UnixNano()) }
 
-// next says, at a tick, whether to scan and whether whole: every domain's
-// job read, or only those whose state moved.
-func (p *pace) next(now time.Time, interval time.Duration, busy bool) (scan, whole bool) {
+// next says, at a tick, whether to read the socket whole (listed, every
+// domain's job read) or only the jobs of the domains it holds.
+func (p *pace) next(now time.Time, interval time.Duration, busy bool) (whole, jobs bool) {
 	p.ticks++
 	awake := now.Sub(time.Unix(0, p.woken.Load())) < awakeTicks*interval
 	switch {
 	case busy || awake || p.ticks%idleSweepTicks == 0:
-		return true, true
-	case p.ticks%idleListTicks == 0:
 		return true, false
+	case p.ticks%idleReadTicks == 0:
+		return false, true
 	}
 	return false, false
 }
 
-// moved keeps the listing's states and says which domains are new or in
-// another state than at the last listing.
-func (p *pace) moved(list []libvirtx.Domain) map[string]bool {
-	out := map[string]bool{}
-	seen := make(map[string][2]int32, len(list))
-	for _, d := range list {
-		st := [2]int32{int32(d.State), d.Reason}
-		if was, ok := p.seen[d.Name]; !ok || was != st {
-			out[d.Name] = true
-		}
-		seen[d.Name] = st
+// held are the domains the socket's last listing and events left it with.
+func (t *Tracker) held(socket string) []libvirt.Domain {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]libvirt.Domain, 0, len(t.domains[socket]))
+	for _, d := range t.domains[socket] {
+		out = append(out, d.Ref)
 	}
-	p.seen = seen
 	return out
 }
 

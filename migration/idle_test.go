@@ -13,9 +13,9 @@ import (
 	"github.com/ferry-vm/ferry/migration/migrationtest"
 )
 
-// An idle launcher's libvirt is listed every sixth tick and its guest's
-// job read every sixtieth, not every tick; a migration's first event
-// wakes it at once, and one whose events were lost is still found.
+// An idle launcher's guest has its job read every sixth tick and its
+// libvirt listed every sixtieth, not every tick; a migration's first
+// event wakes it at once.
 func TestAnIdleSocketIsReadSeldomAndWokenByItsEvents(t *testing.T) {
 	const tick = 10 * time.Millisecond
 	f := libvirtxtest.New(t, "")
@@ -29,11 +29,11 @@ func TestAnIdleSocketIsReadSeldomAndWokenByItsEvents(t *testing.T) {
 	time.Sleep(120 * tick)
 	ticks := int(time.Since(start) / tick)
 	lists, jobs = len(f.Calls(libvirtxtest.ProcConnectGetAllDomainStats))-lists, len(f.Calls(libvirtxtest.ProcDomainGetJobStats))-jobs
-	if lists > ticks/6+2 || jobs > ticks/60+2 {
-		t.Errorf("over %d ticks an idle socket was listed %d times and its job read %d times; want about %d and %d", ticks, lists, jobs, ticks/6, ticks/60)
+	if lists > ticks/60+2 || jobs > ticks/6+ticks/60+2 {
+		t.Errorf("over %d ticks an idle socket was listed %d times and its job read %d times; want about %d and %d", ticks, lists, jobs, ticks/60, ticks/6+ticks/60)
 	}
-	if lists < ticks/6/2 {
-		t.Errorf("over %d ticks an idle socket was listed only %d times; want about %d", ticks, lists, ticks/6)
+	if jobs < ticks/6/2 {
+		t.Errorf("over %d ticks an idle guest's job was read only %d times; want about %d", ticks, jobs, ticks/6)
 	}
 
 	out := libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
@@ -52,19 +52,26 @@ func TestAnIdleSocketIsReadSeldomAndWokenByItsEvents(t *testing.T) {
 	}
 }
 
-// A migration whose events never came is found by the sweep.
-func TestAMigrationWithoutEventsIsFoundByTheSweep(t *testing.T) {
+// A migration job with no event yet (libvirt's job begins at Begin;
+// QEMU's first pass, and its event, come after the target's Prepare and
+// any storage copy) is found within the idle reads' six ticks, and its
+// failure before any pass is recorded.
+func TestAMigrationBeforeItsFirstPassIsFoundAndItsFailureKept(t *testing.T) {
 	const tick = 10 * time.Millisecond
 	f := libvirtxtest.New(t, "")
 	f.SetDomains(libvirtxtest.Domain{Name: "vm", UUID: libvirt.UUID{8}, ID: 1, State: int32(libvirtx.StateRunning), Reason: 1})
 	tr := migration.NewTracker(migration.Config{Node: "n1", SampleInterval: tick})
 	migrationtest.Serve(t, tr, f)
 	migrationtest.Wait(t, "the first listing", func() bool { return len(f.Calls(libvirtxtest.ProcConnectGetAllDomainStats)) >= 1 })
+	time.Sleep(3 * tick)
 	f.SetJob("vm", libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
-		TimeElapsedMs: 300, MemoryIteration: 1, DataTotal: 256 << 20, MemoryTotal: 256 << 20, DataRemaining: 200 << 20, MemoryRemaining: 200 << 20})
+		TimeElapsedMs: 50, DataTotal: 8 << 30, DataRemaining: 8 << 30, DiskTotal: 8 << 30, DiskRemaining: 8 << 30})
 	set := time.Now()
-	migrationtest.WaitJob(t, tr, f.Path(), "vm", "found without an event", func(j api.Job) bool { return j.ElapsedMs == 300 })
-	if d := time.Since(set); d > 70*tick {
-		t.Errorf("found %v after the job began; want within the sweep's 60 ticks", d)
+	migrationtest.Wait(t, "the job copying storage", func() bool { return tr.InFlight(f.Path(), "vm") })
+	if d := time.Since(set); d > 12*tick {
+		t.Errorf("found %v after libvirt's job began; want within the idle reads' 6 ticks", d)
 	}
+	f.SetJob("vm", nil)
+	f.SetCompletedJob("vm", libvirtx.JobStats{Type: libvirtx.JobFailed, Operation: libvirtx.OperationMigrationOut, TimeElapsedMs: 300, ErrMsg: "nbd: no space"})
+	migrationtest.WaitJob(t, tr, f.Path(), "vm", "failed", func(j api.Job) bool { return j.Phase == api.PhaseFailed })
 }

@@ -28,7 +28,7 @@ type sampler struct {
 // ask for. The first scan also picks up jobs that were already running, or
 // had already failed, before this connection existed.
 func (s *sampler) loop(ctx context.Context) {
-	s.scan(ctx, true)
+	s.scan(ctx)
 	tick := time.NewTicker(s.t.cfg.SampleInterval)
 	defer tick.Stop()
 	for {
@@ -37,8 +37,11 @@ func (s *sampler) loop(ctx context.Context) {
 			s.t.forgetSocket(s.c.Socket())
 			return
 		case now := <-tick.C:
-			if scan, whole := s.pace.next(now, s.t.cfg.SampleInterval, s.t.busy(s.c.Socket())); scan {
-				s.scan(ctx, whole)
+			switch whole, jobs := s.pace.next(now, s.t.cfg.SampleInterval, s.t.busy(s.c.Socket())); {
+			case whole:
+				s.scan(ctx)
+			case jobs:
+				s.sampleAll(ctx, s.t.held(s.c.Socket()))
 			}
 		case a := <-s.kick:
 			s.do(ctx, a)
@@ -46,8 +49,9 @@ func (s *sampler) loop(ctx context.Context) {
 	}
 }
 
-// follow queues the reads apply asked for; a full queue drops them, since
-// the next scan makes every read again.
+// follow queues the reads apply asked for; a full queue drops them: the
+// next whole scan makes every read again (every tick while the socket is
+// busy or awake, which the events that ask for most of them keep it).
 func (s *sampler) follow(ctx context.Context, acts []action) {
 	for _, a := range acts {
 		if a.what == settleLater {
@@ -97,9 +101,8 @@ func (t *Tracker) forgetSocket(socket string) {
 
 // scan lists domains in one call, then reads job stats of each active
 // domain concurrently, so one domain stuck on libvirt's state-change lock
-// delays nobody else; not whole, only of those whose state moved since
-// the last listing (see pace).
-func (s *sampler) scan(ctx context.Context, whole bool) {
+// delays nobody else.
+func (s *sampler) scan(ctx context.Context) {
 	at := time.Now()
 	doms, err := s.c.Domains(ctx)
 	if errors.Is(err, libvirtx.ErrNotALauncher) {
@@ -114,21 +117,31 @@ func (s *sampler) scan(ctx context.Context, whole bool) {
 		return
 	}
 	acts := s.t.apply(input{kind: inList, socket: s.c.Socket(), at: at, got: time.Now(), list: doms})
-	moved := s.pace.moved(doms)
 	s.readFinals(ctx)
-	var wg sync.WaitGroup
+	var refs []libvirt.Domain
 	for _, a := range acts {
 		if a.what != sample {
 			s.follow(ctx, []action{a})
 			continue
 		}
-		if !whole && !moved[a.dom.Name] {
-			continue
-		}
+		refs = append(refs, a.dom)
+	}
+	s.sampleAll(ctx, refs)
+}
+
+// sampleAll reads the job stats of each domain concurrently; a launcher's
+// one is read on the sampler's own goroutine.
+func (s *sampler) sampleAll(ctx context.Context, refs []libvirt.Domain) {
+	if len(refs) == 1 {
+		s.follow(ctx, s.sample(ctx, refs[0]))
+		return
+	}
+	var wg sync.WaitGroup
+	for _, ref := range refs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.follow(ctx, s.sample(ctx, a.dom))
+			s.follow(ctx, s.sample(ctx, ref))
 		}()
 	}
 	wg.Wait()

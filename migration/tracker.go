@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -219,6 +220,9 @@ func NewTracker(cfg Config) *Tracker {
 func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan libvirtx.Event) {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &sampler{t: t, c: c, kick: make(chan action, 256)}
+	// Sockets connected together (ferryd's start) do not all read on the
+	// same tick.
+	s.pace.ticks = rand.Uint64N(idleSweepTicks)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -87,7 +87,7 @@ var flagDetails = map[string]string{
 
 	"qemu-tls-dir": "Set it where ferryd does not see that directory at the path qemu.conf gives (`--qemu-conf`). It holds `ca-cert.pem` and the server and client pairs QEMU uses on the direct path, checked at start and before every direct migration.",
 
-	"sample-interval": "They are also sampled at once on each migration iteration. A socket with no job in flight is listed every sixth interval and has every domain's job read every sixtieth; its libvirt events (a migration's first pass, an incoming one's start) wake it at once, and a domain the listing finds in another state is read at once.",
+	"sample-interval": "They are also sampled at once on each migration iteration. A socket with no job in flight has its domains' jobs read every sixth interval and is listed every sixtieth; its libvirt events (a migration's first pass, an incoming one's start) wake it at once. A migration that fails within six intervals of its start, before its first pass, may leave no job.",
 
 	"shutdown-grace": "New migrations are refused meanwhile; past it, those still in flight are cut. 0 cuts them at once. A pod's `terminationGracePeriodSeconds` must be larger than it by 20s or more: see [operations.md](operations.md#stopping-ferryd).",
 
