@@ -13,16 +13,25 @@ import (
 	"github.com/ferry-vm/ferry/migration/migrationtest"
 )
 
-// An idle launcher's guest has its job read every sixth tick and its
-// libvirt listed every sixtieth, not every tick; a migration's first
-// event wakes it at once.
-func TestAnIdleSocketIsReadSeldomAndWokenByItsEvents(t *testing.T) {
-	const tick = 10 * time.Millisecond
+const tick = 10 * time.Millisecond
+
+// idleLauncher is a tracker serving a launcher's libvirt whose one guest
+// runs with no job, once it has been listed.
+func idleLauncher(t *testing.T) (*migration.Tracker, *libvirtxtest.Server) {
+	t.Helper()
 	f := libvirtxtest.New(t, "")
 	f.SetDomains(libvirtxtest.Domain{Name: "vm", UUID: libvirt.UUID{7}, ID: 1, State: int32(libvirtx.StateRunning), Reason: 1})
 	tr := migration.NewTracker(migration.Config{Node: "n1", SampleInterval: tick})
 	migrationtest.Serve(t, tr, f)
 	migrationtest.Wait(t, "the first listing", func() bool { return len(f.Calls(libvirtxtest.ProcConnectGetAllDomainStats)) >= 1 })
+	return tr, f
+}
+
+// An idle launcher's guest has its job read every sixth tick and its
+// libvirt listed every sixtieth, not every tick; a migration's first
+// event wakes it at once.
+func TestAnIdleSocketIsReadSeldomAndWokenByItsEvents(t *testing.T) {
+	tr, f := idleLauncher(t)
 
 	lists, jobs := len(f.Calls(libvirtxtest.ProcConnectGetAllDomainStats)), len(f.Calls(libvirtxtest.ProcDomainGetJobStats))
 	start := time.Now()
@@ -57,12 +66,7 @@ func TestAnIdleSocketIsReadSeldomAndWokenByItsEvents(t *testing.T) {
 // any storage copy) is found within the idle reads' six ticks, and its
 // failure before any pass is recorded.
 func TestAMigrationBeforeItsFirstPassIsFoundAndItsFailureKept(t *testing.T) {
-	const tick = 10 * time.Millisecond
-	f := libvirtxtest.New(t, "")
-	f.SetDomains(libvirtxtest.Domain{Name: "vm", UUID: libvirt.UUID{8}, ID: 1, State: int32(libvirtx.StateRunning), Reason: 1})
-	tr := migration.NewTracker(migration.Config{Node: "n1", SampleInterval: tick})
-	migrationtest.Serve(t, tr, f)
-	migrationtest.Wait(t, "the first listing", func() bool { return len(f.Calls(libvirtxtest.ProcConnectGetAllDomainStats)) >= 1 })
+	tr, f := idleLauncher(t)
 	time.Sleep(3 * tick)
 	f.SetJob("vm", libvirtx.JobStats{Type: libvirtx.JobUnbounded, Operation: libvirtx.OperationMigrationOut,
 		TimeElapsedMs: 50, DataTotal: 8 << 30, DataRemaining: 8 << 30, DiskTotal: 8 << 30, DiskRemaining: 8 << 30})
