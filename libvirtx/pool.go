@@ -83,6 +83,9 @@ func (c *PoolConfig) defaults() {
 	}
 }
 
+// launcherEventsBuffer bounds a launcher socket's events buffer.
+const launcherEventsBuffer = 64
+
 // GlobStatus is what the pool knows of its glob.
 type GlobStatus struct {
 	Glob    string `json:"glob"`
@@ -450,7 +453,13 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	events, err := c.Subscribe(cctx, p.cfg.EventsBuffer)
+	buffer := p.cfg.EventsBuffer
+	if c.Matched() {
+		// A launcher's few domains send a few events a second at most;
+		// a node holds a hundred such buffers.
+		buffer = min(buffer, launcherEventsBuffer)
+	}
+	events, err := c.Subscribe(cctx, buffer)
 	if err != nil {
 		return nil, err
 	}
