@@ -75,7 +75,7 @@ func hasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }
 func (w *globWatch) refresh() {
 	var dirs []string
 	for _, l := range w.levels {
-		m, _ := filepath.Glob(l)
+		m, _ := glob(l)
 		dirs = append(dirs, m...)
 	}
 	w.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -269,7 +268,7 @@ func (p *Pool) rescan(ctx context.Context) {
 	}
 	globbed := map[string]bool{}
 	if p.cfg.Glob != "" {
-		matches, err := filepath.Glob(p.cfg.Glob)
+		matches, err := glob(p.cfg.Glob)
 		if err != nil {
 			p.log.Error("bad libvirt socket glob", zap.String("glob", p.cfg.Glob), zap.Error(err))
 		}
