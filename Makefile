@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X github.com/ferry-vm/ferry/internal/version.Version=$(VERSION
 BIN := bin
 E2E_TIMEOUT ?= 60m
 
-.PHONY: support-fresh support-check support-update all build check test unit fuzz fuzz-short e2e e2e-stacks demo bench bench-policy bench-recovery bench-evacuate bench-data bench-proxy lint prepare clean testbed-down generate dashboard docs
+.PHONY: support-fresh support-check support-update all build check test unit fuzz fuzz-short e2e e2e-stacks demo bench bench-policy bench-recovery bench-node bench-evacuate bench-data bench-proxy lint prepare clean testbed-down generate dashboard docs
 
 all: build
 
@@ -135,6 +135,12 @@ bench-policy: build
 # user timeout (15-30 minutes).
 bench-recovery: build
 	test/bench/recovery.sh
+
+# What a node full of KubeVirt launchers costs ferryd: CPU, memory,
+# descriptors, goroutines and libvirt calls at 0 to 40 idle guests, the
+# time to see a new launcher and to scrape, fitted per launcher (6 minutes).
+bench-node: build
+	test/bench/node.sh
 
 # Evacuating a node: Ferry's scheduler against KubeVirt's defaults.
 bench-evacuate: build
