@@ -393,8 +393,9 @@ func (p *Pool) keep(ctx context.Context, socket string) {
 					s.UnresponsiveSince = time.Time{}
 				}
 			})
-			// One line per outage, not one per retry.
-			if !logged {
+			// One line per outage, not one per retry; none for a pod's
+			// socket that is gone, which the next scan stops watching.
+			if !logged && !p.podGone(socket) {
 				p.log.Warn("libvirt unreachable, retrying with backoff", zap.String("socket", socket), zap.Error(err))
 				logged = true
 			}
@@ -518,10 +519,24 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 		}
 	})
 	p.h.Lost(socket, reason)
-	if ctx.Err() == nil {
+	switch {
+	case ctx.Err() != nil:
+	case p.podGone(socket):
+		p.log.Info("libvirt connection ended with its socket (a launcher pod's end)", zap.String("socket", socket), zap.Error(reason))
+	default:
 		p.log.Warn("libvirt connection lost", zap.String("socket", socket), zap.Error(reason))
 	}
 	return reason, nil
+}
+
+// podGone says a socket the glob matched is no longer there: its pod
+// ended, which is no fault to warn of.
+func (p *Pool) podGone(socket string) bool {
+	if p.configured(socket) {
+		return false
+	}
+	_, err := os.Lstat(socket)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 func (p *Pool) configured(socket string) bool {
