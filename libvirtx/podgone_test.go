@@ -42,4 +42,9 @@ func TestAPodsEndIsNoWarning(t *testing.T) {
 	for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
 		t.Errorf("warned of a pod's end: %s %v", e.Message, e.ContextMap())
 	}
+	for _, e := range logs.FilterMessage("libvirt connection ended with its socket (a launcher pod's end)").All() {
+		if e.ContextMap()["error"] == "context canceled" {
+			t.Errorf("the connection's end was said as %q, not the connection's own", e.ContextMap()["error"])
+		}
+	}
 }

@@ -499,6 +499,13 @@ func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
 	case reason = <-lost:
 	case <-served:
 		reason = context.Canceled
+		select {
+		case <-c.Done():
+			// The events ended with the connection: health saw it close
+			// too, and says why.
+			reason = <-lost
+		default:
+		}
 	}
 	forget()
 	cancel()
