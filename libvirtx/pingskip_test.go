@@ -50,19 +50,21 @@ func (h listingHandler) Lost(_ string, err error) {
 func TestAConnectionAnsweringItsCallsIsNotPinged(t *testing.T) {
 	s := libvirtxtest.New(t, "")
 	h := listingHandler{every: 30 * time.Millisecond, busy: make(chan struct{})}
-	runPoolWith(t, PoolConfig{Sockets: []string{s.Path()}, CallTimeout: time.Second, PingEvery: 50 * time.Millisecond}, h)
+	runPoolWith(t, PoolConfig{Sockets: []string{s.Path()}, CallTimeout: time.Second, PingEvery: 200 * time.Millisecond}, h)
 	pings := func() int { return len(s.Calls(libvirtxtest.ProcConnectGetLibVersion)) }
 	waitUntil(t, "the listings", 2*time.Second, func() bool { return len(s.Calls(libvirtxtest.ProcConnectGetAllDomainStats)) >= 3 })
 	before := pings()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(time.Second)
+	// A loaded machine may hold a listing past the 300 ms that spare a
+	// ping, once.
 	if n := pings() - before; n > 1 {
-		t.Errorf("%d pings in 500 ms of answered listings every 30 ms; want none (ping every 50 ms)", n)
+		t.Errorf("%d pings in 1 s of answered listings every 30 ms; want none (ping every 200 ms)", n)
 	}
 	close(h.busy)
 	before = pings()
-	time.Sleep(500 * time.Millisecond)
-	if n := pings() - before; n < 3 {
-		t.Errorf("%d pings in 500 ms with no other calls; want one every 50 ms", n)
+	time.Sleep(time.Second)
+	if n := pings() - before; n < 2 {
+		t.Errorf("%d pings in 1 s with no other calls; want one every 200 ms", n)
 	}
 }
 
