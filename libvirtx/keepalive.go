@@ -233,15 +233,19 @@ func (k *keepAlive) write() {
 // the daemon (an answer, an event, its own PING) starts the count again.
 func (k *keepAlive) run(gone <-chan struct{}) {
 	defer k.end()
-	tick := time.NewTicker(max(k.cfg.Interval/5, time.Millisecond))
-	defer tick.Stop()
+	// Woken when the next PING or the cut falls due as the silence goes
+	// on, not on a ticker: a node holds one of these per launcher. A
+	// packet meanwhile only makes the wake early, and it sleeps again.
+	floor := max(k.cfg.Interval/5, time.Millisecond)
+	timer := time.NewTimer(k.cfg.Interval)
+	defer timer.Stop()
 	var pinged time.Time // the silence the last PING was sent in
 	sent := 0
 	for {
 		select {
 		case <-gone:
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 		heard := k.f.heardAt()
 		silent := time.Since(heard)
@@ -256,6 +260,11 @@ func (k *keepAlive) run(gone <-chan struct{}) {
 			k.send(pingPacket)
 			pinged, sent = time.Now(), sent+1
 		}
+		next := time.Duration(sent+1) * k.cfg.Interval
+		if k.cut {
+			next = min(next, k.cfg.limit())
+		}
+		timer.Reset(max(next-time.Since(heard), floor))
 	}
 }
 

@@ -21,7 +21,7 @@ type sampler struct {
 	t    *Tracker
 	c    *libvirtx.Conn
 	kick chan action
-	pace pace
+	pace *pace
 }
 
 // loop scans the connection on every tick and makes the reads that inputs
@@ -29,22 +29,34 @@ type sampler struct {
 // had already failed, before this connection existed.
 func (s *sampler) loop(ctx context.Context) {
 	s.scan(ctx)
-	tick := time.NewTicker(s.t.cfg.SampleInterval)
-	defer tick.Stop()
+	interval := s.t.cfg.SampleInterval
+	due := time.Now().Add(interval)
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			s.t.forgetSocket(s.c.Socket())
 			return
-		case now := <-tick.C:
-			switch whole, jobs := s.pace.next(now, s.t.cfg.SampleInterval, s.t.busy(s.c.Socket())); {
+		case now := <-timer.C:
+			switch whole, jobs := s.pace.next(now, s.t.busy(s.c.Socket())); {
 			case whole:
 				s.scan(ctx)
 			case jobs:
 				s.sampleAll(ctx, s.t.held(s.c.Socket()))
 			}
+			// A busy socket is read on an even beat, however long the
+			// reads took, as a ticker would.
+			due = now.Add(s.pace.wait(time.Now(), s.t.busy(s.c.Socket())))
+			timer.Reset(max(time.Until(due), 0))
 		case a := <-s.kick:
 			s.do(ctx, a)
+			// An event woke a socket asleep until its next idle read:
+			// from now it is read every interval.
+			if now := time.Now(); s.pace.awake(now) && due.After(now.Add(interval)) {
+				due = now.Add(interval)
+				timer.Reset(interval)
+			}
 		}
 	}
 }

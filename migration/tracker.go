@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -219,10 +218,7 @@ func NewTracker(cfg Config) *Tracker {
 // Serve tracks one libvirt connection until its events end.
 func (t *Tracker) Serve(ctx context.Context, c *libvirtx.Conn, events <-chan libvirtx.Event) {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &sampler{t: t, c: c, kick: make(chan action, 256)}
-	// Sockets connected together (ferryd's start) do not all read on the
-	// same tick.
-	s.pace.ticks = rand.Uint64N(idleSweepTicks)
+	s := &sampler{t: t, c: c, kick: make(chan action, 256), pace: newPace(t.cfg.SampleInterval, time.Now())}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
