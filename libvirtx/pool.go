@@ -563,7 +563,9 @@ func (p *Pool) configured(socket string) bool {
 // no ping: a worker just served one (an idle launcher's reads, every few
 // seconds, so its libvirt is asked nothing more).
 func (p *Pool) health(ctx context.Context, c *Conn) error {
-	t := time.NewTicker(p.cfg.PingEvery)
+	spare := p.cfg.PingEvery * 3 / 2
+	var pinged time.Time // when the last ping was answered
+	t := time.NewTimer(p.cfg.PingEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -576,13 +578,17 @@ func (p *Pool) health(ctx context.Context, c *Conn) error {
 			return errConnClosed
 		case <-t.C:
 			start := time.Now()
-			if start.Sub(c.lastAnswered()) < p.cfg.PingEvery*3/2 {
+			// Another call than the ping itself, answered lately.
+			if la := c.lastAnswered(); la.After(pinged) && start.Sub(la) < spare {
+				t.Reset(spare - start.Sub(la))
 				continue
 			}
 			if _, err := c.Ping(ctx); err != nil {
 				return err
 			}
-			p.setStatus(c.Socket(), func(s *SocketStatus) { s.LastPingMicro = time.Since(start).Microseconds() })
+			pinged = time.Now()
+			p.setStatus(c.Socket(), func(s *SocketStatus) { s.LastPingMicro = pinged.Sub(start).Microseconds() })
+			t.Reset(p.cfg.PingEvery)
 		}
 	}
 }
