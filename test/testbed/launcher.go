@@ -373,7 +373,13 @@ done
 			return fmt.Errorf("testbed: launcher %s: naming its socket virtqemud-sock: %w", l.PodUID, err)
 		}
 	}
+	// The socket is bound before the daemon listens: on a busy machine a
+	// first dial can be refused.
 	c, err := l.Libvirt()
+	for err != nil && errors.Is(err, syscall.ECONNREFUSED) && l.daemon.alive() && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		c, err = l.Libvirt()
+	}
 	if err != nil {
 		return err
 	}
