@@ -49,7 +49,7 @@ func callWithin[T any](ctx context.Context, c *Conn, op string, timeout time.Dur
 		// Only an answer in time says the daemon serves: one that
 		// comes past every deadline must not spare it its ping.
 		if c.answered(&state) && err == nil {
-			c.answeredAt.Store(time.Now().UnixNano())
+			c.answeredAt.Store(int64(time.Since(monoEpoch)))
 		}
 		res <- result[T]{v, err}
 	}()

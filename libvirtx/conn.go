@@ -39,8 +39,8 @@ type Conn struct {
 	// unanswered counts calls given up on and not yet answered (see
 	// unanswered.go).
 	unanswered atomic.Int32
-	// answeredAt is when a call last got libvirt's answer (unix
-	// nanoseconds): a worker of the daemon's served it then.
+	// answeredAt is when a call last got libvirt's answer in time (since
+	// monoEpoch): a worker of the daemon's served it then.
 	answeredAt atomic.Int64
 }
 

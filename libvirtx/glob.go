@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // glob is filepath.Glob of the clean pattern, except that a component
@@ -75,10 +77,13 @@ func literalTail(pattern string) (head, tail string) {
 // matchIn lists dir's names that match pattern, sorted, as filepath.Glob
 // does for one directory.
 func matchIn(dir, pattern string) []string {
-	f, err := os.Open(dir)
+	// Only a directory is opened, never blocking: a pod's FIFO or device
+	// where the glob expects a directory is no directory to list.
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil
 	}
+	f := os.NewFile(uintptr(fd), dir)
 	names, _ := f.Readdirnames(-1)
 	f.Close()
 	slices.Sort(names)

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // glob finds what filepath.Glob finds, on a pods directory of every shape
@@ -96,5 +99,35 @@ func BenchmarkGlob(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A pod's FIFO where a glob with wildcards inside its volume expects a
+// directory is not opened: glob returns as filepath.Glob does.
+func TestGlobDoesNotOpenAPodsFIFO(t *testing.T) {
+	root := t.TempDir()
+	vol := filepath.Join(root, "pods", "evil", "volumes", "kubernetes.io~empty-dir", "libvirt-runtime")
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(vol, "trap")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pattern := filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~empty-dir", "*", "*", "*-sock")
+	done := make(chan struct{})
+	go func() {
+		glob(pattern)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		// Unblock the open so the goroutine ends.
+		if fd, err := unix.Open(fifo, unix.O_RDWR|unix.O_NONBLOCK, 0); err == nil {
+			defer unix.Close(fd)
+		}
+		<-done
+		t.Error("glob blocked on a pod's FIFO")
 	}
 }

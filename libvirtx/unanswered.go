@@ -77,10 +77,11 @@ func (c *Conn) abandon(state *atomic.Int32, op string) bool {
 	return true
 }
 
-// lastAnswered is when a call last got libvirt's answer; zero before any.
+// lastAnswered is when a call last got libvirt's answer in time (a
+// monotonic reading, as heard is); zero before any.
 func (c *Conn) lastAnswered() time.Time {
 	if at := c.answeredAt.Load(); at != 0 {
-		return time.Unix(0, at)
+		return monoEpoch.Add(time.Duration(at))
 	}
 	return time.Time{}
 }
