@@ -257,8 +257,10 @@ func (k *keepAlive) run(gone <-chan struct{}) {
 			return
 		}
 		if silent < k.cfg.limit() && silent >= time.Duration(sent+1)*k.cfg.Interval {
-			k.send(pingPacket)
+			// Stamped before it is sent: a PONG read before the stamp
+			// would look older than its PING, and the PING unanswered.
 			pinged, sent = time.Now(), sent+1
+			k.send(pingPacket)
 		}
 		next := time.Duration(sent+1) * k.cfg.Interval
 		if k.cut {
