@@ -29,8 +29,9 @@ func (s *Source) keepForRecover(log *zap.Logger, r drivenRecord) {
 }
 
 // keepGivenUp keeps a given-up record at a start of ferryd while its
-// guest is held in post-copy here, and settles it otherwise (the operator
-// destroyed the copies meanwhile).
+// guest is held in post-copy here, and settles it once libvirt says it is
+// not (the operator destroyed the copies meanwhile); sweepGivenUp looks
+// again while ferryd runs.
 func (s *Source) keepGivenUp(ctx context.Context, r drivenRecord) {
 	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID))
 	c, gone := s.waitConnWhileThere(ctx, r.Socket, socketGoneFor)
@@ -43,11 +44,16 @@ func (s *Source) keepGivenUp(ctx context.Context, r drivenRecord) {
 	if c == nil {
 		return
 	}
-	if _, ok := heldInPostCopy(ctx, c, r); ok {
+	held, known := givenUpHeld(ctx, c, r)
+	switch {
+	case held:
 		log.Warn("a post-copy whose recovery an operator gave up is still held here: ferryctl recover starts it again")
-		return
+	case known:
+		s.forgetSettled(log, r, false)
+	default:
+		// Asked again by the sweep: a failed call says nothing of the guest.
+		log.Warn("cannot tell whether a post-copy whose recovery an operator gave up is still held here; its record stays")
 	}
-	s.forgetSettled(log, r, false)
 }
 
 // heldInPostCopy is r's guest, if libvirt here holds it in post-copy.

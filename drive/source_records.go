@@ -111,11 +111,12 @@ func (s *Source) recordedDrives() []drivenRecord {
 
 // SettleRecorded settles the migrations a previous ferryd was driving
 // when it stopped: each goes on in the background until settled or ctx
-// ends.
+// ends, as does the sweep of given-up records.
 func (s *Source) SettleRecorded(ctx context.Context) {
 	if s.proxy == nil {
 		return
 	}
+	go s.sweepGivenUp(ctx)
 	for _, r := range s.recordedDrives() {
 		// No new migration of the domain starts until it is settled.
 		key := driveKey(r.Socket, r.Domain)

@@ -1,0 +1,112 @@
+package drive
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
+)
+
+// While ferryd runs, a given-up record goes once libvirt says its guest
+// is no longer held here in post-copy, and stays while it is held or
+// while libvirt cannot be asked.
+func TestTheSweepForgetsAGivenUpRecordOnlyOnLibvirtsWord(t *testing.T) {
+	held, c1, r1 := givenUpGuest(t, 1)
+	destroyed, c2, r2 := givenUpGuest(t, 2)
+	failing, c3, r3 := givenUpGuest(t, 3)
+	destroyed.RemoveDomain("vm")
+	failing.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == libvirtxtest.ProcDomainLookupByName {
+			return nil, &libvirt.Error{Code: uint32(libvirt.ErrInternalError), Message: "internal error"}, true
+		}
+		return nil, nil, false
+	})
+	s := rearmSource(t, map[string]*libvirtx.Conn{r1.Socket: c1, r2.Socket: c2, r3.Socket: c3}, r1, r2, r3)
+	s.sweepGivenUpOnce(context.Background(), map[string]time.Time{}, time.Now())
+	if !recordKept(t, s, r1.ID) {
+		t.Error("the record of a guest still held in post-copy was forgotten")
+	}
+	if recordKept(t, s, r2.ID) {
+		t.Error("the record of a guest destroyed since stayed")
+	}
+	if !recordKept(t, s, r3.ID) {
+		t.Error("a lookup that failed was taken for a guest gone")
+	}
+	if len(held.Calls(libvirtxtest.ProcDomainLookupByName)) == 0 {
+		t.Error("the held guest's libvirt was never asked")
+	}
+}
+
+// A record whose socket is missing goes once it has been missing for
+// socketGoneFor across sweeps, not before, and never while the socket's
+// file is there.
+func TestTheSweepForgetsARecordWhoseSocketStaysGone(t *testing.T) {
+	_, _, r := givenUpGuest(t, 1)
+	r.Socket = filepath.Join(t.TempDir(), "gone.sock")
+	s := rearmSource(t, nil, r)
+	missing := map[string]time.Time{}
+	now := time.Now()
+	s.sweepGivenUpOnce(context.Background(), missing, now)
+	s.sweepGivenUpOnce(context.Background(), missing, now.Add(socketGoneFor-time.Second))
+	if !recordKept(t, s, r.ID) {
+		t.Fatal("a record went before its socket was missing for socketGoneFor")
+	}
+	if err := os.WriteFile(r.Socket, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.sweepGivenUpOnce(context.Background(), missing, now.Add(socketGoneFor+time.Second))
+	if !recordKept(t, s, r.ID) {
+		t.Fatal("a record went while its socket's file was there")
+	}
+	os.Remove(r.Socket)
+	later := now.Add(2 * socketGoneFor)
+	s.sweepGivenUpOnce(context.Background(), missing, later)
+	s.sweepGivenUpOnce(context.Background(), missing, later.Add(socketGoneFor-time.Second))
+	if !recordKept(t, s, r.ID) {
+		t.Fatal("the socket's time missing was not counted again from its return")
+	}
+	s.sweepGivenUpOnce(context.Background(), missing, later.Add(socketGoneFor))
+	if recordKept(t, s, r.ID) {
+		t.Error("the record of a socket gone for socketGoneFor stayed")
+	}
+}
+
+// A record whose domain's key is held (its recovery started again, or a
+// start of ferryd deciding) is not the sweep's.
+func TestTheSweepLeavesARecordWhoseKeyIsHeld(t *testing.T) {
+	destroyed, c, r := givenUpGuest(t, 1)
+	destroyed.RemoveDomain("vm")
+	s := rearmSource(t, map[string]*libvirtx.Conn{r.Socket: c}, r)
+	key := driveKey(r.Socket, r.Domain)
+	if !s.running.start(key) {
+		t.Fatal("key taken")
+	}
+	s.sweepGivenUpOnce(context.Background(), map[string]time.Time{}, time.Now())
+	s.running.end(key)
+	if !recordKept(t, s, r.ID) {
+		t.Error("the sweep forgot a record whose key another holds")
+	}
+}
+
+// At a start of ferryd too, a lookup that fails says nothing of the
+// guest: its given-up record stays.
+func TestAStartKeepsAGivenUpRecordWhenLibvirtCannotTell(t *testing.T) {
+	failing, c, r := givenUpGuest(t, 1)
+	failing.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == libvirtxtest.ProcDomainLookupByName {
+			return nil, &libvirt.Error{Code: uint32(libvirt.ErrInternalError), Message: "internal error"}, true
+		}
+		return nil, nil, false
+	})
+	s := rearmSource(t, map[string]*libvirtx.Conn{r.Socket: c}, r)
+	s.keepGivenUp(context.Background(), r)
+	if !recordKept(t, s, r.ID) {
+		t.Error("a start of ferryd forgot a given-up record on a lookup that failed")
+	}
+}

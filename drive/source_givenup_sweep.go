@@ -1,0 +1,111 @@
+package drive
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-vm/ferry/libvirtx"
+)
+
+// givenUpSweepEvery is how often the running ferryd looks at its
+// given-up records: a record left for a guest gone since only costs a
+// file, so once a minute is plenty.
+const givenUpSweepEvery = time.Minute
+
+// sweepGivenUp forgets, while ferryd runs, each given-up record whose
+// guest is no longer held here in post-copy: its socket missing for
+// socketGoneFor (a pod deleted with its guest), or libvirt holding no
+// such copy any more (the operator destroyed or ran it). What a start of
+// ferryd decides (keepGivenUp) is decided again each givenUpSweepEvery,
+// so such a record does not wait for a restart. Until ctx ends.
+func (s *Source) sweepGivenUp(ctx context.Context) {
+	missing := map[string]time.Time{} // record ID: its socket missing since
+	t := time.NewTicker(givenUpSweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.sweepGivenUpOnce(ctx, missing, time.Now())
+	}
+}
+
+func (s *Source) sweepGivenUpOnce(ctx context.Context, missing map[string]time.Time, now time.Time) {
+	seen := map[string]bool{}
+	for _, r := range s.recordedDrives() {
+		if !r.GivenUp {
+			continue
+		}
+		seen[r.ID] = true
+		// A recovery started again, or a start of ferryd still deciding,
+		// holds the key: that one is theirs.
+		key := driveKey(r.Socket, r.Domain)
+		if !s.running.start(key) {
+			continue
+		}
+		s.sweepGivenUpRecord(ctx, r, missing, now)
+		s.running.end(key)
+	}
+	for id := range missing {
+		if !seen[id] {
+			delete(missing, id)
+		}
+	}
+}
+
+func (s *Source) sweepGivenUpRecord(ctx context.Context, r drivenRecord, missing map[string]time.Time, now time.Time) {
+	log := s.log.With(zap.String("domain", r.Domain), zap.String("migration", r.ID))
+	c, err := s.cfg.Conns.Conn(r.Socket)
+	if err != nil {
+		if socketThere(r.Socket) || slices.Contains(s.cfg.NodeSockets, r.Socket) {
+			delete(missing, r.ID)
+			return
+		}
+		since, ok := missing[r.ID]
+		if !ok {
+			missing[r.ID] = now
+			return
+		}
+		if now.Sub(since) >= socketGoneFor {
+			log.Warn("forgetting a given-up post-copy recovery: its libvirt's socket is gone", zap.String("socket", r.Socket), zap.Duration("for", now.Sub(since)))
+			s.forgetDrive(r.ID)
+			delete(missing, r.ID)
+		}
+		return
+	}
+	delete(missing, r.ID)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if held, known := givenUpHeld(cctx, c, r); known && !held {
+		log.Info("a post-copy whose recovery an operator gave up is no longer held here: its record goes")
+		s.forgetSettled(log, r, false)
+	}
+}
+
+// givenUpHeld says whether libvirt holds r's guest here in post-copy;
+// known is false when libvirt could not be asked (a call that failed
+// says nothing of the guest).
+func givenUpHeld(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (held, known bool) {
+	dom, err := c.LookupDomain(ctx, r.Domain)
+	switch {
+	case libvirtx.IsNoDomain(err):
+		return false, true
+	case err != nil:
+		return false, false
+	case libvirtx.UUIDString(dom.UUID) != r.UUID:
+		return false, true
+	}
+	state, reason, err := c.DomainState(ctx, dom)
+	if libvirtx.IsNoDomain(err) {
+		return false, true
+	}
+	if err != nil {
+		return false, false
+	}
+	return libvirtx.InPostCopy(state, reason), true
+}
