@@ -209,7 +209,8 @@ func (b Books) PrepareFailed(domain string, ref libvirt.Domain, socket string, s
 // replaces the tracker's own guess (libvirt keeps no record of why a
 // migration failed; the driver heard it). With no job to put it on (the
 // migration failed before libvirt started a job) a failed job is recorded
-// so the failure is not lost.
+// so the failure is not lost, and a completed one so that its completion
+// is not.
 func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string) {
 	t := b.t
 	t.mu.Lock()
@@ -246,6 +247,15 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string) {
 		j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry")
 		j.setProxy(info)
 		t.finish(j, api.PhaseFailed, failure, time.Now())
+	case best == nil && !d.Shown:
+		// Completed before any reading showed its job: libvirt's job says
+		// it migrates only from Perform, which may last less than a
+		// sampling interval (a small guest, a loaded libvirtd slow to
+		// answer). The driver's word is the job; the completed-job
+		// statistics are read after it where libvirt keeps them.
+		j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry, over before a reading showed its job")
+		j.setProxy(info)
+		t.finish(j, api.PhaseCompleted, "", time.Now())
 	case best == nil:
 	case best.view.Phase == api.PhasePostCopyPaused && failure != "":
 		best.setProxy(info)

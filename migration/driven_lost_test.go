@@ -127,3 +127,25 @@ func hasEvent(j api.Job, kind, detail string) bool {
 	}
 	return false
 }
+
+// A driven migration over between two readings (libvirt's job shows that
+// it migrates only from Perform, which may last less than an interval)
+// is a completed job on the driver's word, counted once, with the proxy's
+// account; the driver saying so again adds nothing.
+func TestADrivenMigrationNoReadingSawIsCompletedOnTheDriversWord(t *testing.T) {
+	f := newFeed(t, "a")
+	begin := time.Now().Add(-2 * time.Second)
+	info := api.ProxyInfo{MigrationID: "m-1", TargetNode: "b", Ended: true}
+	driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", TargetNode: "b"})
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, begin, info, "")
+	j := f.wantPhase(api.PhaseCompleted)
+	if j.Role != api.RoleSource || j.Proxy == nil || j.Proxy.MigrationID != "m-1" || j.PeerNode != "b" || !j.StartTime.Equal(begin) {
+		t.Errorf("job %s from %s, proxy %+v, peer %q, started %v; want the driver's migration m-1 to b from %v", j.Role, j.Socket, j.Proxy, j.PeerNode, j.StartTime, begin)
+	}
+	f.wantTotal(api.RoleSource, "completed", 1)
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, begin, info, "")
+	f.wantTotal(api.RoleSource, "completed", 1)
+	if n := len(f.tr.Jobs(true)); n != 1 {
+		t.Errorf("%d jobs after the driver's word came twice, want 1", n)
+	}
+}
