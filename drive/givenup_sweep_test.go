@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +111,36 @@ func TestAStartKeepsAGivenUpRecordWhenLibvirtCannotTell(t *testing.T) {
 	if !recordKept(t, s, r.ID) {
 		t.Error("a start of ferryd forgot a given-up record on a lookup that failed")
 	}
+}
+
+// A guest no longer held whose definition cannot be settled (its libvirt
+// fails the calls that settle it) keeps its record for the next sweep,
+// which tries once more itself: no sweep leaves a retrier behind.
+func TestTheSweepLeavesNoRetrierBehind(t *testing.T) {
+	f, c, r := givenUpGuest(t, 1)
+	r.Flags |= uint32(libvirt.MigratePersistDest)
+	f.SetState("vm", int32(libvirtx.StateRunning), int32(libvirt.DomainRunningUnpaused))
+	s := rearmSource(t, map[string]*libvirtx.Conn{r.Socket: c}, r)
+	before := goroutinesIn("settleDefinitionLater")
+	for i := range 5 {
+		s.sweepGivenUpOnce(context.Background(), map[string]time.Time{}, time.Now().Add(time.Duration(i)*givenUpSweepEvery))
+	}
+	if !recordKept(t, s, r.ID) {
+		t.Error("a record went with its definition not settled")
+	}
+	if n := goroutinesIn("settleDefinitionLater") - before; n != 0 {
+		t.Errorf("%d retriers left behind by 5 sweeps, want none", n)
+	}
+}
+
+// goroutinesIn counts the goroutines with fn on their stack.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<22)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }

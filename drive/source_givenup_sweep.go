@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
 
 	"github.com/ferry-vm/ferry/libvirtx"
@@ -82,9 +83,27 @@ func (s *Source) sweepGivenUpRecord(ctx context.Context, r drivenRecord, missing
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if held, known := givenUpHeld(cctx, c, r); known && !held {
-		log.Info("a post-copy whose recovery an operator gave up is no longer held here: its record goes")
-		s.forgetSettled(log, r, false)
+		s.forgetReleased(ctx, log, r)
 	}
+}
+
+// forgetReleased forgets the record of a guest no longer held here once
+// its definition is settled, trying that once: a failure leaves the
+// record to the next sweep, which asks again whether the guest is held,
+// rather than to a retrier of its own each sweep.
+func (s *Source) forgetReleased(ctx context.Context, log *zap.Logger, r drivenRecord) {
+	if r.Flags&uint32(libvirt.MigratePersistDest) != 0 {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		what, err := s.settleDefinitionOnce(dctx, r, false)
+		cancel()
+		if err != nil {
+			log.Warn("a post-copy whose recovery an operator gave up is no longer held here, and its definition is not settled yet; the next sweep tries again", zap.Error(err))
+			return
+		}
+		log.Info("the guest's definition here is settled", zap.String("here", what))
+	}
+	log.Info("a post-copy whose recovery an operator gave up is no longer held here: its record goes")
+	s.forgetDrive(r.ID)
 }
 
 // givenUpHeld says whether libvirt holds r's guest here in post-copy;
