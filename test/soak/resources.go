@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// usage is one ferryd's footprint at a moment of rest.
+type usage struct {
+	PID        int
+	RSSKiB     int64
+	FDs        int
+	Goroutines int
+	After      string
+}
+
+func (u usage) String() string {
+	return fmt.Sprintf("pid %d: RSS %.1f MiB, %d fds, %d goroutines", u.PID, float64(u.RSSKiB)/1024, u.FDs, u.Goroutines)
+}
+
+// usageBook keeps each ferryd's footprint at every rest. A ferryd's
+// baseline is its first footprint after it has lived through a whole
+// stretch of migrating (for the bed's first ferryds, the first fault's);
+// one restarted by a fault gets a baseline of its own a fault later.
+type usageBook struct {
+	mu sync.Mutex
+	// pidAtOpen is each node's ferryd when the gate last opened.
+	pidAtOpen map[string]int
+	baseline  map[string]usage
+	series    map[string][]usage
+	errs      []string
+}
+
+func newUsageBook() *usageBook {
+	return &usageBook{pidAtOpen: map[string]int{}, baseline: map[string]usage{}, series: map[string][]usage{}}
+}
+
+func (b *usageBook) gateOpened(bed *testbed.Bed) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range nodes {
+		b.pidAtOpen[n] = bed.FerrydPID(n)
+	}
+}
+
+// sample reads both ferryds' footprints, a few seconds into the rest so
+// that the connections and goroutines of the migrations just ended are
+// gone.
+func (b *usageBook) sample(bed *testbed.Bed, after string) {
+	time.Sleep(2 * time.Second)
+	for _, n := range nodes {
+		u, err := readUsage(bed, n)
+		b.mu.Lock()
+		if err != nil {
+			b.errs = append(b.errs, fmt.Sprintf("after %s, node %s: %v", after, n, err))
+			b.mu.Unlock()
+			continue
+		}
+		u.After = after
+		b.series[n] = append(b.series[n], u)
+		if _, ok := b.baseline[n]; (!ok || b.baseline[n].PID != u.PID) && b.pidAtOpen[n] == u.PID {
+			b.baseline[n] = u
+		}
+		b.mu.Unlock()
+	}
+}
+
+func readUsage(bed *testbed.Bed, node string) (usage, error) {
+	u := usage{PID: bed.FerrydPID(node)}
+	if u.PID == 0 {
+		return u, fmt.Errorf("no ferryd runs")
+	}
+	// The least of five readings a second apart: a Go heap's RSS swings
+	// by a tenth and more between garbage collections, which one reading
+	// would take for growth.
+	for i := range 5 {
+		if i > 0 {
+			time.Sleep(time.Second)
+		}
+		rss, err := vmRSS(u.PID)
+		if err != nil {
+			return u, err
+		}
+		if i == 0 || rss < u.RSSKiB {
+			u.RSSKiB = rss
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", u.PID))
+	if err != nil {
+		return u, err
+	}
+	u.FDs = len(fds)
+	g, err := metric(bed.Node(node).DebugSocket, "go_goroutines")
+	if err != nil {
+		return u, err
+	}
+	u.Goroutines = int(g)
+	return u, nil
+}
+
+// vmRSS is the process's resident set, KiB.
+func vmRSS(pid int) (int64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+}
+
+// metric reads one unlabelled series from ferryd's /metrics, which its
+// debug socket serves too.
+func metric(socket, name string) (float64, error) {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		// No keep-alive: an idle connection would be one more descriptor
+		// in the ferryd being counted.
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
+	resp, err := hc.Get("http://ferryd/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("/metrics has no %s", name)
+}
+
+// growthLimit is how much a ferryd's footprint may grow over the run
+// from its baseline: 10 %, and for counts at least 2, as one descriptor
+// more of 20 is no leak.
+const growthLimit = 0.10
+
+// compare says, for each node, how the last footprint stands to the
+// baseline, and what grew past the limit.
+func (b *usageBook) compare() (lines, grew []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range nodes {
+		s := b.series[n]
+		for _, u := range s {
+			lines = append(lines, fmt.Sprintf("  node %s after %s: %s", n, u.After, u))
+		}
+		if len(s) == 0 {
+			lines = append(lines, fmt.Sprintf("  node %s: no footprint read", n))
+			continue
+		}
+		last := s[len(s)-1]
+		base, ok := b.baseline[n]
+		if !ok || base.PID != last.PID {
+			lines = append(lines, fmt.Sprintf("  node %s: its ferryd (pid %d) was started by the last fault: nothing to compare it with", n, last.PID))
+			continue
+		}
+		if base.After == last.After {
+			lines = append(lines, fmt.Sprintf("  node %s: one footprint of its ferryd only (pid %d): nothing to compare", n, last.PID))
+			continue
+		}
+		check := func(what string, from, to float64, minSlack float64) {
+			limit := from + math.Max(from*growthLimit, minSlack)
+			verdict := "within"
+			if to > limit {
+				verdict = "PAST"
+				grew = append(grew, fmt.Sprintf("node %s: ferryd's %s grew from %.1f to %.1f (pid %d, from after %s to after %s), past %.0f %%", n, what, from, to, last.PID, base.After, last.After, growthLimit*100))
+			}
+			lines = append(lines, fmt.Sprintf("  node %s: %s %.1f -> %.1f (%+.1f %%), %s the limit", n, what, from, to, pct(from, to), verdict))
+		}
+		check("RSS (MiB)", float64(base.RSSKiB)/1024, float64(last.RSSKiB)/1024, 0)
+		check("open fds", float64(base.FDs), float64(last.FDs), 2)
+		check("goroutines", float64(base.Goroutines), float64(last.Goroutines), 2)
+	}
+	for _, e := range b.errs {
+		lines = append(lines, "  could not read: "+e)
+	}
+	return lines, grew
+}
+
+func pct(from, to float64) float64 {
+	if from == 0 {
+		return 0
+	}
+	return (to - from) / from * 100
+}
