@@ -144,3 +144,29 @@ func goroutinesIn(fn string) int {
 	}
 	return n
 }
+
+// The sweep lists the records, then takes each one's key: a record its
+// recovery settled and forgot in between (ferryctl recover's, completed)
+// is not settled again from the sweep's stale copy.
+func TestTheSweepSkipsARecordForgottenSinceItsListing(t *testing.T) {
+	first, c1, r1 := givenUpGuest(t, 1)
+	destroyed, c2, r2 := givenUpGuest(t, 2)
+	destroyed.RemoveDomain("vm")
+	var s *Source
+	asked := false
+	first.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == libvirtxtest.ProcDomainLookupByName && !asked {
+			asked = true
+			s.forgetDrive(r2.ID) // r2's recovery ended and settled meanwhile
+		}
+		return nil, nil, false
+	})
+	s = rearmSource(t, map[string]*libvirtx.Conn{r1.Socket: c1, r2.Socket: c2}, r1, r2)
+	s.sweepGivenUpOnce(context.Background(), map[string]time.Time{}, time.Now())
+	if !asked {
+		t.Fatal("the first record's libvirt was not asked")
+	}
+	if n := len(destroyed.Calls(libvirtxtest.ProcDomainLookupByName)); n != 0 {
+		t.Errorf("the sweep asked libvirt %d times about a record forgotten since its listing", n)
+	}
+}

@@ -49,7 +49,11 @@ func (s *Source) sweepGivenUpOnce(ctx context.Context, missing map[string]time.T
 		if !s.running.start(key) {
 			continue
 		}
-		s.sweepGivenUpRecord(ctx, r, missing, now)
+		// Read again under the key: a recovery started again may have
+		// ended, and settled and forgotten its record, since the listing.
+		if cur, ok := s.recordedDrive(r.ID); ok && cur.GivenUp {
+			s.sweepGivenUpRecord(ctx, cur, missing, now)
+		}
 		s.running.end(key)
 	}
 	for id := range missing {

@@ -482,6 +482,11 @@ func (t *Tracker) openSource(in input) *job {
 		if last.view.EndTime != nil && in.at.Before(*last.view.EndTime) {
 			return nil
 		}
+		if last.byDriver && last.view.EndTime != nil && start.Before(*last.view.EndTime) {
+			// libvirt's job of the migration the driver ended, its
+			// Confirm still running: the same migration, not a new one.
+			return nil
+		}
 		if d := start.Sub(last.libvirtStart); !last.libvirtStart.IsZero() && d < sameJobSlack && d > -sameJobSlack {
 			return nil
 		}

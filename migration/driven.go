@@ -254,6 +254,7 @@ func (b Books) DriveEnded(domain string, ref libvirt.Domain, socket string) {
 		// answer). The driver's word is the job; the completed-job
 		// statistics are read after it where libvirt keeps them.
 		j := t.newJob(socket, ref, api.RoleSource, start, "migration driven by Ferry, over before a reading showed its job")
+		j.byDriver = true
 		j.setProxy(info)
 		t.finish(j, api.PhaseCompleted, "", time.Now())
 	case best == nil:

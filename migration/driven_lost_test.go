@@ -149,3 +149,24 @@ func TestADrivenMigrationNoReadingSawIsCompletedOnTheDriversWord(t *testing.T) {
 		t.Errorf("%d jobs after the driver's word came twice, want 1", n)
 	}
 }
+
+// The driver may say a migration completed while libvirt here still holds
+// its job (its Confirm still running in libvirtd when the driver, told by
+// the target that the guest runs there, went on): the reading that then
+// finds that job opens no second job of the one migration.
+func TestLibvirtsJobStillHeldAfterTheDriversWordIsNoSecondJob(t *testing.T) {
+	f := newFeed(t, "a")
+	begin := time.Now().Add(-2 * time.Second)
+	info := api.ProxyInfo{MigrationID: "m-1", TargetNode: "b", Ended: true}
+	driverOf(f.tr).Drive(sock, dom.Name, api.ProxyInfo{MigrationID: "m-1", TargetNode: "b"})
+	driverOf(f.tr).DriveEnded(dom.Name, dom, sock, begin, info, "")
+	f.now = time.Now().Add(500 * time.Millisecond)
+	f.stats(outgoing(2, 0)) // libvirt's job, begun at Begin 2 s ago
+	f.list()
+	f.ended(notActive, noDomain, 0, 0, noDomain)
+	if n := len(f.tr.Jobs(true)); n != 1 {
+		t.Errorf("%d jobs of one migration, want 1", n)
+	}
+	f.wantTotal(api.RoleSource, "completed", 1)
+	f.wantTotal(api.RoleSource, "lost", 0)
+}

@@ -119,6 +119,10 @@ type job struct {
 	// libvirtStart is libvirt's own start of an outgoing job, estimated
 	// from its elapsed time: what tells a new libvirt job from this one.
 	libvirtStart time.Time
+	// byDriver: made on the driver's word alone, no reading of libvirt's
+	// job having seen it; libvirt may still hold that job (its Confirm
+	// running) when a reading first finds it.
+	byDriver bool
 	// opened is when the input that opened the job was true, and seen the
 	// newest reading that found it active: readings asked earlier are stale.
 	opened, seen time.Time
