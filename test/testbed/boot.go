@@ -35,7 +35,23 @@ func (b *Bed) BootLibvirtd(ctx context.Context, node string) error {
 // full or read-only root filesystem does, until restore is called:
 // libvirtd there can save no domain definition.
 func (b *Bed) ReadOnlyLibvirtConfig(node string) (restore func() error, err error) {
-	const dir = "/etc/libvirt/qemu"
+	return b.readOnly(node, "/etc/libvirt/qemu")
+}
+
+// ReadOnlyStateDir makes the node's ferryd state dir read-only, as a full
+// or read-only disk does, until restore is called: ferryd there can keep
+// no new record, and reads what it kept.
+func (b *Bed) ReadOnlyStateDir(node string) (restore func() error, err error) {
+	n, ok := b.nodes[node]
+	if !ok {
+		return nil, fmt.Errorf("testbed: no node %q", node)
+	}
+	return b.readOnly(node, filepath.Join(n.Dir, "state"))
+}
+
+// readOnly bind-mounts dir read-only over itself in the node's mount
+// namespace, which its daemons see and the host does not.
+func (b *Bed) readOnly(node, dir string) (restore func() error, err error) {
 	mount := func(script string) error {
 		argv, err := b.nsenter(node, "sh", "-c", script)
 		if err != nil {
