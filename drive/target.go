@@ -309,6 +309,9 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	if err := in.admit(m.ID, m.Domain, domXML); err != nil {
 		return none, err
 	}
+	// Before its Prepare makes it a domain of libvirt's: the next
+	// prepare's check finds its files here.
+	in.noteComingFiles(m.ID, domXML, config)
 	admitted := false
 	defer func() {
 		if !admitted {
@@ -319,9 +322,6 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	if err != nil {
 		return none, err
 	}
-	// Before its Prepare makes it a domain of libvirt's: the next
-	// prepare's check finds its files here.
-	in.noteComingFiles(ctx, pooled, m.ID, domXML, config)
 	if m.DryRun {
 		// The guest a dry run starts is no migration, until well after
 		// Cancel (see release) has stopped it.

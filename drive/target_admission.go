@@ -2,7 +2,6 @@ package drive
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -39,15 +38,10 @@ type incomingGuest struct {
 }
 
 // noteComingFiles keeps migration id's files, from the XML it was checked
-// and prepared with, for as long as it is admitted: only while libvirt
-// holds no domain of its UUID, so that a peer naming another guest's
-// UUID cannot have that guest's files taken for its own XML's.
-func (in *Target) noteComingFiles(ctx context.Context, c *libvirtx.Conn, id, live, config string) {
+// and prepared with, for as long as it is admitted.
+func (in *Target) noteComingFiles(id, live, config string) {
 	uuid, err := libvirtx.DomainUUID(live)
 	if err != nil {
-		return
-	}
-	if _, err := c.LookupDomainByUUID(ctx, uuid); !libvirtx.IsNoDomain(err) {
 		return
 	}
 	var all libvirtx.GuestFiles
@@ -79,16 +73,12 @@ func (in *Target) noteComingFiles(ctx context.Context, c *libvirtx.Conn, id, liv
 func (in *Target) comingFiles(uuid string) (libvirtx.GuestFiles, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	var files libvirtx.GuestFiles
-	n := 0
 	for _, g := range in.admitted {
 		if g.uuid != "" && g.uuid == uuid {
-			files, n = g.files, n+1
+			return g.files, true
 		}
 	}
-	// Two prepares of one UUID: libvirt runs one of them at most, and
-	// which is for libvirt to say.
-	return files, n == 1
+	return libvirtx.GuestFiles{}, false
 }
 
 // trackerLag is how long after its Prepare a guest counts as coming

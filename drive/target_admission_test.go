@@ -1,19 +1,13 @@
 package drive
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	libvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/ferry-vm/ferry/api"
-	"github.com/ferry-vm/ferry/libvirtx"
-	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/peer"
 )
@@ -134,7 +128,7 @@ func TestAnAdmittedGuestsFilesAreKnownWhileItComes(t *testing.T) {
 	if err := in.admit("m1", "a", live); err != nil {
 		t.Fatal(err)
 	}
-	in.noteComingFiles(context.Background(), lookupByUUID(t, false), "m1", live, config)
+	in.noteComingFiles("m1", live, config)
 	f, ok := in.comingFiles(uuid)
 	if !ok || !slices.Contains(f.Own, "/var/lib/libvirt/images/a.qcow2") || !slices.Contains(f.Own, "/var/lib/libvirt/images/a-data.raw") {
 		t.Fatalf("the coming guest's files: %+v %v, want its live disk and its definition's", f, ok)
@@ -144,44 +138,3 @@ func TestAnAdmittedGuestsFilesAreKnownWhileItComes(t *testing.T) {
 		t.Error("a guest whose migration ended is still known as coming")
 	}
 }
-
-// A guest whose UUID libvirt here already holds (a peer naming another
-// guest's UUID) is not known by its own XML: that guest's files would be
-// taken for the peer's.
-func TestAGuestOfAUUIDHeldHereIsNotKnownByItsOwnXML(t *testing.T) {
-	in := &Target{memory: &fakeMemory{avail: 10 << 20, resident: map[string]uint64{}}}
-	const uuid = "7c3a2c5e-2b36-4a7b-9d8e-0a4c1b2e3f40"
-	live := "<domain type='kvm'><name>a</name><uuid>" + uuid + "</uuid><memory unit='GiB'>1</memory></domain>"
-	if err := in.admit("m1", "a", live); err != nil {
-		t.Fatal(err)
-	}
-	in.noteComingFiles(context.Background(), lookupByUUID(t, true), "m1", live, "")
-	if _, ok := in.comingFiles(uuid); ok {
-		t.Error("a guest whose UUID libvirt holds is known by the peer's XML")
-	}
-}
-
-// lookupByUUID is a libvirt connection whose lookups by UUID find a
-// domain, or none.
-func lookupByUUID(t *testing.T, found bool) *libvirtx.Conn {
-	t.Helper()
-	f := libvirtxtest.New(t, "")
-	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-		if proc != procDomainLookupByUUID {
-			return nil, nil, false
-		}
-		if found {
-			return new(libvirtxtest.XDR).Domain("other", libvirt.UUID{1}, 1).Bytes(), nil, true
-		}
-		return nil, &libvirt.Error{Code: uint32(libvirt.ErrNoDomain), Message: "Domain not found"}, true
-	})
-	c, err := libvirtx.Dial(context.Background(), f.Path(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// procDomainLookupByUUID is libvirt's REMOTE_PROC_DOMAIN_LOOKUP_BY_UUID.
-const procDomainLookupByUUID = 24

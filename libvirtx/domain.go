@@ -2,10 +2,8 @@ package libvirtx
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
@@ -23,17 +21,6 @@ type Domain struct {
 // UUIDString formats a libvirt UUID the usual 8-4-4-4-12 way.
 func UUIDString(u libvirt.UUID) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
-}
-
-// parseUUID reads a UUID as UUIDString prints it (hyphens optional).
-func parseUUID(s string) (libvirt.UUID, error) {
-	var u libvirt.UUID
-	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	if err != nil || len(b) != len(u) {
-		return u, fmt.Errorf("UUID %q: not 32 hex digits", s)
-	}
-	copy(u[:], b)
-	return u, nil
 }
 
 // Persistent reports whether the domain has a definition that outlives it.
@@ -155,18 +142,6 @@ func (c *Conn) Define(ctx context.Context, xml string) error {
 func (c *Conn) LookupDomain(ctx context.Context, name string) (libvirt.Domain, error) {
 	return call(ctx, c, "lookup domain", func(l *libvirt.Libvirt) (libvirt.Domain, error) {
 		return l.DomainLookupByName(name)
-	})
-}
-
-// LookupDomainByUUID finds an active or defined domain by its UUID (as
-// libvirt prints it).
-func (c *Conn) LookupDomainByUUID(ctx context.Context, uuid string) (libvirt.Domain, error) {
-	u, err := parseUUID(uuid)
-	if err != nil {
-		return libvirt.Domain{}, err
-	}
-	return call(ctx, c, "lookup domain by uuid", func(l *libvirt.Libvirt) (libvirt.Domain, error) {
-		return l.DomainLookupByUUID(u)
 	})
 }
 
