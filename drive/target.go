@@ -303,15 +303,12 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 		}
 		return none, err
 	}
-	if err := takesNoOtherGuestsFiles(ctx, pooled, domXML, config, in.comingFiles); err != nil {
+	if err := takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
 		return none, err
 	}
 	if err := in.admit(m.ID, m.Domain, domXML); err != nil {
 		return none, err
 	}
-	// Before its Prepare makes it a domain of libvirt's: the next
-	// prepare's check finds its files here.
-	in.noteComingFiles(m.ID, domXML, config)
 	admitted := false
 	defer func() {
 		if !admitted {

@@ -30,55 +30,6 @@ type incomingGuest struct {
 	// as coming whatever the tracker says (a slow Prepare has shown
 	// libvirt nothing yet).
 	prepared time.Time
-	// uuid and files are its checked XML's (live and definition): what
-	// the next incoming guest is checked against while libvirt, holding
-	// this one's incoming job, would not say (see comingFiles).
-	uuid  string
-	files libvirtx.GuestFiles
-}
-
-// noteComingFiles keeps migration id's files, from the XML it was checked
-// and prepared with, for as long as it is admitted.
-func (in *Target) noteComingFiles(id, live, config string) {
-	uuid, err := libvirtx.DomainUUID(live)
-	if err != nil {
-		return
-	}
-	var all libvirtx.GuestFiles
-	for _, x := range []string{live, config} {
-		if x == "" {
-			continue
-		}
-		f, err := libvirtx.FilesOf(x)
-		if err != nil {
-			return
-		}
-		all.Own = append(all.Own, f.Own...)
-		all.Shared = append(all.Shared, f.Shared...)
-		all.Shareable = append(all.Shareable, f.Shareable...)
-		all.QCOW2 = append(all.QCOW2, f.QCOW2...)
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if g, ok := in.admitted[id]; ok {
-		g.uuid, g.files = uuid, all
-		in.admitted[id] = g
-	}
-}
-
-// comingFiles are the files of the guest of uuid if it is coming here in
-// a migration this node admitted: libvirt 11.0 to 11.4 answer a call for
-// its XML only once its incoming job is over, which would hold every
-// prepare beside it past the call's timeout.
-func (in *Target) comingFiles(uuid string) (libvirtx.GuestFiles, bool) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for _, g := range in.admitted {
-		if g.uuid != "" && g.uuid == uuid {
-			return g.files, true
-		}
-	}
-	return libvirtx.GuestFiles{}, false
 }
 
 // trackerLag is how long after its Prepare a guest counts as coming

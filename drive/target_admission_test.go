@@ -3,7 +3,6 @@ package drive
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -113,28 +112,5 @@ func TestAGuestCountsAsComingUntilItsPrepareIsSeen(t *testing.T) {
 	in.mu.Unlock()
 	if kept {
 		t.Error("a guest prepared long ago that libvirt does not hold as coming is still counted")
-	}
-}
-
-// A guest admitted here is known by the files of the XML it was checked
-// with, live and definition, for as long as it is coming, and by no one
-// once its migration ends.
-func TestAnAdmittedGuestsFilesAreKnownWhileItComes(t *testing.T) {
-	in := &Target{memory: &fakeMemory{avail: 10 << 20, resident: map[string]uint64{}}}
-	const uuid = "7c3a2c5e-2b36-4a7b-9d8e-0a4c1b2e3f40"
-	live := "<domain type='kvm'><name>a</name><uuid>" + uuid + "</uuid><memory unit='GiB'>1</memory><devices>" +
-		"<disk type='file' device='disk'><source file='/var/lib/libvirt/images/a.qcow2'/><target dev='vda'/></disk></devices></domain>"
-	config := strings.Replace(live, "</devices>", "<disk type='file' device='disk'><source file='/var/lib/libvirt/images/a-data.raw'/><target dev='vdb'/></disk></devices>", 1)
-	if err := in.admit("m1", "a", live); err != nil {
-		t.Fatal(err)
-	}
-	in.noteComingFiles("m1", live, config)
-	f, ok := in.comingFiles(uuid)
-	if !ok || !slices.Contains(f.Own, "/var/lib/libvirt/images/a.qcow2") || !slices.Contains(f.Own, "/var/lib/libvirt/images/a-data.raw") {
-		t.Fatalf("the coming guest's files: %+v %v, want its live disk and its definition's", f, ok)
-	}
-	in.release("m1")
-	if _, ok := in.comingFiles(uuid); ok {
-		t.Error("a guest whose migration ended is still known as coming")
 	}
 }

@@ -14,12 +14,12 @@ import (
 // another guest's disk, or write into it (a chardev, an NVRAM, a
 // writable loader) at Prepare, a dry run's too. The allowlist says which
 // directories; this says whose file.
-func takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string, coming func(uuid string) (libvirtx.GuestFiles, bool)) error {
+func takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string) error {
 	uuid, err := libvirtx.DomainUUID(live)
 	if err != nil {
 		return &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
-	others, err := c.OtherGuestsFiles(ctx, uuid, coming)
+	others, err := c.OtherGuestsFiles(ctx, uuid)
 	if err != nil {
 		return PeerError(fmt.Errorf("listing this node's guests' files: %w", err))
 	}

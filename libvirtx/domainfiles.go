@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -184,12 +183,8 @@ func concat(lists ...[]string) []string {
 // holds, running or defined, but the one of uuid: a running domain's live
 // XML and, if it is persistent, its definition too (a disk added with
 // --config is in the latter alone), and the backing images its qcow2
-// headers name (a shut-off domain's XML names none of them). known, when
-// set and it has a domain's UUID, gives that domain's files without
-// asking libvirt: a guest coming here in a migration, whose XML libvirt
-// 11.0 to 11.4 give only once its incoming job is over (that job admits
-// no other, and their XML takes one), seconds or minutes later.
-func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(uuid string) (GuestFiles, bool)) (map[string]GuestFiles, error) {
+// headers name (a shut-off domain's XML names none of them).
+func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string) (map[string]GuestFiles, error) {
 	all, err := c.listDomains(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -207,21 +202,14 @@ func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(uui
 		if UUIDString(d.UUID) == uuid {
 			continue
 		}
-		f, ok := GuestFiles{}, false
-		if known != nil {
-			f, ok = known(UUIDString(d.UUID))
+		f, err := c.filesOfDomain(ctx, d, runningDefined[d.Name])
+		if IsNoDomain(err) {
+			continue // gone meanwhile
 		}
-		if !ok {
-			var err error
-			f, err = c.filesOfDomain(ctx, d, runningDefined[d.Name])
-			if IsNoDomain(err) {
-				continue // gone meanwhile
-			}
-			if err != nil {
-				return nil, fmt.Errorf("domain %s: %w", d.Name, err)
-			}
+		if err != nil {
+			return nil, fmt.Errorf("domain %s: %w", d.Name, err)
 		}
-		f.Shared = append(slices.Clone(f.Shared), backingChains(f.QCOW2)...)
+		f.Shared = append(f.Shared, backingChains(f.QCOW2)...)
 		out[d.Name] = f
 	}
 	return out, nil

@@ -1,18 +1,10 @@
 package libvirtx
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	libvirt "github.com/digitalocean/go-libvirt"
-
-	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 // What another guest of the node owns may not be named by an incoming
@@ -123,48 +115,3 @@ func TestFilesOfNamesDeviceTreesTablesAndDataFiles(t *testing.T) {
 		}
 	}
 }
-
-// A guest coming here in a migration is not asked of libvirt, which
-// holds its XML behind the incoming job (libvirt 11.0 to 11.4): its files
-// come from what the caller knows of it; every other domain is asked.
-func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
-	s := libvirtxtest.New(t, "")
-	s.SetDomains(libvirtxtest.Domain{Name: "coming", UUID: libvirt.UUID{1}, ID: 1, State: int32(StatePaused)},
-		libvirtxtest.Domain{Name: "other", UUID: libvirt.UUID{2}, ID: 2, State: int32(StateRunning)})
-	s.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-		switch proc {
-		case procConnectListAllDomains:
-			return new(libvirtxtest.XDR).U32(2).Domain("coming", libvirt.UUID{1}, 1).Domain("other", libvirt.UUID{2}, 2).U32(2).Bytes(), nil, true
-		case libvirtxtest.ProcDomainGetXMLDesc:
-			return new(libvirtxtest.XDR).String(guestXML("other", "", "")).Bytes(), nil, true
-		}
-		return nil, nil, false
-	})
-	c, err := Dial(context.Background(), s.Path(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	comingFiles := GuestFiles{Own: []string{"/var/lib/libvirt/images/coming.qcow2"}}
-	known := func(uuid string) (GuestFiles, bool) {
-		return comingFiles, uuid == UUIDString(libvirt.UUID{1})
-	}
-	got, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range s.Calls(libvirtxtest.ProcDomainGetXMLDesc) {
-		if bytes.Contains(args, []byte("coming")) {
-			t.Error("libvirt was asked for the XML of the guest coming here")
-		}
-	}
-	if len(s.Calls(libvirtxtest.ProcDomainGetXMLDesc)) == 0 {
-		t.Error("libvirt was not asked for the other guest's XML")
-	}
-	if !slices.Equal(got["coming"].Own, comingFiles.Own) || len(got["other"].Own) == 0 {
-		t.Errorf("files %+v, want the coming guest's as known and the other's from libvirt", got)
-	}
-}
-
-// procConnectListAllDomains is libvirt's REMOTE_PROC_CONNECT_LIST_ALL_DOMAINS.
-const procConnectListAllDomains = 273
