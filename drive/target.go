@@ -48,6 +48,9 @@ type Target struct {
 	// stateDir holds the definitions kept for guests that left (kept.go).
 	stateDir string
 
+	// checkMu makes a prepare's check of other guests' files and the
+	// noting of its own one step (checkAndAdmit).
+	checkMu sync.Mutex
 	// own holds each prepared migration's libvirt connection, by id: the
 	// target QEMU lives until its Finish or until the connection that
 	// prepared it closes, so it is never the pool's, which a missed ping
@@ -303,10 +306,8 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 		}
 		return none, err
 	}
-	if err := takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
-		return none, err
-	}
-	if err := in.admit(m.ID, m.Domain, domXML); err != nil {
+	c, err := in.checkAndAdmit(ctx, pooled, m, domXML, config)
+	if err != nil {
 		return none, err
 	}
 	admitted := false
@@ -315,10 +316,6 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 			in.unadmit(m.ID)
 		}
 	}()
-	c, err := in.connFor(ctx, pooled, m, domXML)
-	if err != nil {
-		return none, err
-	}
 	if m.DryRun {
 		// The guest a dry run starts is no migration, until well after
 		// Cancel (see release) has stopped it.
@@ -373,8 +370,31 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	}
 	in.keep(m, c, config)
 	admitted = true
-	in.prepared(m.ID)
+	in.prepared(m.ID, startedID(ctx, c, m.Domain, domXML))
 	return prepared, nil
+}
+
+// checkAndAdmit checks that the guest takes no other guest's files,
+// admits it against the node's memory and opens its own connection, and
+// notes its files for the next prepare's check before its Prepare makes
+// it a domain of libvirt's; one prepare at a time, so that two guests
+// naming one file never both pass (see target_coming.go).
+func (in *Target) checkAndAdmit(ctx context.Context, pooled *libvirtx.Conn, m peer.IncomingMigration, domXML, config string) (*libvirtx.Conn, error) {
+	in.checkMu.Lock()
+	defer in.checkMu.Unlock()
+	if err := in.takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
+		return nil, err
+	}
+	if err := in.admit(m.ID, m.Domain, domXML); err != nil {
+		return nil, err
+	}
+	c, err := in.connFor(ctx, pooled, m, domXML)
+	if err != nil {
+		in.unadmit(m.ID)
+		return nil, err
+	}
+	in.noteComingFiles(m.ID, domXML, config)
+	return c, nil
 }
 
 // connFor opens the migration's own libvirt connection, once neither a

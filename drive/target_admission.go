@@ -30,6 +30,11 @@ type incomingGuest struct {
 	// as coming whatever the tracker says (a slow Prepare has shown
 	// libvirt nothing yet).
 	prepared time.Time
+	// uuid and files are its checked XML's, domID the domain its Prepare
+	// started (see target_coming.go).
+	uuid  string
+	files libvirtx.GuestFiles
+	domID int32
 }
 
 // trackerLag is how long after its Prepare a guest counts as coming
@@ -95,13 +100,14 @@ func (in *Target) admit(id, domain, domXML string) error {
 	return nil
 }
 
-// prepared notes that migration id's Prepare returned: from a moment
-// later, the tracker can tell whether its guest is still coming.
-func (in *Target) prepared(id string) {
+// prepared notes that migration id's Prepare returned, starting domain
+// domID (0 if unread): from a moment later, the tracker can tell whether
+// its guest is still coming.
+func (in *Target) prepared(id string, domID int32) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if g, ok := in.admitted[id]; ok {
-		g.prepared = time.Now()
+		g.prepared, g.domID = time.Now(), domID
 		in.admitted[id] = g
 	}
 }

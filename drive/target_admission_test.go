@@ -3,10 +3,14 @@ package drive
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	libvirt "github.com/digitalocean/go-libvirt"
+
 	"github.com/ferry-vm/ferry/api"
+	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/migration"
 	"github.com/ferry-vm/ferry/peer"
 )
@@ -102,7 +106,7 @@ func TestAGuestCountsAsComingUntilItsPrepareIsSeen(t *testing.T) {
 	if !kept {
 		t.Fatal("a guest whose Prepare has not returned was forgotten")
 	}
-	in.prepared("slow")
+	in.prepared("slow", 0)
 	in.mu.Lock()
 	g := in.admitted["slow"]
 	g.prepared = g.prepared.Add(-2 * trackerLag)
@@ -112,5 +116,51 @@ func TestAGuestCountsAsComingUntilItsPrepareIsSeen(t *testing.T) {
 	in.mu.Unlock()
 	if kept {
 		t.Error("a guest prepared long ago that libvirt does not hold as coming is still counted")
+	}
+}
+
+// A guest admitted here is known by the files of the XML it was checked
+// with, live and definition, as that very domain (its name, its UUID and
+// the domain its Prepare started), for as long as it is coming; two
+// prepares of one guest are libvirt's to tell apart; a guest libvirt
+// does not list yet counts among the others all the same.
+func TestAnAdmittedGuestIsKnownByItsFilesAsThatDomainOnly(t *testing.T) {
+	in := &Target{memory: &fakeMemory{avail: 10 << 20, resident: map[string]uint64{}}}
+	u := libvirt.UUID{7}
+	uuid := libvirtx.UUIDString(u)
+	live := "<domain type='kvm'><name>a</name><uuid>" + uuid + "</uuid><memory unit='GiB'>1</memory><devices>" +
+		"<disk type='file' device='disk'><source file='/var/lib/libvirt/images/a.qcow2'/><target dev='vda'/></disk></devices></domain>"
+	config := strings.Replace(live, "</devices>", "<disk type='file' device='disk'><source file='/var/lib/libvirt/images/a-data.raw'/><target dev='vdb'/></disk></devices>", 1)
+	if err := in.admit("m1", "a", live); err != nil {
+		t.Fatal(err)
+	}
+	in.noteComingFiles("m1", live, config)
+	others := map[string]libvirtx.GuestFiles{}
+	in.unlistedComing(others, "another")
+	if len(others) != 1 {
+		t.Errorf("a guest admitted but not yet listed by libvirt is not among the others: %v", others)
+	}
+	f, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3})
+	if !ok || !slices.Contains(f.Own, "/var/lib/libvirt/images/a.qcow2") || !slices.Contains(f.Own, "/var/lib/libvirt/images/a-data.raw") {
+		t.Fatalf("the coming guest's files: %+v %v, want its live disk and its definition's", f, ok)
+	}
+	if _, ok := in.comingFiles(libvirt.Domain{Name: "b", UUID: u, ID: 3}); ok {
+		t.Error("another name of the UUID is known by the coming guest's files")
+	}
+	in.prepared("m1", 3)
+	if _, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 4}); ok {
+		t.Error("a domain other than the one its Prepare started is known by the coming guest's files")
+	}
+	if err := in.admit("m2", "a", live); err != nil {
+		t.Fatal(err)
+	}
+	in.noteComingFiles("m2", live, "")
+	if _, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3}); ok {
+		t.Error("a guest two prepares name is known by one's files")
+	}
+	in.release("m1")
+	in.release("m2")
+	if _, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3}); ok {
+		t.Error("a guest whose migration ended is still known as coming")
 	}
 }

@@ -14,15 +14,16 @@ import (
 // another guest's disk, or write into it (a chardev, an NVRAM, a
 // writable loader) at Prepare, a dry run's too. The allowlist says which
 // directories; this says whose file.
-func takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string) error {
+func (in *Target) takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string) error {
 	uuid, err := libvirtx.DomainUUID(live)
 	if err != nil {
 		return &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
-	others, err := c.OtherGuestsFiles(ctx, uuid)
+	others, err := c.OtherGuestsFiles(ctx, uuid, in.comingFiles)
 	if err != nil {
 		return PeerError(fmt.Errorf("listing this node's guests' files: %w", err))
 	}
+	in.unlistedComing(others, uuid)
 	for _, x := range []string{live, config} {
 		if x == "" {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -183,8 +184,14 @@ func concat(lists ...[]string) []string {
 // holds, running or defined, but the one of uuid: a running domain's live
 // XML and, if it is persistent, its definition too (a disk added with
 // --config is in the latter alone), and the backing images its qcow2
-// headers name (a shut-off domain's XML names none of them).
-func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string) (map[string]GuestFiles, error) {
+// headers name (a shut-off domain's XML names none of them). known, when
+// set, gives the files of a guest coming here in a migration the caller
+// prepared, without asking libvirt: libvirt 11.3 answers no call for such
+// a guest's XML, live or inactive, until its migration is over (19 s into
+// one on the bed), which held every prepare beside it past the call's
+// timeout. It is taken only while libvirt shows the domain coming (paused
+// for its migration, or in post-copy); otherwise its XML is asked.
+func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d libvirt.Domain) (GuestFiles, bool)) (map[string]GuestFiles, error) {
 	all, err := c.listDomains(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -202,14 +209,24 @@ func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string) (map[string]Gu
 		if UUIDString(d.UUID) == uuid {
 			continue
 		}
-		f, err := c.filesOfDomain(ctx, d, runningDefined[d.Name])
-		if IsNoDomain(err) {
-			continue // gone meanwhile
+		f, ok := GuestFiles{}, false
+		if known != nil && d.ID > 0 {
+			if f, ok = known(d); ok {
+				st, rs, err := c.DomainState(ctx, d)
+				ok = err == nil && Coming(st, rs)
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("domain %s: %w", d.Name, err)
+		if !ok {
+			var err error
+			f, err = c.filesOfDomain(ctx, d, runningDefined[d.Name])
+			if IsNoDomain(err) {
+				continue // gone meanwhile
+			}
+			if err != nil {
+				return nil, fmt.Errorf("domain %s: %w", d.Name, err)
+			}
 		}
-		f.Shared = append(f.Shared, backingChains(f.QCOW2)...)
+		f.Shared = append(slices.Clone(f.Shared), backingChains(f.QCOW2)...)
 		out[d.Name] = f
 	}
 	return out, nil

@@ -1,10 +1,18 @@
 package libvirtx
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
 )
 
 // What another guest of the node owns may not be named by an incoming
@@ -115,3 +123,66 @@ func TestFilesOfNamesDeviceTreesTablesAndDataFiles(t *testing.T) {
 		}
 	}
 }
+
+// A guest coming here in a migration, known to the caller, is not asked
+// of libvirt, which answers no call for its XML until the migration is
+// over (libvirt 11.3): its files come from what the caller knows of it,
+// while libvirt shows it coming. Once libvirt shows it arrived (running),
+// or for any other domain, libvirt is asked.
+func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
+	s := libvirtxtest.New(t, "")
+	coming := libvirtxtest.Domain{Name: "coming", UUID: libvirt.UUID{1}, ID: 1, State: int32(StatePaused), Reason: PausedMigration}
+	s.SetDomains(coming, libvirtxtest.Domain{Name: "other", UUID: libvirt.UUID{2}, ID: 2, State: int32(StateRunning)})
+	s.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+		switch proc {
+		case procConnectListAllDomains:
+			return new(libvirtxtest.XDR).U32(2).Domain("coming", libvirt.UUID{1}, 1).Domain("other", libvirt.UUID{2}, 2).U32(2).Bytes(), nil, true
+		case libvirtxtest.ProcDomainGetXMLDesc:
+			return new(libvirtxtest.XDR).String(guestXML("other", "", "")).Bytes(), nil, true
+		}
+		return nil, nil, false
+	})
+	c, err := Dial(context.Background(), s.Path(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	comingFiles := GuestFiles{Own: []string{"/var/lib/libvirt/images/coming.qcow2"}}
+	known := func(d libvirt.Domain) (GuestFiles, bool) {
+		return comingFiles, d.Name == "coming" && d.UUID == libvirt.UUID{1}
+	}
+	askedOfComing := func() int {
+		n := 0
+		for _, args := range s.Calls(libvirtxtest.ProcDomainGetXMLDesc) {
+			if bytes.Contains(args, []byte("coming")) {
+				n++
+			}
+		}
+		return n
+	}
+	got, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if askedOfComing() != 0 {
+		t.Error("libvirt was asked for the XML of the guest coming here")
+	}
+	if len(s.Calls(libvirtxtest.ProcDomainGetXMLDesc)) == 0 {
+		t.Error("libvirt was not asked for the other guest's XML")
+	}
+	if !slices.Equal(got["coming"].Own, comingFiles.Own) || len(got["other"].Own) == 0 {
+		t.Errorf("files %+v, want the coming guest's as known and the other's from libvirt", got)
+	}
+	// Arrived: libvirt's word again.
+	coming.State, coming.Reason = int32(StateRunning), 0
+	s.SetDomains(coming)
+	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known); err != nil {
+		t.Fatal(err)
+	}
+	if askedOfComing() == 0 {
+		t.Error("a guest libvirt shows arrived was not asked of libvirt")
+	}
+}
+
+// procConnectListAllDomains is libvirt's REMOTE_PROC_CONNECT_LIST_ALL_DOMAINS.
+const procConnectListAllDomains = 273

@@ -61,6 +61,13 @@ func InPostCopy(s State, reason int32) bool {
 	return false
 }
 
+// Coming says whether libvirt shows an incoming guest still coming: held
+// paused for its migration, or in post-copy (its incoming job lasts until
+// its Finish).
+func Coming(s State, reason int32) bool {
+	return s == StatePaused && reason == PausedMigration || InPostCopy(s, reason)
+}
+
 // PostCopyGoesOn says whether a post-copy migration still runs as libvirt
 // shows it on the source's or the target's side: not broken.
 func PostCopyGoesOn(source bool, s State, reason int32) bool {
