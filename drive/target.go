@@ -48,9 +48,11 @@ type Target struct {
 	// stateDir holds the definitions kept for guests that left (kept.go).
 	stateDir string
 
-	// checkMu makes a prepare's check of other guests' files and the
-	// noting of its own one step (checkAndAdmit).
-	checkMu sync.Mutex
+	// checking makes a prepare's check of other guests' files and the
+	// noting of its own one step (checkAndAdmit), one prepare at a time;
+	// a prepare whose peer gives up while it waits leaves.
+	checkOnce sync.Once
+	checking  chan struct{}
 	// own holds each prepared migration's libvirt connection, by id: the
 	// target QEMU lives until its Finish or until the connection that
 	// prepared it closes, so it is never the pool's, which a missed ping
@@ -370,7 +372,9 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	}
 	in.keep(m, c, config)
 	admitted = true
-	in.prepared(m.ID, startedID(ctx, c, m.Domain, domXML))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	in.prepared(m.ID, startedID(sctx, c, m.Domain, domXML))
+	cancel()
 	return prepared, nil
 }
 
@@ -380,8 +384,15 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 // it a domain of libvirt's; one prepare at a time, so that two guests
 // naming one file never both pass (see target_coming.go).
 func (in *Target) checkAndAdmit(ctx context.Context, pooled *libvirtx.Conn, m peer.IncomingMigration, domXML, config string) (*libvirtx.Conn, error) {
-	in.checkMu.Lock()
-	defer in.checkMu.Unlock()
+	select {
+	case in.checkOne() <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-in.checkOne() }()
+	in.mu.Lock()
+	in.forgetArrivedLocked()
+	in.mu.Unlock()
 	if err := in.takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
 		return nil, err
 	}
@@ -395,6 +406,11 @@ func (in *Target) checkAndAdmit(ctx context.Context, pooled *libvirtx.Conn, m pe
 	}
 	in.noteComingFiles(m.ID, domXML, config)
 	return c, nil
+}
+
+func (in *Target) checkOne() chan struct{} {
+	in.checkOnce.Do(func() { in.checking = make(chan struct{}, 1) })
+	return in.checking
 }
 
 // connFor opens the migration's own libvirt connection, once neither a

@@ -1,11 +1,13 @@
 package drive
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 
@@ -162,5 +164,21 @@ func TestAnAdmittedGuestIsKnownByItsFilesAsThatDomainOnly(t *testing.T) {
 	in.release("m2")
 	if _, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3}); ok {
 		t.Error("a guest whose migration ended is still known as coming")
+	}
+}
+
+// Prepares are checked one at a time; one whose peer gives up while
+// another is being checked leaves at once, holding nothing.
+func TestAPrepareWaitingForTheCheckLeavesWhenItsPeerGivesUp(t *testing.T) {
+	in := &Target{}
+	in.checkOne() <- struct{}{} // another prepare's check
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := in.checkAndAdmit(ctx, nil, peer.IncomingMigration{ID: "m1", Domain: "a"}, guestOfGiB("a", 1), "")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a prepare waiting for the check: %v, want its peer's deadline", err)
+	}
+	if len(in.admitted) != 0 {
+		t.Error("a prepare that left was admitted")
 	}
 }

@@ -19,7 +19,10 @@ import (
 // once its Prepare returned, the domain ID that Prepare started) while
 // libvirt shows it still coming. A guest admitted whose Prepare has not
 // made it a domain yet counts too. The check and the noting are one step
-// (checkMu): two prepares never both pass on one file.
+// (checkAndAdmit): two prepares never both pass on one file. A guest
+// coming into a definition this node holds (adopted, or kept for its
+// return) is asked of libvirt all the same: that definition is
+// libvirt's to name.
 
 // noteComingFiles keeps migration id's files, from the XML it was checked
 // and prepared with, for as long as it is admitted.

@@ -210,7 +210,9 @@ func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d l
 			continue
 		}
 		f, ok := GuestFiles{}, false
-		if known != nil && d.ID > 0 {
+		// A definition kept here beside it (adopted, or kept for the
+		// guest's return) is libvirt's alone to name: asked.
+		if known != nil && d.ID > 0 && !runningDefined[d.Name] {
 			if f, ok = known(d); ok {
 				st, rs, err := c.DomainState(ctx, d)
 				ok = err == nil && Coming(st, rs)

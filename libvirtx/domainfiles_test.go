@@ -3,10 +3,12 @@ package libvirtx
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,9 +135,16 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 	s := libvirtxtest.New(t, "")
 	coming := libvirtxtest.Domain{Name: "coming", UUID: libvirt.UUID{1}, ID: 1, State: int32(StatePaused), Reason: PausedMigration}
 	s.SetDomains(coming, libvirtxtest.Domain{Name: "other", UUID: libvirt.UUID{2}, ID: 2, State: int32(StateRunning)})
-	s.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+	var comingDefined atomic.Bool
+	s.Answer(func(proc uint32, args []byte) ([]byte, *libvirt.Error, bool) {
 		switch proc {
 		case procConnectListAllDomains:
+			if binary.BigEndian.Uint32(args[len(args)-4:])&uint32(libvirt.ConnectListDomainsPersistent) != 0 {
+				if comingDefined.Load() {
+					return new(libvirtxtest.XDR).U32(1).Domain("coming", libvirt.UUID{1}, 1).U32(1).Bytes(), nil, true
+				}
+				return new(libvirtxtest.XDR).U32(0).U32(0).Bytes(), nil, true
+			}
 			return new(libvirtxtest.XDR).U32(2).Domain("coming", libvirt.UUID{1}, 1).Domain("other", libvirt.UUID{2}, 2).U32(2).Bytes(), nil, true
 		case libvirtxtest.ProcDomainGetXMLDesc:
 			return new(libvirtxtest.XDR).String(guestXML("other", "", "")).Bytes(), nil, true
@@ -173,13 +182,24 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 	if !slices.Equal(got["coming"].Own, comingFiles.Own) || len(got["other"].Own) == 0 {
 		t.Errorf("files %+v, want the coming guest's as known and the other's from libvirt", got)
 	}
+	// Coming into a definition this node holds: that one is libvirt's to
+	// name.
+	comingDefined.Store(true)
+	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known); err != nil {
+		t.Fatal(err)
+	}
+	if askedOfComing() == 0 {
+		t.Error("a guest coming into a definition held here was not asked of libvirt")
+	}
 	// Arrived: libvirt's word again.
+	comingDefined.Store(false)
+	before := askedOfComing()
 	coming.State, coming.Reason = int32(StateRunning), 0
 	s.SetDomains(coming)
 	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known); err != nil {
 		t.Fatal(err)
 	}
-	if askedOfComing() == 0 {
+	if askedOfComing() == before {
 		t.Error("a guest libvirt shows arrived was not asked of libvirt")
 	}
 }
