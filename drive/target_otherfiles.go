@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"go.uber.org/zap"
+
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/peer"
 )
@@ -21,6 +23,10 @@ func (in *Target) takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn,
 	}
 	others, err := c.OtherGuestsFiles(ctx, uuid, in.comingFiles)
 	if err != nil {
+		// The peer hears no other guest's name; this node's log does.
+		if in.log != nil {
+			in.log.Warn("an incoming guest's check of this node's guests' files failed", zap.Error(err))
+		}
 		return PeerError(fmt.Errorf("listing this node's guests' files: %w", err))
 	}
 	in.unlistedComing(others, uuid)
