@@ -44,7 +44,7 @@ func (s *Source) keepGivenUp(ctx context.Context, r drivenRecord) {
 	if c == nil {
 		return
 	}
-	held, known := givenUpHeld(ctx, c, r)
+	_, held, known := heldInPostCopy(ctx, c, r)
 	switch {
 	case held:
 		log.Warn("a post-copy whose recovery an operator gave up is still held here: ferryctl recover starts it again")
@@ -56,14 +56,27 @@ func (s *Source) keepGivenUp(ctx context.Context, r drivenRecord) {
 	}
 }
 
-// heldInPostCopy is r's guest, if libvirt here holds it in post-copy.
-func heldInPostCopy(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (libvirt.Domain, bool) {
+// heldInPostCopy is r's guest and whether libvirt holds it here in
+// post-copy; known is false when libvirt could not be asked (a call that
+// failed says nothing of the guest).
+func heldInPostCopy(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (dom libvirt.Domain, held, known bool) {
 	dom, err := c.LookupDomain(ctx, r.Domain)
-	if err != nil || libvirtx.UUIDString(dom.UUID) != r.UUID {
-		return libvirt.Domain{}, false
+	switch {
+	case libvirtx.IsNoDomain(err):
+		return dom, false, true
+	case err != nil:
+		return dom, false, false
+	case libvirtx.UUIDString(dom.UUID) != r.UUID:
+		return dom, false, true
 	}
 	state, reason, err := c.DomainState(ctx, dom)
-	return dom, err == nil && libvirtx.InPostCopy(state, reason)
+	if libvirtx.IsNoDomain(err) {
+		return dom, false, true
+	}
+	if err != nil {
+		return dom, false, false
+	}
+	return dom, libvirtx.InPostCopy(state, reason), true
 }
 
 // rearm starts again the recovery an operator gave up of domain's
@@ -88,7 +101,7 @@ func (s *Source) rearm(socket, domain string) bool {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		d, held := heldInPostCopy(ctx, c, rec)
+		d, held, _ := heldInPostCopy(ctx, c, rec)
 		cancel()
 		if held {
 			r, dom, found = rec, d, found+1

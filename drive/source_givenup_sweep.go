@@ -7,8 +7,6 @@ import (
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"go.uber.org/zap"
-
-	"github.com/ferry-vm/ferry/libvirtx"
 )
 
 // givenUpSweepEvery is how often the running ferryd looks at its
@@ -86,7 +84,7 @@ func (s *Source) sweepGivenUpRecord(ctx context.Context, r drivenRecord, missing
 	delete(missing, r.ID)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if held, known := givenUpHeld(cctx, c, r); known && !held {
+	if _, held, known := heldInPostCopy(cctx, c, r); known && !held {
 		s.forgetReleased(ctx, log, r)
 	}
 }
@@ -108,27 +106,4 @@ func (s *Source) forgetReleased(ctx context.Context, log *zap.Logger, r drivenRe
 	}
 	log.Info("a post-copy whose recovery an operator gave up is no longer held here: its record goes")
 	s.forgetDrive(r.ID)
-}
-
-// givenUpHeld says whether libvirt holds r's guest here in post-copy;
-// known is false when libvirt could not be asked (a call that failed
-// says nothing of the guest).
-func givenUpHeld(ctx context.Context, c *libvirtx.Conn, r drivenRecord) (held, known bool) {
-	dom, err := c.LookupDomain(ctx, r.Domain)
-	switch {
-	case libvirtx.IsNoDomain(err):
-		return false, true
-	case err != nil:
-		return false, false
-	case libvirtx.UUIDString(dom.UUID) != r.UUID:
-		return false, true
-	}
-	state, reason, err := c.DomainState(ctx, dom)
-	if libvirtx.IsNoDomain(err) {
-		return false, true
-	}
-	if err != nil {
-		return false, false
-	}
-	return libvirtx.InPostCopy(state, reason), true
 }

@@ -308,7 +308,7 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 		}
 		return none, err
 	}
-	c, err := in.checkAndAdmit(ctx, pooled, m, domXML, config)
+	c, uuid, err := in.checkAndAdmit(ctx, pooled, m, domXML, config)
 	if err != nil {
 		return none, err
 	}
@@ -373,39 +373,41 @@ func (in *Target) prepare(ctx context.Context, m peer.IncomingMigration, domXML 
 	in.keep(m, c, config)
 	admitted = true
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	in.prepared(m.ID, startedID(sctx, c, m.Domain, domXML))
+	in.prepared(m.ID, startedID(sctx, c, m.Domain, uuid))
 	cancel()
 	return prepared, nil
 }
 
-// checkAndAdmit checks that the guest takes no other guest's files,
-// admits it against the node's memory and opens its own connection, and
+// checkAndAdmit checks that the guest (of the UUID it returns) takes no
+// other guest's files, admits it against the node's memory and opens its
+// own connection, and
 // notes its files for the next prepare's check before its Prepare makes
 // it a domain of libvirt's; one prepare at a time, so that two guests
 // naming one file never both pass (see target_coming.go).
-func (in *Target) checkAndAdmit(ctx context.Context, pooled *libvirtx.Conn, m peer.IncomingMigration, domXML, config string) (*libvirtx.Conn, error) {
+func (in *Target) checkAndAdmit(ctx context.Context, pooled *libvirtx.Conn, m peer.IncomingMigration, domXML, config string) (*libvirtx.Conn, string, error) {
 	select {
 	case in.checkOne() <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, "", ctx.Err()
 	}
 	defer func() { <-in.checkOne() }()
 	in.mu.Lock()
 	in.forgetArrivedLocked()
 	in.mu.Unlock()
-	if err := in.takesNoOtherGuestsFiles(ctx, pooled, domXML, config); err != nil {
-		return nil, err
+	uuid, files, err := in.takesNoOtherGuestsFiles(ctx, pooled, domXML, config)
+	if err != nil {
+		return nil, "", err
 	}
 	if err := in.admit(m.ID, m.Domain, domXML); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	c, err := in.connFor(ctx, pooled, m, domXML)
 	if err != nil {
 		in.unadmit(m.ID)
-		return nil, err
+		return nil, "", err
 	}
-	in.noteComingFiles(m.ID, domXML, config)
-	return c, nil
+	in.noteComingFiles(m.ID, uuid, files)
+	return c, uuid, nil
 }
 
 func (in *Target) checkOne() chan struct{} {

@@ -136,7 +136,11 @@ func TestAnAdmittedGuestIsKnownByItsFilesAsThatDomainOnly(t *testing.T) {
 	if err := in.admit("m1", "a", live); err != nil {
 		t.Fatal(err)
 	}
-	in.noteComingFiles("m1", live, config)
+	files, err := guestFilesOf(live, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.noteComingFiles("m1", uuid, files)
 	others := map[string]libvirtx.GuestFiles{}
 	in.unlistedComing(others, "another")
 	if len(others) != 1 {
@@ -156,7 +160,7 @@ func TestAnAdmittedGuestIsKnownByItsFilesAsThatDomainOnly(t *testing.T) {
 	if err := in.admit("m2", "a", live); err != nil {
 		t.Fatal(err)
 	}
-	in.noteComingFiles("m2", live, "")
+	in.noteComingFiles("m2", uuid, files)
 	if _, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3}); ok {
 		t.Error("a guest two prepares name is known by one's files")
 	}
@@ -174,7 +178,7 @@ func TestAPrepareWaitingForTheCheckLeavesWhenItsPeerGivesUp(t *testing.T) {
 	in.checkOne() <- struct{}{} // another prepare's check
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := in.checkAndAdmit(ctx, nil, peer.IncomingMigration{ID: "m1", Domain: "a"}, guestOfGiB("a", 1), "")
+	_, _, err := in.checkAndAdmit(ctx, nil, peer.IncomingMigration{ID: "m1", Domain: "a"}, guestOfGiB("a", 1), "")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a prepare waiting for the check: %v, want its peer's deadline", err)
 	}

@@ -24,31 +24,13 @@ import (
 // return) is asked of libvirt all the same: that definition is
 // libvirt's to name.
 
-// noteComingFiles keeps migration id's files, from the XML it was checked
-// and prepared with, for as long as it is admitted.
-func (in *Target) noteComingFiles(id, live, config string) {
-	uuid, err := libvirtx.DomainUUID(live)
-	if err != nil {
-		return
-	}
-	var all libvirtx.GuestFiles
-	for _, x := range []string{live, config} {
-		if x == "" {
-			continue
-		}
-		f, err := libvirtx.FilesOf(x)
-		if err != nil {
-			return
-		}
-		all.Own = append(all.Own, f.Own...)
-		all.Shared = append(all.Shared, f.Shared...)
-		all.Shareable = append(all.Shareable, f.Shareable...)
-		all.QCOW2 = append(all.QCOW2, f.QCOW2...)
-	}
+// noteComingFiles keeps migration id's files (of the XML it was checked
+// and prepared with) and UUID for as long as it is admitted.
+func (in *Target) noteComingFiles(id, uuid string, files libvirtx.GuestFiles) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if g, ok := in.admitted[id]; ok {
-		g.uuid, g.files = uuid, all
+		g.uuid, g.files = uuid, files
 		in.admitted[id] = g
 	}
 }
@@ -87,11 +69,7 @@ func (in *Target) unlistedComing(others map[string]libvirtx.GuestFiles, uuid str
 
 // startedID is the ID of the domain of name a Prepare started (0 if it
 // cannot be read): an ID no later domain of this libvirtd takes.
-func startedID(ctx context.Context, c *libvirtx.Conn, name, domXML string) int32 {
-	uuid, err := libvirtx.DomainUUID(domXML)
-	if err != nil {
-		return 0
-	}
+func startedID(ctx context.Context, c *libvirtx.Conn, name, uuid string) int32 {
 	dom, err := c.LookupDomain(ctx, name)
 	if err != nil || libvirtx.UUIDString(dom.UUID) != uuid {
 		return 0

@@ -16,10 +16,14 @@ import (
 // another guest's disk, or write into it (a chardev, an NVRAM, a
 // writable loader) at Prepare, a dry run's too. The allowlist says which
 // directories; this says whose file.
-func (in *Target) takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string) error {
+//
+// It returns the guest's UUID and files, live and definition together,
+// for the next prepare's check (noteComingFiles).
+func (in *Target) takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn, live, config string) (string, libvirtx.GuestFiles, error) {
+	var all libvirtx.GuestFiles
 	uuid, err := libvirtx.DomainUUID(live)
 	if err != nil {
-		return &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+		return "", all, &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
 	others, err := c.OtherGuestsFiles(ctx, uuid, in.comingFiles)
 	if err != nil {
@@ -27,20 +31,31 @@ func (in *Target) takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn,
 		if in.log != nil {
 			in.log.Warn("an incoming guest's check of this node's guests' files failed", zap.Error(err))
 		}
-		return PeerError(fmt.Errorf("listing this node's guests' files: %w", err))
+		return "", all, PeerError(fmt.Errorf("listing this node's guests' files: %w", err))
 	}
 	in.unlistedComing(others, uuid)
+	if all, err = guestFilesOf(live, config); err != nil {
+		return "", all, &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+	}
+	if o, taken := libvirtx.TakenFrom(all, others); taken {
+		return "", all, &peer.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("domain XML refused: %q is a file of domain %s on this node: a migrated guest brings only files of its own", o.File, o.Name)}
+	}
+	return uuid, all, nil
+}
+
+// guestFilesOf are the files of an incoming guest's live XML and its
+// definition (config, if any) together.
+func guestFilesOf(live, config string) (libvirtx.GuestFiles, error) {
+	var all libvirtx.GuestFiles
 	for _, x := range []string{live, config} {
 		if x == "" {
 			continue
 		}
-		files, err := libvirtx.FilesOf(x)
+		f, err := libvirtx.FilesOf(x)
 		if err != nil {
-			return &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
+			return all, err
 		}
-		if o, taken := libvirtx.TakenFrom(files, others); taken {
-			return &peer.Refusal{Reason: "invalid_domain_xml", Msg: fmt.Sprintf("domain XML refused: %q is a file of domain %s on this node: a migrated guest brings only files of its own", o.File, o.Name)}
-		}
+		all.Add(f)
 	}
-	return nil
+	return all, nil
 }

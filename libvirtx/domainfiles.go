@@ -23,6 +23,14 @@ type GuestFiles struct {
 	QCOW2 []string
 }
 
+// Add takes g's files in too: a guest's live XML and its definition.
+func (f *GuestFiles) Add(g GuestFiles) {
+	f.Own = append(f.Own, g.Own...)
+	f.Shared = append(f.Shared, g.Shared...)
+	f.Shareable = append(f.Shareable, g.Shareable...)
+	f.QCOW2 = append(f.QCOW2, g.QCOW2...)
+}
+
 // FilesOf lists the local files of a domain XML.
 func FilesOf(domXML string) (GuestFiles, error) {
 	var d libvirtxml.Domain
@@ -261,10 +269,7 @@ func (c *Conn) filesOfDomain(ctx context.Context, d libvirt.Domain, runningDefin
 			// incoming migration.
 			continue
 		}
-		f.Own = append(f.Own, g.Own...)
-		f.Shared = append(f.Shared, g.Shared...)
-		f.Shareable = append(f.Shareable, g.Shareable...)
-		f.QCOW2 = append(f.QCOW2, g.QCOW2...)
+		f.Add(g)
 	}
 	return f, nil
 }
