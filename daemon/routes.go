@@ -63,6 +63,8 @@ func debugRoutes() []route {
 			"ok while ferryd serves.", fn((*Daemon).healthz)},
 		{"GET /readyz", "", "", "text",
 			"503 until the libvirt sockets are first scanned, then ok, adding which sockets are down and why.", func(d *Daemon) http.Handler { return d.readyz(true) }},
+		{"GET /debug/pprof/heap", "`gc=1`: collect garbage first, `debug=1`: as text, with the runtime's memory figures", "", "pprof heap profile",
+			"ferryd's Go heap profile, for hunting a leak (go tool pprof reads it).", fn((*Daemon).heapProfile)},
 	}
 }
 

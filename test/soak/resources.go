@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -18,15 +18,17 @@ import (
 
 // usage is one ferryd's footprint at a moment of rest.
 type usage struct {
-	PID        int
-	RSSKiB     int64
+	PID    int
+	RSSKiB int64
+	// LiveHeap is the Go heap's bytes in use right after a collection.
+	LiveHeap   int64
 	FDs        int
 	Goroutines int
 	After      string
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("pid %d: RSS %.1f MiB, %d fds, %d goroutines", u.PID, float64(u.RSSKiB)/1024, u.FDs, u.Goroutines)
+	return fmt.Sprintf("pid %d: live heap %.1f MiB (RSS %.1f MiB), %d fds, %d goroutines", u.PID, mib(u.LiveHeap), float64(u.RSSKiB)/1024, u.FDs, u.Goroutines)
 }
 
 // usageBook keeps each ferryd's footprint at every rest. A ferryd's
@@ -81,21 +83,16 @@ func readUsage(bed *testbed.Bed, node string) (usage, error) {
 	if u.PID == 0 {
 		return u, fmt.Errorf("no ferryd runs")
 	}
-	// The least of five readings a second apart: a Go heap's RSS swings
-	// by a tenth and more between garbage collections, which one reading
-	// would take for growth.
-	for i := range 5 {
-		if i > 0 {
-			time.Sleep(time.Second)
-		}
-		rss, err := vmRSS(u.PID)
-		if err != nil {
-			return u, err
-		}
-		if i == 0 || rss < u.RSSKiB {
-			u.RSSKiB = rss
-		}
+	live, err := liveHeap(bed.Node(node).DebugSocket)
+	if err != nil {
+		return u, err
 	}
+	u.LiveHeap = live
+	rss, err := vmRSS(u.PID)
+	if err != nil {
+		return u, err
+	}
+	u.RSSKiB = rss
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", u.PID))
 	if err != nil {
 		return u, err
@@ -123,32 +120,61 @@ func vmRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
 }
 
+// liveHeap has ferryd collect its garbage and says how many bytes its
+// heap holds then: what a leak grows. Its RSS is no measure of that, as
+// Go keeps the pages of a cycle's peak for minutes after it.
+func liveHeap(socket string) (int64, error) {
+	body, err := get(socket, "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, "# HeapAlloc = "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("ferryd's heap profile has no HeapAlloc")
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
 // metric reads one unlabelled series from ferryd's /metrics, which its
 // debug socket serves too.
 func metric(socket, name string) (float64, error) {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	body, err := get(socket, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no %s", name)
+}
+
+// get is one GET on ferryd's debug socket.
+func get(socket, path string) (string, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		// No keep-alive: an idle connection would be one more descriptor
 		// in the ferryd being counted.
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		}}}
-	resp, err := hc.Get("http://ferryd/metrics")
+	resp, err := hc.Get("http://ferryd" + path)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return "", err
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
-	return 0, fmt.Errorf("/metrics has no %s", name)
+	return string(b), nil
 }
 
 // growthLimit is how much a ferryd's footprint may grow over the run
@@ -189,7 +215,8 @@ func (b *usageBook) compare() (lines, grew []string) {
 			}
 			lines = append(lines, fmt.Sprintf("  node %s: %s %.1f -> %.1f (%+.1f %%), %s the limit", n, what, from, to, pct(from, to), verdict))
 		}
-		check("RSS (MiB)", float64(base.RSSKiB)/1024, float64(last.RSSKiB)/1024, 0)
+		check("live heap (MiB)", mib(base.LiveHeap), mib(last.LiveHeap), 0)
+		lines = append(lines, fmt.Sprintf("  node %s: RSS %.1f -> %.1f MiB (%+.1f %%), shown only: it keeps a collection cycle's peak", n, float64(base.RSSKiB)/1024, float64(last.RSSKiB)/1024, pct(float64(base.RSSKiB), float64(last.RSSKiB))))
 		check("open fds", float64(base.FDs), float64(last.FDs), 2)
 		check("goroutines", float64(base.Goroutines), float64(last.Goroutines), 2)
 	}
