@@ -7,10 +7,12 @@ import (
 )
 
 // heapProfile serves the Go heap profile, on the debug socket only (it is
-// for the node's own operators). gc=1 collects garbage first, so that the
-// figures are of the live heap alone, which is what a leak grows.
+// for the node's own operators). gc=1 collects garbage first, twice (the
+// first only moves pooled buffers aside), so that the figures are of the
+// live heap alone, which is what a leak grows.
 func (d *Daemon) heapProfile(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("gc") == "1" {
+		runtime.GC()
 		runtime.GC()
 	}
 	debug := 0

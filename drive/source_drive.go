@@ -31,6 +31,9 @@ type driving struct {
 	flags  libvirt.DomainMigrateFlags
 	params []libvirt.TypedParam
 	log    *zap.Logger
+	// guard keeps this node's copy from running after the switch to
+	// post-copy (nil for a migration that may not switch).
+	guard *staleCopyGuard
 }
 
 // driveResult is what the steps after Perform found.
@@ -51,6 +54,10 @@ func (d *driving) run(cookie []byte, deadline time.Duration) driveEnd {
 	start := time.Now()
 	stopWatch := make(chan struct{})
 	defer close(stopWatch)
+	if d.postCopy() {
+		d.guard = guardStaleCopy(d.log, d.conn, d.dom)
+		defer d.guard.end()
+	}
 	performCookie, perr := d.perform(cookie, deadline, stopWatch)
 	r := driveResult{settled: true}
 	if perr == nil && !d.o.MayBePostCopy() {
@@ -135,6 +142,9 @@ func (d *driving) cancelAfterFailedPerform(performCookie []byte) (ferr error, se
 	// Not always so: a libvirtd restarted after QEMU finished leaves the
 	// guest paused here, its job gone. It runs again only on the target's
 	// word that its copy is gone.
+	if d.guard.pausedAny() {
+		return ferr, d.settleStaleCopy(settledOutcome(fin, ferr))
+	}
 	st, rs, err := d.conn.DomainState(context.Background(), d.dom)
 	if err != nil {
 		// This node's libvirtd went with the job (restarted): what it made
@@ -170,7 +180,22 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 	if cancelled {
 		r.ferr = fmt.Errorf("the target's copy is %s: %s", outcome, fin.Error)
 	}
+	if d.guard.pausedAny() && outcome != peer.OutcomeRunning {
+		// libvirt's cancelled Confirm would start the paused copy again.
+		r.settled = d.settleStaleCopy(outcome)
+		if outcome == peer.OutcomeSplit {
+			r.ferr = errStaleCopy
+		}
+		return r
+	}
 	r.cerr = d.conn.Confirm(context.Background(), d.dom, d.params, fin.Cookie, d.flags, cancelled, confirmTimeout)
+	if r.cerr != nil && d.guard.pausedAny() {
+		// The guest runs whole on the target: the copy paused here goes,
+		// as the Confirm would have taken it.
+		d.log.Warn("libvirt's Confirm failed after this node's copy ran again and was paused", zap.Error(r.cerr))
+		r.settled, r.cerr = d.settleStaleCopy(outcome), nil
+		return r
+	}
 	if r.cerr != nil {
 		// Confirm's job is done by hand, by the target's word, or from the
 		// record, in the background (settleUnsettled).

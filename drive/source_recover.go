@@ -218,6 +218,15 @@ func (r *recovery) attempt(n int) (done, resumed bool, err error) {
 		}
 		return false, false, fmt.Errorf("the source's migration was %s with no progress for %v: paused it to resume", info.Status, stallWait)
 	case libvirtx.QEMUMigrationPostCopyPaused:
+	case libvirtx.QEMUMigrationFailed:
+		// QEMU fails rather than pauses a post-copy whose stream broke in
+		// its completion, starts this node's copy again, and resumes no
+		// failed migration.
+		if st, rs, err := r.libvirt().DomainState(ctx, r.dom); err == nil && st == libvirtx.StateRunning {
+			pauseStaleCopy(ctx, r.log, r.libvirt(), r.dom, rs)
+		}
+		r.final = errStaleCopy
+		return false, false, r.final
 	default:
 		return false, false, fmt.Errorf("the source's migration is %s in QEMU, not a paused post-copy", info.Status)
 	}

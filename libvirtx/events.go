@@ -106,3 +106,29 @@ func (c *Conn) convert(raw any) (Event, bool) {
 	}
 	return Event{}, false
 }
+
+// Lifecycle delivers one domain's lifecycle events on this connection. The
+// channel closes when ctx ends or the connection is lost.
+func (c *Conn) Lifecycle(ctx context.Context, dom libvirt.Domain, buffer int) (<-chan Event, error) {
+	src, err := callWithin(ctx, c, "subscribe lifecycle events", c.timeout, func(l *libvirt.Libvirt) (<-chan any, error) {
+		return l.SubscribeEvents(ctx, libvirt.DomainEventIDLifecycle, libvirt.OptDomain{dom})
+	}, drainLate)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan Event, buffer)
+	go func() {
+		defer close(out)
+		// go-libvirt blocks its reader while a subscriber is slow: a full
+		// buffer drops the event, as the reader only needs to look again.
+		for raw := range src {
+			if ev, ok := c.convert(raw); ok {
+				select {
+				case out <- ev:
+				default:
+				}
+			}
+		}
+	}()
+	return out, nil
+}

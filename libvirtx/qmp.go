@@ -40,6 +40,7 @@ const (
 	QEMUMigrationPostCopyRecoverSet = "postcopy-recover-setup"
 	QEMUMigrationPostCopyRecover    = "postcopy-recover"
 	QEMUMigrationCompleted          = "completed"
+	QEMUMigrationFailed             = "failed"
 )
 
 // qmpCommand is one QMP request.

@@ -439,7 +439,7 @@ func (p *Proxy) serveStream(raw, c net.Conn, h peer.Header) {
 	e.counters.Conns[h.Kind].Add(1)
 	defer p.metrics.open(h.Kind, "target")()
 	// Plain TCP keeps its *net.TCPConn type here, so relay can splice.
-	err = relay(c, local, p.metrics.counter(h.Kind, true, e.counters), p.metrics.counter(h.Kind, false, e.counters))
+	err = relay(c, withFaults(local, h.Kind), p.metrics.counter(h.Kind, true, e.counters), p.metrics.counter(h.Kind, false, e.counters))
 	if err != nil && !isClosed(err) {
 		p.log.Info("relay ended with an error", zap.String("migration", h.ID), zap.String("stream", h.Kind.String()), zap.Error(err))
 	}

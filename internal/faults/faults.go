@@ -27,4 +27,10 @@ const (
 	// the window in which the target's guest is paused, whole, and has
 	// never run there.
 	PauseBeforeFinish = "pause-before-finish"
+	// SlowReturnPath: the target holds each read from its QEMU's memory
+	// stream a few seconds before relaying it to the source, widening the
+	// window between the target QEMU's end of a post-copy and the
+	// source's hearing of it, in which a lost stream fails the migration
+	// on the source instead of pausing it.
+	SlowReturnPath = "slow-return-path"
 )

@@ -1,0 +1,94 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ferry-vm/ferry/test/testbed"
+)
+
+// QEMU fails, rather than pauses, a post-copy whose stream is lost in its
+// completion (after the target QEMU has loaded the last page, before its
+// last word reaches the source), and then starts the source's vCPUs
+// again on the memory of the switch while the target's copy runs on: two
+// copies of one guest. The target's relay holds each read from its QEMU
+// for seconds (the slow-return-path fault), so that this window lasts,
+// and the target's ferryd is killed in it. Ferry pauses the source's
+// copy the moment libvirt reports it running, and, the target's copy
+// being whole, ends it as the Confirm would have: the guest runs on the
+// target alone, its memory as it wrote it.
+func TestAPostCopyLostInItsCompletionNeverRunsOnBothNodes(t *testing.T) {
+	const name = "pclostend"
+	withFaults(t, "b", "slow-return-path")
+	postCopyInto(t, "b")
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 4, Verify: true})
+	before := verifiedSoFar(t, name)
+	evA := watchLifecycle(t, "a", name)
+	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs,
+		PostCopyAfter: 2 * time.Second, PostCopyBandwidthMiBs: 32, Policy: "observe"})
+	waitEvent(t, evA, 3, 7, 2*time.Minute) // suspended/post-copy: the switch happened
+	var last string
+	waitFor(t, "the target QEMU to end the post-copy while the source's still waits for its word", 3*time.Minute, func() bool {
+		a, errA := readNodeTruth("a", name)
+		b, errB := readNodeTruth("b", name)
+		last = a.String() + " | " + b.String()
+		return errA == nil && errB == nil && b.migratedHere() && a.Present && a.State == stPaused
+	})
+	t.Logf("before the fault: a %s", last)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bed.CrashFerryd(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Logf("the migration call returned: %v", err)
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the migration call did not return within 3 minutes")
+	}
+	ranAgain := sourceRanAgain(t, evA)
+	if ranAgain == 0 {
+		t.Fatal("QEMU on a never started its copy again: the fault missed the post-copy's completion, and this test tested nothing")
+	}
+	t.Logf("QEMU started the source's copy again; libvirt shows it paused again %v later", ranAgain)
+	var truth string
+	waitFor(t, "the source's copy to be ended", time.Minute, func() bool {
+		a, errA := readNodeTruth("a", name)
+		truth = a.String()
+		return errA == nil && !a.running() && (!a.Present || a.State == stShutoff)
+	})
+	t.Logf("the source's copy at the end: %s", truth)
+	onlyOn(t, name, "b", "a")
+	oneQEMU(t, name)
+	memoryIntact(t, name, before)
+}
+
+// sourceRanAgain waits for libvirt on the source to report the copy
+// resumed (QEMU starting the vCPUs it stopped at the switch) and then
+// suspended again, and says how long it ran; 0 if it never resumed. A
+// copy left running fails the test.
+func sourceRanAgain(t *testing.T, ev <-chan lifecycleEvent) time.Duration {
+	t.Helper()
+	const resumed, suspended = 4, 3
+	var at time.Time
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case e := <-ev:
+			switch {
+			case e.event == resumed && at.IsZero():
+				at = e.at
+			case e.event == suspended && !at.IsZero():
+				return e.at.Sub(at)
+			}
+		case <-deadline:
+			if !at.IsZero() {
+				t.Fatal("the source's copy ran again after the switch and was never paused: the guest runs on both nodes")
+			}
+			return 0
+		}
+	}
+}
