@@ -399,6 +399,14 @@ func (p *Proxy) finish(raw, c net.Conn, req peer.ControlRequest, who Peer) peer.
 		p.unregisterOnceStill(e, req.Migration, why)
 		return resp
 	}
+	if e.in != nil && in.PostCopy && outcome == peer.OutcomeRunning {
+		// The target QEMU ends a post-copy by saying so to the source
+		// over the stream, and libvirt's Finish here may return first:
+		// cut now, the source QEMU would take its missing word for a
+		// failure and start its own copy again.
+		p.unregisterOnceClosed(e, req.Migration, why, drainWait)
+		return resp
+	}
 	p.Unregister(req.Migration, why)
 	return resp
 }

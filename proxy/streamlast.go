@@ -60,3 +60,24 @@ func (p *Proxy) unregisterOnceStill(e *entry, id, why string) {
 		}
 	}()
 }
+
+// drainWait bounds the wait for a finished post-copy's streams to close
+// by themselves.
+var drainWait = 10 * time.Second
+
+// unregisterOnceClosed ends id once QEMU has closed all its streams, or
+// after within.
+func (p *Proxy) unregisterOnceClosed(e *entry, id, why string, within time.Duration) {
+	go func() {
+		for end := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+			open, ended := p.reg.openConns(e)
+			if ended {
+				return
+			}
+			if open == 0 || time.Now().After(end) {
+				p.Unregister(id, why)
+				return
+			}
+		}
+	}()
+}
