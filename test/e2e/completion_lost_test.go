@@ -57,6 +57,12 @@ func TestAPostCopyLostInItsCompletionNeverRunsOnBothNodes(t *testing.T) {
 		t.Fatal("QEMU on a never started its copy again: the fault missed the post-copy's completion, and this test tested nothing")
 	}
 	t.Logf("QEMU started the source's copy again; libvirt shows it stopped running %v later", ranAgain)
+	// Ferry pauses it on libvirt's event, within milliseconds; libvirt's
+	// own Confirm would stop it only once the target's answer came, seconds
+	// later (here 4 s), or never, had the target's copy not completed.
+	if ranAgain > time.Second {
+		t.Errorf("the source's copy ran for %v beside the target's: not paused at libvirt's word", ranAgain)
+	}
 	var truth string
 	waitFor(t, "the source's copy to be ended", time.Minute, func() bool {
 		a, errA := readNodeTruth("a", name)
