@@ -180,19 +180,23 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 	if cancelled {
 		r.ferr = fmt.Errorf("the target's copy is %s: %s", outcome, fin.Error)
 	}
-	if d.guard.pausedAny() && outcome != peer.OutcomeRunning {
+	if outcome == peer.OutcomeStopped {
+		// The target's copy never ran, or an operator keeps this one: it
+		// is the guest, which libvirt's cancelled Confirm runs again.
+		d.guard.end()
+	}
+	if d.guard.pausedAny() && outcome == peer.OutcomeSplit {
 		// libvirt's cancelled Confirm would start the paused copy again.
-		r.settled = d.settleStaleCopy(outcome)
-		if outcome == peer.OutcomeSplit {
-			r.ferr = errStaleCopy
-		}
+		r.settled, r.ferr = d.settleStaleCopy(outcome), errStaleCopy
 		return r
 	}
 	r.cerr = d.conn.Confirm(context.Background(), d.dom, d.params, fin.Cookie, d.flags, cancelled, confirmTimeout)
-	if r.cerr != nil && d.guard.pausedAny() {
-		// The guest runs whole on the target: the copy paused here goes,
-		// as the Confirm would have taken it.
-		d.log.Warn("libvirt's Confirm failed after this node's copy ran again and was paused", zap.Error(r.cerr))
+	if d.guard.pausedAny() {
+		if r.cerr != nil {
+			d.log.Warn("libvirt's Confirm failed after this node's copy ran again and was paused", zap.Error(r.cerr))
+		}
+		// The copy paused here goes (the guest runs whole on the target),
+		// or runs again (the target's never ran), as the Confirm does.
 		r.settled, r.cerr = d.settleStaleCopy(outcome), nil
 		return r
 	}

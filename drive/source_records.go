@@ -44,6 +44,10 @@ type drivenRecord struct {
 	// GivenUp: an operator gave up the recovery of its broken post-copy;
 	// kept while the guest is held here, for ferryctl recover.
 	GivenUp bool `json:"givenUp,omitempty"`
+	// StalePaused: this node's copy ran again after the switch to
+	// post-copy and was paused (see staleCopyGuard), with the target's
+	// word still to settle it.
+	StalePaused bool `json:"stalePaused,omitempty"`
 }
 
 // drivenDir holds the records, one file per migration id.
@@ -309,7 +313,18 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 		return "", err
 	}
 	pausedByMigration := state == libvirtx.StatePaused && reason == int32(libvirt.DomainPausedMigration)
+	if r.StalePaused && state == libvirtx.StatePaused {
+		// Paused by this node's guard: as if by the migration.
+		pausedByMigration = true
+	}
 	switch {
+	case outcome == peer.OutcomeRunning && state == libvirtx.StateRunning && libvirtx.InPostCopy(state, reason):
+		// QEMU started this node's copy again after the switch, having
+		// failed the migration in its completion: the stale one goes.
+		if err := c.Destroy(ctx, dom); err != nil {
+			return "", fmt.Errorf("the guest runs on the target, and QEMU here started its copy again after the switch; destroying it: %w", err)
+		}
+		return "the stale copy QEMU here had started again after the switch was destroyed, as Confirm would have", nil
 	case outcome == peer.OutcomeRunning && state == libvirtx.StateRunning && reason == int32(libvirt.DomainRunningMigrationCanceled):
 		// libvirt resumed its copy by itself after the guest was handed
 		// over (its libvirtd restarted between the target's Finish and

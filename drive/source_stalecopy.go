@@ -146,10 +146,30 @@ func (d *driving) settleStaleCopy(outcome string) (settled bool) {
 	switch outcome {
 	case peer.OutcomeRunning:
 		d.guard.end()
-		err, what = d.conn.Destroy(ctx, d.dom), "this node's paused copy was destroyed, as Confirm would have"
+		what = "this node's paused copy was destroyed, as Confirm would have"
+		st, _, serr := d.conn.DomainState(ctx, d.dom)
+		switch {
+		case libvirtx.IsNoDomain(serr), serr == nil && st == libvirtx.StateShutoff:
+			what = "libvirt's Confirm stopped this node's copy"
+		default:
+			err = d.conn.Destroy(ctx, d.dom)
+		}
 	case peer.OutcomeStopped:
 		d.guard.end()
-		err, what = d.conn.Resume(ctx, d.dom), "the target's copy never ran: this node's runs again"
+		what = "the target's copy never ran: this node's runs again"
+		if st, _, serr := d.conn.DomainState(ctx, d.dom); serr != nil || st != libvirtx.StateRunning {
+			err = d.conn.Resume(ctx, d.dom)
+		}
+	case peer.OutcomeSplit:
+	default:
+		// No word from the target: the record keeps the pause's cause,
+		// and the copy is settled from it once the target answers.
+		d.rec.StalePaused = true
+		if rerr := d.s.recordDrive(d.rec); rerr != nil {
+			d.log.Error("could not record that this node's copy was paused after the switch", zap.Error(rerr))
+		}
+		d.log.Warn("this node's copy, which ran again after the switch and was paused, waits for the target's word")
+		return false
 	}
 	if err != nil {
 		d.log.Error("could not settle this node's copy, which ran again after the switch and was paused", zap.String("outcome", outcome), zap.Error(err))

@@ -2,6 +2,7 @@ package drive
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ferry-vm/ferry/libvirtx"
 	"github.com/ferry-vm/ferry/libvirtx/libvirtxtest"
+	"github.com/ferry-vm/ferry/peer"
 )
 
 // libvirtxDomainSuspend is libvirt's REMOTE_PROC_DOMAIN_SUSPEND.
@@ -81,4 +83,67 @@ func TestTheGuardPausesOnLibvirtsEventWithoutWaitingForItsPoll(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("paused %v after libvirt's event", time.Since(sent).Round(time.Millisecond))
+}
+
+// With no word from the target (its answer lost with the stream), a copy
+// the guard paused is not settled: its record keeps the cause, and the
+// record's settling then ends it (the target runs the guest) or runs it
+// (the target's copy never ran), as for a copy the migration paused.
+func TestACopyTheGuardPausedWaitsForTheTargetsWordInItsRecord(t *testing.T) {
+	for _, tc := range []struct {
+		outcome string
+		proc    uint32
+		then    libvirtx.State
+	}{
+		{peer.OutcomeRunning, libvirtxDomainDestroy, libvirtx.StateShutoff},
+		{peer.OutcomeStopped, libvirtxDomainResume, libvirtx.StateRunning},
+	} {
+		t.Run(tc.outcome, func(t *testing.T) {
+			f, c, dom := suspendable(t, int32(libvirtx.StatePaused), libvirtx.PausedPostCopy)
+			f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
+				switch proc {
+				case libvirtxDomainSuspend:
+					f.SetState("vm", int32(libvirtx.StatePaused), int32(libvirt.DomainPausedUser))
+				case libvirtxDomainDestroy:
+					f.SetState("vm", int32(libvirtx.StateShutoff), int32(libvirt.DomainShutoffDestroyed))
+				case libvirtxDomainResume:
+					f.SetState("vm", int32(libvirtx.StateRunning), int32(libvirt.DomainRunningUnpaused))
+				default:
+					return nil, nil, false
+				}
+				return nil, nil, true
+			})
+			g := &staleCopyGuard{log: zap.NewNop(), conn: c, dom: dom, stop: make(chan struct{}), done: make(chan struct{})}
+			close(g.done)
+			g.look(context.Background())
+			f.SetState("vm", int32(libvirtx.StateRunning), libvirtx.RunningPostCopy)
+			g.look(context.Background())
+			s := &Source{cfg: SourceConfig{StateDir: t.TempDir()}, log: zap.NewNop()}
+			rec := drivenRecord{ID: "m-0000000000000001", Domain: "vm", UUID: libvirtx.UUIDString(dom.UUID), Socket: c.Socket()}
+			d := &driving{s: s, conn: c, dom: dom, log: zap.NewNop(), guard: g, rec: rec}
+			if d.settleStaleCopy(settledOutcome(peer.ControlResponse{}, errors.New("read tcp: i/o timeout"))) {
+				t.Fatal("a paused copy with no word from the target was called settled")
+			}
+			saved, ok := s.recordedDrive(rec.ID)
+			if !ok || !saved.StalePaused {
+				t.Fatalf("the record does not say the guard paused the copy: %+v (found %v)", saved, ok)
+			}
+			if _, err := applyOutcome(context.Background(), c, saved, tc.outcome); err != nil {
+				t.Fatal(err)
+			}
+			if st, _, _ := c.DomainState(context.Background(), dom); len(f.Calls(tc.proc)) != 1 || st != tc.then {
+				t.Fatalf("the target's word %q left this node's copy %v (%d calls of %d)", tc.outcome, st, len(f.Calls(tc.proc)), tc.proc)
+			}
+		})
+	}
+}
+
+// A copy QEMU started again after the switch, which no guard paused (a
+// ferryd restarted meanwhile), goes once the target says it runs the
+// guest, as the Confirm would have taken it.
+func TestACopyQEMUStartedAgainAfterTheSwitchGoesOnTheTargetsWord(t *testing.T) {
+	f, c, r := handoverGuest(t, int32(libvirtx.StateRunning), libvirtx.RunningPostCopy)
+	if _, err := applyOutcome(context.Background(), c, r, peer.OutcomeRunning); err != nil || len(f.Calls(libvirtxDomainDestroy)) != 1 {
+		t.Fatalf("applyOutcome: %v; destroy calls %d, want one", err, len(f.Calls(libvirtxDomainDestroy)))
+	}
 }

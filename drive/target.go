@@ -53,9 +53,6 @@ type Target struct {
 	// a prepare whose peer gives up while it waits leaves.
 	checkOnce sync.Once
 	checking  chan struct{}
-	// filesSeen answers for a guest here whose XML libvirt holds back
-	// while it migrates away (see libvirtx.FilesMemo).
-	filesSeen libvirtx.FilesMemo
 	// own holds each prepared migration's libvirt connection, by id: the
 	// target QEMU lives until its Finish or until the connection that
 	// prepared it closes, so it is never the pool's, which a missed ping

@@ -25,7 +25,7 @@ func (in *Target) takesNoOtherGuestsFiles(ctx context.Context, c *libvirtx.Conn,
 	if err != nil {
 		return "", all, &peer.Refusal{Reason: "invalid_domain_xml", Msg: err.Error()}
 	}
-	others, err := c.OtherGuestsFiles(ctx, uuid, in.comingFiles, &in.filesSeen)
+	others, err := c.OtherGuestsFiles(ctx, uuid, in.comingFiles)
 	if err != nil {
 		// The peer hears no other guest's name; this node's log does.
 		if in.log != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -199,11 +198,8 @@ func concat(lists ...[]string) []string {
 // a guest's XML, live or inactive, until its migration is over (19 s into
 // one on the bed), which held every prepare beside it past the call's
 // timeout. It is taken only while libvirt shows the domain coming (paused
-// for its migration, or in post-copy); otherwise its XML is asked. memo,
-// when set, answers for a running guest whose XML libvirt does not give
-// (one leaving in a migration is held as one coming is): the files that
-// same instance named when last read.
-func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d libvirt.Domain) (GuestFiles, bool), memo *FilesMemo) (map[string]GuestFiles, error) {
+// for its migration, or in post-copy); otherwise its XML is asked.
+func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d libvirt.Domain) (GuestFiles, bool)) (map[string]GuestFiles, error) {
 	all, err := c.listDomains(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -237,69 +233,13 @@ func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d l
 				continue // gone meanwhile
 			}
 			if err != nil {
-				if f, ok = memo.recall(d); !ok {
-					return nil, fmt.Errorf("domain %s: %w", d.Name, err)
-				}
-			} else {
-				memo.remember(d, f)
+				return nil, fmt.Errorf("domain %s: %w", d.Name, err)
 			}
 		}
 		f.Shared = append(slices.Clone(f.Shared), backingChains(f.QCOW2)...)
 		out[d.Name] = f
 	}
-	memo.keepOnly(all)
 	return out, nil
-}
-
-// FilesMemo remembers the files each running domain instance named when
-// its XML was last read. An instance's files change only by a hotplug or
-// a new definition, which libvirt refuses while it holds the domain in a
-// migration, the one time its XML is not given.
-type FilesMemo struct {
-	mu   sync.Mutex
-	seen map[string]GuestFiles // by UUID and domain ID
-}
-
-func memoKey(d libvirt.Domain) string { return fmt.Sprintf("%s/%d", UUIDString(d.UUID), d.ID) }
-
-func (m *FilesMemo) remember(d libvirt.Domain, f GuestFiles) {
-	if m == nil || d.ID <= 0 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.seen == nil {
-		m.seen = map[string]GuestFiles{}
-	}
-	m.seen[memoKey(d)] = f
-}
-
-func (m *FilesMemo) recall(d libvirt.Domain) (GuestFiles, bool) {
-	if m == nil || d.ID <= 0 {
-		return GuestFiles{}, false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	f, ok := m.seen[memoKey(d)]
-	return f, ok
-}
-
-// keepOnly forgets the instances libvirt no longer lists.
-func (m *FilesMemo) keepOnly(listed []libvirt.Domain) {
-	if m == nil {
-		return
-	}
-	keep := make(map[string]bool, len(listed))
-	for _, d := range listed {
-		keep[memoKey(d)] = true
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k := range m.seen {
-		if !keep[k] {
-			delete(m.seen, k)
-		}
-	}
 }
 
 func (c *Conn) listDomains(ctx context.Context, flags libvirt.ConnectListAllDomainsFlags) ([]libvirt.Domain, error) {

@@ -169,7 +169,7 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 		}
 		return n
 	}
-	got, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known, nil)
+	got, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 	// Coming into a definition this node holds: that one is libvirt's to
 	// name.
 	comingDefined.Store(true)
-	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known, nil); err != nil {
+	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known); err != nil {
 		t.Fatal(err)
 	}
 	if askedOfComing() == 0 {
@@ -196,7 +196,7 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 	before := askedOfComing()
 	coming.State, coming.Reason = int32(StateRunning), 0
 	s.SetDomains(coming)
-	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known, nil); err != nil {
+	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known); err != nil {
 		t.Fatal(err)
 	}
 	if askedOfComing() == before {
@@ -206,51 +206,3 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 
 // procConnectListAllDomains is libvirt's REMOTE_PROC_CONNECT_LIST_ALL_DOMAINS.
 const procConnectListAllDomains = 273
-
-// A running guest whose XML libvirt holds back (one leaving in a
-// migration) is answered for by the files the same instance named at its
-// last read; without one, or for a new instance of it (a restart), the
-// check fails as before, refusing the prepare rather than guessing.
-func TestAGuestWhoseXMLIsHeldBackIsKnownByItsLastRead(t *testing.T) {
-	s := libvirtxtest.New(t, "")
-	var held atomic.Bool
-	var id atomic.Int32
-	id.Store(2)
-	s.Answer(func(proc uint32, args []byte) ([]byte, *libvirt.Error, bool) {
-		switch proc {
-		case procConnectListAllDomains:
-			if binary.BigEndian.Uint32(args[len(args)-4:])&uint32(libvirt.ConnectListDomainsPersistent) != 0 {
-				return new(libvirtxtest.XDR).U32(0).U32(0).Bytes(), nil, true
-			}
-			return new(libvirtxtest.XDR).U32(1).Domain("leaving", libvirt.UUID{2}, id.Load()).U32(1).Bytes(), nil, true
-		case libvirtxtest.ProcDomainGetXMLDesc:
-			if held.Load() {
-				return nil, &libvirt.Error{Code: 68, Message: "Timed out during operation: cannot acquire state change lock"}, true
-			}
-			return new(libvirtxtest.XDR).String(guestXML("leaving", "", "")).Bytes(), nil, true
-		}
-		return nil, nil, false
-	})
-	c, err := Dial(context.Background(), s.Path(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var memo FilesMemo
-	first, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), nil, &memo)
-	if err != nil || len(first["leaving"].Own) == 0 {
-		t.Fatalf("first read: %+v, %v", first, err)
-	}
-	held.Store(true)
-	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), nil, nil); err == nil {
-		t.Fatal("without a memo, a guest whose XML is held back passed the check")
-	}
-	got, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), nil, &memo)
-	if err != nil || !slices.Equal(got["leaving"].Own, first["leaving"].Own) {
-		t.Fatalf("held back: %+v, %v; want the files of its last read %v", got, err, first["leaving"].Own)
-	}
-	id.Store(3)
-	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), nil, &memo); err == nil {
-		t.Fatal("a new instance of the guest was answered for by its former one's files")
-	}
-}

@@ -122,7 +122,9 @@ func (c *Conn) Lifecycle(ctx context.Context, dom libvirt.Domain, buffer int) (<
 		// go-libvirt blocks its reader while a subscriber is slow: a full
 		// buffer drops the event, as the reader only needs to look again.
 		for raw := range src {
-			if ev, ok := c.convert(raw); ok {
+			// go-libvirt subscribes to every domain's events whatever
+			// domain it is given.
+			if ev, ok := c.convert(raw); ok && ev.Domain.UUID == dom.UUID {
 				select {
 				case out <- ev:
 				default:
