@@ -182,16 +182,21 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 	}
 	if outcome == peer.OutcomeStopped {
 		// The target's copy never ran, or an operator keeps this one: it
-		// is the guest, which libvirt's cancelled Confirm runs again.
+		// is the guest, which libvirt's cancelled Confirm runs again, and
+		// one the guard paused runs first (see continueCopy).
 		d.guard.end()
+		if d.guard.pausedAny() {
+			d.settleStaleCopy(outcome)
+		}
 	}
 	if d.guard.pausedAny() && outcome == peer.OutcomeSplit {
-		// libvirt's cancelled Confirm would start the paused copy again.
+		// Held as a failed post-copy: by a cancelled Confirm, and as
+		// well by libvirt when the drive's connection closes.
 		r.settled, r.ferr = d.settleStaleCopy(outcome), errStaleCopy
 		return r
 	}
 	r.cerr = d.conn.Confirm(context.Background(), d.dom, d.params, fin.Cookie, d.flags, cancelled, confirmTimeout)
-	if d.guard.pausedAny() {
+	if d.guard.pausedAny() && outcome == peer.OutcomeRunning {
 		if r.cerr != nil {
 			d.log.Warn("libvirt's Confirm failed after this node's copy ran again and was paused", zap.Error(r.cerr))
 		}

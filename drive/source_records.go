@@ -345,6 +345,11 @@ func applyOutcome(ctx context.Context, c *libvirtx.Conn, r drivenRecord, outcome
 		// Its definition follows the target's word (see
 		// settleDefinition).
 		return "the copy left paused here was destroyed", nil
+	case outcome == peer.OutcomeStopped && r.StalePaused && state == libvirtx.StatePaused:
+		if err := continueCopy(ctx, c, dom); err != nil {
+			return "", err
+		}
+		return "the copy paused here after the switch runs again: the target's never ran", nil
 	case outcome == peer.OutcomeStopped && pausedByMigration:
 		if err := c.Resume(ctx, dom); err != nil {
 			return "", err

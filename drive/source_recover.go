@@ -432,8 +432,10 @@ func (r *recovery) endStaleSource() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	info, err := r.sourceInfo(ctx)
+	// A failed one too: QEMU fails a resumed stream broken in its
+	// completion, and libvirt ends no job of it by itself.
 	if err != nil || info.Status != libvirtx.QEMUMigrationPostCopyPaused && info.Status != libvirtx.QEMUMigrationPostCopyRecover &&
-		info.Status != libvirtx.QEMUMigrationPostCopyRecoverSet {
+		info.Status != libvirtx.QEMUMigrationPostCopyRecoverSet && info.Status != libvirtx.QEMUMigrationFailed {
 		return
 	}
 	if err := r.libvirt().Destroy(ctx, r.dom); err != nil {

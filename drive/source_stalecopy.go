@@ -3,6 +3,7 @@ package drive
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -64,9 +65,16 @@ func (g *staleCopyGuard) run() {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-events:
+		case ev, ok := <-events:
 			if !ok {
 				events = nil
+			}
+			if ok && ev.Event == int32(libvirt.DomainEventSuspended) && ev.Detail == int32(libvirt.DomainEventSuspendedPostcopy) {
+				// Seen even if QEMU starts the copy again before the
+				// state is read.
+				g.mu.Lock()
+				g.switched = true
+				g.mu.Unlock()
 			}
 		case <-tick.C:
 		}
@@ -157,9 +165,7 @@ func (d *driving) settleStaleCopy(outcome string) (settled bool) {
 	case peer.OutcomeStopped:
 		d.guard.end()
 		what = "the target's copy never ran: this node's runs again"
-		if st, _, serr := d.conn.DomainState(ctx, d.dom); serr != nil || st != libvirtx.StateRunning {
-			err = d.conn.Resume(ctx, d.dom)
-		}
+		err = continueCopy(ctx, d.conn, d.dom)
 	case peer.OutcomeSplit:
 	default:
 		// No word from the target: the record keeps the pause's cause,
@@ -177,4 +183,31 @@ func (d *driving) settleStaleCopy(outcome string) (settled bool) {
 	}
 	d.log.Warn("settled this node's copy, which ran again after the switch and was paused", zap.String("outcome", outcome), zap.String("here", what))
 	return true
+}
+
+// continueCopy runs this node's copy again once the target's has been
+// found never to have run. The guard's pause, taken during libvirt's
+// outgoing job, shows as paused post-copy; libvirt's resume waits for a
+// job that job shuts out, and its Confirm then keeps the copy paused as a
+// failed post-copy; so its vCPUs are started through QEMU's monitor,
+// after which libvirt's cancelled Confirm finds it running and ends its
+// job.
+func continueCopy(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain) error {
+	if st, _, err := c.DomainState(ctx, dom); err == nil && st == libvirtx.StateRunning {
+		return nil
+	}
+	if err := c.ContinueCPUs(ctx, dom); err != nil {
+		return err
+	}
+	for {
+		st, _, err := c.DomainState(ctx, dom)
+		if err == nil && st == libvirtx.StateRunning {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("libvirt does not show the copy running after QEMU's cont: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

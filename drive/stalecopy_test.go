@@ -1,6 +1,7 @@
 package drive
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -14,18 +15,38 @@ import (
 	"github.com/ferry-vm/ferry/peer"
 )
 
-// libvirtxDomainSuspend is libvirt's REMOTE_PROC_DOMAIN_SUSPEND.
-const libvirtxDomainSuspend = 34
+// libvirtxDomainSuspend is libvirt's REMOTE_PROC_DOMAIN_SUSPEND;
+// qemuMonitorCommand is QEMU_PROC_DOMAIN_MONITOR_COMMAND.
+const (
+	libvirtxDomainSuspend = 34
+	qemuMonitorCommand    = 1
+)
 
 // suspendable is a fake libvirt holding one guest in state/reason, whose
-// Suspend pauses it.
+// Suspend pauses it as libvirt does during an outgoing post-copy's job
+// (qemuProcessHandleStop: paused, post-copy), whose Destroy stops it, and
+// whose Resume libvirt refuses (the migration's job shuts it out), while
+// QEMU's cont, passed through, runs it.
 func suspendable(t *testing.T, state, reason int32) (*libvirtxtest.Server, *libvirtx.Conn, libvirt.Domain) {
 	t.Helper()
 	f, c, _ := handoverGuest(t, state, reason)
 	f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-		if proc == libvirtxDomainSuspend {
-			f.SetState("vm", int32(libvirtx.StatePaused), int32(libvirt.DomainPausedUser))
-			return nil, nil, true
+		switch proc {
+		case libvirtxDomainSuspend:
+			f.SetState("vm", int32(libvirtx.StatePaused), libvirtx.PausedPostCopy)
+		case libvirtxDomainDestroy:
+			f.SetState("vm", int32(libvirtx.StateShutoff), int32(libvirt.DomainShutoffDestroyed))
+		case libvirtxDomainResume:
+			return nil, &libvirt.Error{Code: 68, Message: "Timed out during operation: cannot acquire state change lock (held by monitor=remoteDispatchDomainMigrateConfirm3Params)"}, true
+		default:
+			return nil, nil, false
+		}
+		return nil, nil, true
+	})
+	f.AnswerQEMU(func(proc uint32, args []byte) ([]byte, *libvirt.Error, bool) {
+		if proc == qemuMonitorCommand && bytes.Contains(args, []byte(`"cont"`)) {
+			f.SetState("vm", int32(libvirtx.StateRunning), libvirtx.RunningPostCopy)
+			return new(libvirtxtest.XDR).String(`{"return":{}}`).Bytes(), nil, true
 		}
 		return nil, nil, false
 	})
@@ -92,27 +113,13 @@ func TestTheGuardPausesOnLibvirtsEventWithoutWaitingForItsPoll(t *testing.T) {
 func TestACopyTheGuardPausedWaitsForTheTargetsWordInItsRecord(t *testing.T) {
 	for _, tc := range []struct {
 		outcome string
-		proc    uint32
 		then    libvirtx.State
 	}{
-		{peer.OutcomeRunning, libvirtxDomainDestroy, libvirtx.StateShutoff},
-		{peer.OutcomeStopped, libvirtxDomainResume, libvirtx.StateRunning},
+		{peer.OutcomeRunning, libvirtx.StateShutoff},
+		{peer.OutcomeStopped, libvirtx.StateRunning},
 	} {
 		t.Run(tc.outcome, func(t *testing.T) {
 			f, c, dom := suspendable(t, int32(libvirtx.StatePaused), libvirtx.PausedPostCopy)
-			f.Answer(func(proc uint32, _ []byte) ([]byte, *libvirt.Error, bool) {
-				switch proc {
-				case libvirtxDomainSuspend:
-					f.SetState("vm", int32(libvirtx.StatePaused), int32(libvirt.DomainPausedUser))
-				case libvirtxDomainDestroy:
-					f.SetState("vm", int32(libvirtx.StateShutoff), int32(libvirt.DomainShutoffDestroyed))
-				case libvirtxDomainResume:
-					f.SetState("vm", int32(libvirtx.StateRunning), int32(libvirt.DomainRunningUnpaused))
-				default:
-					return nil, nil, false
-				}
-				return nil, nil, true
-			})
 			g := &staleCopyGuard{log: zap.NewNop(), conn: c, dom: dom, stop: make(chan struct{}), done: make(chan struct{})}
 			close(g.done)
 			g.look(context.Background())
@@ -131,8 +138,8 @@ func TestACopyTheGuardPausedWaitsForTheTargetsWordInItsRecord(t *testing.T) {
 			if _, err := applyOutcome(context.Background(), c, saved, tc.outcome); err != nil {
 				t.Fatal(err)
 			}
-			if st, _, _ := c.DomainState(context.Background(), dom); len(f.Calls(tc.proc)) != 1 || st != tc.then {
-				t.Fatalf("the target's word %q left this node's copy %v (%d calls of %d)", tc.outcome, st, len(f.Calls(tc.proc)), tc.proc)
+			if st, _, _ := c.DomainState(context.Background(), dom); st != tc.then {
+				t.Fatalf("the target's word %q left this node's copy %v, want %v", tc.outcome, st, tc.then)
 			}
 		})
 	}
@@ -145,5 +152,22 @@ func TestACopyQEMUStartedAgainAfterTheSwitchGoesOnTheTargetsWord(t *testing.T) {
 	f, c, r := handoverGuest(t, int32(libvirtx.StateRunning), libvirtx.RunningPostCopy)
 	if _, err := applyOutcome(context.Background(), c, r, peer.OutcomeRunning); err != nil || len(f.Calls(libvirtxDomainDestroy)) != 1 {
 		t.Fatalf("applyOutcome: %v; destroy calls %d, want one", err, len(f.Calls(libvirtxDomainDestroy)))
+	}
+}
+
+// libvirt's suspended/post-copy event arms the guard even when QEMU has
+// started the copy again before the guard reads its state, and an older
+// libvirt shows it running/unpaused, nothing in the state saying post-copy.
+func TestTheSwitchEventArmsTheGuardWhenTheStateNoLongerShowsIt(t *testing.T) {
+	f, c, dom := suspendable(t, int32(libvirtx.StateRunning), int32(libvirt.DomainRunningBooted))
+	g := guardStaleCopy(zap.NewNop(), c, dom)
+	defer g.end()
+	time.Sleep(100 * time.Millisecond)
+	f.SetState("vm", int32(libvirtx.StateRunning), int32(libvirt.DomainRunningUnpaused))
+	f.Lifecycle("vm", int32(libvirt.DomainEventSuspended), int32(libvirt.DomainEventSuspendedPostcopy))
+	for deadline := time.Now().Add(staleCopyPoll / 2); !g.pausedAny(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the copy running after libvirt's switch event was not paused")
+		}
 	}
 }

@@ -271,3 +271,11 @@ func (c *Conn) ResumeMigration(ctx context.Context, dom libvirt.Domain, socket s
 		Arguments: map[string]any{"uri": "unix:" + socket, "resume": true}})
 	return err
 }
+
+// ContinueCPUs starts a paused domain's vCPUs through QEMU's own monitor.
+// libvirt's resume takes a job an outgoing migration's job shuts out,
+// even one QEMU has ended; the monitor's pass-through is let in.
+func (c *Conn) ContinueCPUs(ctx context.Context, dom libvirt.Domain) error {
+	_, err := c.monitorCommand(ctx, dom, qmpCommand{Execute: "cont"})
+	return err
+}

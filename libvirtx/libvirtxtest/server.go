@@ -42,6 +42,7 @@ type Server struct {
 	conns    []*conn // open ones
 	calls    []call
 	answer   AnswerFunc
+	qemu     AnswerFunc
 	ignore   func(proc uint32) bool
 	lastCB   int32
 	// The domains by name, and every identity a name has had, so that an
@@ -128,6 +129,32 @@ func (s *Server) Answer(f AnswerFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.answer = f
+}
+
+// qemuProgram is libvirt's QEMU program (qemu_protocol.x): procedure 1 is
+// a monitor command passed through to the domain's QEMU.
+const qemuProgram = 0x20008087
+
+// AnswerQEMU sets the hook that answers calls of libvirt's QEMU program;
+// without one (or when it declines) the fake refuses them.
+func (s *Server) AnswerQEMU(f AnswerFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.qemu = f
+}
+
+// QEMUCalls returns the arguments of every call of the QEMU program's
+// procedure proc so far.
+func (s *Server) QEMUCalls(proc uint32) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out [][]byte
+	for _, c := range s.calls {
+		if c.prog == qemuProgram && c.proc == proc {
+			out = append(out, c.args)
+		}
+	}
+	return out
 }
 
 // Ignore has the fake read the calls f picks and never answer them, as a
@@ -250,6 +277,9 @@ func (s *Server) serve(c *conn) {
 		s.mu.Lock()
 		s.calls = append(s.calls, call{prog, proc, args})
 		answer, ignore := s.answer, s.ignore
+		if prog == qemuProgram {
+			answer = s.qemu
+		}
 		s.mu.Unlock()
 		if ignore != nil && prog == remoteProgram && ignore(proc) {
 			continue
@@ -258,7 +288,7 @@ func (s *Server) serve(c *conn) {
 			var reply []byte
 			var lerr *libvirt.Error
 			ok := false
-			if answer != nil && prog == remoteProgram {
+			if answer != nil && (prog == remoteProgram || prog == qemuProgram) {
 				reply, lerr, ok = answer(proc, args)
 			}
 			if !ok {
