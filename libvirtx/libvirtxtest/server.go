@@ -145,17 +145,7 @@ func (s *Server) AnswerQEMU(f AnswerFunc) {
 
 // QEMUCalls returns the arguments of every call of the QEMU program's
 // procedure proc so far.
-func (s *Server) QEMUCalls(proc uint32) [][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out [][]byte
-	for _, c := range s.calls {
-		if c.prog == qemuProgram && c.proc == proc {
-			out = append(out, c.args)
-		}
-	}
-	return out
-}
+func (s *Server) QEMUCalls(proc uint32) [][]byte { return s.callsOf(qemuProgram, proc) }
 
 // Ignore has the fake read the calls f picks and never answer them, as a
 // daemon whose workers never return, while it goes on answering what f
@@ -169,12 +159,14 @@ func (s *Server) Ignore(f func(proc uint32) bool) {
 
 // Calls returns the arguments of every call of the remote program's
 // procedure proc so far, in arrival order.
-func (s *Server) Calls(proc uint32) [][]byte {
+func (s *Server) Calls(proc uint32) [][]byte { return s.callsOf(remoteProgram, proc) }
+
+func (s *Server) callsOf(prog, proc uint32) [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out [][]byte
 	for _, c := range s.calls {
-		if c.prog == remoteProgram && c.proc == proc {
+		if c.prog == prog && c.proc == proc {
 			out = append(out, c.args)
 		}
 	}

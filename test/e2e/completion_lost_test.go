@@ -25,13 +25,7 @@ func TestAPostCopyLostInItsCompletionNeverRunsOnBothNodes(t *testing.T) {
 	const name = "pclostend"
 	// The target's answers to the first finishes are lost too, so that
 	// the source's Confirm, which would stop its copy, waits seconds.
-	withFaults(t, "b", "slow-return-path,drop-finish-answer:3")
-	postCopyInto(t, "b")
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 4, Verify: true})
-	before := verifiedSoFar(t, name)
-	evA := watchLifecycle(t, "a", name)
-	done := migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs,
-		PostCopyAfter: 2 * time.Second, PostCopyBandwidthMiBs: 32, Policy: "observe"})
+	before, evA, _, done := slowEndPostCopy(t, name, "slow-return-path,drop-finish-answer:3")
 	waitEvent(t, evA, 3, 7, 2*time.Minute) // suspended/post-copy: the switch happened
 	var last string
 	waitFor(t, "the target QEMU to end the post-copy while the source's still waits for its word", 3*time.Minute, func() bool {
@@ -110,14 +104,8 @@ func sourceRanAgain(t *testing.T, ev <-chan lifecycleEvent) time.Duration {
 // copy again, until libvirt's Confirm stops it.
 func TestAFinishedPostCopyLetsTheSourceHearItsEnd(t *testing.T) {
 	const name = "pcdrain"
-	withFaults(t, "b", "slow-return-path")
-	postCopyInto(t, "b")
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 4, Verify: true})
-	before := verifiedSoFar(t, name)
-	evA := watchLifecycle(t, "a", name)
-	start := time.Now()
-	if err := <-migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs,
-		PostCopyAfter: 2 * time.Second, PostCopyBandwidthMiBs: 32, Policy: "observe"}); err != nil {
+	before, evA, start, done := slowEndPostCopy(t, name, "slow-return-path")
+	if err := <-done; err != nil {
 		t.Fatalf("the migration: %v", err)
 	}
 	waitFor(t, "libvirt to end the guest's copy on a", 30*time.Second, func() bool {
@@ -137,4 +125,20 @@ func TestAFinishedPostCopyLetsTheSourceHearItsEnd(t *testing.T) {
 		break
 	}
 	endsWholeOn(t, name, "b", "a", before, start)
+}
+
+// slowEndPostCopy starts a post-copy of a busy guest a -> b through Ferry,
+// node b's ferryd injecting faults, and returns the guest's checks so
+// far, a's lifecycle events, when it began and its result.
+func slowEndPostCopy(t *testing.T, name, faults string) (before int, evA <-chan lifecycleEvent, start time.Time, done <-chan error) {
+	t.Helper()
+	withFaults(t, "b", faults)
+	postCopyInto(t, "b")
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 4, Verify: true})
+	before = verifiedSoFar(t, name)
+	evA = watchLifecycle(t, "a", name)
+	start = time.Now()
+	done = migrateAsync(t, testbed.MigrateSpec{Name: name, From: "a", To: "b", Via: "ferry", BandwidthMiBs: holdMiBs,
+		PostCopyAfter: 2 * time.Second, PostCopyBandwidthMiBs: 32, Policy: "observe"})
+	return before, evA, start, done
 }
