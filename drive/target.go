@@ -541,6 +541,9 @@ func (in *Target) Finish(ctx context.Context, m peer.IncomingMigration, cookie [
 			return nil, err
 		}
 	}
+	if !cancelled {
+		in.finishing(m.ID)
+	}
 	// No bound of Ferry's own: in post-copy libvirt's Finish lasts until
 	// the last page, and giving up on it would cut the streams it needs.
 	ck, err := c.Finish(ctx, finishParams(m), cookie, flags, cancelled, untilOr(ctx, unbounded))

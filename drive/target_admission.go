@@ -35,6 +35,20 @@ type incomingGuest struct {
 	uuid  string
 	files libvirtx.GuestFiles
 	domID int32
+	// finishing is when libvirt's Finish of it began here, zero before:
+	// that Finish starts its vCPUs before it returns (see
+	// libvirtx.ComingGuest).
+	finishing time.Time
+}
+
+// finishHeld bounds how long a guest whose Finish began counts as held by
+// it, running: a pre-copy's Finish returns moments after the vCPUs start
+// (a post-copy's guest counts as coming by its state until it ends).
+const finishHeld = time.Minute
+
+// heldByFinish says whether g's Finish runs here, as far as it may.
+func (g incomingGuest) heldByFinish() bool {
+	return !g.finishing.IsZero() && time.Since(g.finishing) < finishHeld
 }
 
 // trackerLag is how long after its Prepare a guest counts as coming
@@ -130,7 +144,7 @@ func (in *Target) forgetArrivedLocked() {
 		if g.prepared.IsZero() || time.Since(g.prepared) < trackerLag {
 			continue
 		}
-		if d, ok := doms[g.domain]; !ok || !stillComing(d) {
+		if d, ok := doms[g.domain]; !g.heldByFinish() && (!ok || !stillComing(d)) {
 			delete(in.admitted, id)
 		}
 	}
@@ -140,6 +154,16 @@ func (in *Target) forgetArrivedLocked() {
 // and one in post-copy running on pages still to come.
 func stillComing(d api.Domain) bool {
 	return d.State == "paused" && d.Reason == "migration" || strings.HasPrefix(d.Reason, "post-copy")
+}
+
+// finishing notes that libvirt's Finish of migration id begins here.
+func (in *Target) finishing(id string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if g, ok := in.admitted[id]; ok {
+		g.finishing = time.Now()
+		in.admitted[id] = g
+	}
 }
 
 func (in *Target) unadmit(id string) {

@@ -146,7 +146,8 @@ func TestAnAdmittedGuestIsKnownByItsFilesAsThatDomainOnly(t *testing.T) {
 	if len(others) != 1 {
 		t.Errorf("a guest admitted but not yet listed by libvirt is not among the others: %v", others)
 	}
-	f, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3})
+	g, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3})
+	f := g.Files
 	if !ok || !slices.Contains(f.Own, "/var/lib/libvirt/images/a.qcow2") || !slices.Contains(f.Own, "/var/lib/libvirt/images/a-data.raw") {
 		t.Fatalf("the coming guest's files: %+v %v, want its live disk and its definition's", f, ok)
 	}
@@ -184,5 +185,53 @@ func TestAPrepareWaitingForTheCheckLeavesWhenItsPeerGivesUp(t *testing.T) {
 	}
 	if len(in.admitted) != 0 {
 		t.Error("a prepare that left was admitted")
+	}
+}
+
+// A guest whose Finish runs here stays admitted and known by its checked
+// files, running though it is (the Finish started its vCPUs, and libvirt
+// holds back its XML until the Finish returns): it was forgotten by the
+// next prepare's admission, whose check then waited on libvirt for it and
+// was refused. Not past finishHeld, and not once released.
+func TestAGuestWhoseFinishRunsHereIsStillKnownByItsFiles(t *testing.T) {
+	mem := &fakeMemory{avail: 10 << 20, resident: map[string]uint64{}}
+	tr, rec := newRecord(migration.Config{})
+	in := &Target{memory: mem, tracker: tr, books: rec.Books}
+	u := libvirt.UUID{4}
+	if err := in.admit("m1", "a", guestOfGiB("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	in.noteComingFiles("m1", libvirtx.UUIDString(u), libvirtx.GuestFiles{Own: []string{"/var/lib/libvirt/images/a.qcow2"}})
+	in.prepared("m1", 3)
+	age := func(id string) {
+		in.mu.Lock()
+		g := in.admitted[id]
+		g.prepared = g.prepared.Add(-2 * trackerLag)
+		in.admitted[id] = g
+		in.mu.Unlock()
+	}
+	age("m1")
+	in.finishing("m1")
+	in.mu.Lock()
+	in.forgetArrivedLocked()
+	in.mu.Unlock()
+	g, ok := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3})
+	if !ok || !g.Finishing || len(g.Files.Own) != 1 {
+		t.Fatalf("a guest whose Finish runs here: %+v, %v; want it known, finishing", g, ok)
+	}
+	in.mu.Lock()
+	held := in.admitted["m1"]
+	held.finishing = held.finishing.Add(-2 * finishHeld)
+	in.admitted["m1"] = held
+	in.mu.Unlock()
+	if g, _ := in.comingFiles(libvirt.Domain{Name: "a", UUID: u, ID: 3}); g.Finishing {
+		t.Error("a Finish begun past finishHeld ago still holds the guest")
+	}
+	in.mu.Lock()
+	in.forgetArrivedLocked()
+	_, kept := in.admitted["m1"]
+	in.mu.Unlock()
+	if kept {
+		t.Error("a guest whose Finish began past finishHeld ago, and libvirt does not hold as coming, is still admitted")
 	}
 }

@@ -17,7 +17,8 @@ import (
 // are kept from the XML it was checked and prepared with, and stand for
 // libvirt's answer only for that very domain (its name, its UUID and,
 // once its Prepare returned, the domain ID that Prepare started) while
-// libvirt shows it still coming. A guest admitted whose Prepare has not
+// libvirt shows it still coming, or running while this node's Finish of
+// it runs (which starts the vCPUs first). A guest admitted whose Prepare has not
 // made it a domain yet counts too. The check and the noting are one step
 // (checkAndAdmit): two prepares never both pass on one file. A guest
 // coming into a definition this node holds (adopted, or kept for its
@@ -39,18 +40,18 @@ func (in *Target) noteComingFiles(id, uuid string, files libvirtx.GuestFiles) {
 // migration this node admitted: the same name and UUID, and the domain
 // its Prepare started once that returned. Two prepares of one guest
 // leave it to libvirt to say.
-func (in *Target) comingFiles(d libvirt.Domain) (libvirtx.GuestFiles, bool) {
+func (in *Target) comingFiles(d libvirt.Domain) (libvirtx.ComingGuest, bool) {
 	uuid := libvirtx.UUIDString(d.UUID)
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	var files libvirtx.GuestFiles
+	var coming libvirtx.ComingGuest
 	n := 0
 	for _, g := range in.admitted {
 		if g.uuid == uuid && g.domain == d.Name && (g.domID == 0 || g.domID == d.ID) {
-			files, n = g.files, n+1
+			coming, n = libvirtx.ComingGuest{Files: g.files, Finishing: g.heldByFinish()}, n+1
 		}
 	}
-	return files, n == 1
+	return coming, n == 1
 }
 
 // unlistedComing adds to others the guests admitted here that libvirt

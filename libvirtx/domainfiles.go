@@ -198,8 +198,9 @@ func concat(lists ...[]string) []string {
 // a guest's XML, live or inactive, until its migration is over (19 s into
 // one on the bed), which held every prepare beside it past the call's
 // timeout. It is taken only while libvirt shows the domain coming (paused
-// for its migration, or in post-copy); otherwise its XML is asked.
-func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d libvirt.Domain) (GuestFiles, bool)) (map[string]GuestFiles, error) {
+// for its migration, or in post-copy), or running while the caller's
+// Finish of it runs; otherwise its XML is asked.
+func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d libvirt.Domain) (ComingGuest, bool)) (map[string]GuestFiles, error) {
 	all, err := c.listDomains(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -221,9 +222,11 @@ func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d l
 		// A definition kept here beside it (adopted, or kept for the
 		// guest's return) is libvirt's alone to name: asked.
 		if known != nil && d.ID > 0 && !runningDefined[d.Name] {
-			if f, ok = known(d); ok {
+			var g ComingGuest
+			if g, ok = known(d); ok {
 				st, rs, err := c.DomainState(ctx, d)
-				ok = err == nil && Coming(st, rs)
+				ok = err == nil && (Coming(st, rs) || g.Finishing && st == StateRunning)
+				f = g.Files
 			}
 		}
 		if !ok {
@@ -240,6 +243,16 @@ func (c *Conn) OtherGuestsFiles(ctx context.Context, uuid string, known func(d l
 		out[d.Name] = f
 	}
 	return out, nil
+}
+
+// ComingGuest is what the caller knows of a guest coming here in a
+// migration it prepared: the files of the XML it was checked with, and
+// whether libvirt's Finish of it runs here now. That Finish starts the
+// guest's vCPUs before it returns, and libvirt holds back the guest's XML
+// until then: running, the guest is still its incoming job's.
+type ComingGuest struct {
+	Files     GuestFiles
+	Finishing bool
 }
 
 func (c *Conn) listDomains(ctx context.Context, flags libvirt.ConnectListAllDomainsFlags) ([]libvirt.Domain, error) {

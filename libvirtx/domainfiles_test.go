@@ -157,8 +157,9 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 	}
 	defer c.Close()
 	comingFiles := GuestFiles{Own: []string{"/var/lib/libvirt/images/coming.qcow2"}}
-	known := func(d libvirt.Domain) (GuestFiles, bool) {
-		return comingFiles, d.Name == "coming" && d.UUID == libvirt.UUID{1}
+	var finishing atomic.Bool
+	known := func(d libvirt.Domain) (ComingGuest, bool) {
+		return ComingGuest{Files: comingFiles, Finishing: finishing.Load()}, d.Name == "coming" && d.UUID == libvirt.UUID{1}
 	}
 	askedOfComing := func() int {
 		n := 0
@@ -191,11 +192,21 @@ func TestTheFilesOfAGuestComingHereAreNotAskedOfLibvirt(t *testing.T) {
 	if askedOfComing() == 0 {
 		t.Error("a guest coming into a definition held here was not asked of libvirt")
 	}
-	// Arrived: libvirt's word again.
+	// Running while the caller's Finish of it runs: still the incoming
+	// job's, whose XML libvirt holds back until that Finish returns.
 	comingDefined.Store(false)
-	before := askedOfComing()
 	coming.State, coming.Reason = int32(StateRunning), 0
 	s.SetDomains(coming)
+	finishing.Store(true)
+	before := askedOfComing()
+	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known); err != nil {
+		t.Fatal(err)
+	}
+	if askedOfComing() != before {
+		t.Error("a guest running while its Finish runs here was asked of libvirt")
+	}
+	// Arrived: libvirt's word again.
+	finishing.Store(false)
 	if _, err := c.OtherGuestsFiles(context.Background(), UUIDString(libvirt.UUID{9}), known); err != nil {
 		t.Fatal(err)
 	}
