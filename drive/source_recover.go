@@ -102,6 +102,12 @@ func (s *Source) recoverPostCopy(log *zap.Logger, req MigrateRequest, conn *libv
 	orig *proxy.SourceMigration) (peer.ControlResponse, error) {
 	r := &recovery{s: s, log: log, req: req, conn: conn, dom: dom, tid: tid, owner: owner, orig: orig,
 		until: time.Now().Add(s.cfg.PostCopyRecoveryTimeout), socket: conn.Socket()}
+	if orig == nil {
+		// Picked up from a record (a restarted ferryd): no drive's guard
+		// watches this node's copy (see staleCopyGuard).
+		g := guardStaleCopy(log, conn, dom)
+		defer g.end()
+	}
 	key := driveKey(r.socket, req.Domain)
 	r.nudges = s.running.recovering(key, true)
 	defer s.running.recovering(key, false)
