@@ -50,7 +50,7 @@ func goroutinesSettle(limit int) int {
 // dialShortCalls connects as to a launcher, with time to spare, then
 // gives each call 20ms.
 func dialShortCalls(t *testing.T, f *libvirtxtest.Server, on OnSilence) *Conn {
-	c, err := dial(context.Background(), f.Path(), 5*time.Second, true, quick, on)
+	c, err := dial(context.Background(), f.Path(), 5*time.Second, filepath.Dir(f.Path()), quick, on)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestAttackThePoolCutsALibvirtThatAnswersOnlyPings(t *testing.T) {
 // incoming migration waits out libvirt's job timeout on a healthy host.
 func TestUnansweredCallsNeverCutTheNodesOwnLibvirt(t *testing.T) {
 	f := pingsOnly(t, filepath.Join(t.TempDir(), "libvirt-sock"))
-	c, err := dial(context.Background(), f.Path(), 5*time.Second, false, quick, CutOnSilence)
+	c, err := dial(context.Background(), f.Path(), 5*time.Second, "", quick, CutOnSilence)
 	if err != nil {
 		t.Fatal(err)
 	}

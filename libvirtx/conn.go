@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +51,10 @@ type Conn struct {
 type unixDialer struct {
 	path    string
 	timeout time.Duration
-	// socketOnly refuses a path that is a link: see DialMatched.
+	// socketOnly refuses a path that is a link (see DialMatched), and
+	// below beneath, any link on the way (see DialMatchedBeneath).
 	socketOnly bool
+	beneath    string
 	mu         sync.Mutex
 	framed     *framedConn
 }
@@ -76,11 +79,13 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
 	// KubeVirt's launcher sockets are longer than a unix address holds.
-	dial := unixsock.Dial
+	var c net.Conn
+	var err error
 	if d.socketOnly {
-		dial = unixsock.DialSocket
+		c, err = unixsock.DialSocketBeneath(ctx, d.beneath, d.path)
+	} else {
+		c, err = unixsock.Dial(ctx, d.path)
 	}
-	c, err := dial(ctx, d.path)
 	if err != nil {
 		return nil, err
 	}
@@ -115,24 +120,29 @@ func (d *unixDialer) cut() {
 // keepalive with the default timing and only reports its daemon's silence
 // (ReportSilence).
 func Dial(ctx context.Context, path string, callTimeout time.Duration) (*Conn, error) {
-	return dial(ctx, path, callTimeout, false, KeepAlive{}, ReportSilence)
+	return dial(ctx, path, callTimeout, "", KeepAlive{}, ReportSilence)
 }
 
 // DialMatched connects to a socket a glob matched: only if the path is a
 // unix socket itself, not a link. The glob reaches into every pod's
 // volumes, and a pod could put a link there that points ferryd at another
 // pod's libvirt or the host's; the check and the connect are made on one
-// inode, so the name cannot be swapped in between.
+// inode, so the name cannot be swapped in between. The pool dials its
+// glob's matches so from the glob's root down (globRoot), following no
+// link on the way either.
 func DialMatched(ctx context.Context, path string, callTimeout time.Duration) (*Conn, error) {
-	return dial(ctx, path, callTimeout, true, KeepAlive{}, ReportSilence)
+	return dial(ctx, path, callTimeout, filepath.Dir(path), KeepAlive{}, ReportSilence)
 }
 
-func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnly bool, keep KeepAlive, on OnSilence) (*Conn, error) {
+// dial connects to path; with beneath set (a glob's match), only to a
+// socket reached from beneath without a link (see DialMatched).
+func dial(ctx context.Context, path string, callTimeout time.Duration, beneath string, keep KeepAlive, on OnSilence) (*Conn, error) {
 	if callTimeout <= 0 {
 		callTimeout = DefaultCallTimeout
 	}
+	socketOnly := beneath != ""
 	c := &Conn{socket: path, timeout: callTimeout, keep: keep, cutHung: on == CutOnSilence && socketOnly,
-		dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly}}
+		dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly, beneath: beneath}}
 	c.l = libvirt.NewWithDialer(c.dialer)
 	// The dialer already picked the socket; the daemon must be asked for its
 	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a
@@ -161,7 +171,7 @@ func dial(ctx context.Context, path string, callTimeout time.Duration, socketOnl
 // pool pings and cuts: its keepalive, timed as c's, only reports a silent
 // daemon (Unresponsive), never cuts the connection (see ReportSilence).
 func (c *Conn) Another(ctx context.Context) (*Conn, error) {
-	return dial(ctx, c.socket, c.timeout, c.dialer.socketOnly, c.keep, ReportSilence)
+	return dial(ctx, c.socket, c.timeout, c.dialer.beneath, c.keep, ReportSilence)
 }
 
 // Socket is the path this connection was made to.

@@ -107,3 +107,21 @@ func cleanGlobDir(dir string) string {
 	}
 	return dir[:len(dir)-1]
 }
+
+// globRoot is the directory of pattern above its first component with a
+// wildcard: the operator's, whose links are theirs to follow. Below it the
+// glob reaches into what pods write (see DialMatched).
+func globRoot(pattern string) string {
+	pattern = filepath.Clean(pattern)
+	root := filepath.Dir(pattern)
+	for p := pattern; ; {
+		if hasMeta(filepath.Base(p)) {
+			root = filepath.Dir(p)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return root
+		}
+		p = parent
+	}
+}

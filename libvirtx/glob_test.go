@@ -131,3 +131,19 @@ func TestGlobDoesNotOpenAPodsFIFO(t *testing.T) {
 		t.Error("glob blocked on a pod's FIFO")
 	}
 }
+
+// A glob's root is the directory above its first wildcard: the part of
+// the pattern the operator wrote, not what pods write.
+func TestGlobRootIsAboveTheFirstWildcard(t *testing.T) {
+	for pattern, want := range map[string]string{
+		"/var/lib/kubelet/pods/*/volumes/kubernetes.io~empty-dir/libvirt-runtime/virtqemud-sock": "/var/lib/kubelet/pods",
+		"/var/lib/kubelet/pods/*/volumes/*/*/virtqemud-sock":                                     "/var/lib/kubelet/pods",
+		"/run//libvirt/./*.sock":    "/run/libvirt",
+		"/run/libvirt/libvirt-sock": "/run/libvirt",
+		"/*/x":                      "/",
+	} {
+		if got := globRoot(pattern); got != want {
+			t.Errorf("globRoot(%s) = %s, want %s", pattern, got, want)
+		}
+	}
+}

@@ -128,7 +128,7 @@ func isTimeoutErr(err error) bool {
 func TestHostilePingFloodWithoutReadingMakesConnCloseHang(t *testing.T) {
 	s := libvirtxtest.New(t, "")
 	path, attack := hostileLauncher(t, s.Path())
-	c, err := dial(context.Background(), path, 200*time.Millisecond, true, quick, CutOnSilence)
+	c, err := dial(context.Background(), path, 200*time.Millisecond, filepath.Dir(path), quick, CutOnSilence)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ var quick = KeepAlive{Interval: 50 * time.Millisecond, Count: 3}
 
 func dialKeepAlive(t *testing.T, s *libvirtxtest.Server, on OnSilence) *Conn {
 	t.Helper()
-	c, err := dial(context.Background(), s.Path(), time.Second, false, quick, on)
+	c, err := dial(context.Background(), s.Path(), time.Second, "", quick, on)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestFrozenDaemonCutsAWatchingConnection(t *testing.T) {
 func TestNoKeepAliveWithADaemonThatHasNone(t *testing.T) {
 	s := libvirtxtest.New(t, "")
 	s.NoKeepAlive()
-	c, err := dial(context.Background(), s.Path(), time.Second, false, quick, CutOnSilence)
+	c, err := dial(context.Background(), s.Path(), time.Second, "", quick, CutOnSilence)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestCallsGoOnWhilePingsInterleave(t *testing.T) {
 	s.PingClients(time.Millisecond)
 	// Timed loosely: what is tested is the interleaving, and a busy
 	// machine under -race can hold a reader 150ms.
-	c, err := dial(context.Background(), s.Path(), time.Second, false, KeepAlive{Interval: time.Second, Count: 5}, CutOnSilence)
+	c, err := dial(context.Background(), s.Path(), time.Second, "", KeepAlive{Interval: time.Second, Count: 5}, CutOnSilence)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -430,7 +430,11 @@ func (p *Pool) learnQEMU(ctx context.Context, c *Conn) {
 // up and then ended (so backoff restarts from the minimum); reported is the
 // reason the handler was told then.
 func (p *Pool) once(ctx context.Context, socket string) (reported, err error) {
-	c, err := dial(ctx, socket, p.cfg.CallTimeout, !p.configured(socket), p.cfg.KeepAlive, CutOnSilence)
+	beneath := ""
+	if !p.configured(socket) {
+		beneath = globRoot(p.cfg.Glob)
+	}
+	c, err := dial(ctx, socket, p.cfg.CallTimeout, beneath, p.cfg.KeepAlive, CutOnSilence)
 	if err != nil {
 		return nil, err
 	}

@@ -278,3 +278,41 @@ func TestLostSaysGoneWhenRemovedWhileTheLossIsTold(t *testing.T) {
 	}
 	h.waitServed(t, back.Path())
 }
+
+// Where a glob's wildcards reach into what pods write, a pod's directory
+// linked to another pod's does not get ferryd to dial that pod's libvirt
+// under the first pod's path: no link is followed below the glob's root.
+func TestGlobMatchesAreReachedWithoutLinksBelowTheGlobsRoot(t *testing.T) {
+	pods := t.TempDir()
+	for _, d := range []string{"good/rt", "evil"} {
+		if err := os.MkdirAll(filepath.Join(pods, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(pods, "good", "rt"), filepath.Join(pods, "evil", "rt")); err != nil {
+		t.Fatal(err)
+	}
+	p, h, _ := runPool(t, PoolConfig{Glob: filepath.Join(pods, "*", "rt", "*.sock"), RescanEvery: 20 * time.Millisecond, CallTimeout: time.Second})
+	launcher := libvirtxtest.New(t, filepath.Join(pods, "good", "rt", "l.sock"))
+	h.waitServed(t, launcher.Path())
+	through := filepath.Join(pods, "evil", "rt", "l.sock")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var st *SocketStatus
+		for _, s := range p.Status() {
+			if s.Socket == through {
+				st = &s
+			}
+		}
+		if st != nil && !st.Up && strings.Contains(st.LastError, "symbolic link") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v: want %s refused for the link on its way", p.Status(), through)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := launcher.Connections(); n != 1 {
+		t.Errorf("the good pod's libvirt took %d connections, want its own one", n)
+	}
+}

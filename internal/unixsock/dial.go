@@ -11,9 +11,12 @@ package unixsock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,7 +40,50 @@ func Dial(ctx context.Context, path string) (net.Conn, error) {
 // use one descriptor of one inode, so the name cannot be swapped for a link
 // between them: for paths a neighbour may write, such as a pod's volume.
 func DialSocket(ctx context.Context, path string) (net.Conn, error) {
-	return dialInode(ctx, path, true)
+	return DialSocketBeneath(ctx, filepath.Dir(path), path)
+}
+
+// DialSocketBeneath is DialSocket where a neighbour may write every
+// directory below root as well (a glob's wildcards reach into a pod's
+// volume): no link is followed from root down, each component opened
+// beneath the last. root itself is the caller's, and its links are
+// followed.
+func DialSocketBeneath(ctx context.Context, root, path string) (net.Conn, error) {
+	fd, err := openBeneath(root, path)
+	if err != nil {
+		return nil, dialError(path, err)
+	}
+	return dialFD(ctx, path, fd)
+}
+
+// openBeneath opens path O_PATH, walking it down from root one component
+// at a time and following no link.
+func openBeneath(root, path string) (int, error) {
+	rel, err := filepath.Rel(root, path)
+	if err != nil || rel == "." || !filepath.IsLocal(rel) {
+		return -1, fmt.Errorf("not beneath %s: not dialed", root)
+	}
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	comps := strings.Split(rel, string(filepath.Separator))
+	for i, comp := range comps {
+		flags := unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if i < len(comps)-1 {
+			flags |= unix.O_DIRECTORY
+		}
+		next, err := unix.Openat(fd, comp, flags, 0)
+		unix.Close(fd)
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return -1, fmt.Errorf("%s is a symbolic link or no directory: not dialed", filepath.Join(append([]string{root}, comps[:i+1]...)...))
+		}
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
 }
 
 func dialInode(ctx context.Context, path string, noFollow bool) (net.Conn, error) {
@@ -49,6 +95,11 @@ func dialInode(ctx context.Context, path string, noFollow bool) (net.Conn, error
 	if err != nil {
 		return nil, dialError(path, err)
 	}
+	return dialFD(ctx, path, fd)
+}
+
+// dialFD connects to the socket fd (O_PATH) names, which it closes.
+func dialFD(ctx context.Context, path string, fd int) (net.Conn, error) {
 	// connect(2) on a unix stream socket completes or fails at once, so the
 	// descriptor is only needed until DialContext returns.
 	defer unix.Close(fd)

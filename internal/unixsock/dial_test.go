@@ -154,3 +154,46 @@ func TestDialShortPath(t *testing.T) {
 	}
 	c.Close()
 }
+
+// Below root, where a glob's wildcards reach into what pods write, no link
+// is followed on the way either: a pod's directory linked to another pod's
+// socket directory does not reach that pod's libvirt. root's own links are
+// the operator's, and followed.
+func TestDialSocketBeneathFollowsNoLinkBelowItsRoot(t *testing.T) {
+	real := kubevirtSocket(t, 121)
+	listenAt(t, real)
+	pods := real[:strings.Index(real, "/pods/")+len("/pods")]
+	other := filepath.Join(pods, "other-pod", "volumes", "kubernetes.io~empty-dir")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The other pod's volume holds a link to the first pod's socket dir.
+	if err := os.Symlink(filepath.Dir(real), filepath.Join(other, "libvirt-runtime")); err != nil {
+		t.Fatal(err)
+	}
+	through := filepath.Join(other, "libvirt-runtime", "virtqemud-sock")
+	if c, err := DialSocketBeneath(context.Background(), pods, through); err == nil {
+		c.Close()
+		t.Fatal("a socket reached through a link below the root was dialed")
+	} else if !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), through) {
+		t.Errorf("the refusal %q should name the path and the link", err)
+	}
+	c, err := DialSocketBeneath(context.Background(), pods, real)
+	if err != nil {
+		t.Fatalf("the socket itself: %v", err)
+	}
+	c.Close()
+	// The root reached through a link of the operator's.
+	linkedRoot := pods + "-link"
+	if err := os.Symlink(pods, linkedRoot); err != nil {
+		t.Fatal(err)
+	}
+	c, err = DialSocketBeneath(context.Background(), linkedRoot, filepath.Join(linkedRoot, strings.TrimPrefix(real, pods+"/")))
+	if err != nil {
+		t.Fatalf("through the root's own link: %v", err)
+	}
+	c.Close()
+	if _, err := DialSocketBeneath(context.Background(), pods, "/etc/passwd"); err == nil || !strings.Contains(err.Error(), "not beneath") {
+		t.Errorf("a path outside the root: %v", err)
+	}
+}
