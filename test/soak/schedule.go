@@ -33,8 +33,9 @@ const (
 	resetStreams    faultKind = "reset-streams"    // a RST on every connection of either proxy
 )
 
-// faultKinds is the order the RNG draws from: appending keeps every older
-// seed's schedule; reordering changes them all.
+// faultKinds is what the RNG draws from, by index: any change to it, an
+// appended kind too, gives every seed a new schedule (a pinned one is
+// unit-tested), so that older seeds no longer replay.
 var faultKinds = []faultKind{crashFerryd, restartFerryd, restartLibvirtd, cutLink, resetStreams}
 
 func (f fault) String() string {
