@@ -548,6 +548,9 @@ func (in *Target) Finish(ctx context.Context, m peer.IncomingMigration, cookie [
 	// the last page, and giving up on it would cut the streams it needs.
 	ck, err := c.Finish(ctx, finishParams(m), cookie, flags, cancelled, untilOr(ctx, unbounded))
 	if !cancelled {
+		// Whether libvirt's Finish returned or this node stopped waiting
+		// for it (a recovery took over, a shutdown): libvirt is asked.
+		in.finished(m.ID)
 		in.forgetDefinition(m.ID)
 	}
 	if err == nil && !cancelled {

@@ -166,6 +166,16 @@ func (in *Target) finishing(id string) {
 	}
 }
 
+// finished notes that this node no longer waits on migration id's Finish.
+func (in *Target) finished(id string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if g, ok := in.admitted[id]; ok {
+		g.finishing = time.Time{}
+		in.admitted[id] = g
+	}
+}
+
 func (in *Target) unadmit(id string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()

@@ -52,7 +52,7 @@ type unixDialer struct {
 	path    string
 	timeout time.Duration
 	// socketOnly refuses a path that is a link (see DialMatched), and
-	// below beneath, any link on the way (see DialMatchedBeneath).
+	// below beneath, any link on the way (see globRoot).
 	socketOnly bool
 	beneath    string
 	mu         sync.Mutex
