@@ -235,4 +235,3 @@ func TestAGuestWhoseFinishRunsHereIsStillKnownByItsFiles(t *testing.T) {
 		t.Error("a guest whose Finish began past finishHeld ago, and libvirt does not hold as coming, is still admitted")
 	}
 }
-
