@@ -185,8 +185,8 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 		// is the guest, which libvirt's cancelled Confirm runs again, and
 		// one the guard paused runs first (see continueCopy).
 		d.guard.end()
-		if d.guard.pausedAny() {
-			d.settleStaleCopy(outcome)
+		if d.guard.pausedAny() && !d.settleStaleCopy(outcome) {
+			r.settled = false
 		}
 	}
 	if d.guard.pausedAny() && outcome == peer.OutcomeSplit {
@@ -200,8 +200,8 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 		if r.cerr != nil {
 			d.log.Warn("libvirt's Confirm failed after this node's copy ran again and was paused", zap.Error(r.cerr))
 		}
-		// The copy paused here goes (the guest runs whole on the target),
-		// or runs again (the target's never ran), as the Confirm does.
+		// The guest runs whole on the target: the copy paused here goes,
+		// stopped by the Confirm or, where that failed, destroyed.
 		r.settled, r.cerr = d.settleStaleCopy(outcome), nil
 		return r
 	}

@@ -170,15 +170,13 @@ func (d *driving) settleStaleCopy(outcome string) (settled bool) {
 	default:
 		// No word from the target: the record keeps the pause's cause,
 		// and the copy is settled from it once the target answers.
-		d.rec.StalePaused = true
-		if rerr := d.s.recordDrive(d.rec); rerr != nil {
-			d.log.Error("could not record that this node's copy was paused after the switch", zap.Error(rerr))
-		}
+		d.markStalePaused()
 		d.log.Warn("this node's copy, which ran again after the switch and was paused, waits for the target's word")
 		return false
 	}
 	if err != nil {
-		d.log.Error("could not settle this node's copy, which ran again after the switch and was paused", zap.String("outcome", outcome), zap.Error(err))
+		d.log.Error("could not settle this node's copy, which ran again after the switch and was paused; its record keeps why, for settling later", zap.String("outcome", outcome), zap.Error(err))
+		d.markStalePaused()
 		return false
 	}
 	d.log.Warn("settled this node's copy, which ran again after the switch and was paused", zap.String("outcome", outcome), zap.String("here", what))
@@ -209,5 +207,14 @@ func continueCopy(ctx context.Context, c *libvirtx.Conn, dom libvirt.Domain) err
 			return fmt.Errorf("libvirt does not show the copy running after QEMU's cont: %w", ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// markStalePaused records that the guard paused this node's copy, for the
+// record's settling (applyOutcome) to end or run it.
+func (d *driving) markStalePaused() {
+	d.rec.StalePaused = true
+	if err := d.s.recordDrive(d.rec); err != nil {
+		d.log.Error("could not record that this node's copy was paused after the switch", zap.Error(err))
 	}
 }
