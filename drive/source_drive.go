@@ -201,8 +201,10 @@ func (d *driving) finishAndConfirm(performCookie []byte) driveResult {
 			d.log.Warn("libvirt's Confirm failed after this node's copy ran again and was paused", zap.Error(r.cerr))
 		}
 		// The guest runs whole on the target: the copy paused here goes,
-		// stopped by the Confirm or, where that failed, destroyed.
+		// stopped by the Confirm or, where that failed, destroyed, and its
+		// definition with it where the target keeps one.
 		r.settled, r.cerr = d.settleStaleCopy(outcome), nil
+		r.targetPersisted = fin.Persisted
 		return r
 	}
 	if r.cerr != nil {

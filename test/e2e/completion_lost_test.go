@@ -20,12 +20,12 @@ import (
 // the target's ferryd is killed in it. Ferry pauses the source's
 // copy the moment libvirt reports it running, and, the target's copy
 // being whole, ends it as the Confirm would have: the guest runs on the
-// target alone, its memory as it wrote it.
+// target alone, its memory as it wrote it, and is defined there alone.
 func TestAPostCopyLostInItsCompletionNeverRunsOnBothNodes(t *testing.T) {
 	const name = "pclostend"
 	// The target's answers to the first finishes are lost too, so that
 	// the source's Confirm, which would stop its copy, waits seconds.
-	before, evA, _, done := slowEndPostCopy(t, name, "slow-return-path,drop-finish-answer:3")
+	before, evA, _, done := slowEndPostCopy(t, name, true, "slow-return-path,drop-finish-answer:3")
 	waitEvent(t, evA, 3, 7, 2*time.Minute) // suspended/post-copy: the switch happened
 	var last string
 	waitFor(t, "the target QEMU to end the post-copy while the source's still waits for its word", 3*time.Minute, func() bool {
@@ -65,6 +65,14 @@ func TestAPostCopyLostInItsCompletionNeverRunsOnBothNodes(t *testing.T) {
 	})
 	t.Logf("the source's copy at the end: %s", truth)
 	onlyOn(t, name, "b", "a")
+	// Defined where it runs alone, as libvirt's own client leaves it
+	// (PERSIST_DEST, UNDEFINE_SOURCE): a boot of a starts no second copy.
+	if d := definitionOn(t, "a", name); d.defined {
+		t.Errorf("node a still holds a definition of %s (autostart %v)", name, d.autostart)
+	}
+	if d := definitionOn(t, "b", name); !d.defined {
+		t.Errorf("node b, where %s runs, holds no definition of it", name)
+	}
 	oneQEMU(t, name)
 	memoryIntact(t, name, before)
 }
@@ -104,7 +112,7 @@ func sourceRanAgain(t *testing.T, ev <-chan lifecycleEvent) time.Duration {
 // copy again, until libvirt's Confirm stops it.
 func TestAFinishedPostCopyLetsTheSourceHearItsEnd(t *testing.T) {
 	const name = "pcdrain"
-	before, evA, start, done := slowEndPostCopy(t, name, "slow-return-path")
+	before, evA, start, done := slowEndPostCopy(t, name, false, "slow-return-path")
 	if err := <-done; err != nil {
 		t.Fatalf("the migration: %v", err)
 	}
@@ -127,14 +135,15 @@ func TestAFinishedPostCopyLetsTheSourceHearItsEnd(t *testing.T) {
 	endsWholeOn(t, name, "b", "a", before, start)
 }
 
-// slowEndPostCopy starts a post-copy of a busy guest a -> b through Ferry,
-// node b's ferryd injecting faults, and returns the guest's checks so
-// far, a's lifecycle events, when it began and its result.
-func slowEndPostCopy(t *testing.T, name, faults string) (before int, evA <-chan lifecycleEvent, start time.Time, done <-chan error) {
+// slowEndPostCopy starts a post-copy of a busy guest (persistent, or
+// transient) a -> b through Ferry, node b's ferryd injecting faults, and
+// returns the guest's checks so far, a's lifecycle events, when it began
+// and its result.
+func slowEndPostCopy(t *testing.T, name string, persistent bool, faults string) (before int, evA <-chan lifecycleEvent, start time.Time, done <-chan error) {
 	t.Helper()
 	withFaults(t, "b", faults)
 	postCopyInto(t, "b")
-	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 4, Verify: true})
+	guest(t, testbed.GuestSpec{Name: name, MemoryMiB: 256, DirtyMiB: 128, DirtyRateMiBs: 4, Persistent: persistent, Verify: true})
 	before = verifiedSoFar(t, name)
 	evA = watchLifecycle(t, "a", name)
 	start = time.Now()
