@@ -51,13 +51,15 @@ type Conn struct {
 type unixDialer struct {
 	path    string
 	timeout time.Duration
-	// socketOnly refuses a path that is a link (see DialMatched), and
-	// below beneath, any link on the way (see globRoot).
-	socketOnly bool
-	beneath    string
-	mu         sync.Mutex
-	framed     *framedConn
+	// beneath, set for a glob's match, refuses a path that is a link or
+	// has one on its way below beneath (see DialMatched, globRoot).
+	beneath string
+	mu      sync.Mutex
+	framed  *framedConn
 }
+
+// socketOnly: the path is a glob's match, which a neighbour may write.
+func (d *unixDialer) socketOnly() bool { return d.beneath != "" }
 
 // refusal is why Ferry cut the connection (its packet check, its
 // keepalive), or nil.
@@ -81,7 +83,7 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 	// KubeVirt's launcher sockets are longer than a unix address holds.
 	var c net.Conn
 	var err error
-	if d.socketOnly {
+	if d.socketOnly() {
 		c, err = unixsock.DialSocketBeneath(ctx, d.beneath, d.path)
 	} else {
 		c, err = unixsock.Dial(ctx, d.path)
@@ -91,7 +93,7 @@ func (d *unixDialer) Dial() (net.Conn, error) {
 	}
 	f := newFramedConn(c)
 	f.socket = d.path
-	if d.socketOnly {
+	if d.socketOnly() {
 		f.limit = maxLauncherPacket
 	}
 	d.mu.Lock()
@@ -140,9 +142,8 @@ func dial(ctx context.Context, path string, callTimeout time.Duration, beneath s
 	if callTimeout <= 0 {
 		callTimeout = DefaultCallTimeout
 	}
-	socketOnly := beneath != ""
-	c := &Conn{socket: path, timeout: callTimeout, keep: keep, cutHung: on == CutOnSilence && socketOnly,
-		dialer: &unixDialer{path: path, timeout: callTimeout, socketOnly: socketOnly, beneath: beneath}}
+	c := &Conn{socket: path, timeout: callTimeout, keep: keep, cutHung: on == CutOnSilence && beneath != "",
+		dialer: &unixDialer{path: path, timeout: callTimeout, beneath: beneath}}
 	c.l = libvirt.NewWithDialer(c.dialer)
 	// The dialer already picked the socket; the daemon must be asked for its
 	// own driver. A "qemu+unix://...?socket=" URI would make libvirtd open a

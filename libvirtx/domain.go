@@ -50,7 +50,7 @@ var ErrNotALauncher = errors.New("lists what no KubeVirt launcher runs: not trac
 
 // Matched says whether the connection is to a socket the glob matched: a
 // pod's, held to what a launcher runs.
-func (c *Conn) Matched() bool { return c.dialer.socketOnly }
+func (c *Conn) Matched() bool { return c.dialer.socketOnly() }
 
 // LauncherName says whether a launcher's libvirt may name a domain so.
 func LauncherName(name string) bool { return len(name) <= MaxLauncherName }

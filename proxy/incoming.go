@@ -404,7 +404,7 @@ func (p *Proxy) finish(raw, c net.Conn, req peer.ControlRequest, who Peer) peer.
 		// over the stream, and libvirt's Finish here may return first:
 		// cut now, the source QEMU would take its missing word for a
 		// failure and start its own copy again.
-		p.unregisterOnceClosed(e, req.Migration, why, drainWait)
+		p.unregisterWhenStopped(e, req.Migration, why, drainCheck, 0, drainWait)
 		return resp
 	}
 	p.Unregister(req.Migration, why)

@@ -38,12 +38,24 @@ func (r *registry) openConns(e *entry) (int, bool) {
 
 // unregisterOnceStill ends id once its streams have stopped moving.
 func (p *Proxy) unregisterOnceStill(e *entry, id, why string) {
-	still, check := stillFor, streamCheck
+	// Bounded as a recovery is: a peer that trickles bytes keeps the
+	// migration's slot no longer.
+	p.unregisterWhenStopped(e, id, why+"; its streams stopped", streamCheck, stillFor, maxRecoverSeconds*time.Second)
+}
+
+// drainWait bounds the wait for a finished post-copy's streams to close
+// by themselves, looked at every drainCheck.
+var (
+	drainWait  = 10 * time.Second
+	drainCheck = 50 * time.Millisecond
+)
+
+// unregisterWhenStopped ends id once QEMU has closed all its streams, or
+// they carried nothing for still (0: not asked), or within has passed;
+// it looks every check.
+func (p *Proxy) unregisterWhenStopped(e *entry, id, why string, check, still, within time.Duration) {
 	go func() {
-		last, since := e.counters.moved(), time.Now()
-		// Bounded as a recovery is: a peer that trickles bytes keeps the
-		// migration's slot no longer.
-		end := time.Now().Add(maxRecoverSeconds * time.Second)
+		last, since, end := e.counters.moved(), time.Now(), time.Now().Add(within)
 		for {
 			time.Sleep(check)
 			if n := e.counters.moved(); n != last {
@@ -53,28 +65,7 @@ func (p *Proxy) unregisterOnceStill(e *entry, id, why string) {
 			if ended {
 				return
 			}
-			if open == 0 || time.Since(since) >= still || time.Now().After(end) {
-				p.Unregister(id, why+"; its streams stopped")
-				return
-			}
-		}
-	}()
-}
-
-// drainWait bounds the wait for a finished post-copy's streams to close
-// by themselves.
-var drainWait = 10 * time.Second
-
-// unregisterOnceClosed ends id once QEMU has closed all its streams, or
-// after within.
-func (p *Proxy) unregisterOnceClosed(e *entry, id, why string, within time.Duration) {
-	go func() {
-		for end := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
-			open, ended := p.reg.openConns(e)
-			if ended {
-				return
-			}
-			if open == 0 || time.Now().After(end) {
+			if open == 0 || still > 0 && time.Since(since) >= still || time.Now().After(end) {
 				p.Unregister(id, why)
 				return
 			}

@@ -32,7 +32,7 @@ func Dial(ctx context.Context, path string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", path)
 	}
-	return dialInode(ctx, path, false)
+	return dialInode(ctx, path)
 }
 
 // DialSocket connects to path only if path itself is a unix socket, not a
@@ -86,12 +86,10 @@ func openBeneath(root, path string) (int, error) {
 	return fd, nil
 }
 
-func dialInode(ctx context.Context, path string, noFollow bool) (net.Conn, error) {
-	flags := unix.O_PATH | unix.O_CLOEXEC
-	if noFollow {
-		flags |= unix.O_NOFOLLOW
-	}
-	fd, err := unix.Open(path, flags, 0)
+// dialInode dials a path too long for a unix address through its inode,
+// links followed as connect(2) follows them.
+func dialInode(ctx context.Context, path string) (net.Conn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, dialError(path, err)
 	}
